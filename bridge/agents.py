@@ -1,0 +1,159 @@
+"""The HTTP adapter to agents: JSON-RPC over POST, SSE streams. Thin.
+
+Everything protocol-shaped is in :mod:`bridge.dialects`; this module sends
+what a dialect built and maps transport failures onto :mod:`bridge.errors`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+from httpx_sse import EventSource, SSEError
+
+from bridge import metrics
+from bridge.config import AgentConfig
+from bridge.dialects import Dialect, Request, for_agent, unwrap
+from bridge.errors import AgentAuthError, AgentError, AgentHTTPError, AgentProtocolError, AgentUnavailable
+from bridge.lifecycle import TaskSnapshot, Update
+
+_rpc_ids = itertools.count(1)
+
+
+def rpc_id(op: str) -> str:
+    """A fresh JSON-RPC request id: visibly not a Task id."""
+    return f"bridge-{op}-{next(_rpc_ids)}"
+
+
+def _source_seq(event_id: str) -> int | None:
+    return int(event_id) if event_id.isdigit() else None
+
+
+class AgentClient:
+    """One configured agent: its dialect, URL, token and timeouts."""
+
+    def __init__(self, config: AgentConfig, http: httpx.AsyncClient) -> None:
+        self.config = config
+        self.dialect: Dialect = for_agent(config.name, config.dialect, config.agent_code)
+        self._http = http
+        token = config.token()
+        self._auth = {"Authorization": f"Bearer {token.get()}"} if token else {}
+        self._timeout = httpx.Timeout(config.request_timeout_seconds, connect=config.connect_timeout_seconds)
+        # An SSE stream may be quiet for long; only total silence counts as a drop.
+        self._stream_timeout = httpx.Timeout(
+            config.request_timeout_seconds,
+            connect=config.connect_timeout_seconds,
+            read=config.stream_idle_seconds,
+        )
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def _headers(self, req: Request, accept: str) -> dict[str, str]:
+        return {"Accept": accept, "Content-Type": "application/json", **req.headers, **self._auth}
+
+    def _check_status(self, req: Request, response: httpx.Response) -> None:
+        if response.status_code in (401, 403):
+            raise AgentAuthError(self.name, req.method, response.status_code)
+        if response.status_code >= 400:
+            raise AgentHTTPError(self.name, req.method, response.status_code)
+
+    def _observe(self, req: Request, result: str, started: float) -> None:
+        metrics.AGENT_REQUESTS.labels(self.name, req.op, result).inc()
+        metrics.AGENT_SECONDS.labels(self.name, req.op).observe(time.monotonic() - started)
+
+    async def call(self, req: Request) -> dict[str, Any]:
+        """A non-streaming JSON-RPC call; returns ``result``."""
+        started = time.monotonic()
+        try:
+            response = await self._http.post(
+                self.config.url,
+                content=orjson.dumps(req.body),
+                headers=self._headers(req, "application/json"),
+                timeout=self._timeout,
+            )
+            self._check_status(req, response)
+            try:
+                doc = orjson.loads(response.content)
+            except orjson.JSONDecodeError:
+                raise AgentProtocolError(self.name, req.method, "response body is not JSON") from None
+            result = unwrap(doc, agent=self.name, method=req.method)
+        except httpx.TransportError as exc:
+            self._observe(req, "unavailable", started)
+            raise AgentUnavailable(self.name, req.method, type(exc).__name__) from None
+        except AgentError as exc:
+            self._observe(req, exc.kind, started)
+            raise
+        self._observe(req, "ok", started)
+        return result
+
+    async def task(self, req: Request) -> TaskSnapshot:
+        """get / cancel / send: the Task object the agent answers with."""
+        result = await self.call(req)
+        if result.get("kind") == "message":
+            raise AgentProtocolError(self.name, req.method, "the agent answered with a Message, not a Task")
+        return self.dialect.task(result)
+
+    async def stream(self, req: Request) -> AsyncIterator[Update]:
+        """Updates from a streaming call, in order; ends when the agent ends the stream.
+
+        A JSON answer where SSE was expected is read as JSON-RPC: an error
+        raises :class:`RpcError`, a result is yielded as one update.
+        """
+        started = time.monotonic()
+        first = True
+        metrics.OPEN_STREAMS.inc()
+        try:
+            async with self._http.stream(
+                "POST",
+                self.config.url,
+                content=orjson.dumps(req.body),
+                headers=self._headers(req, "text/event-stream"),
+                timeout=self._stream_timeout,
+            ) as response:
+                self._check_status(req, response)
+                ctype = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+                if ctype == "application/json":
+                    body = await response.aread()
+                    try:
+                        doc = orjson.loads(body)
+                    except orjson.JSONDecodeError:
+                        raise AgentProtocolError(self.name, req.method, "JSON body is not JSON") from None
+                    update = self.dialect.update(unwrap(doc, agent=self.name, method=req.method))
+                    self._observe(req, "ok", started)
+                    if update is not None:
+                        yield update
+                    return
+                if ctype != "text/event-stream":
+                    raise AgentProtocolError(self.name, req.method, f"unexpected content-type {ctype[:60]!r}")
+                async for sse in EventSource(response).aiter_sse():
+                    if not sse.data:
+                        continue
+                    try:
+                        doc = orjson.loads(sse.data)
+                    except orjson.JSONDecodeError:
+                        raise AgentProtocolError(self.name, req.method, "SSE data is not JSON") from None
+                    result = unwrap(doc, agent=self.name, method=req.method)
+                    update = self.dialect.update(result, _source_seq(sse.id))
+                    if first:
+                        self._observe(req, "ok", started)
+                        first = False
+                    if update is not None:
+                        yield update
+        except httpx.TransportError as exc:
+            self._observe(req, "unavailable", started)
+            raise AgentUnavailable(self.name, req.method, type(exc).__name__) from None
+        except SSEError as exc:
+            self._observe(req, "protocol-error", started)
+            raise AgentProtocolError(self.name, req.method, f"malformed SSE: {str(exc)[:100]}") from None
+        except AgentError as exc:
+            if first:
+                self._observe(req, exc.kind, started)
+            raise
+        finally:
+            metrics.OPEN_STREAMS.dec()

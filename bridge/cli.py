@@ -1,0 +1,150 @@
+"""The ``bridge`` command: run the service, manage topics, write commands, read events."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from bridge import config as config_mod
+from bridge.config import Config, ConfigError
+from bridge.errors import StartupError
+
+log = logging.getLogger("bridge")
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # aiokafka is chatty about retries that are part of normal operation.
+    logging.getLogger("aiokafka").setLevel(logging.WARNING if level.upper() != "DEBUG" else logging.DEBUG)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def _message(text: str | None, data: str | None) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    if text is not None:
+        parts.append({"kind": "text", "text": text})
+    if data is not None:
+        parts.append({"kind": "data", "data": orjson.loads(data)})
+    return {"role": "user", "parts": parts}
+
+
+def build_command(args: argparse.Namespace) -> dict[str, Any]:
+    cmd: dict[str, Any] = {
+        "type": args.cmd,
+        "commandId": args.command_id or str(uuid.uuid4()),
+        "taskKey": args.task_key,
+    }
+    if args.cmd == "start":
+        cmd["agent"] = args.agent
+        if args.deadline_seconds:
+            cmd["deadlineSeconds"] = args.deadline_seconds
+        if args.metadata:
+            cmd["metadata"] = orjson.loads(args.metadata)
+    if args.cmd in ("start", "reply"):
+        cmd["message"] = _message(args.text, args.data)
+    return cmd
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bridge", description=__doc__)
+    p.add_argument("--config", help="TOML config file (default: $BRIDGE_CONFIG)")
+    p.add_argument("--log-level", default="info")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("run", help="run the bridge service")
+    t = sub.add_parser("topics", help="create (or --check) the bridge's topics, co-partitioned")
+    t.add_argument("--check", action="store_true", help="only verify; create nothing")
+    for name in ("start", "reply", "cancel"):
+        c = sub.add_parser(name, help=f"write a {name} command")
+        c.add_argument("--task-key", required=True)
+        c.add_argument("--command-id")
+        if name == "start":
+            c.add_argument("--agent", required=True)
+            c.add_argument("--deadline-seconds", type=float)
+            c.add_argument("--metadata", help="JSON object: the business record")
+        if name in ("start", "reply"):
+            c.add_argument("--text")
+            c.add_argument("--data", help="a JSON object sent as a data part")
+    tl = sub.add_parser("tail", help="print events (read_committed)")
+    tl.add_argument("--timeline", action="store_true", help="readable lines instead of JSON")
+    tl.add_argument("--from-beginning", action="store_true")
+    tl.add_argument(
+        "--until-closed", metavar="TASK_KEYS", help="comma-separated taskKeys: exit once each has a terminal event"
+    )
+    tl.add_argument("--timeout", type=float, default=0, help="give up after this many seconds (exit 1)")
+    i = sub.add_parser("inspect", help="checkpoint, event history and diagnosis of a Task")
+    i.add_argument("key", help="a taskKey or a taskId")
+    d = sub.add_parser("demo", help="everything local: agents, topics, the bridge, a few Tasks")
+    d.add_argument("--timeout", type=float, default=120)
+    return p
+
+
+async def _produce(config: Config, cmd: dict[str, Any]) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(enable_idempotence=True, acks="all", **config.kafka.client_options())
+    await producer.start()
+    try:
+        await producer.send_and_wait(config.kafka.commands_topic, orjson.dumps(cmd), key=cmd["taskKey"].encode())
+    finally:
+        await producer.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    _setup_logging(args.log_level)
+    try:
+        config = config_mod.load(args.config)
+        return asyncio.run(_dispatch(args, config))
+    except (ConfigError, StartupError) as exc:
+        print(f"bridge: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _dispatch(args: argparse.Namespace, config: Config) -> int:
+    if args.cmd == "run":
+        from bridge.service import serve
+
+        return await serve(config)
+    if args.cmd == "topics":
+        from bridge import topics
+
+        counts = await topics.ensure(config, create=not args.check)
+        for name, n in sorted(counts.items()):
+            print(f"{name}\t{n} partitions")
+        return 0
+    if args.cmd in ("start", "reply", "cancel"):
+        cmd = build_command(args)
+        await _produce(config, cmd)
+        print(orjson.dumps(cmd).decode())
+        return 0
+    if args.cmd == "tail":
+        from bridge.tail import tail
+
+        keys = set(args.until_closed.split(",")) if args.until_closed else None
+        return await tail(
+            config,
+            timeline=args.timeline,
+            from_beginning=args.from_beginning or bool(keys),
+            until_closed=keys,
+            timeout=args.timeout,
+        )
+    if args.cmd == "inspect":
+        from bridge.inspect import inspect
+
+        return await inspect(config, args.key)
+    if args.cmd == "demo":
+        from bridge.demo.run import demo
+
+        return await demo(config, timeout=args.timeout)
+    raise AssertionError(args.cmd)

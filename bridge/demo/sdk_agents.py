@@ -1,0 +1,260 @@
+"""The scripted demo agents hosted by the official a2a-sdk server.
+
+One Starlette app serves every agent of :mod:`bridge.demo.scripts` with the
+SDK's own server pieces: an :class:`AgentExecutor` per agent that turns script
+steps into A2A events, the SDK's default request handler over an in-memory task
+store, and the SDK's JSON-RPC routes with v0.3 compatibility switched on. So
+one URL per agent, ``/agents/<name>``, speaks both A2A v0.3 JSON-RPC
+(``message/stream``, ``tasks/get`` ...) and v1.0 (``SendStreamingMessage``,
+``GetTask`` ... with the ``A2A-Version: 1.0`` header). The agent card is at
+``/agents/<name>/.well-known/agent-card.json``.
+
+``writer-poll`` runs the writer script behind a card that says
+``streaming: false``, for the bridge's polling path.
+
+Run: ``python -m bridge.demo.sdk_agents --host 127.0.0.1 --port 18090``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import uvicorn
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    Artifact,
+    Message,
+    Part,
+    Role,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute
+
+from bridge.demo import scripts
+
+log = logging.getLogger(__name__)
+
+AGENTS_PREFIX = "/agents"
+
+
+@dataclass(frozen=True, slots=True)
+class HostedAgent:
+    """One agent the server hosts: its URL name, its script and its streaming capability."""
+
+    name: str
+    script: str
+    streaming: bool
+
+
+HOSTED: tuple[HostedAgent, ...] = (
+    *(HostedAgent(name, name, True) for name in scripts.AGENTS),
+    HostedAgent("writer-poll", "writer", False),
+)
+
+_DESCRIPTIONS = {
+    "writer": "Writes `chunks` chunks (append/lastChunk) of one artifact, then completes.",
+    "failer": "Works briefly, then fails with a status message.",
+    "asker": "Asks a question (input-required); the follow-up answer completes the task.",
+    "sleeper": "Ticks `ticks` times every `interval` seconds; the one to cancel.",
+}
+
+
+def task_state(name: str) -> TaskState:
+    """The proto state for a script state name (``input-required`` -> TASK_STATE_INPUT_REQUIRED)."""
+    state: TaskState = getattr(TaskState, "TASK_STATE_" + name.upper().replace("-", "_"))
+    return state
+
+
+def _agent_message(text: str, task_id: str, context_id: str) -> Message:
+    return Message(
+        message_id=str(uuid.uuid4()),
+        role=Role.ROLE_AGENT,
+        parts=[Part(text=text)],
+        task_id=task_id,
+        context_id=context_id,
+    )
+
+
+def _turn(task: Task | None) -> int:
+    """How many user messages the task already has: the script's turn number."""
+    if task is None:
+        return 0
+    return sum(1 for m in task.history if m.role == Role.ROLE_USER)
+
+
+class ScriptedAgentExecutor(AgentExecutor):
+    """Runs one script of :mod:`bridge.demo.scripts` as an A2A agent."""
+
+    def __init__(self, script: str) -> None:
+        if script not in scripts.AGENTS:
+            raise KeyError(script)
+        self.script = script
+        # Tasks asked to cancel: their execute() stops enqueueing at once, so no
+        # event lands after the CANCELED status that cancel() enqueues.
+        self._canceled: set[str] = set()
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id = context.task_id
+        context_id = context.context_id
+        if task_id is None or context_id is None:  # the handler always fills both in
+            raise RuntimeError("request context without task or context id")
+        current = context.current_task
+        turn = _turn(current)
+        if current is None:
+            first = Task(
+                id=task_id,
+                context_id=context_id,
+                status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
+                history=[context.message] if context.message is not None else [],
+            )
+            await event_queue.enqueue_event(first)
+        text = context.get_user_input(" ")
+        try:
+            for step in scripts.run(self.script, text, turn):
+                if task_id in self._canceled:
+                    return
+                if isinstance(step, scripts.Pause):
+                    await asyncio.sleep(step.seconds)
+                elif isinstance(step, scripts.Status):
+                    status = TaskStatus(state=task_state(step.state))
+                    if step.text is not None:
+                        status.message.CopyFrom(_agent_message(step.text, task_id, context_id))
+                    status.timestamp.GetCurrentTime()
+                    await event_queue.enqueue_event(
+                        TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status)
+                    )
+                else:
+                    artifact = Artifact(artifact_id=step.artifact_id, name=step.name, parts=[Part(text=step.text)])
+                    await event_queue.enqueue_event(
+                        TaskArtifactUpdateEvent(
+                            task_id=task_id,
+                            context_id=context_id,
+                            artifact=artifact,
+                            append=step.append,
+                            last_chunk=step.last_chunk,
+                        )
+                    )
+        finally:
+            self._canceled.discard(task_id)
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id = context.task_id
+        if task_id is None:
+            raise RuntimeError("cancel without task id")
+        task = context.current_task
+        context_id = context.context_id or (task.context_id if task is not None else "")
+        self._canceled.add(task_id)
+        status = TaskStatus(state=TaskState.TASK_STATE_CANCELED)
+        status.message.CopyFrom(_agent_message("canceled on request", task_id, context_id))
+        status.timestamp.GetCurrentTime()
+        await event_queue.enqueue_event(TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status))
+
+
+def agent_url(base_url: str, name: str) -> str:
+    """The JSON-RPC URL of agent ``name`` on the server at ``base_url``."""
+    return f"{base_url.rstrip('/')}{AGENTS_PREFIX}/{name}"
+
+
+def agent_card(base_url: str, agent: HostedAgent) -> AgentCard:
+    """The card of ``agent``: one JSON-RPC URL announced for protocol 1.0 and 0.3."""
+    url = agent_url(base_url, agent.name)
+    description = _DESCRIPTIONS[agent.script]
+    if not agent.streaming:
+        description += " No streaming: poll with tasks/get."
+    return AgentCard(
+        name=agent.name,
+        description=description,
+        version="1.0.0",
+        supported_interfaces=[
+            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
+            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"),
+        ],
+        capabilities=AgentCapabilities(streaming=agent.streaming, push_notifications=False),
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=[
+            AgentSkill(
+                id=agent.name,
+                name=agent.name,
+                description=description,
+                tags=["demo", "scripted"],
+                examples=["chunks=5 interval=0.05"],
+            )
+        ],
+    )
+
+
+def create_app(base_url: str, agents: tuple[HostedAgent, ...] = HOSTED) -> Starlette:
+    """The Starlette app hosting ``agents``; ``base_url`` is what the cards announce."""
+    routes: list[BaseRoute] = []
+    handlers: list[DefaultRequestHandler] = []
+    for agent in agents:
+        card = agent_card(base_url, agent)
+        handler = DefaultRequestHandler(
+            agent_executor=ScriptedAgentExecutor(agent.script),
+            task_store=InMemoryTaskStore(),
+            agent_card=card,
+        )
+        handlers.append(handler)
+        rpc_path = f"{AGENTS_PREFIX}/{agent.name}"
+        routes.extend(create_jsonrpc_routes(handler, rpc_url=rpc_path, enable_v0_3_compat=True))
+        routes.extend(create_agent_card_routes(card, card_url=rpc_path + AGENT_CARD_WELL_KNOWN_PATH))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            for handler in handlers:
+                await handler.aclose()
+
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+async def serve(host: str, port: int) -> None:
+    """Run the server until interrupted; print the ready line once it listens."""
+    base_url = f"http://{host}:{port}"
+    config = uvicorn.Config(create_app(base_url), host=host, port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    runner = asyncio.create_task(server.serve())
+    while not server.started:
+        if runner.done():
+            await runner  # startup failed: raise its error
+            raise SystemExit(1)
+        await asyncio.sleep(0.02)
+    print(f"sdk agents listening on {base_url}", flush=True)
+    await runner
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=18090)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    asyncio.run(serve(args.host, args.port))
+
+
+if __name__ == "__main__":
+    main()

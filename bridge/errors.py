@@ -1,0 +1,80 @@
+"""The bridge's exceptions, one hierarchy.
+
+Messages name the agent, the method and what went wrong; they never carry
+tokens, headers or payloads.
+"""
+
+from __future__ import annotations
+
+
+class BridgeError(Exception):
+    """Base of every error the bridge raises on purpose."""
+
+
+class StartupError(BridgeError):
+    """The bridge refuses to run (e.g. topics not co-partitioned)."""
+
+
+class AgentError(BridgeError):
+    """A call to an agent did not give a usable answer."""
+
+    kind = "agent-error"
+
+    def __init__(self, agent: str, method: str, detail: str) -> None:
+        super().__init__(f"agent {agent!r} {method}: {detail}")
+        self.agent = agent
+        self.method = method
+        self.detail = detail
+
+    @property
+    def retryable(self) -> bool:
+        return False
+
+
+class AgentUnavailable(AgentError):
+    """Connection refused or reset, timeout, or a stream that went silent."""
+
+    kind = "unavailable"
+
+    @property
+    def retryable(self) -> bool:
+        return True
+
+
+class AgentHTTPError(AgentError):
+    kind = "http-error"
+
+    def __init__(self, agent: str, method: str, status: int) -> None:
+        super().__init__(agent, method, f"HTTP {status}")
+        self.status = status
+
+    @property
+    def retryable(self) -> bool:
+        return self.status >= 500 or self.status == 429
+
+
+class AgentAuthError(AgentHTTPError):
+    """401 or 403: the configured token is missing, wrong or not allowed."""
+
+    kind = "unauthorized"
+
+
+class AgentProtocolError(AgentError):
+    """The agent answered, but not in JSON-RPC / SSE as the dialect expects."""
+
+    kind = "protocol-error"
+
+
+class RpcError(AgentError):
+    """A JSON-RPC error object; code and message are the agent's own."""
+
+    kind = "rpc-error"
+    TASK_NOT_FOUND = -32001
+    TASK_NOT_CANCELABLE = -32002
+
+    def __init__(self, agent: str, method: str, code: int, message: str, rpc_id: str | int | None) -> None:
+        # The JSON-RPC id is named as such, so it is never read as a Task id.
+        super().__init__(agent, method, f"JSON-RPC error {code}: {message[:200]} (JSON-RPC id {rpc_id!r})")
+        self.code = code
+        self.rpc_message = message
+        self.rpc_id = rpc_id

@@ -1,0 +1,296 @@
+"""The Task lifecycle: state rules, dedupe and sequence numbers. Pure, no IO.
+
+A :class:`TaskRecord` is everything the bridge knows about one Task and is
+exactly what a checkpoint holds. Agent traffic arrives as normalized
+:data:`Update` values (the dialects produce them); :meth:`TaskRecord.apply`
+decides what of it becomes events and advances ``seq`` and ``afterSeq``. The
+IO layers never touch those counters themselves, so the exactly-once rules
+live in this one file and its tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+TERMINAL_STATES = frozenset({"completed", "failed", "canceled", "rejected"})
+# The Task waits for a reply; its stream may end without it being lost.
+PAUSED_STATES = frozenset({"input-required", "auth-required"})
+BridgeOutcome = Literal["timeout", "lost", "cancel-requested", "rejected"]
+# Outcomes after which the bridge follows the Task no more.
+CLOSING_OUTCOMES = frozenset({"timeout", "lost", "rejected"})
+# How many recent commandIds a record remembers for dedupe.
+COMMAND_MEMORY = 32
+
+DropReason = Literal["replayed", "duplicate", "after-terminal", "foreign-task"]
+
+JSON = dict[str, Any]
+
+
+def is_terminal(state: str | None) -> bool:
+    """Only the four known terminal states end a Task; unknown states never do."""
+    return state in TERMINAL_STATES
+
+
+def _digest(value: object) -> str:
+    return hashlib.blake2b(orjson.dumps(value, option=orjson.OPT_SORT_KEYS), digest_size=12).hexdigest()
+
+
+def roll(digest: str, parts: list[Any]) -> str:
+    """Chain ``parts`` onto a running artifact digest, one part at a time, so the
+    digest of a part list does not depend on how it was split into chunks."""
+    for part in parts:
+        digest = _digest([digest, part])
+    return digest
+
+
+# ---------------------------------------------------------------- updates ---
+
+
+@dataclass(frozen=True, slots=True)
+class StatusUpdate:
+    task_id: str
+    context_id: str | None
+    state: str
+    message: JSON | None = None
+    source_seq: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactUpdate:
+    task_id: str
+    context_id: str | None
+    artifact_id: str
+    name: str | None
+    parts: list[Any]
+    append: bool = False
+    last_chunk: bool = False
+    source_seq: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSnapshot:
+    """A whole Task object: the first event of a stream, tasks/get, tasks/cancel."""
+
+    task_id: str
+    context_id: str | None
+    state: str
+    message: JSON | None = None
+    artifacts: tuple[JSON, ...] = ()
+    source_seq: int | None = None
+
+
+Update = StatusUpdate | ArtifactUpdate | TaskSnapshot
+
+
+# ----------------------------------------------------------------- events ---
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One record for the events topic, before encoding (see :mod:`bridge.events`)."""
+
+    task_id: str
+    seq: int
+    kind: Literal["status", "artifact", "bridge"]
+    body: JSON
+    source_seq: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    reason: DropReason
+
+
+# ----------------------------------------------------------------- record ---
+
+
+@dataclass(slots=True)
+class ArtifactProgress:
+    parts: int
+    digest: str
+    done: bool
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    """One taskKey's current Task; its checkpoint (see :mod:`bridge.checkpoints`)."""
+
+    task_key: str
+    agent: str
+    task_id: str | None = None
+    context_id: str | None = None
+    state: str | None = None
+    after_seq: int | None = None
+    seq: int = 0
+    command_ids: list[str] = field(default_factory=list)
+    command_id: str | None = None
+    start_command_id: str | None = None
+    deadline: float | None = None
+    closed: bool = False
+    cancel_pending: str | None = None
+    status_digest: str | None = None
+    artifacts: dict[str, ArtifactProgress] = field(default_factory=dict)
+    metadata: JSON | None = None
+
+    # ---------------------------------------------------------- commands --
+
+    def seen(self, command_id: str) -> bool:
+        return command_id in self.command_ids
+
+    def remember(self, command_id: str) -> None:
+        if command_id not in self.command_ids:
+            self.command_ids.append(command_id)
+            del self.command_ids[:-COMMAND_MEMORY]
+
+    @property
+    def paused(self) -> bool:
+        return self.state in PAUSED_STATES
+
+    @property
+    def started(self) -> bool:
+        return self.task_id is not None
+
+    # ----------------------------------------------------------- updates --
+
+    def apply(self, update: Update) -> list[Event | Dropped]:
+        """Turn one agent update into events, dropping what was already published.
+
+        ``afterSeq`` advances for every update with an SSE id that is not a
+        replay, published or not: it is the cursor of what was *processed*.
+        """
+        if self.closed:
+            return [Dropped("after-terminal")]
+        src = update.source_seq
+        if src is not None and self.after_seq is not None and src <= self.after_seq:
+            return [Dropped("replayed")]
+        if self.task_id is None:
+            self.task_id = update.task_id
+        elif update.task_id != self.task_id:
+            return [Dropped("foreign-task")]
+        if update.context_id and not self.context_id:
+            self.context_id = update.context_id
+        if src is not None:
+            self.after_seq = src
+        if isinstance(update, StatusUpdate):
+            return [self._status(update.state, update.message, src)]
+        if isinstance(update, ArtifactUpdate):
+            return [self._artifact(update)]
+        return self._snapshot(update)
+
+    def _status(self, state: str, message: JSON | None, src: int | None) -> Event | Dropped:
+        digest = _digest([state, message])
+        if digest == self.status_digest:
+            return Dropped("duplicate")
+        self.status_digest = digest
+        self.state = state
+        terminal = is_terminal(state)
+        self.closed = terminal
+        body: JSON = {"state": state, "terminal": terminal, "message": message}
+        return self._event("status", body, src)
+
+    def _artifact(self, u: ArtifactUpdate) -> Event | Dropped:
+        known = self.artifacts.get(u.artifact_id)
+        if u.append and known is not None:
+            progress = ArtifactProgress(known.parts + len(u.parts), roll(known.digest, u.parts), u.last_chunk)
+        else:
+            progress = ArtifactProgress(len(u.parts), roll("", u.parts), u.last_chunk)
+            if known is not None and known.digest == progress.digest and known.done == u.last_chunk:
+                return Dropped("duplicate")
+        self.artifacts[u.artifact_id] = progress
+        body: JSON = {
+            "artifact": {
+                "artifactId": u.artifact_id,
+                "name": u.name,
+                "parts": u.parts,
+                "append": bool(u.append and known is not None),
+                "lastChunk": u.last_chunk,
+            }
+        }
+        return self._event("artifact", body, u.source_seq)
+
+    def _snapshot(self, snap: TaskSnapshot) -> list[Event | Dropped]:
+        """Publish what a whole Task shows that was not published yet, once.
+
+        An artifact whose published parts are a prefix of the snapshot's gets
+        only the missing tail (append); one that differs is replaced whole.
+        Status goes last so that a terminal state is the last event.
+        """
+        out: list[Event | Dropped] = []
+        terminal = is_terminal(snap.state)
+        for art in snap.artifacts:
+            artifact_id = str(art.get("artifactId", ""))
+            parts = list(art.get("parts") or [])
+            known = self.artifacts.get(artifact_id)
+            if known is not None and len(parts) >= known.parts and roll("", parts[: known.parts]) == known.digest:
+                tail = parts[known.parts :]
+                if not tail and (known.done or not terminal):
+                    continue
+                update = ArtifactUpdate(
+                    snap.task_id, snap.context_id, artifact_id, art.get("name"), tail, append=True, last_chunk=terminal
+                )
+            else:
+                update = ArtifactUpdate(
+                    snap.task_id,
+                    snap.context_id,
+                    artifact_id,
+                    art.get("name"),
+                    parts,
+                    append=False,
+                    last_chunk=terminal,
+                )
+            out.append(self._artifact(update))
+        out.append(self._status(snap.state, snap.message, snap.source_seq))
+        return [e for e in out if isinstance(e, Event)] or [Dropped("duplicate")]
+
+    # ---------------------------------------------------- bridge outcomes --
+
+    def outcome(self, outcome: BridgeOutcome, reason: str | None = None) -> Event | Dropped:
+        """A bridge-observed outcome: not an agent state, never conflated with one."""
+        if self.closed:
+            return Dropped("after-terminal")
+        closing = outcome in CLOSING_OUTCOMES
+        if closing:
+            self.closed = True
+            self.state = outcome
+        body: JSON = {"outcome": outcome, "terminal": closing}
+        if reason:
+            body["reason"] = reason
+        if self.task_id is None:
+            # The agent never gave a Task id (it refused the start): name the
+            # would-be Task after the command so the event still has a key.
+            self.task_id = f"rejected-{self.start_command_id or self.task_key}"
+        return self._event("bridge", body, None)
+
+    def _event(self, kind: Literal["status", "artifact", "bridge"], body: JSON, src: int | None) -> Event:
+        assert self.task_id is not None
+        self.seq += 1
+        return Event(self.task_id, self.seq, kind, body, src)
+
+
+def new_task(
+    task_key: str,
+    agent: str,
+    command_id: str,
+    *,
+    deadline: float | None,
+    metadata: JSON | None,
+    context_id: str | None = None,
+    previous: TaskRecord | None = None,
+) -> TaskRecord:
+    """The record for a fresh start; remembers the previous Task's command ids."""
+    record = TaskRecord(
+        task_key=task_key,
+        agent=agent,
+        context_id=context_id,
+        command_id=command_id,
+        start_command_id=command_id,
+        deadline=deadline,
+        metadata=metadata,
+        command_ids=list(previous.command_ids) if previous else [],
+    )
+    record.remember(command_id)
+    return record

@@ -1,0 +1,443 @@
+"""Following one Task: the agent IO around the pure lifecycle.
+
+A :class:`TaskRunner` lives while its Task is live. It opens the stream (or
+polls), applies every update through :meth:`TaskRecord.apply`, hands the
+results to its partition, and takes the Task's later commands (reply,
+cancel) in order. Its own deadlines: the Task's overall deadline, the first
+event of a start, and the resume budget of a dropped stream.
+
+Retry budgets: a dropped stream or failed resume is retried with exponential
+backoff (0.2 s doubling to 10 s, full jitter so that many Tasks do not retry
+in lockstep) until ``resume_deadline_seconds`` pass without progress; then
+the Task is ``lost``. Polling backs off from ``poll_initial_seconds`` to
+``poll_max_seconds`` the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
+
+from aiokafka.structs import ConsumerRecord
+
+from bridge import metrics
+from bridge.agents import AgentClient, rpc_id
+from bridge.commands import Act, Command, Duplicate, Refuse, decide, message_id
+from bridge.config import Config
+from bridge.errors import AgentError, AgentUnavailable, RpcError
+from bridge.lifecycle import (
+    BridgeOutcome,
+    Dropped,
+    Event,
+    StatusUpdate,
+    TaskRecord,
+    TaskSnapshot,
+    Update,
+    is_terminal,
+)
+
+log = logging.getLogger(__name__)
+
+Incoming = tuple[Command, "ConsumerRecord[bytes, bytes]"]
+
+
+class Partition(Protocol):
+    """What a runner needs from the partition that owns it."""
+
+    config: Config
+
+    def publish(self, record: TaskRecord, results: list[Event | Dropped]) -> None: ...
+    def absorb(self, offset: int, record: TaskRecord | None = None) -> None: ...
+    def changed(self, record: TaskRecord) -> None: ...
+    def requeue(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None: ...
+    def dead_letter(
+        self, raw: ConsumerRecord[bytes, bytes], reason: str, detail: str, command: Command | None = None
+    ) -> None: ...
+    def space(self) -> Awaitable[None]: ...
+    def client(self, agent: str) -> AgentClient: ...
+    def runner_done(self, runner: TaskRunner) -> None: ...
+    def start_resent(self, command_id: str) -> bool: ...
+
+
+def backoff(attempt: int, base: float = 0.2, cap: float = 10.0) -> float:
+    """Exponential backoff with full jitter."""
+    return random.uniform(0, min(cap, base * 2**attempt))
+
+
+class TaskRunner:
+    def __init__(self, part: Partition, record: TaskRecord) -> None:
+        self.part = part
+        self.record = record
+        self.client = part.client(record.agent)
+        self.inbox: asyncio.Queue[Incoming] = asyncio.Queue()
+        self._changed = asyncio.Event()
+        self._follower: asyncio.Future[None] | None = None
+        self._background: set[asyncio.Future[None]] = set()
+        self.task: asyncio.Future[None] | None = None
+        # Set once the Task was resumed after a gap (restart or dropped stream).
+        self._resumed = False
+
+    # ------------------------------------------------------------ plumbing --
+
+    def launch(self, start: Incoming | None) -> None:
+        self.task = asyncio.create_task(self._main(start), name=f"task-runner-{self.record.task_key}")
+        self.task.add_done_callback(self._crashed)
+
+    async def stop(self) -> None:
+        for t in [self._follower, *self._background, self.task]:
+            if t is not None:
+                t.cancel()
+        for t in [self._follower, *self._background, self.task]:
+            if t is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+
+    def _apply(self, update: Update) -> None:
+        self.part.publish(self.record, self.record.apply(update))
+        self._changed.set()
+
+    def _outcome(self, outcome: BridgeOutcome, reason: str | None = None) -> None:
+        self.part.publish(self.record, [self.record.outcome(outcome, reason)])
+        self._changed.set()
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        t: asyncio.Future[None] = asyncio.ensure_future(coro)
+        self._background.add(t)
+        t.add_done_callback(self._background.discard)
+        t.add_done_callback(self._crashed)
+
+    def _follow(self, source: Awaitable[None]) -> None:
+        if self._follower is not None:
+            self._follower.cancel()
+        self._follower = asyncio.ensure_future(source)
+        self._follower.add_done_callback(self._crashed)
+
+    def _crashed(self, task: asyncio.Future[None]) -> None:
+        """A bug in a follower must not vanish silently: log it and close the Task as lost."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        log.error("following %s crashed", self.record.task_id or self.record.task_key, exc_info=exc)
+        if not self.record.closed and self.record.task_id is not None:
+            self._outcome("lost", f"bridge error: {type(exc).__name__}")
+
+    # ---------------------------------------------------------------- main --
+
+    async def _main(self, start: Incoming | None) -> None:
+        try:
+            if start is not None:
+                self._follow(self._start(*start))
+            elif self.record.task_id is None:
+                self._outcome("lost", "restored before the agent named the Task")
+            else:
+                if self.record.cancel_pending:
+                    self._spawn(self._cancel())
+                if not self.record.paused:
+                    self._follow(self._resume("restart"))
+            pending_get: asyncio.Task[Incoming] | None = None
+            while not self.record.closed:
+                self._changed.clear()
+                waits: set[asyncio.Future[Any]] = {asyncio.ensure_future(self._changed.wait())}
+                if self.record.started:
+                    if pending_get is None:
+                        pending_get = asyncio.ensure_future(self.inbox.get())
+                    waits.add(pending_get)
+                timeout = None if self.record.deadline is None else max(0.0, self.record.deadline - time.time())
+                done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                for w in waits - {pending_get}:
+                    w.cancel()
+                if self.record.closed:
+                    break
+                if pending_get is not None and pending_get in done:
+                    incoming, pending_get = pending_get.result(), None
+                    self._command(*incoming)
+                elif not done and self.record.deadline is not None and time.time() >= self.record.deadline:
+                    self._outcome("timeout", "the bridge's deadline passed; the agent's Task may still run")
+                    if self.part.config.bridge.cancel_on_timeout and self.record.task_id:
+                        with contextlib.suppress(AgentError):
+                            await self._cancel_call()
+            if pending_get is not None:
+                pending_get.cancel()
+        finally:
+            if self._follower is not None:
+                self._follower.cancel()
+            self.part.runner_done(self)
+            # Commands that queued behind the end of this Task go back through
+            # the partition's rules (a start after the end is a new Task).
+            while not self.inbox.empty():
+                self.part.requeue(*self.inbox.get_nowait())
+
+    def _command(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
+        decision = decide(command, self.record)
+        if isinstance(decision, Duplicate):
+            metrics.COMMANDS.labels(command.type, "duplicate").inc()
+            self.part.absorb(raw.offset)
+            return
+        if isinstance(decision, Refuse):
+            self.part.dead_letter(raw, decision.reason, decision.detail, command)
+            return
+        assert isinstance(decision, Act)
+        metrics.COMMANDS.labels(command.type, "accepted").inc()
+        self.record.remember(command.command_id)
+        self.record.command_id = command.command_id
+        if command.type == "reply":
+            self._follow(self._reply(command, raw))
+        elif command.type == "cancel":
+            self.record.cancel_pending = command.command_id
+            self._outcome("cancel-requested", None)
+            self.part.absorb(raw.offset, self.record)
+            self._spawn(self._cancel())
+        else:  # a start for a live key was refused by decide()
+            raise AssertionError(command.type)
+
+    # ------------------------------------------------------------- streams --
+
+    def _message(self, command: Command) -> dict[str, Any]:
+        assert command.message is not None
+        return self.client.dialect.message(
+            command.message,
+            message_id=message_id(command.command_id),
+            context_id=self.record.context_id,
+            task_id=self.record.task_id,
+        )
+
+    async def _start(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
+        """Send the start; the command is absorbed with the first update."""
+        if self.part.start_resent(command.command_id):
+            metrics.START_RESENDS.inc()
+        message = self._message(command)
+        budget = self.part.config.bridge.first_event_timeout_seconds
+        deadline = time.monotonic() + budget
+        attempt = 0
+        poll = self.client.config.mode == "poll"
+        while True:
+            try:
+                if poll:
+                    async with asyncio.timeout(budget):
+                        snap = await self.client.task(self.client.dialect.send("send", rpc_id("send"), message))
+                    self._apply(snap)
+                    self.part.absorb(raw.offset, self.record)
+                    await self._poll()
+                    return
+                req = self.client.dialect.send("stream", rpc_id("stream"), message)
+                await self._consume(
+                    self.client.stream(req),
+                    first=lambda: self.part.absorb(raw.offset, self.record),
+                    first_timeout=budget,
+                )
+                break
+            except (AgentError, TimeoutError) as exc:
+                if self.record.started:
+                    break  # the stream failed after the Task began: resume below
+                retryable = isinstance(exc, TimeoutError) or exc.retryable
+                if retryable and time.monotonic() + 0.2 < deadline:
+                    await asyncio.sleep(min(backoff(attempt), max(0.0, deadline - time.monotonic())))
+                    attempt += 1
+                    continue
+                reason = "no first event" if isinstance(exc, TimeoutError) else f"{exc.kind}: {exc.detail}"
+                self._outcome("rejected", reason)
+                self.part.absorb(raw.offset, self.record)
+                return
+        await self._after_stream()
+
+    async def _reply(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
+        """An answer to input-required: same Task, same contextId, next seq."""
+        req = self.client.dialect.send("stream", rpc_id("stream"), self._message(command))
+        try:
+            await self._consume(
+                self.client.stream(req),
+                first=lambda: self.part.absorb(raw.offset, self.record),
+                first_timeout=self.part.config.bridge.first_event_timeout_seconds,
+            )
+        except (AgentError, TimeoutError) as exc:
+            if self._absorbed_reply(raw):
+                await self._after_stream()
+                return
+            detail = "no first event" if isinstance(exc, TimeoutError) else f"{exc.kind}: {exc.detail}"
+            self.part.dead_letter(raw, "agent-error", detail, command)
+            return
+        await self._after_stream()
+
+    def _absorbed_reply(self, raw: ConsumerRecord[bytes, bytes]) -> bool:
+        return not self.record.paused
+
+    async def _consume(
+        self,
+        updates: AsyncIterator[Update],
+        *,
+        first: Callable[[], None] | None = None,
+        first_timeout: float | None = None,
+    ) -> None:
+        """Apply a stream's updates until it ends; ``first`` runs after the first one."""
+        it = aiter(updates)
+        try:
+            if first is not None:
+                async with asyncio.timeout(first_timeout):
+                    update = await anext(it)
+                self._apply(update)
+                first()
+            async for update in it:
+                if self._reconcile_before(update):
+                    await self._reconcile()
+                self._apply(update)
+                await self.part.space()
+                if self.record.closed:
+                    return
+        except StopAsyncIteration:
+            return
+        finally:
+            with contextlib.suppress(Exception):
+                await it.aclose()  # type: ignore[attr-defined]
+
+    def _reconcile_before(self, update: Update) -> bool:
+        """Dialects without SSE ids may have missed chunks during a gap: before
+        the terminal status, publish what tasks/get shows that we have not."""
+        return (
+            not self.client.dialect.sequenced
+            and self._resumed
+            and isinstance(update, StatusUpdate)
+            and is_terminal(update.state)
+        )
+
+    async def _reconcile(self) -> None:
+        assert self.record.task_id is not None
+        with contextlib.suppress(AgentError):
+            self._apply(await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id)))
+
+    async def _after_stream(self) -> None:
+        """The stream ended: done, paused, or dropped (then resume)."""
+        if self.record.closed or self.record.paused:
+            return
+        await self._resume("dropped")
+
+    async def _resume(self, why: str) -> None:
+        """Recover a live Task: resubscribe (after afterSeq), else tasks/get, else lost."""
+        assert self.record.task_id is not None
+        task_id = self.record.task_id
+        dialect = self.client.dialect
+        self._resumed = True
+        deadline = time.monotonic() + self.part.config.bridge.resume_deadline_seconds
+        attempt = 0
+        if self.client.config.mode == "poll":
+            await self._poll()
+            return
+        while not self.record.closed and not self.record.paused:
+            if attempt:
+                await asyncio.sleep(backoff(attempt))
+            if time.monotonic() > deadline:
+                self._outcome(
+                    "lost", f"no stream or tasks/get answer for {self.part.config.bridge.resume_deadline_seconds:.0f}s"
+                )
+                return
+            attempt += 1
+            before = self.record.seq, self.record.after_seq
+            try:
+                if not dialect.sequenced:
+                    # No ids to resume after: catch up from the snapshot first.
+                    self._apply(await self.client.task(dialect.get(rpc_id("get"), task_id)))
+                    if self.record.closed or self.record.paused:
+                        return
+                metrics.RECONNECTS.labels(why).inc()
+                await self._consume(
+                    self.client.stream(dialect.resubscribe(rpc_id("resubscribe"), task_id, self.record.after_seq))
+                )
+            except RpcError as exc:
+                # Resubscription refused (expired retention, unknown Task): the
+                # seed says read tasks/get before anything else.
+                if await self._fallback_get(exc):
+                    return
+            except AgentError as exc:
+                log.info("resume of %s on %s failed: %s", task_id, self.client.name, exc.kind)
+            if (self.record.seq, self.record.after_seq) != before:
+                attempt = 0
+                deadline = time.monotonic() + self.part.config.bridge.resume_deadline_seconds
+
+    async def _fallback_get(self, cause: RpcError) -> bool:
+        """After a refused resubscribe: tasks/get; poll it if the Task still runs. True when done."""
+        assert self.record.task_id is not None
+        try:
+            snap = await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id))
+        except RpcError as exc:
+            self._outcome("lost", f"resubscribe: JSON-RPC {cause.code}; tasks/get: JSON-RPC {exc.code}")
+            return True
+        except AgentError:
+            return False
+        self._apply(snap)
+        if not self.record.closed and not self.record.paused:
+            # Replay is gone but the Task lives: snapshots are the only safe source now.
+            metrics.RECONNECTS.labels("poll").inc()
+            await self._poll()
+        return True
+
+    async def _poll(self) -> None:
+        """tasks/get with backoff and jitter until the Task ends or pauses."""
+        assert self.record.task_id is not None
+        cfg = self.client.config
+        delay = cfg.poll_initial_seconds
+        failing_since: float | None = None
+        while not self.record.closed and not self.record.paused:
+            await asyncio.sleep(random.uniform(delay / 2, delay))
+            try:
+                snap: TaskSnapshot = await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id))
+            except RpcError as exc:
+                if exc.code == RpcError.TASK_NOT_FOUND:
+                    self._outcome("lost", f"tasks/get: JSON-RPC {exc.code}")
+                    return
+                snap = None  # type: ignore[assignment]
+            except AgentError:
+                snap = None  # type: ignore[assignment]
+            if snap is None:
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > self.part.config.bridge.resume_deadline_seconds:
+                    self._outcome("lost", "tasks/get kept failing")
+                    return
+            else:
+                failing_since = None
+                seq = self.record.seq
+                self._apply(snap)
+                if self.record.seq != seq:
+                    delay = cfg.poll_initial_seconds
+                    continue
+            delay = min(cfg.poll_max_seconds, delay * 2)
+
+    # -------------------------------------------------------------- cancel --
+
+    async def _cancel(self) -> None:
+        """tasks/cancel until the agent answers; confirm with tasks/get if ambiguous."""
+        attempt = 0
+        while self.record.cancel_pending and not self.record.closed:
+            try:
+                await self._cancel_call()
+                self.record.cancel_pending = None
+                self.part.changed(self.record)
+                return
+            except AgentUnavailable:
+                await asyncio.sleep(backoff(attempt))
+                attempt += 1
+            except AgentError as exc:
+                log.info("cancel of %s on %s: %s", self.record.task_id, self.client.name, exc.kind)
+                self.record.cancel_pending = None
+                self.part.changed(self.record)
+                return
+
+    async def _cancel_call(self) -> None:
+        assert self.record.task_id is not None
+        dialect = self.client.dialect
+        try:
+            snap = await self.client.task(dialect.cancel(rpc_id("cancel"), self.record.task_id))
+        except RpcError as exc:
+            if exc.code != RpcError.TASK_NOT_CANCELABLE:
+                raise
+            snap = None
+        if snap is None or not is_terminal(snap.state):
+            # Ambiguous: the seed says confirm with tasks/get.
+            snap = await self.client.task(dialect.get(rpc_id("get"), self.record.task_id))
+        # Publish only through the lifecycle: a stream that already showed the
+        # same state makes this a dropped duplicate.
+        if not self.record.closed:
+            self._apply(snap)

@@ -1,0 +1,96 @@
+"""`bridge tail`: events as downstream sees them (``read_committed``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer
+
+from bridge.config import Config
+from bridge.topics import partitions
+
+
+async def read_events(
+    config: Config, topics: list[str], *, from_beginning: bool = True, idle_exit: float | None = None
+) -> AsyncIterator[dict[str, Any]]:
+    """Decoded event values from ``topics``; stops after ``idle_exit`` quiet seconds if given."""
+    consumer = AIOKafkaConsumer(
+        isolation_level="read_committed", enable_auto_commit=False, **config.kafka.client_options()
+    )
+    await consumer.start()
+    try:
+        tps = await partitions(config, topics)
+        consumer.assign(tps)
+        if from_beginning:
+            await consumer.seek_to_beginning(*tps)
+        else:
+            await consumer.seek_to_end(*tps)
+        quiet_since = time.monotonic()
+        while True:
+            batch = await consumer.getmany(timeout_ms=200)
+            got = False
+            for records in batch.values():
+                for r in records:
+                    got = True
+                    yield orjson.loads(r.value)
+            if got:
+                quiet_since = time.monotonic()
+            elif idle_exit is not None and time.monotonic() - quiet_since > idle_exit:
+                return
+    finally:
+        await consumer.stop()
+
+
+def closes(event: dict[str, Any]) -> bool:
+    """Whether this event ends the Task for downstream."""
+    return bool(event.get("terminal")) and event.get("kind") in ("status", "bridge")
+
+
+def timeline_line(e: dict[str, Any]) -> str:
+    t = str(e.get("time", ""))[11:23]
+    head = f"{t}  {e.get('taskKey', '')[:18]:<18} {e.get('agent', '')[:10]:<10} #{e.get('seq'):<3}"
+    kind = e.get("kind")
+    if kind == "status":
+        text = ""
+        msg = e.get("message") or {}
+        for part in msg.get("parts") or []:
+            if isinstance(part, dict) and part.get("text"):
+                text = f'  "{str(part["text"])[:60]}"'
+                break
+        mark = "  (terminal)" if e.get("terminal") else ""
+        return f"{head} status   {e.get('state')}{text}{mark}"
+    if kind == "artifact":
+        a = e.get("artifact") or {}
+        size = len(orjson.dumps(a.get("parts", [])))
+        flags = ("append " if a.get("append") else "") + ("last" if a.get("lastChunk") else "")
+        name = a.get("name") or a.get("artifactId")
+        return f"{head} artifact {name} +{len(a.get('parts', []))} parts ({size} B) {flags}"
+    mark = "  (terminal)" if e.get("terminal") else ""
+    return f"{head} bridge   {e.get('outcome')} {e.get('reason', '')}{mark}"
+
+
+async def tail(
+    config: Config, *, timeline: bool, from_beginning: bool, until_closed: set[str] | None, timeout: float
+) -> int:
+    open_keys = set(until_closed or ())
+    started = time.monotonic()
+
+    async def consume() -> None:
+        async for e in read_events(config, config.all_events_topics(), from_beginning=from_beginning):
+            print(timeline_line(e) if timeline else orjson.dumps(e).decode(), flush=True)
+            if until_closed is not None and closes(e):
+                open_keys.discard(e.get("taskKey", ""))
+                if not open_keys:
+                    return
+
+    try:
+        async with asyncio.timeout(timeout or None):
+            await consume()
+    except TimeoutError:
+        print(f"tail: gave up after {time.monotonic() - started:.0f}s; still open: {sorted(open_keys)}")
+        return 1
+    return 0

@@ -1,0 +1,101 @@
+"""The bridge's topics: create them co-partitioned, and check they are.
+
+Checkpoints must have exactly as many partitions as commands: a Task's
+checkpoint lives in the partition with its commands' number, so a mismatch
+would restore the wrong Tasks. The bridge refuses to run on one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+from bridge.config import Config
+from bridge.errors import StartupError
+
+log = logging.getLogger(__name__)
+
+
+def wanted(config: Config) -> dict[str, dict[str, str]]:
+    """Every topic the bridge uses, with its configs."""
+    k = config.kafka
+    out: dict[str, dict[str, str]] = {k.commands_topic: {}}
+    # Checkpoints are a changelog: only the newest record per key matters.
+    out[k.checkpoints_topic] = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
+    for t in config.all_events_topics():
+        out[t] = {}
+    for t in config.all_dlq_topics():
+        out[t] = {}
+    return out
+
+
+async def _partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int]:
+    described: list[Any] = await admin.describe_topics(topics)
+    counts: dict[str, int] = {}
+    for t in described:
+        if t.get("error_code", 0) == 0:
+            counts[t["topic"]] = len(t.get("partitions") or [])
+    return counts
+
+
+async def partitions(config: Config, names: list[str]) -> list[TopicPartition]:
+    """Every partition of ``names`` (a consumer only learns them once subscribed)."""
+    admin = AIOKafkaAdminClient(**config.kafka.client_options())
+    await admin.start()
+    try:
+        for _ in range(50):  # a fresh topic's metadata takes a moment to show
+            counts = await _partition_counts(admin, names)
+            if all(n in counts for n in names):
+                break
+            await asyncio.sleep(0.1)
+        return [TopicPartition(n, p) for n in names for p in range(counts.get(n, 0))]
+    finally:
+        await admin.close()
+
+
+async def ensure(config: Config, *, create: bool) -> dict[str, int]:
+    """Create missing topics (when ``create``) and verify co-partitioning."""
+    admin = AIOKafkaAdminClient(**config.kafka.client_options())
+    await admin.start()
+    try:
+        topics = wanted(config)
+        counts = await _partition_counts(admin, list(topics))
+        missing = [t for t in topics if t not in counts]
+        if missing and create:
+            commands = counts.get(config.kafka.commands_topic, config.kafka.partitions)
+            new = [
+                NewTopic(
+                    t,
+                    commands if t == config.kafka.checkpoints_topic else config.kafka.partitions,
+                    config.kafka.replication_factor,
+                    topic_configs=topics[t],
+                )
+                for t in missing
+            ]
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await admin.create_topics(new)
+            for _ in range(50):  # metadata of fresh topics takes a moment to show
+                counts = await _partition_counts(admin, list(topics))
+                if all(t in counts for t in topics):
+                    break
+                await asyncio.sleep(0.2)
+        missing = [t for t in topics if t not in counts]
+        if missing:
+            raise StartupError(f"topics missing: {missing}; create them with `bridge topics`")
+        c, p = counts[config.kafka.commands_topic], counts[config.kafka.checkpoints_topic]
+        if c != p:
+            raise StartupError(
+                f"checkpoints topic {config.kafka.checkpoints_topic!r} has {p} partitions but commands topic "
+                f"{config.kafka.commands_topic!r} has {c}: they must be co-partitioned (same count)"
+            )
+        return counts
+    except KafkaError as exc:
+        raise StartupError(f"cannot check topics on {config.kafka.bootstrap_servers}: {exc}") from None
+    finally:
+        await admin.close()

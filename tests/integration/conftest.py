@@ -1,0 +1,64 @@
+"""Session services for integration tests: the real Kafka broker and both agent servers.
+
+A service that cannot start fails the run loudly; nothing is skipped.
+``BRIDGE_TEST_BOOTSTRAP`` points the tests at an already running broker.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import ROOT, Env, Server, free_port
+
+
+def _kafka(cmd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(ROOT / "scripts" / "kafka.sh"), cmd], capture_output=True, text=True,
+                          cwd=ROOT, check=False, timeout=600)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    given = os.environ.get("BRIDGE_TEST_BOOTSTRAP")
+    if given:
+        yield given
+        return
+    already = _kafka("status").returncode == 0
+    if not already:
+        up = _kafka("up")
+        if up.returncode != 0:
+            pytest.fail(f"the Kafka broker did not start (scripts/kafka.sh up):\n{up.stdout}\n{up.stderr}",
+                        pytrace=False)
+    yield f"127.0.0.1:{os.environ.get('KAFKA_PORT', '19092')}"
+    if not already and not os.environ.get("BRIDGE_TEST_KEEP_KAFKA"):
+        _kafka("down")
+
+
+@pytest.fixture(scope="session")
+def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    given = os.environ.get("BRIDGE_TEST_LOGS")
+    d = Path(given) if given else tmp_path_factory.mktemp("logs")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@pytest.fixture(scope="session")
+def env(kafka_bootstrap: str, log_dir: Path) -> Iterator[Env]:
+    gateway = Server("gateway", [sys.executable, "-m", "bridge.demo.gateway", "--port", "0",
+                                 "--retention", "1000", "--task-ttl", "900"], log_dir)
+    try:
+        sdk = Server("sdk-agents", [sys.executable, "-m", "bridge.demo.sdk_agents", "--port", str(free_port())],
+                     log_dir)
+    except Exception:
+        gateway.stop()
+        raise
+    try:
+        yield Env(kafka_bootstrap, gateway.url, sdk.url, log_dir)
+    finally:
+        sdk.stop()
+        gateway.stop()

@@ -1,0 +1,128 @@
+"""The first end-to-end path (issue 2): commands in, events out, bad input to the DLQ."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from bridge.schemas import validator
+from tests.support import (
+    BridgeProcess, Env, bridge_config, closed_keys, produce, read_topic, reassemble, run_cli, send_commands,
+    start_command,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def agent_task(env: Env, agent: str, task_id: str) -> dict[str, Any]:
+    """The agent's own record of a Task, through its tasks/get."""
+    if agent.startswith("gw-"):
+        body = {"jsonrpc": "2.0", "id": "check", "method": "tasks/get", "params": {"id": task_id},
+                "agent_code": agent[3:]}
+        url = f"{env.gateway}/newmoi/agents/a2a"
+    else:
+        body = {"jsonrpc": "2.0", "id": "check", "method": "tasks/get", "params": {"id": task_id}}
+        url = f"{env.sdk}/agents/{agent.split('-', 1)[1]}"
+    doc: dict[str, Any] = httpx.post(url, json=body, timeout=10).json()
+    return doc["result"]
+
+
+def check_task_events(events: list[dict[str, Any]]) -> None:
+    """seq 1..N, one Task id, all valid against the schema, terminal last and only last."""
+    v = validator("event")
+    for e in events:
+        errors = [err.message for err in v.iter_errors(e)]
+        assert not errors, (e, errors)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert len({e["taskId"] for e in events}) == 1
+    assert len({e["eventId"] for e in events}) == len(events)
+    terminal = [i for i, e in enumerate(events) if e.get("terminal")]
+    assert terminal == [len(events) - 1], [(e["seq"], e["kind"], e.get("state")) for e in events]
+
+
+async def test_tasks_flow_from_commands_to_events(env: Env, tmp_path: Path) -> None:
+    path, config = bridge_config(env, tmp_path)
+    topics = run_cli(path, "topics")
+    assert topics.returncode == 0, topics.stderr
+    assert f"{config.kafka.checkpoints_topic}\t3 partitions" in topics.stdout
+    bridge = BridgeProcess(path, env.log_dir, "bridge-e2e")
+    try:
+        starts = {
+            "order-gw": start_command("order-gw", "gw-writer", "chunks=6 interval=0.01"),
+            "order-sdk": start_command("order-sdk", "sdk-writer", "chunks=4 interval=0.01"),
+            "order-v1": start_command("order-v1", "v1-writer", "chunks=3 interval=0.01"),
+            "order-fail": start_command("order-fail", "gw-failer", "interval=0.01"),
+            "order-sdk-fail": start_command("order-sdk-fail", "sdk-failer", "interval=0.01"),
+        }
+        await send_commands(config, list(starts.values()))
+        got = await read_topic(config, config.kafka.events_topic, timeout=60,
+                               until=lambda c: closed_keys(c) >= set(starts))
+        by_key = got.by_task_key()
+        assert closed_keys(got) >= set(starts), (by_key.keys(), bridge.log()[-3000:])
+        for key, events in by_key.items():
+            check_task_events(events)
+            assert {e["commandId"] for e in events} == {starts[key]["commandId"]}
+            assert {e["agent"] for e in events} == {starts[key]["agent"]}
+        for key in ("order-gw", "order-sdk", "order-v1"):
+            events = by_key[key]
+            assert events[-1]["state"] == "completed"
+            truth = agent_task(env, starts[key]["agent"], events[0]["taskId"])
+            assert reassemble(events) == {a["artifactId"]: a["parts"] for a in truth["artifacts"]}
+            assert sum(1 for e in events if e["kind"] == "artifact") >= 3
+        assert [e["sourceSeq"] for e in by_key["order-gw"]] == [e["seq"] for e in by_key["order-gw"]]
+        assert by_key["order-fail"][-1]["state"] == "failed"
+        assert by_key["order-sdk-fail"][-1]["state"] == "failed"
+        # CloudEvents binary mode, keyed by task id.
+        for r in got.records:
+            e = r.json
+            assert r.key == e["taskId"].encode()
+            assert r.headers["ce_id"] == e["eventId"].encode()
+            assert r.headers["ce_subject"] == e["taskId"].encode()
+            assert r.headers["ce_specversion"] == b"1.0"
+            assert r.headers["content-type"] == b"application/json"
+            assert r.headers["seq"] == str(e["seq"]).encode()
+            expected = f"a2a.task.{e['kind']}" if e["kind"] != "bridge" else f"a2a.bridge.{e['outcome']}"
+            assert r.headers["ce_type"] == expected.encode()
+        assert bridge.alive
+    finally:
+        bridge.stop()
+
+
+async def test_bad_commands_go_to_the_dlq_and_the_bridge_keeps_running(env: Env, tmp_path: Path) -> None:
+    path, config = bridge_config(env, tmp_path, partitions=1)
+    assert run_cli(path, "topics").returncode == 0
+    bridge = BridgeProcess(path, env.log_dir, "bridge-dlq")
+    try:
+        bad: list[tuple[bytes | None, bytes]] = [
+            (b"k1", b"{not json"),
+            (b"k2", orjson.dumps({"type": "start", "commandId": "c2", "taskKey": "k2"})),
+            (b"k3", orjson.dumps(start_command("k3", "no-such-agent", "hi", "c3"))),
+            (b"k4", b"[1, 2]"),
+            (b"k5", orjson.dumps({"type": "reply", "commandId": "c5", "taskKey": "k5",
+                                  "message": {"role": "user", "parts": [{"kind": "text", "text": "x"}]}})),
+        ]
+        await produce(config, bad)
+        good = start_command("k6", "gw-writer", "chunks=2 interval=0.01")
+        await send_commands(config, [good])
+        dlq = await read_topic(config, config.kafka.dlq_topic, timeout=30, until=lambda c: len(c.records) >= 5,
+                               settle=1.0)
+        reasons = {r.key: r.headers["dlq_reason"].decode() for r in dlq.records}
+        assert reasons == {b"k1": "not-json", b"k2": "schema-violation", b"k3": "unknown-agent",
+                           b"k4": "not-an-object", b"k5": "unknown-task-key"}, bridge.log()[-3000:]
+        originals = dict(bad)
+        for r in dlq.records:
+            assert r.value == originals[r.key]
+            assert r.headers["dlq_topic"] == config.kafka.commands_topic.encode()
+            assert r.headers["dlq_partition"] == b"0"
+            assert int(r.headers["dlq_offset"]) == list(originals).index(r.key)
+            assert r.headers["dlq_detail"]
+        events = await read_topic(config, config.kafka.events_topic, timeout=30,
+                                  until=lambda c: "k6" in closed_keys(c))
+        assert "k6" in closed_keys(events)
+        assert bridge.alive
+    finally:
+        bridge.stop()

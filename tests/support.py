@@ -1,0 +1,273 @@
+"""Test support: real services as subprocesses, bridge configs, Kafka readers.
+
+Nothing here fakes Kafka or an agent: every helper talks to the real broker
+(scripts/kafka.sh) and the real agent servers started by ``conftest.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from bridge import config as config_mod
+from bridge.config import Config
+from bridge.topics import partitions
+
+ROOT = Path(__file__).resolve().parent.parent
+AGENTS = ("writer", "failer", "asker", "sleeper")
+
+
+class Server:
+    """A subprocess that prints ``... listening on http://HOST:PORT`` when ready."""
+
+    def __init__(self, name: str, argv: list[str], log_dir: Path, ready_timeout: float = 60) -> None:
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=self._log, cwd=ROOT, start_new_session=True
+        )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + ready_timeout
+        self.url = ""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline().decode()
+            if not line:
+                break
+            m = re.search(r"listening on (http://\S+)", line)
+            if m:
+                self.url = m.group(1).rstrip("/")
+                break
+        if not self.url:
+            self.stop()
+            raise RuntimeError(f"{name} did not start: see {self.log_path}:\n{self.log_path.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._log.close()
+
+
+@dataclass
+class Env:
+    """The shared services of a test session."""
+
+    bootstrap: str
+    gateway: str
+    sdk: str
+    log_dir: Path
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def bridge_config(env: Env, tmp: Path, *, partitions: int = 3, bridge: dict[str, Any] | None = None,
+                  agents: dict[str, dict[str, Any]] | None = None, name: str | None = None) -> tuple[Path, Config]:
+    """A config with fresh topic names (tests never share topics) and every test agent."""
+    n = name or uuid.uuid4().hex[:8]
+    lines = [
+        "[kafka]",
+        f'bootstrap_servers = "{env.bootstrap}"',
+        f'group_id = "g-{n}"',
+        f'commands_topic = "t-{n}.commands"',
+        f'events_topic = "t-{n}.events"',
+        f'checkpoints_topic = "t-{n}.checkpoints"',
+        f'dlq_topic = "t-{n}.dlq"',
+        f'transactional_id_prefix = "tx-{n}"',
+        f"partitions = {partitions}",
+        "",
+        "[bridge]",
+        "http_port = 0",
+        "commit_interval_ms = 50",
+        "default_deadline_seconds = 120",
+        "resume_deadline_seconds = 30",
+        "first_event_timeout_seconds = 10",
+    ]
+    for k, v in (bridge or {}).items():
+        lines.append(f"{k} = {orjson.dumps(v).decode()}")
+    registry: dict[str, dict[str, Any]] = {}
+    for a in AGENTS:
+        registry[f"gw-{a}"] = {"url": f"{env.gateway}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": a}
+        registry[f"sdk-{a}"] = {"url": f"{env.sdk}/agents/{a}", "dialect": "a2a-0.3"}
+        registry[f"v1-{a}"] = {"url": f"{env.sdk}/agents/{a}", "dialect": "a2a-1.0"}
+    registry["sdk-poller"] = {"url": f"{env.sdk}/agents/writer-poll", "dialect": "a2a-0.3", "mode": "poll"}
+    registry.update(agents or {})
+    for name_, a in registry.items():
+        lines += ["", f'[agents."{name_}"]', *(f"{k} = {orjson.dumps(v).decode()}" for k, v in a.items())]
+    path = tmp / f"bridge-{n}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path, config_mod.load(path, env={})
+
+
+def run_cli(config_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bridge", "--config", str(config_path), *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False)
+
+
+class BridgeProcess:
+    """One ``bridge run`` process; logs go to a file the test prints on failure."""
+
+    def __init__(self, config_path: Path, log_dir: Path, name: str = "bridge") -> None:
+        self.config_path = config_path
+        self.log_dir = log_dir
+        self.name = name
+        self.starts = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.starts += 1
+        log = (self.log_dir / f"{self.name}.log").open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bridge", "--config", str(self.config_path), "--log-level", "info", "run"],
+            stdout=log, stderr=log, cwd=ROOT, start_new_session=True,
+        )
+        log.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive:
+            assert self.proc is not None
+            os.kill(self.proc.pid, sig)
+
+    def wait(self, timeout: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def stop(self) -> None:
+        if self.alive:
+            self.signal(signal.SIGTERM)
+            try:
+                self.wait(30)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.wait(10)
+
+    def log(self) -> str:
+        p = self.log_dir / f"{self.name}.log"
+        return p.read_text(errors="replace") if p.exists() else ""
+
+
+def start_command(task_key: str, agent: str, text: str, command_id: str | None = None,
+                  **extra: Any) -> dict[str, Any]:
+    return {"type": "start", "commandId": command_id or f"cmd-{uuid.uuid4().hex[:12]}", "taskKey": task_key,
+            "agent": agent, "message": {"role": "user", "parts": [{"kind": "text", "text": text}]}, **extra}
+
+
+async def produce(config: Config, values: list[tuple[bytes | None, bytes]]) -> None:
+    """Write raw command records (key, value) to the commands topic."""
+    producer = AIOKafkaProducer(bootstrap_servers=config.kafka.bootstrap_servers, enable_idempotence=True)
+    await producer.start()
+    try:
+        for key, value in values:
+            await producer.send(config.kafka.commands_topic, value=value, key=key)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def send_commands(config: Config, commands: list[dict[str, Any]]) -> None:
+    await produce(config, [(c["taskKey"].encode(), orjson.dumps(c)) for c in commands])
+
+
+@dataclass
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: dict[str, bytes]
+
+    @property
+    def json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = orjson.loads(self.value)
+        return doc
+
+
+@dataclass
+class Collected:
+    records: list[Record] = field(default_factory=list)
+
+    def events(self) -> list[dict[str, Any]]:
+        return [r.json for r in self.records]
+
+    def by_task_key(self) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for e in self.events():
+            out[e["taskKey"]].append(e)
+        return out
+
+
+async def read_topic(config: Config, topic: str, *, until: Any = None, timeout: float = 60,
+                     settle: float = 0.0) -> Collected:
+    """Read ``topic`` read_committed from the beginning until ``until(collected)`` holds
+    (then ``settle`` more seconds, to catch anything that should NOT be there)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=config.kafka.bootstrap_servers,
+                                isolation_level="read_committed", enable_auto_commit=False)
+    await consumer.start()
+    out = Collected()
+    try:
+        tps = await partitions(config, [topic])
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        deadline = time.monotonic() + timeout
+        settle_until: float | None = None
+        while True:
+            now = time.monotonic()
+            if settle_until is not None and now >= settle_until:
+                return out
+            if now >= deadline:
+                return out
+            batch = await consumer.getmany(timeout_ms=200)
+            for recs in batch.values():
+                for r in recs:
+                    out.records.append(Record(r.topic, r.partition, r.offset, r.key, r.value, dict(r.headers)))
+            if settle_until is None and until is not None and until(out):
+                settle_until = time.monotonic() + settle
+    finally:
+        await consumer.stop()
+
+
+def closed_keys(c: Collected) -> set[str]:
+    return {e["taskKey"] for e in c.events() if e.get("terminal") and e["kind"] in ("status", "bridge")}
+
+
+def reassemble(events: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Artifacts the A2A way: append extends the parts, otherwise replaces them."""
+    arts: dict[str, list[Any]] = {}
+    for e in events:
+        if e["kind"] == "artifact":
+            a = e["artifact"]
+            if a["append"]:
+                arts.setdefault(a["artifactId"], []).extend(a["parts"])
+            else:
+                arts[a["artifactId"]] = list(a["parts"])
+    return arts
