@@ -67,9 +67,9 @@ def decode(value: bytes | None, key: bytes | None, *, max_bytes: int) -> Command
     error = best_match(validator("command").iter_errors(doc))
     if error is not None:
         return Invalid("schema-violation", describe(error), command_id, agent)
-    if key is not None and key.decode("utf-8", "replace") != doc["taskKey"]:
-        # Kafka routed this record by its key; a different taskKey would put the
-        # Task on a partition that does not own it.
+    if key is None or key.decode("utf-8", "replace") != doc["taskKey"]:
+        # Kafka routed this record by its key; a missing key (any partition) or a
+        # different taskKey would put the Task on a partition that does not own it.
         return Invalid("key-mismatch", "record key differs from taskKey", command_id, agent)
     return Command(
         type=doc["type"],

@@ -52,7 +52,7 @@ def closes(event: dict[str, Any]) -> bool:
 
 def timeline_line(e: dict[str, Any]) -> str:
     t = str(e.get("time", ""))[11:23]
-    head = f"{t}  {e.get('taskKey', '')[:18]:<18} {e.get('agent', '')[:10]:<10} #{e.get('seq'):<3}"
+    head = f"{t}  {e.get('taskKey', '')[:18]:<18} {e.get('agent', '')[:12]:<12} #{e.get('seq'):<3}"
     kind = e.get("kind")
     if kind == "status":
         text = ""

@@ -1,0 +1,62 @@
+# A2A Kafka Bridge. `make demo` and `make test` set up everything they need:
+# a virtualenv, the Kafka jars from Maven Central, the broker, the agents.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+
+.PHONY: help venv lint unit integration test chaos demo bench kafka-up kafka-down clean
+
+help:
+	@echo "make demo    - the bridge end to end on a local broker with demo agents"
+	@echo "make test    - lint, type-check, unit and integration tests (starts Kafka itself)"
+	@echo "make chaos   - the long exactly-once chaos run"
+	@echo "make bench   - benchmarks, JSON results in .bench/"
+	@echo "make kafka-up / kafka-down - a local broker on 127.0.0.1:19092"
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python >= 3.11 needed"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+venv: $(STAMP)
+
+kafka-up: venv
+	scripts/kafka.sh up
+
+kafka-down:
+	scripts/kafka.sh down
+
+lint: venv
+	$(VENV)/bin/ruff check bridge tests
+	$(VENV)/bin/ruff format --check bridge tests
+	$(VENV)/bin/mypy
+
+unit: venv
+	$(PY) -m pytest tests/unit tests/test_gateway_server.py tests/test_sdk_agents.py -q
+
+integration: venv
+	$(PY) -m pytest tests/integration -q -m "not chaos"
+
+# Everything CI runs. The integration session starts (and stops) the broker.
+test: venv lint
+	$(PY) -m pytest -q -m "not chaos or ci_chaos"
+
+chaos: venv
+	CHAOS_TASKS=$${CHAOS_TASKS:-200} CHAOS_KILLS=$${CHAOS_KILLS:-40} $(PY) -m pytest tests/integration/test_chaos.py -q -s
+
+# Uses a running local broker if there is one; otherwise starts one and removes it after.
+demo: venv
+	@started=0; scripts/kafka.sh status >/dev/null 2>&1 || { scripts/kafka.sh up && started=1; }; \
+	$(VENV)/bin/bridge --log-level warning demo; rc=$$?; \
+	if [ $$started = 1 ]; then scripts/kafka.sh down; fi; exit $$rc
+
+bench: venv
+	$(PY) -m bench
+
+clean:
+	-scripts/kafka.sh down
+	rm -rf $(VENV) .bench .pytest_cache .mypy_cache .ruff_cache
