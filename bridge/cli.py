@@ -55,15 +55,17 @@ def build_command(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bridge", description=__doc__)
-    p.add_argument("--config", help="TOML config file (default: $BRIDGE_CONFIG)")
-    p.add_argument("--log-level", default="info")
+    # --config and --log-level work before or after the subcommand.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file (default: $BRIDGE_CONFIG)")
+    common.add_argument("--log-level", default=argparse.SUPPRESS, help="debug, info, warning (default: info)")
+    p = argparse.ArgumentParser(prog="bridge", description=__doc__, parents=[common])
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("run", help="run the bridge service")
-    t = sub.add_parser("topics", help="create (or --check) the bridge's topics, co-partitioned")
+    sub.add_parser("run", help="run the bridge service", parents=[common])
+    t = sub.add_parser("topics", help="create (or --check) the bridge's topics, co-partitioned", parents=[common])
     t.add_argument("--check", action="store_true", help="only verify; create nothing")
     for name in ("start", "reply", "cancel"):
-        c = sub.add_parser(name, help=f"write a {name} command")
+        c = sub.add_parser(name, help=f"write a {name} command", parents=[common])
         c.add_argument("--task-key", required=True)
         c.add_argument("--command-id")
         if name == "start":
@@ -73,16 +75,16 @@ def parser() -> argparse.ArgumentParser:
         if name in ("start", "reply"):
             c.add_argument("--text")
             c.add_argument("--data", help="a JSON object sent as a data part")
-    tl = sub.add_parser("tail", help="print events (read_committed)")
+    tl = sub.add_parser("tail", help="print events (read_committed)", parents=[common])
     tl.add_argument("--timeline", action="store_true", help="readable lines instead of JSON")
     tl.add_argument("--from-beginning", action="store_true")
     tl.add_argument(
         "--until-closed", metavar="TASK_KEYS", help="comma-separated taskKeys: exit once each has a terminal event"
     )
     tl.add_argument("--timeout", type=float, default=0, help="give up after this many seconds (exit 1)")
-    i = sub.add_parser("inspect", help="checkpoint, event history and diagnosis of a Task")
+    i = sub.add_parser("inspect", help="checkpoint, event history and diagnosis of a Task", parents=[common])
     i.add_argument("key", help="a taskKey or a taskId")
-    d = sub.add_parser("demo", help="everything local: agents, topics, the bridge, a few Tasks")
+    d = sub.add_parser("demo", help="everything local: agents, topics, the bridge, a few Tasks", parents=[common])
     d.add_argument("--timeout", type=float, default=120)
     return p
 
@@ -100,9 +102,9 @@ async def _produce(config: Config, cmd: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    _setup_logging(args.log_level)
+    _setup_logging(getattr(args, "log_level", "info"))
     try:
-        config = config_mod.load(args.config)
+        config = config_mod.load(getattr(args, "config", None))
         return asyncio.run(_dispatch(args, config))
     except (ConfigError, StartupError) as exc:
         print(f"bridge: {exc}", file=sys.stderr)

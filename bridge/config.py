@@ -66,6 +66,9 @@ class KafkaConfig:
     partitions: int = 6
     replication_factor: int = 1
     max_command_bytes: int = 1_000_000
+    # How long a silent member keeps its partitions: the stall after a crash.
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 3_000
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
@@ -161,6 +164,8 @@ class Config:
 
 
 def _coerce(cls: type, section: str, raw: Mapping[str, Any], env: Mapping[str, str], prefix: str) -> Any:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"[{section}]: must be a table, not {type(raw).__name__}")
     known = {f.name: f for f in fields(cls)}
     unknown = set(raw) - set(known)
     if unknown:
@@ -188,7 +193,10 @@ def _convert(value: Any, annotation: Any, where: str) -> Any:
             return float(value)
         if kind == "bool":
             if isinstance(value, str):
-                return value.strip().lower() in ("1", "true", "yes", "on")
+                word = value.strip().lower()
+                if word not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                    raise ValueError(word)
+                return word in ("1", "true", "yes", "on")
             return bool(value)
     except (TypeError, ValueError):
         raise ConfigError(f"{where}: expected {kind}, got {value!r}") from None
@@ -217,8 +225,13 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
     kafka = _coerce(KafkaConfig, "kafka", doc.get("kafka", {}), env, "BRIDGE_KAFKA_")
     bridge = _coerce(BridgeConfig, "bridge", doc.get("bridge", {}), env, "BRIDGE_BRIDGE_")
     agents: dict[str, AgentConfig] = {}
-    for name, raw in (doc.get("agents") or {}).items():
+    agents_doc = doc.get("agents") or {}
+    if not isinstance(agents_doc, Mapping):
+        raise ConfigError("[agents]: must be a table of [agents.<name>] tables")
+    for name, raw in agents_doc.items():
         env_prefix = "BRIDGE_AGENTS_" + name.upper().replace("-", "_").replace(".", "_") + "_"
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"[agents.{name}]: must be a table, not {type(raw).__name__}")
         agent = _coerce(AgentConfig, f"agents.{name}", {"name": name, **raw}, env, env_prefix)
         if "url" not in raw and f"{env_prefix}URL" not in env:
             raise ConfigError(f"[agents.{name}]: url is required")

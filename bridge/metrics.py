@@ -51,3 +51,13 @@ START_RESENDS = Counter(
 )
 BUFFER_WAITS = Counter("bridge_buffer_full_waits_total", "Times a reader waited because the commit buffer was full.")
 COMMIT_LAG = Gauge("bridge_uncommitted_events", "Events buffered and not yet committed, all partitions.")
+
+
+def init() -> None:
+    """Create the label values alerts watch, so a first increment is a visible change."""
+    for result in ("committed", "failed"):
+        TRANSACTIONS.labels(result)
+    for outcome in ("completed", "failed", "canceled", "rejected", "timeout", "lost"):
+        OUTCOMES.labels(outcome)
+    for reason in ("replayed", "duplicate", "after-terminal", "foreign-task"):
+        DROPPED.labels(reason)

@@ -109,7 +109,6 @@ class PartitionOwner:
             while True:
                 await asyncio.sleep(interval)
                 await self.txn.commit()
-                metrics.COMMIT_LAG.set(self.txn.buffered)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -124,6 +124,7 @@ class Service:
 
     async def run(self) -> int:
         cfg = self.config
+        metrics.init()
         await topics.ensure(cfg, create=False)
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=200)
         async with httpx.AsyncClient(limits=limits, http2=False) as http:
@@ -138,6 +139,8 @@ class Service:
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
                 max_poll_records=500,
+                session_timeout_ms=cfg.kafka.session_timeout_ms,
+                heartbeat_interval_ms=cfg.kafka.heartbeat_interval_ms,
                 **cfg.kafka.client_options(),
             )
             self._consumer = consumer
@@ -173,6 +176,7 @@ class Service:
                     continue
                 for r in records:
                     owner.on_command(r)
+            metrics.COMMIT_LAG.set(sum(o.txn.buffered for o in self.owners.values()))
             # Backpressure: past the in-flight limit, stop reading new commands.
             live = sum(len(o.runners) for o in self.owners.values())
             for p in self.owners:

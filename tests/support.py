@@ -6,7 +6,6 @@ Nothing here fakes Kafka or an agent: every helper talks to the real broker
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import signal
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from bridge import config as config_mod
 from bridge.config import Config
@@ -37,9 +36,7 @@ class Server:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=self._log, cwd=ROOT, start_new_session=True
-        )
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._log, cwd=ROOT, start_new_session=True)
         assert self.proc.stdout is not None
         deadline = time.monotonic() + ready_timeout
         self.url = ""
@@ -85,8 +82,15 @@ def free_port() -> int:
         return port
 
 
-def bridge_config(env: Env, tmp: Path, *, partitions: int = 3, bridge: dict[str, Any] | None = None,
-                  agents: dict[str, dict[str, Any]] | None = None, name: str | None = None) -> tuple[Path, Config]:
+def bridge_config(
+    env: Env,
+    tmp: Path,
+    *,
+    partitions: int = 3,
+    bridge: dict[str, Any] | None = None,
+    agents: dict[str, dict[str, Any]] | None = None,
+    name: str | None = None,
+) -> tuple[Path, Config]:
     """A config with fresh topic names (tests never share topics) and every test agent."""
     n = name or uuid.uuid4().hex[:8]
     lines = [
@@ -99,16 +103,20 @@ def bridge_config(env: Env, tmp: Path, *, partitions: int = 3, bridge: dict[str,
         f'dlq_topic = "t-{n}.dlq"',
         f'transactional_id_prefix = "tx-{n}"',
         f"partitions = {partitions}",
+        "session_timeout_ms = 6000",
+        "heartbeat_interval_ms = 1000",
         "",
         "[bridge]",
-        "http_port = 0",
-        "commit_interval_ms = 50",
-        "default_deadline_seconds = 120",
-        "resume_deadline_seconds = 30",
-        "first_event_timeout_seconds = 10",
     ]
-    for k, v in (bridge or {}).items():
-        lines.append(f"{k} = {orjson.dumps(v).decode()}")
+    settings = {
+        "http_port": 0,
+        "commit_interval_ms": 50,
+        "default_deadline_seconds": 120,
+        "resume_deadline_seconds": 30,
+        "first_event_timeout_seconds": 10,
+        **(bridge or {}),
+    }
+    lines += [f"{k} = {orjson.dumps(v).decode()}" for k, v in settings.items()]
     registry: dict[str, dict[str, Any]] = {}
     for a in AGENTS:
         registry[f"gw-{a}"] = {"url": f"{env.gateway}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": a}
@@ -124,8 +132,14 @@ def bridge_config(env: Env, tmp: Path, *, partitions: int = 3, bridge: dict[str,
 
 
 def run_cli(config_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bridge", "--config", str(config_path), *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "bridge", "--config", str(config_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        check=False,
+    )
 
 
 class BridgeProcess:
@@ -144,7 +158,10 @@ class BridgeProcess:
         log = (self.log_dir / f"{self.name}.log").open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bridge", "--config", str(self.config_path), "--log-level", "info", "run"],
-            stdout=log, stderr=log, cwd=ROOT, start_new_session=True,
+            stdout=log,
+            stderr=log,
+            cwd=ROOT,
+            start_new_session=True,
         )
         log.close()
 
@@ -175,10 +192,15 @@ class BridgeProcess:
         return p.read_text(errors="replace") if p.exists() else ""
 
 
-def start_command(task_key: str, agent: str, text: str, command_id: str | None = None,
-                  **extra: Any) -> dict[str, Any]:
-    return {"type": "start", "commandId": command_id or f"cmd-{uuid.uuid4().hex[:12]}", "taskKey": task_key,
-            "agent": agent, "message": {"role": "user", "parts": [{"kind": "text", "text": text}]}, **extra}
+def start_command(task_key: str, agent: str, text: str, command_id: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "start",
+        "commandId": command_id or f"cmd-{uuid.uuid4().hex[:12]}",
+        "taskKey": task_key,
+        "agent": agent,
+        "message": {"role": "user", "parts": [{"kind": "text", "text": text}]},
+        **extra,
+    }
 
 
 async def produce(config: Config, values: list[tuple[bytes | None, bytes]]) -> None:
@@ -226,12 +248,14 @@ class Collected:
         return out
 
 
-async def read_topic(config: Config, topic: str, *, until: Any = None, timeout: float = 60,
-                     settle: float = 0.0) -> Collected:
+async def read_topic(
+    config: Config, topic: str, *, until: Any = None, timeout: float = 60, settle: float = 0.0
+) -> Collected:
     """Read ``topic`` read_committed from the beginning until ``until(collected)`` holds
     (then ``settle`` more seconds, to catch anything that should NOT be there)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=config.kafka.bootstrap_servers,
-                                isolation_level="read_committed", enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=config.kafka.bootstrap_servers, isolation_level="read_committed", enable_auto_commit=False
+    )
     await consumer.start()
     out = Collected()
     try:

@@ -146,6 +146,10 @@ class GatewayConfig:
     drop_probability: float = 0.0
     seed: int | None = None
     token: str | None = None
+    # Resubscribe replays this many events at or before afterSeq as well: the
+    # redelivery the seed warns of ("network recovery can redeliver an event"),
+    # so tests can check that clients de-duplicate by sequence.
+    redeliver: int = 0
 
 
 class RpcError(Exception):
@@ -599,6 +603,7 @@ class Gateway:
                 "events no longer retained",
                 {"firstRetainedSeq": rec.first_retained_seq, "lastSeq": rec.last_seq},
             )
+        after = max(rec.first_retained_seq - 1, after - self.cfg.redeliver)
         return EventStream(self, rec, rpc_id, after, None)
 
     # -- control ------------------------------------------------------------
@@ -824,6 +829,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--drop-probability", type=float, default=0.0, help="chance to cut a stream after each event")
     ap.add_argument("--seed", type=int, default=None, help="seed for the drop RNG")
     ap.add_argument("--token-file", default=None, help="file holding the bearer token to require")
+    ap.add_argument("--redeliver", type=int, default=0, help="resubscribe also replays N events <= afterSeq")
     ap.add_argument("--log-level", default="warning")
     args = ap.parse_args(argv)
     if args.retention < 1:
@@ -894,6 +900,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         drop_probability=args.drop_probability,
         seed=args.seed,
         token=token,
+        redeliver=args.redeliver,
     )
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(_serve(make_server(cfg, args.log_level), cfg.host))

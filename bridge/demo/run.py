@@ -42,7 +42,9 @@ def _free_port() -> int:
 
 
 async def _spawn(argv: list[str], name: str) -> tuple[subprocess.Popen[bytes], str]:
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(  # noqa: ASYNC220 - once at demo start, before anything else runs
+        argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     assert proc.stdout is not None
     line = await asyncio.to_thread(proc.stdout.readline)
     m = re.search(rb"listening on (http://\S+)", line)

@@ -18,8 +18,14 @@ from tests.support import ROOT, Env, Server, free_port
 
 
 def _kafka(cmd: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(ROOT / "scripts" / "kafka.sh"), cmd], capture_output=True, text=True,
-                          cwd=ROOT, check=False, timeout=600)
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "kafka.sh"), cmd],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -32,8 +38,9 @@ def kafka_bootstrap() -> Iterator[str]:
     if not already:
         up = _kafka("up")
         if up.returncode != 0:
-            pytest.fail(f"the Kafka broker did not start (scripts/kafka.sh up):\n{up.stdout}\n{up.stderr}",
-                        pytrace=False)
+            pytest.fail(
+                f"the Kafka broker did not start (scripts/kafka.sh up):\n{up.stdout}\n{up.stderr}", pytrace=False
+            )
     yield f"127.0.0.1:{os.environ.get('KAFKA_PORT', '19092')}"
     if not already and not os.environ.get("BRIDGE_TEST_KEEP_KAFKA"):
         _kafka("down")
@@ -49,11 +56,15 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def env(kafka_bootstrap: str, log_dir: Path) -> Iterator[Env]:
-    gateway = Server("gateway", [sys.executable, "-m", "bridge.demo.gateway", "--port", "0",
-                                 "--retention", "1000", "--task-ttl", "900"], log_dir)
+    gateway = Server(
+        "gateway",
+        [sys.executable, "-m", "bridge.demo.gateway", "--port", "0", "--retention", "1000", "--task-ttl", "900"],
+        log_dir,
+    )
     try:
-        sdk = Server("sdk-agents", [sys.executable, "-m", "bridge.demo.sdk_agents", "--port", str(free_port())],
-                     log_dir)
+        sdk = Server(
+            "sdk-agents", [sys.executable, "-m", "bridge.demo.sdk_agents", "--port", str(free_port())], log_dir
+        )
     except Exception:
         gateway.stop()
         raise

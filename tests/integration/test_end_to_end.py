@@ -11,7 +11,15 @@ import pytest
 
 from bridge.schemas import validator
 from tests.support import (
-    BridgeProcess, Env, bridge_config, closed_keys, produce, read_topic, reassemble, run_cli, send_commands,
+    BridgeProcess,
+    Env,
+    bridge_config,
+    closed_keys,
+    produce,
+    read_topic,
+    reassemble,
+    run_cli,
+    send_commands,
     start_command,
 )
 
@@ -21,8 +29,13 @@ pytestmark = pytest.mark.integration
 def agent_task(env: Env, agent: str, task_id: str) -> dict[str, Any]:
     """The agent's own record of a Task, through its tasks/get."""
     if agent.startswith("gw-"):
-        body = {"jsonrpc": "2.0", "id": "check", "method": "tasks/get", "params": {"id": task_id},
-                "agent_code": agent[3:]}
+        body = {
+            "jsonrpc": "2.0",
+            "id": "check",
+            "method": "tasks/get",
+            "params": {"id": task_id},
+            "agent_code": agent[3:],
+        }
         url = f"{env.gateway}/newmoi/agents/a2a"
     else:
         body = {"jsonrpc": "2.0", "id": "check", "method": "tasks/get", "params": {"id": task_id}}
@@ -59,8 +72,9 @@ async def test_tasks_flow_from_commands_to_events(env: Env, tmp_path: Path) -> N
             "order-sdk-fail": start_command("order-sdk-fail", "sdk-failer", "interval=0.01"),
         }
         await send_commands(config, list(starts.values()))
-        got = await read_topic(config, config.kafka.events_topic, timeout=60,
-                               until=lambda c: closed_keys(c) >= set(starts))
+        got = await read_topic(
+            config, config.kafka.events_topic, timeout=60, until=lambda c: closed_keys(c) >= set(starts)
+        )
         by_key = got.by_task_key()
         assert closed_keys(got) >= set(starts), (by_key.keys(), bridge.log()[-3000:])
         for key, events in by_key.items():
@@ -102,17 +116,32 @@ async def test_bad_commands_go_to_the_dlq_and_the_bridge_keeps_running(env: Env,
             (b"k2", orjson.dumps({"type": "start", "commandId": "c2", "taskKey": "k2"})),
             (b"k3", orjson.dumps(start_command("k3", "no-such-agent", "hi", "c3"))),
             (b"k4", b"[1, 2]"),
-            (b"k5", orjson.dumps({"type": "reply", "commandId": "c5", "taskKey": "k5",
-                                  "message": {"role": "user", "parts": [{"kind": "text", "text": "x"}]}})),
+            (
+                b"k5",
+                orjson.dumps(
+                    {
+                        "type": "reply",
+                        "commandId": "c5",
+                        "taskKey": "k5",
+                        "message": {"role": "user", "parts": [{"kind": "text", "text": "x"}]},
+                    }
+                ),
+            ),
         ]
         await produce(config, bad)
         good = start_command("k6", "gw-writer", "chunks=2 interval=0.01")
         await send_commands(config, [good])
-        dlq = await read_topic(config, config.kafka.dlq_topic, timeout=30, until=lambda c: len(c.records) >= 5,
-                               settle=1.0)
+        dlq = await read_topic(
+            config, config.kafka.dlq_topic, timeout=30, until=lambda c: len(c.records) >= 5, settle=1.0
+        )
         reasons = {r.key: r.headers["dlq_reason"].decode() for r in dlq.records}
-        assert reasons == {b"k1": "not-json", b"k2": "schema-violation", b"k3": "unknown-agent",
-                           b"k4": "not-an-object", b"k5": "unknown-task-key"}, bridge.log()[-3000:]
+        assert reasons == {
+            b"k1": "not-json",
+            b"k2": "schema-violation",
+            b"k3": "unknown-agent",
+            b"k4": "not-an-object",
+            b"k5": "unknown-task-key",
+        }, bridge.log()[-3000:]
         originals = dict(bad)
         for r in dlq.records:
             assert r.value == originals[r.key]
@@ -120,8 +149,7 @@ async def test_bad_commands_go_to_the_dlq_and_the_bridge_keeps_running(env: Env,
             assert r.headers["dlq_partition"] == b"0"
             assert int(r.headers["dlq_offset"]) == list(originals).index(r.key)
             assert r.headers["dlq_detail"]
-        events = await read_topic(config, config.kafka.events_topic, timeout=30,
-                                  until=lambda c: "k6" in closed_keys(c))
+        events = await read_topic(config, config.kafka.events_topic, timeout=30, until=lambda c: "k6" in closed_keys(c))
         assert "k6" in closed_keys(events)
         assert bridge.alive
     finally:

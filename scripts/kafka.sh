@@ -1,0 +1,332 @@
+#!/usr/bin/env bash
+# Local single-node Apache Kafka (KRaft, broker+controller) for tests and demos,
+# run from the jars that kafka/pom.xml resolves from Maven Central.
+#
+#   scripts/kafka.sh up              format a fresh broker and start it (no-op if running)
+#   scripts/kafka.sh down            stop it and delete its data
+#   scripts/kafka.sh restart-broker  stop + start keeping data and config
+#   scripts/kafka.sh status          exit 0 if running and answering, else 1
+#   scripts/kafka.sh logs [tail args] tail the broker log (default: -n 100)
+#
+# Environment:
+#   KAFKA_STATE_DIR        state dir, relative to the repo root (default .kafka)
+#   KAFKA_PORT             PLAINTEXT port (default 19092)
+#   KAFKA_CONTROLLER_PORT  CONTROLLER port (default 19093)
+#   KAFKA_READY_TIMEOUT    seconds to wait for readiness (default 90)
+#   KAFKA_READY_WARM       1 (default): readiness also waits for the group and
+#                          transaction coordinators (creates their internal topics)
+#   KAFKA_HEAP_OPTS        default "-Xms256m -Xmx512m"
+#   KAFKA_JVM_OPTS         extra JVM options (default empty)
+#   PYTHON                 interpreter with aiokafka (default .venv/bin/python, else python3)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+STATE_DIR="${KAFKA_STATE_DIR:-.kafka}"
+case "$STATE_DIR" in /*) ;; *) STATE_DIR="$ROOT/$STATE_DIR" ;; esac
+PORT="${KAFKA_PORT:-19092}"
+CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-19093}"
+READY_TIMEOUT="${KAFKA_READY_TIMEOUT:-90}"
+READY_WARM="${KAFKA_READY_WARM:-1}"
+HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}"
+JVM_OPTS="${KAFKA_JVM_OPTS:-}"
+if [[ -z "${PYTHON:-}" ]]; then
+    if [[ -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
+fi
+
+KAFKA_DIR="$ROOT/kafka"
+LIBS="$KAFKA_DIR/libs"
+MARKER="$KAFKA_DIR/.resolved"          # sha256 of pom.xml after a successful copy
+RESOLVE_LOCK="$KAFKA_DIR/.resolve.lock"
+DATA_DIR="$STATE_DIR/data"
+LOG_DIR="$STATE_DIR/logs"
+CONFIG="$STATE_DIR/server.properties"
+PID_FILE="$STATE_DIR/kafka.pid"
+OUT_FILE="$STATE_DIR/kafka.out"        # JVM stdout/stderr
+SERVER_LOG="$LOG_DIR/server.log"
+LOG4J_CONFIG="$KAFKA_DIR/log4j2.properties"
+BOOTSTRAP="127.0.0.1:$PORT"
+
+log() { echo "kafka.sh: $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+jvm_log_opts() {
+    printf '%s\n' "-Dlog4j2.configurationFile=$LOG4J_CONFIG" "-Dkafka.logs.dir=$LOG_DIR"
+}
+
+# Serialise commands on one state dir (e.g. parallel test sessions calling `up`).
+lock_state() {
+    mkdir -p "$STATE_DIR"
+    if command -v flock >/dev/null 2>&1; then
+        exec 8>"$STATE_DIR/.lock"
+        flock 8
+    fi
+}
+
+# --- jars ----------------------------------------------------------------------
+pom_hash() { sha256sum "$KAFKA_DIR/pom.xml" | cut -d' ' -f1; }
+
+jars_ok() {
+    [[ -f "$MARKER" && "$(cat "$MARKER")" == "$(pom_hash)" ]] &&
+        compgen -G "$LIBS/kafka_2.13-*.jar" >/dev/null
+}
+
+resolve_jars() {
+    jars_ok && return 0
+    command -v mvn >/dev/null 2>&1 || die "kafka/libs is missing or stale and mvn is not installed"
+    (
+        if command -v flock >/dev/null 2>&1; then exec 9>"$RESOLVE_LOCK"; flock 9; fi
+        jars_ok && exit 0
+        log "resolving Kafka jars with Maven into kafka/libs ..."
+        local start=$SECONDS
+        rm -f "$MARKER"
+        rm -rf "$LIBS"
+        (cd "$KAFKA_DIR" && mvn -q -B dependency:copy-dependencies) >&2 ||
+            die "mvn dependency:copy-dependencies failed (see output above)"
+        compgen -G "$LIBS/kafka_2.13-*.jar" >/dev/null || die "kafka jar missing after mvn run"
+        pom_hash >"$MARKER"
+        log "jars resolved in $((SECONDS - start))s"
+    )
+}
+
+# --- process / readiness helpers ------------------------------------------------
+# Print the pid of the broker started by this script for this state dir, if alive.
+broker_pid() {
+    [[ -f "$PID_FILE" ]] || return 1
+    local pid args
+    pid="$(cat "$PID_FILE" 2>/dev/null)" || return 1
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    kill -0 "$pid" 2>/dev/null || return 1
+    # Guard against pid reuse: must be our java running kafka.Kafka with our config.
+    args="$(ps -ww -o args= -p "$pid" 2>/dev/null)" || return 1
+    [[ "$args" == *kafka.Kafka*"$CONFIG"* ]] || return 1
+    echo "$pid"
+}
+
+port_open() {
+    timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
+}
+
+# ready.py BOOTSTRAP TIMEOUT_S PID WARM
+#   Polls until a Metadata request lists node 1 and (if WARM=1) the group and
+#   transaction coordinators answer FindCoordinator, which also creates
+#   __consumer_offsets / __transaction_state, so clients need no retries later.
+#   exit 0 ready, 1 timeout, 2 broker process died (PID given and gone).
+READY_PY='
+import asyncio, logging, os, sys, time
+logging.disable(logging.CRITICAL)
+try:
+    from aiokafka.admin import AIOKafkaAdminClient
+except ImportError as e:
+    print(f"readiness check needs aiokafka in {sys.executable}: {e}", file=sys.stderr)
+    sys.exit(3)
+
+bootstrap, timeout, pid, warm = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+
+def alive():
+    if not pid:
+        return True
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+async def attempt():
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000,
+                                client_id="kafka-sh-ready")
+    try:
+        await admin.start()
+        md = await admin.describe_cluster()
+        if not any(b["node_id"] == 1 for b in md["brokers"]):
+            raise RuntimeError(f"broker not in metadata: {md}")
+        if warm:
+            await admin.find_coordinator("kafka-sh-ready", 0)  # group coordinator
+            await admin.find_coordinator("kafka-sh-ready", 1)  # transaction coordinator
+    finally:
+        await admin.close()
+
+async def main():
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        if not alive():
+            return 2
+        try:
+            await asyncio.wait_for(attempt(), max(1.0, deadline - time.monotonic()))
+            return 0
+        except Exception as e:  # not up yet / coordinator loading
+            last = e
+        await asyncio.sleep(0.25)
+    print(f"not ready after {timeout:.0f}s: {type(last).__name__}: {last}", file=sys.stderr)
+    return 1
+
+sys.exit(asyncio.run(main()))
+'
+
+ready() { # ready TIMEOUT PID WARM
+    "$PYTHON" -c "$READY_PY" "$BOOTSTRAP" "$1" "$2" "$3"
+}
+
+show_failure_logs() {
+    if [[ -s "$OUT_FILE" ]]; then
+        log "---- last 50 lines of $OUT_FILE ----"
+        tail -n 50 "$OUT_FILE" >&2
+    fi
+    if [[ -s "$SERVER_LOG" ]]; then
+        log "---- last 50 lines of $SERVER_LOG ----"
+        tail -n 50 "$SERVER_LOG" >&2
+    fi
+}
+
+# --- start / stop ---------------------------------------------------------------
+start_broker() {
+    [[ -f "$CONFIG" && -d "$DATA_DIR" ]] || die "no formatted broker in $STATE_DIR (run: scripts/kafka.sh up)"
+    for p in "$PORT" "$CONTROLLER_PORT"; do
+        if port_open "$p"; then
+            die "port $p is already in use by another process (set KAFKA_PORT / KAFKA_CONTROLLER_PORT)"
+        fi
+    done
+    mkdir -p "$LOG_DIR"
+    : >"$OUT_FILE"
+    local start=$SECONDS
+    # New session (setsid) so the broker survives the calling shell/terminal;
+    # the inner shell records its own pid and then execs java (same pid).
+    # shellcheck disable=SC2086
+    setsid bash -c 'echo $$ >"$0"; exec "$@"' "$PID_FILE" \
+        java $HEAP_OPTS -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true $JVM_OPTS \
+        $(jvm_log_opts) -cp "$LIBS/*" kafka.Kafka "$CONFIG" \
+        </dev/null >>"$OUT_FILE" 2>&1 8>&- 9>&- &
+    local i
+    for i in $(seq 50); do [[ -s "$PID_FILE" ]] && break; sleep 0.1; done
+    local pid
+    pid="$(cat "$PID_FILE" 2>/dev/null || true)"
+    [[ -n "$pid" ]] || die "broker did not start (no pid file)"
+
+    local rc=0
+    ready "$READY_TIMEOUT" "$pid" "$READY_WARM" || rc=$?
+    case $rc in
+        0) log "broker ready in $((SECONDS - start))s (pid $pid)" ;;
+        2) show_failure_logs; rm -f "$PID_FILE"; die "broker process $pid exited during startup" ;;
+        3) stop_broker; die "cannot check readiness: install aiokafka into $PYTHON or set PYTHON" ;;
+        *) show_failure_logs; stop_broker
+           die "broker not ready within ${READY_TIMEOUT}s on $BOOTSTRAP (stopped it; logs above)" ;;
+    esac
+}
+
+stop_broker() {
+    local pid
+    if ! pid="$(broker_pid)"; then
+        rm -f "$PID_FILE"
+        return 0
+    fi
+    kill -TERM "$pid" 2>/dev/null || true
+    local i
+    for i in $(seq 200); do # 20 s
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        log "broker $pid did not stop within 20s after SIGTERM; sending SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
+    rm -f "$PID_FILE"
+}
+
+new_cluster_id() {
+    # Same format as `kafka-storage random-uuid` (url-safe base64, no padding,
+    # never starting with "-").
+    "$PYTHON" -c '
+import base64, uuid
+while True:
+    s = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    if not s.startswith("-"):
+        print(s); break
+' 2>/dev/null || java -cp "$LIBS/*" kafka.tools.StorageTool random-uuid
+}
+
+# --- subcommands ----------------------------------------------------------------
+cmd_up() {
+    lock_state
+    local pid
+    if pid="$(broker_pid)"; then
+        if port_open "$PORT" && ready 10 "$pid" 0; then
+            echo "kafka up at $BOOTSTRAP (already running, pid $pid)"
+            return 0
+        fi
+        log "broker pid $pid is alive but not answering on $BOOTSTRAP; restarting it from scratch"
+        stop_broker
+    fi
+    resolve_jars
+
+    local t0=$SECONDS
+    rm -rf "$DATA_DIR" "$LOG_DIR"
+    mkdir -p "$DATA_DIR" "$LOG_DIR"
+    sed -e "s|@PORT@|$PORT|g" \
+        -e "s|@CONTROLLER_PORT@|$CONTROLLER_PORT|g" \
+        -e "s|@DATA_DIR@|$DATA_DIR|g" \
+        "$KAFKA_DIR/server.properties.in" >"$CONFIG"
+
+    local cluster_id out
+    cluster_id="$(new_cluster_id)"
+    # shellcheck disable=SC2046
+    if ! out="$(java $(jvm_log_opts) -cp "$LIBS/*" kafka.tools.StorageTool format \
+        --standalone --cluster-id "$cluster_id" --config "$CONFIG" 2>&1)"; then
+        echo "$out" >&2
+        die "kafka-storage format failed"
+    fi
+    log "formatted $DATA_DIR (cluster id $cluster_id) in $((SECONDS - t0))s"
+
+    start_broker
+    echo "kafka up at $BOOTSTRAP"
+}
+
+cmd_down() {
+    lock_state
+    stop_broker
+    rm -rf "$DATA_DIR"
+    echo "kafka down"
+}
+
+cmd_restart_broker() {
+    lock_state
+    local t0=$SECONDS
+    stop_broker
+    log "broker stopped in $((SECONDS - t0))s; starting again"
+    start_broker
+    echo "kafka up at $BOOTSTRAP"
+}
+
+cmd_status() {
+    local pid
+    if pid="$(broker_pid)" && port_open "$PORT" && ready 5 "$pid" 0; then
+        echo "kafka running at $BOOTSTRAP (pid $pid)"
+        return 0
+    fi
+    echo "kafka not running"
+    return 1
+}
+
+cmd_logs() {
+    [[ -f "$SERVER_LOG" ]] || die "no broker log at $SERVER_LOG"
+    if [[ $# -eq 0 ]]; then set -- -n 100; fi
+    exec tail "$@" "$SERVER_LOG"
+}
+
+usage() {
+    sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+}
+
+case "${1:-}" in
+    up) cmd_up ;;
+    down) cmd_down ;;
+    restart-broker) cmd_restart_broker ;;
+    status) cmd_status ;;
+    logs) shift; cmd_logs "$@" ;;
+    -h | --help | help) usage ;;
+    *) usage >&2; exit 2 ;;
+esac

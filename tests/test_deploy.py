@@ -1,0 +1,637 @@
+"""The Kubernetes manifests, dashboard and alerts in deploy/, checked without a cluster.
+
+They must agree with the code they deploy: the config file loads with the
+bridge's own loader, probes hit the ops server's port, every metric the
+dashboard and the alerts query is registered in bridge/metrics.py, the topics
+are co-partitioned, the ACLs cover the transactional ids the bridge derives,
+and Prometheus' own ``promtool`` accepts (and unit-tests) the alert rules.
+``promtool`` is required: ``scripts/ensure-promtool.sh`` installs it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.metrics import MetricWrapperBase
+
+from bridge import config as config_mod
+from bridge import metrics, topics, transaction
+from bridge.cli import parser as cli_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+BASE = DEPLOY / "base"
+ALERTS = DEPLOY / "prometheus" / "alerts.yaml"
+ALERT_TESTS = DEPLOY / "prometheus" / "alerts.test.yaml"
+DASHBOARD = DEPLOY / "grafana" / "a2a-kafka-bridge.json"
+README = DEPLOY / "README.md"
+
+# Labels Prometheus (and the Prometheus Operator) attach to every scraped series.
+TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "container", "endpoint"}
+# Metrics from outside the bridge that the alerts may use, and where they come from.
+EXTERNAL_METRICS = {"up": "Prometheus", "kafka_consumergroup_lag": "Kafka Exporter (Strimzi kafkaExporter)"}
+SEVERITIES = {"critical", "warning", "info"}
+
+
+# ------------------------------------------------------------------ loading --
+
+
+def yaml_files() -> list[Path]:
+    return sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml"))
+
+
+@cache
+def docs(path: Path) -> list[Any]:
+    with path.open() as f:
+        return [d for d in yaml.safe_load_all(f) if d is not None]
+
+
+def is_resource(doc: Any) -> bool:
+    return isinstance(doc, dict) and {"apiVersion", "kind", "metadata"} <= doc.keys() and doc["kind"] != "Kustomization"
+
+
+def resources(folder: Path) -> list[dict[str, Any]]:
+    return [d for p in sorted(folder.glob("*.yaml")) for d in docs(p) if is_resource(d)]
+
+
+def one(folder: Path, kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [r for r in resources(folder) if r["kind"] == kind and name in (None, r["metadata"]["name"])]
+    assert len(found) == 1, f"expected one {kind} {name or ''} in {folder.relative_to(ROOT)}, found {len(found)}"
+    return found[0]
+
+
+def kustomization(folder: Path) -> dict[str, Any]:
+    (doc,) = docs(folder / "kustomization.yaml")
+    assert isinstance(doc, dict)
+    return doc
+
+
+def config_file() -> Path:
+    """bridge.toml as the base's configMapGenerator ships it."""
+    (gen,) = [g for g in kustomization(BASE)["configMapGenerator"] if g["name"] == "a2a-kafka-bridge-config"]
+    (entry,) = [str(f) for f in gen["files"] if str(f).split("=")[0].endswith("bridge.toml")]
+    return BASE / entry.split("=")[-1]
+
+
+@pytest.fixture(scope="module")
+def cfg(tmp_path_factory: pytest.TempPathFactory) -> config_mod.Config:
+    # The file as it lands in the pod, loaded by the bridge's own loader with no
+    # environment: load() never reads secret files (token_file and
+    # sasl_password_file are read when a client is built), so the mounted
+    # paths need not exist here.
+    path = tmp_path_factory.mktemp("cm") / "bridge.toml"
+    path.write_text(config_file().read_text())
+    return config_mod.load(path, env={})
+
+
+def deployment() -> dict[str, Any]:
+    return one(BASE, "Deployment", "a2a-kafka-bridge")
+
+
+def container() -> dict[str, Any]:
+    found: list[dict[str, Any]] = [
+        c for c in deployment()["spec"]["template"]["spec"]["containers"] if c["name"] == "bridge"
+    ]
+    assert len(found) == 1, "one container named bridge"
+    return found[0]
+
+
+def strimzi_topics() -> dict[str, dict[str, Any]]:
+    return {r["spec"]["topicName"]: r for r in resources(DEPLOY / "strimzi") if r["kind"] == "KafkaTopic"}
+
+
+def commands_partitions(cfg: config_mod.Config) -> int:
+    return int(strimzi_topics()[cfg.kafka.commands_topic]["spec"]["partitions"])
+
+
+# ------------------------------------------------------------- parse & build --
+
+
+@pytest.mark.parametrize("path", yaml_files(), ids=lambda p: str(p.relative_to(DEPLOY)))
+def test_yaml_parses(path: Path) -> None:
+    loaded = docs(path)
+    assert loaded, f"{path} is empty"
+    for d in loaded:
+        assert isinstance(d, dict), f"{path}: a document is not a mapping"
+        if "kind" in d and d["kind"] != "Kustomization":
+            assert is_resource(d) and d["metadata"].get("name"), f"{path}: {d['kind']} without apiVersion/metadata.name"
+
+
+def test_dashboard_is_json() -> None:
+    assert isinstance(json.loads(DASHBOARD.read_text()), dict)
+
+
+def kustomization_dirs() -> list[Path]:
+    return sorted(p.parent for p in DEPLOY.rglob("kustomization.yaml"))
+
+
+@pytest.mark.parametrize("folder", kustomization_dirs(), ids=lambda p: str(p.relative_to(DEPLOY)))
+def test_kustomization_references_exist(folder: Path) -> None:
+    k = kustomization(folder)
+    assert k.get("resources"), f"{folder}: no resources"
+    for ref in k["resources"]:
+        target = folder / ref
+        if target.is_dir():
+            assert (target / "kustomization.yaml").is_file(), f"{folder}: {ref} is a folder without kustomization.yaml"
+        else:
+            assert target.is_file(), f"{folder}: resource {ref} does not exist"
+            assert any(is_resource(d) for d in docs(target)), f"{folder}: {ref} holds no Kubernetes resource"
+    for gen in k.get("configMapGenerator", []) + k.get("secretGenerator", []):
+        for entry in gen.get("files", []):
+            assert (folder / entry.split("=")[-1]).is_file(), f"{folder}: generator file {entry} does not exist"
+    for patch in k.get("patches", []):
+        if "path" in patch:
+            assert (folder / patch["path"]).is_file(), f"{folder}: patch {patch['path']} does not exist"
+    # Nothing written and then forgotten: every manifest here is listed.
+    listed = {(folder / r).resolve() for r in k["resources"]}
+    for path in folder.glob("*.yaml"):
+        if path.name != "kustomization.yaml" and any(is_resource(d) for d in docs(path)):
+            assert path.resolve() in listed, f"{path.relative_to(ROOT)} is not listed in its kustomization.yaml"
+
+
+def kustomize_build(folder: Path) -> list[dict[str, Any]]:
+    if shutil.which("kustomize"):
+        cmd = ["kustomize", "build", str(folder)]
+    elif shutil.which("kubectl"):
+        cmd = ["kubectl", "kustomize", str(folder)]
+    else:
+        pytest.fail("neither kustomize nor kubectl is installed: the manifests cannot be built")
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, f"{' '.join(cmd)} failed:\n{out.stderr}"
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def test_kustomize_build_base() -> None:
+    built = kustomize_build(BASE)
+    kinds = sorted(d["kind"] for d in built)
+    assert kinds == sorted(
+        ["ConfigMap", "Deployment", "PodDisruptionBudget", "Service", "ServiceAccount", "ServiceMonitor"]
+    )
+    (cm,) = [d for d in built if d["kind"] == "ConfigMap"]
+    (dep,) = [d for d in built if d["kind"] == "Deployment"]
+    assert cm["data"]["bridge.toml"] == config_file().read_text()
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    # The generated, hash-suffixed name is the one the pod mounts.
+    assert volumes["config"]["configMap"]["name"] == cm["metadata"]["name"] != "a2a-kafka-bridge-config"
+
+
+def test_kustomize_build_keda(cfg: config_mod.Config) -> None:
+    built = kustomize_build(DEPLOY / "keda")
+    (dep,) = [d for d in built if d["kind"] == "Deployment"]
+    assert "replicas" not in dep["spec"], "with KEDA the HPA owns replicas; the overlay must drop them"
+    (c,) = [c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "bridge"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["BRIDGE_KAFKA_SASL_USERNAME"] == cfg.kafka.sasl_username
+    assert {"ScaledObject", "TriggerAuthentication"} <= {d["kind"] for d in built}
+
+
+def test_kustomize_build_strimzi() -> None:
+    kinds = sorted(d["kind"] for d in kustomize_build(DEPLOY / "strimzi"))
+    assert kinds == ["KafkaTopic"] * 4 + ["KafkaUser"]
+
+
+# ---------------------------------------------------------------- workload --
+
+
+def test_container_runs_bridge_with_the_mounted_config() -> None:
+    c = container()
+    argv = [*c.get("command", []), *c.get("args", [])]
+    assert argv[0] == "bridge", argv
+    try:
+        args = cli_parser().parse_args(argv[1:])  # the bridge's own argument parser
+    except SystemExit:
+        pytest.fail(f"the bridge's CLI rejects the container's command line {argv}")
+    assert args.cmd == "run"
+    assert args.config == "/etc/bridge/bridge.toml"
+    mounted = mounted_files()
+    assert mounted[args.config] == ("configMap", "a2a-kafka-bridge-config", config_file().name)
+
+
+def port_number(c: dict[str, Any], port: int | str) -> int:
+    if isinstance(port, int):
+        return port
+    (p,) = [p for p in c["ports"] if p["name"] == port]
+    return int(p["containerPort"])
+
+
+def test_probes_hit_the_ops_server(cfg: config_mod.Config) -> None:
+    c = container()
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    if "startupProbe" in c:
+        assert c["startupProbe"]["httpGet"]["path"] == "/healthz"
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        if probe in c:
+            assert port_number(c, c[probe]["httpGet"]["port"]) == cfg.bridge.http_port, probe
+    (http,) = [p for p in c["ports"] if p["name"] == "http"]
+    assert http["containerPort"] == cfg.bridge.http_port
+
+
+def test_service_and_servicemonitor_scrape_metrics(cfg: config_mod.Config) -> None:
+    pod_labels = deployment()["spec"]["template"]["metadata"]["labels"]
+    svc = one(BASE, "Service")
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    (port,) = svc["spec"]["ports"]
+    assert port_number(container(), port["targetPort"]) == cfg.bridge.http_port
+    sm = one(BASE, "ServiceMonitor")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["port"] == port["name"]
+    assert endpoint["path"] == "/metrics"
+    # The alerts select job="<Service name>", the job the operator assigns.
+    assert f'job="{svc["metadata"]["name"]}"' in ALERTS.read_text()
+    pdb = one(BASE, "PodDisruptionBudget")
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert deployment()["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+
+
+def test_grace_period_exceeds_the_drain_budget(cfg: config_mod.Config) -> None:
+    grace = deployment()["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace > cfg.bridge.shutdown_grace_seconds, (
+        f"terminationGracePeriodSeconds {grace} must exceed shutdown_grace_seconds "
+        f"{cfg.bridge.shutdown_grace_seconds}: SIGKILL would cut the final commit"
+    )
+
+
+def test_pod_is_locked_down() -> None:
+    spec = deployment()["spec"]["template"]["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] != 0
+    c = container()
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    for kind in ("requests", "limits"):
+        assert {"cpu", "memory"} <= c["resources"][kind].keys(), kind
+    sa = one(BASE, "ServiceAccount")
+    assert spec["serviceAccountName"] == sa["metadata"]["name"]
+
+
+def test_base_replicas_within_partitions(cfg: config_mod.Config) -> None:
+    assert 1 <= deployment()["spec"]["replicas"] <= commands_partitions(cfg)
+
+
+# ------------------------------------------------------------ config & secrets --
+
+
+def test_config_loads(cfg: config_mod.Config) -> None:
+    assert cfg.kafka.security_protocol == "SASL_SSL"
+    assert cfg.kafka.sasl_mechanism == "SCRAM-SHA-512"
+    assert cfg.kafka.sasl_password_file and not cfg.kafka.sasl_password_env
+    dialects = {a.dialect for a in cfg.agents.values()}
+    assert {"gateway", "a2a-1.0"} <= dialects
+    for agent in cfg.agents.values():
+        assert agent.token_file, f"agent {agent.name}: token from a mounted Secret file"
+        if agent.dialect == "gateway":
+            assert agent.agent_code
+
+
+def mounted_files() -> dict[str, tuple[str, str, str]]:
+    """Every file the pod's volumes put in the bridge container: path -> (kind, object name, key)."""
+    volumes = {v["name"]: v for v in deployment()["spec"]["template"]["spec"]["volumes"]}
+    out: dict[str, tuple[str, str, str]] = {}
+    for mount in container()["volumeMounts"]:
+        volume = volumes[mount["name"]]
+        if "projected" in volume:
+            sources = volume["projected"]["sources"]
+        else:
+            sources = [{k: v} for k, v in volume.items() if k in ("secret", "configMap")]
+        for source in sources:
+            for kind, ref in source.items():
+                name = ref.get("secretName") or ref.get("name")
+                for item in ref.get("items", []):
+                    out[str(PurePosixPath(mount["mountPath"]) / item["path"])] = (kind, name, item["key"])
+    return out
+
+
+def secret_paths(cfg: config_mod.Config) -> dict[str, str]:
+    """Config key -> the file path it names."""
+    paths = {"kafka.sasl_password_file": cfg.kafka.sasl_password_file, "kafka.ssl_cafile": cfg.kafka.ssl_cafile}
+    paths |= {f"agents.{a.name}.token_file": a.token_file for a in cfg.agents.values()}
+    return {k: v for k, v in paths.items() if v}
+
+
+def test_every_secret_file_is_mounted(cfg: config_mod.Config) -> None:
+    mounted = mounted_files()
+    for key, path in secret_paths(cfg).items():
+        assert path in mounted, f"{key} = {path!r} is not a file any volume mounts"
+        assert mounted[path][0] == "secret", f"{key}: {path} must come from a Secret"
+    kafka_user = one(DEPLOY / "strimzi", "KafkaUser")
+    # Strimzi writes the SCRAM password to a Secret named after the KafkaUser.
+    assert mounted[str(cfg.kafka.sasl_password_file)] == ("secret", kafka_user["metadata"]["name"], "password")
+
+
+def test_secrets_are_read_only_when_used(cfg: config_mod.Config, tmp_path: Path) -> None:
+    # Where the Secrets are not mounted (here), loading works and reading fails clearly.
+    first = next(iter(cfg.agents.values()))
+    assert not Path(str(first.token_file)).exists()
+    with pytest.raises(config_mod.ConfigError, match="cannot read the secret file"):
+        first.token()
+    # The same file with the mounted paths moved under tmp_path by env overrides
+    # (BRIDGE_<SECTION>_<KEY>), as an operator would for a local run.
+    env = {"BRIDGE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}  # no CA to load here
+    expected: dict[str, str] = {}
+    for key, path in secret_paths(cfg).items():
+        local = tmp_path / path.lstrip("/")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_text(f"secret-of-{key}\n")
+        section, *rest = key.split(".")
+        name = "_".join(rest).upper().replace("-", "_").replace(".", "_")
+        env[f"BRIDGE_{section.upper()}_{name}"] = str(local)
+        expected[key] = f"secret-of-{key}"
+    local_cfg = config_mod.load(config_file(), env=env)
+    opts = local_cfg.kafka.client_options()
+    assert opts["sasl_plain_password"] == expected["kafka.sasl_password_file"]
+    assert opts["sasl_plain_username"] == cfg.kafka.sasl_username
+    for agent in local_cfg.agents.values():
+        token = agent.token()
+        assert token is not None and token.get() == expected[f"agents.{agent.name}.token_file"]
+
+
+# -------------------------------------------------------------------- Kafka --
+
+
+def test_strimzi_topics_match_the_config(cfg: config_mod.Config) -> None:
+    found = strimzi_topics()
+    assert set(found) == set(topics.wanted(cfg)), "one KafkaTopic per topic the bridge uses"
+    for name, topic in found.items():
+        assert topic["apiVersion"].startswith("kafka.strimzi.io/")
+        assert topic["metadata"]["labels"]["strimzi.io/cluster"]
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", topic["metadata"]["name"]), name
+        # The configs the bridge itself would create the topic with (bridge/topics.py).
+        for key, value in topics.wanted(cfg)[name].items():
+            assert str(topic["spec"].get("config", {}).get(key)) == value, f"{name}: {key}"
+
+
+def test_checkpoints_are_co_partitioned_and_compacted(cfg: config_mod.Config) -> None:
+    found = strimzi_topics()
+    commands, checkpoints = found[cfg.kafka.commands_topic], found[cfg.kafka.checkpoints_topic]
+    assert checkpoints["spec"]["partitions"] == commands["spec"]["partitions"]
+    assert checkpoints["spec"]["config"]["cleanup.policy"] == "compact"
+    # `bridge topics` would create the same count.
+    assert cfg.kafka.partitions == commands["spec"]["partitions"]
+
+
+def allowed(acls: list[dict[str, Any]], rtype: str, name: str) -> set[str]:
+    ops: set[str] = set()
+    for acl in acls:
+        r = acl["resource"]
+        if r["type"] != rtype or acl.get("type", "allow") != "allow":
+            continue
+        pattern = r.get("patternType", "literal")
+        if (pattern == "literal" and r["name"] in (name, "*")) or (pattern == "prefix" and name.startswith(r["name"])):
+            ops |= set(acl.get("operations") or [acl["operation"]])
+    return ops
+
+
+def test_kafkauser_acls(cfg: config_mod.Config) -> None:
+    user = one(DEPLOY / "strimzi", "KafkaUser")
+    assert user["metadata"]["name"] == cfg.kafka.sasl_username
+    assert user["spec"]["authentication"]["type"] == "scram-sha-512"
+    assert user["spec"]["authorization"]["type"] == "simple"
+    acls = user["spec"]["authorization"]["acls"]
+    k = cfg.kafka
+    assert {"Read"} <= allowed(acls, "topic", k.commands_topic)
+    assert {"Read"} <= allowed(acls, "group", k.group_id)
+    for t in [*cfg.all_events_topics(), *cfg.all_dlq_topics(), k.checkpoints_topic]:
+        assert {"Write", "Describe"} <= allowed(acls, "topic", t), t
+    assert {"Read"} <= allowed(acls, "topic", k.checkpoints_topic), "restore reads checkpoints back"
+    for t in topics.wanted(cfg):
+        assert "Describe" in allowed(acls, "topic", t), f"{t}: the start-up topic check describes it"
+    # The transactional ids: one prefix ACL "<prefix>-" covering the id of every partition.
+    (txn,) = [a for a in acls if a["resource"]["type"] == "transactionalId"]
+    assert txn["resource"]["name"] == f"{k.transactional_id_prefix}-"
+    assert txn["resource"]["patternType"] == "prefix"
+    assert {"Write", "Describe"} <= set(txn["operations"])
+    for p in range(commands_partitions(cfg)):
+        assert {"Write", "Describe"} <= allowed(acls, "transactionalId", transaction.transactional_id(cfg, p))
+    # Topic names in literal ACLs are real topics (a typo would grant nothing).
+    for acl in acls:
+        r = acl["resource"]
+        if r["type"] == "topic" and r.get("patternType", "literal") == "literal":
+            assert r["name"] in strimzi_topics(), r["name"]
+
+
+def test_keda_scales_within_the_partitions(cfg: config_mod.Config) -> None:
+    keda = DEPLOY / "keda"
+    so = one(keda, "ScaledObject")
+    assert so["spec"]["scaleTargetRef"]["name"] == deployment()["metadata"]["name"]
+    assert so["spec"]["scaleTargetRef"].get("kind", "Deployment") == "Deployment"
+    assert 1 <= so["spec"]["minReplicaCount"] <= so["spec"]["maxReplicaCount"]
+    assert so["spec"]["maxReplicaCount"] <= commands_partitions(cfg), "idle replicas: max must be <= partitions"
+    (trigger,) = so["spec"]["triggers"]
+    assert trigger["type"] == "kafka"
+    meta = trigger["metadata"]
+    assert meta["topic"] == cfg.kafka.commands_topic
+    assert meta["consumerGroup"] == cfg.kafka.group_id
+    assert meta["bootstrapServers"] == cfg.kafka.bootstrap_servers
+    auth = one(keda, "TriggerAuthentication", trigger["authenticationRef"]["name"])
+    for ref in auth["spec"].get("env", []):
+        assert ref["containerName"] == container()["name"]
+    secrets = {(s["name"], s["key"]) for s in auth["spec"]["secretTargetRef"]}
+    assert set(secrets) <= {(name, key) for kind, name, key in mounted_files().values() if kind == "secret"}
+
+
+# ---------------------------------------------------------------- metrics --
+
+
+@cache
+def registered() -> dict[str, tuple[str, frozenset[str]]]:
+    """Exposed series name -> (family, label names), from the collectors in bridge/metrics.py.
+
+    ``collect()`` names a counter family without ``_total`` (``bridge_commands``)
+    while its series are ``bridge_commands_total``; histograms expose
+    ``_bucket``/``_sum``/``_count``. Map families to the series names PromQL sees.
+    """
+    suffixes = {
+        "counter": ("_total", "_created"),
+        "gauge": ("",),
+        "histogram": ("_bucket", "_sum", "_count", "_created"),
+    }
+    out: dict[str, tuple[str, frozenset[str]]] = {}
+    for collector in vars(metrics).values():
+        if not isinstance(collector, MetricWrapperBase):
+            continue
+        labels = frozenset(collector._labelnames)  # no public accessor in prometheus_client
+        for family in collector.collect():
+            for suffix in suffixes[family.type]:
+                out[family.name + suffix] = (family.name, labels)
+    return out
+
+
+def dashboard_exprs() -> list[str]:
+    dash = json.loads(DASHBOARD.read_text())
+
+    def panels(ps: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for p in ps:
+            yield p
+            yield from panels(p.get("panels", []))
+
+    exprs = [t["expr"] for p in panels(dash["panels"]) for t in p.get("targets", []) if t.get("expr")]
+    for var in dash["templating"]["list"]:
+        query = var.get("query")
+        query = query.get("query") if isinstance(query, dict) else query
+        if var["type"] == "query" and query:
+            m = re.fullmatch(r"\s*label_values\((.*),\s*(\w+)\)\s*", query)
+            exprs.append(m.group(1) if m else query)
+    return exprs
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    (doc,) = docs(ALERTS)
+    return [r for g in doc["groups"] for r in g["rules"]]
+
+
+METRIC = re.compile(r"(?<![\w:$])(bridge_[a-z_]+)\b")
+SELECTOR = re.compile(r"(?<![\w:$])([a-zA-Z_:][\w:]*)\s*\{([^}]*)\}")
+MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
+GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
+
+
+def all_exprs() -> list[Any]:
+    queries = [(f"dashboard-{i}", e) for i, e in enumerate(dashboard_exprs())]
+    queries += [(r["alert"], r["expr"]) for r in alert_rules()]
+    return [pytest.param(where, expr, id=where) for where, expr in queries]
+
+
+@pytest.mark.parametrize(("where", "expr"), all_exprs())
+def test_queries_use_registered_metrics_and_labels(where: str, expr: str) -> None:
+    known = registered()
+    used = METRIC.findall(expr)
+    for name in used:
+        hint = [n for n in known if n.startswith(name) or name.startswith(known[n][0])]
+        assert name in known, f"{where}: {name} is not a series of bridge/metrics.py (did you mean {hint}?)"
+    source = "\n".join(p.read_text() for p in (ROOT / "bridge").glob("*.py"))
+    for metric, body in SELECTOR.findall(expr):
+        if metric not in known:
+            assert metric in EXTERNAL_METRICS or not metric.startswith("bridge_"), f"{where}: {metric}"
+            continue
+        labels = known[metric][1] | {"le"} if metric.endswith("_bucket") else known[metric][1]
+        for label, op, value in MATCHER.findall(body):
+            assert label in labels | TARGET_LABELS, f"{where}: {metric} has no label {label!r}"
+            # A literal value the code never uses is a typo that silently matches nothing.
+            if label in labels and op in ("=", "!=") and not value.startswith("$"):
+                assert f'"{value}"' in source, f'{where}: no code sets {metric}{{{label}="{value}"}}'
+    if used:
+        grouping = set().union(*(known[n][1] for n in used)) | TARGET_LABELS | {"le"}
+        for group in GROUPING.findall(expr):
+            for label in filter(None, (x.strip() for x in group.split(","))):
+                assert label in grouping, f"{where}: grouping by {label!r}, which none of {sorted(set(used))} has"
+    for other in re.findall(r"(?<![\w:$\"])([a-z]+_[a-z_]+)\s*[{\[]", expr):
+        assert other in known or other in EXTERNAL_METRICS, f"{where}: unknown metric {other}"
+    if "_bucket" in expr:
+        assert "histogram_quantile(" in expr and re.search(r"by \([^)]*\ble\b", expr), f"{where}: quantile over le"
+
+
+def test_dashboard_covers_the_bridge(cfg: config_mod.Config) -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    assert 36 <= dash["schemaVersion"] <= 41
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    text = "\n".join(dashboard_exprs())
+    for needed in (
+        "bridge_events_published_total",
+        "bridge_commands_total",
+        "bridge_dlq_records_total",
+        "bridge_transactions_total",
+        "bridge_transaction_duration_seconds_bucket",
+        "bridge_tasks_live",
+        "bridge_streams_open",
+        "bridge_stream_resumes_total",
+        "bridge_agent_requests_total",
+        "bridge_agent_request_duration_seconds_bucket",
+        "bridge_events_dropped_total",
+        "bridge_partitions_assigned",
+        "bridge_uncommitted_events",
+        "bridge_start_resends_total",
+    ):
+        assert needed in text, f"the dashboard has no panel on {needed}"
+    for q in ("0.5", "0.99"):
+        assert f"histogram_quantile({q}, sum by (le) (rate(bridge_transaction_duration_seconds_bucket" in text
+    ids: list[int] = []
+    stack = list(dash["panels"])
+    while stack:
+        panel = stack.pop()
+        stack.extend(panel.get("panels", []))
+        ids.append(panel["id"])
+        for target in panel.get("targets", []):
+            assert target["datasource"]["uid"] == "${datasource}", panel["title"]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+
+
+# ----------------------------------------------------------------- alerts --
+
+
+def test_alert_rules_shape(cfg: config_mod.Config) -> None:
+    rules = alert_rules()
+    names = [r["alert"] for r in rules]
+    assert len(names) == len(set(names))
+    readme = README.read_text()
+    tested = {t["alertname"] for case in docs(ALERT_TESTS)[0]["tests"] for t in case.get("alert_rule_test", [])}
+    for r in rules:
+        name = r["alert"]
+        assert re.fullmatch(r"\d+[smh]", str(r.get("for", ""))), f"{name}: needs a `for`"
+        assert r["labels"]["severity"] in SEVERITIES, name
+        assert {"summary", "description", "runbook_url"} <= r["annotations"].keys(), name
+        anchor = r["annotations"]["runbook_url"].rsplit("#", 1)[-1]
+        assert anchor == name.lower() and f"\n### {name}\n" in readme, f"{name}: documented in deploy/README.md"
+        assert name in tested, f"{name}: no case in {ALERT_TESTS.name}"
+    exprs = {r["alert"]: r["expr"] for r in rules}
+
+    def some(pattern: str) -> bool:
+        return any(re.search(pattern, e) for e in exprs.values())
+
+    assert some(r'bridge_transactions_total\{[^}]*result="failed"')
+    assert some(r'bridge_transactions_total\{[^}]*result="committed"') and some(r"bridge_tasks_live")
+    assert some(r"bridge_dlq_records_total")
+    assert some(r'bridge_task_outcomes_total\{[^}]*outcome="lost"')
+    assert some(r'bridge_agent_requests_total\{[^}]*result!="ok"')
+    assert some(r"\bup\{[^}]*\}\s*==\s*0")
+    assert some(r"bridge_buffer_full_waits_total")
+    lag = exprs["A2ABridgeConsumerLagHigh"]
+    assert f'consumergroup="{cfg.kafka.group_id}"' in lag and f'topic="{cfg.kafka.commands_topic}"' in lag
+    (count,) = re.findall(r"!=\s*(\d+)", exprs["A2ABridgePartitionsUnowned"])
+    assert int(count) == commands_partitions(cfg)
+
+
+def promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.fail("promtool is not installed: run scripts/ensure-promtool.sh (Debian's prometheus package)")
+    return path
+
+
+def run_promtool(*args: str, cwd: Path) -> str:
+    out = subprocess.run([promtool(), *args], capture_output=True, text=True, timeout=60, cwd=cwd, check=False)
+    assert out.returncode == 0, f"promtool {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
+def test_promtool_check_rules() -> None:
+    out = run_promtool("check", "rules", str(ALERTS), cwd=ROOT)
+    assert f"SUCCESS: {len(alert_rules())} rules found" in out
+
+
+def test_promtool_alert_unit_tests() -> None:
+    run_promtool("test", "rules", ALERT_TESTS.name, cwd=ALERT_TESTS.parent)
+
+
+def test_promtool_parses_dashboard_queries(tmp_path: Path) -> None:
+    def concrete(expr: str) -> str:
+        expr = re.sub(r"\$__(rate_interval|interval|range)\b", "5m", expr)
+        return re.sub(r"\$\{?\w+\}?", ".*", expr)  # template variables (regex matchers)
+
+    rules = [{"record": f"dashboard:query_{i}", "expr": concrete(e)} for i, e in enumerate(dashboard_exprs())]
+    path = tmp_path / "dashboard-rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    run_promtool("check", "rules", str(path), cwd=tmp_path)
