@@ -40,6 +40,7 @@ class AgentClient:
         self.config = config
         self.dialect: Dialect = for_agent(config.name, config.dialect, config.agent_code)
         self._http = http
+        self._streaming: bool | None = None
         token = config.token()
         self._auth = {"Authorization": f"Bearer {token.get()}"} if token else {}
         self._timeout = httpx.Timeout(config.request_timeout_seconds, connect=config.connect_timeout_seconds)
@@ -53,6 +54,25 @@ class AgentClient:
     @property
     def name(self) -> str:
         return self.config.name
+
+    async def streaming(self) -> bool:
+        """Whether to stream: the configured mode, else the agent card's capability."""
+        if self._streaming is None:
+            if self.config.mode != "auto" or self.config.dialect == "gateway":
+                self._streaming = self.config.mode != "poll"
+            else:
+                self._streaming = await self._card_streaming()
+        return self._streaming
+
+    async def _card_streaming(self) -> bool:
+        url = self.config.url.rstrip("/") + "/.well-known/agent-card.json"
+        try:
+            response = await self._http.get(url, headers=self._auth, timeout=self._timeout)
+            card = orjson.loads(response.content) if response.status_code == 200 else {}
+        except (httpx.TransportError, orjson.JSONDecodeError):
+            return True  # no card to read: try streaming, the common case
+        capabilities = card.get("capabilities") if isinstance(card, dict) else None
+        return not (isinstance(capabilities, dict) and capabilities.get("streaming") is False)
 
     def _headers(self, req: Request, accept: str) -> dict[str, str]:
         return {"Accept": accept, "Content-Type": "application/json", **req.headers, **self._auth}

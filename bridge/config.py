@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 Dialect = Literal["gateway", "a2a-0.3", "a2a-1.0"]
-Mode = Literal["stream", "poll"]
+# auto: ask the agent card (capabilities.streaming); the gateway dialect streams.
+Mode = Literal["auto", "stream", "poll"]
 
 
 class ConfigError(ValueError):
@@ -127,7 +128,7 @@ class AgentConfig:
     agent_code: str | None = None
     token_file: str | None = None
     token_env: str | None = None
-    mode: Mode = "stream"
+    mode: Mode = "auto"
     connect_timeout_seconds: float = 5.0
     request_timeout_seconds: float = 30.0
     # The longest silence on an open SSE stream before it counts as dropped.

@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 import orjson
 
+from bridge import artifacts
+
 TERMINAL_STATES = frozenset({"completed", "failed", "canceled", "rejected"})
 # The Task waits for a reply; its stream may end without it being lost.
 PAUSED_STATES = frozenset({"input-required", "auth-required"})
@@ -156,11 +158,13 @@ class TaskRecord:
 
     # ----------------------------------------------------------- updates --
 
-    def apply(self, update: Update) -> list[Event | Dropped]:
+    def apply(self, update: Update, max_artifact_bytes: int | None = None) -> list[Event | Dropped]:
         """Turn one agent update into events, dropping what was already published.
 
         ``afterSeq`` advances for every update with an SSE id that is not a
         replay, published or not: it is the cursor of what was *processed*.
+        Artifact parts beyond ``max_artifact_bytes`` are spread over several
+        events (see :mod:`bridge.artifacts`).
         """
         if self.closed:
             return [Dropped("after-terminal")]
@@ -178,8 +182,8 @@ class TaskRecord:
         if isinstance(update, StatusUpdate):
             return [self._status(update.state, update.message, src)]
         if isinstance(update, ArtifactUpdate):
-            return [self._artifact(update)]
-        return self._snapshot(update)
+            return self._artifact(update, max_artifact_bytes)
+        return self._snapshot(update, max_artifact_bytes)
 
     def _status(self, state: str, message: JSON | None, src: int | None) -> Event | Dropped:
         digest = _digest([state, message])
@@ -192,27 +196,33 @@ class TaskRecord:
         body: JSON = {"state": state, "terminal": terminal, "message": message}
         return self._event("status", body, src)
 
-    def _artifact(self, u: ArtifactUpdate) -> Event | Dropped:
+    def _artifact(self, u: ArtifactUpdate, cap: int | None) -> list[Event | Dropped]:
         known = self.artifacts.get(u.artifact_id)
         if u.append and known is not None:
             progress = ArtifactProgress(known.parts + len(u.parts), roll(known.digest, u.parts), u.last_chunk)
         else:
             progress = ArtifactProgress(len(u.parts), roll("", u.parts), u.last_chunk)
             if known is not None and known.digest == progress.digest and known.done == u.last_chunk:
-                return Dropped("duplicate")
+                return [Dropped("duplicate")]
+        # Progress counts the agent's own parts, so a snapshot compares against
+        # them however the parts were split into records.
         self.artifacts[u.artifact_id] = progress
-        body: JSON = {
-            "artifact": {
-                "artifactId": u.artifact_id,
-                "name": u.name,
-                "parts": u.parts,
-                "append": bool(u.append and known is not None),
-                "lastChunk": u.last_chunk,
+        groups = artifacts.split(u.parts, cap)
+        out: list[Event | Dropped] = []
+        for i, parts in enumerate(groups):
+            body: JSON = {
+                "artifact": {
+                    "artifactId": u.artifact_id,
+                    "name": u.name,
+                    "parts": parts,
+                    "append": bool(u.append and known is not None) or i > 0,
+                    "lastChunk": u.last_chunk and i == len(groups) - 1,
+                }
             }
-        }
-        return self._event("artifact", body, u.source_seq)
+            out.append(self._event("artifact", body, u.source_seq))
+        return out
 
-    def _snapshot(self, snap: TaskSnapshot) -> list[Event | Dropped]:
+    def _snapshot(self, snap: TaskSnapshot, cap: int | None) -> list[Event | Dropped]:
         """Publish what a whole Task shows that was not published yet, once.
 
         An artifact whose published parts are a prefix of the snapshot's gets
@@ -242,7 +252,7 @@ class TaskRecord:
                     append=False,
                     last_chunk=terminal,
                 )
-            out.append(self._artifact(update))
+            out.extend(self._artifact(update, cap))
         out.append(self._status(snap.state, snap.message, snap.source_seq))
         return [e for e in out if isinstance(e, Event)] or [Dropped("duplicate")]
 

@@ -98,7 +98,7 @@ class TaskRunner:
                     await t
 
     def _apply(self, update: Update) -> None:
-        self.part.publish(self.record, self.record.apply(update))
+        self.part.publish(self.record, self.record.apply(update, self.part.config.bridge.max_artifact_bytes))
         self._changed.set()
 
     def _outcome(self, outcome: BridgeOutcome, reason: str | None = None) -> None:
@@ -207,18 +207,23 @@ class TaskRunner:
         )
 
     async def _start(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
-        """Send the start; the command is absorbed with the first update."""
+        """Send the start; the command is absorbed with the first update.
+
+        Each attempt waits ``first_event_timeout_seconds`` for a first event;
+        transient failures are re-sent with the same messageId (a gateway that
+        de-duplicates attaches to the Task it already made) until
+        ``resume_deadline_seconds`` pass, then the start is ``rejected``.
+        """
         if self.part.start_resent(command.command_id):
             metrics.START_RESENDS.inc()
         message = self._message(command)
-        budget = self.part.config.bridge.first_event_timeout_seconds
-        deadline = time.monotonic() + budget
+        cfg = self.part.config.bridge
+        deadline = time.monotonic() + cfg.resume_deadline_seconds
         attempt = 0
-        poll = self.client.config.mode == "poll"
         while True:
             try:
-                if poll:
-                    async with asyncio.timeout(budget):
+                if not await self.client.streaming():
+                    async with asyncio.timeout(cfg.first_event_timeout_seconds):
                         snap = await self.client.task(self.client.dialect.send("send", rpc_id("send"), message))
                     self._apply(snap)
                     self.part.absorb(raw.offset, self.record)
@@ -228,7 +233,7 @@ class TaskRunner:
                 await self._consume(
                     self.client.stream(req),
                     first=lambda: self.part.absorb(raw.offset, self.record),
-                    first_timeout=budget,
+                    first_timeout=cfg.first_event_timeout_seconds,
                 )
                 break
             except (AgentError, TimeoutError) as exc:
@@ -323,7 +328,7 @@ class TaskRunner:
         self._resumed = True
         deadline = time.monotonic() + self.part.config.bridge.resume_deadline_seconds
         attempt = 0
-        if self.client.config.mode == "poll":
+        if not await self.client.streaming():
             await self._poll()
             return
         while not self.record.closed and not self.record.paused:

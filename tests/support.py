@@ -123,6 +123,8 @@ def bridge_config(
         registry[f"sdk-{a}"] = {"url": f"{env.sdk}/agents/{a}", "dialect": "a2a-0.3"}
         registry[f"v1-{a}"] = {"url": f"{env.sdk}/agents/{a}", "dialect": "a2a-1.0"}
     registry["sdk-poller"] = {"url": f"{env.sdk}/agents/writer-poll", "dialect": "a2a-0.3", "mode": "poll"}
+    # mode auto: the agent card says streaming: false
+    registry["sdk-autopoll"] = {"url": f"{env.sdk}/agents/writer-poll", "dialect": "a2a-1.0"}
     registry.update(agents or {})
     for name_, a in registry.items():
         lines += ["", f'[agents."{name_}"]', *(f"{k} = {orjson.dumps(v).decode()}" for k, v in a.items())]

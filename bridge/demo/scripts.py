@@ -7,7 +7,8 @@ Task by what it writes in the command.
 
 Agents:
 - ``writer``: ``working``, then ``chunks`` artifact chunks (append/lastChunk)
-  of one artifact ``result``, then ``completed``.
+  of one artifact ``result`` (each padded to ``size`` characters if given),
+  then ``completed``.
 - ``failer``: ``working``, then ``failed`` with a status message.
 - ``asker``: ``working``, then ``input-required`` with a question; the next
   user message (turn 1) gets an artifact echoing the answer, then ``completed``.
@@ -63,9 +64,10 @@ def _num(p: dict[str, str], key: str, default: float) -> float:
         return default
 
 
-def chunk_text(i: int, n: int) -> str:
+def chunk_text(i: int, n: int, size: int = 0) -> str:
     """Text of chunk ``i`` (0-based) of ``n``: distinct, ordered, easy to check."""
-    return f"[{i + 1}/{n}] lorem ipsum dolor sit amet {i * 7919 % 10007:05d}\n"
+    text = f"[{i + 1}/{n}] lorem ipsum dolor sit amet {i * 7919 % 10007:05d}\n"
+    return text + "é" * max(0, size - len(text))
 
 
 def run(agent: str, text: str, turn: int = 0) -> Iterator[Step]:
@@ -74,10 +76,11 @@ def run(agent: str, text: str, turn: int = 0) -> Iterator[Step]:
     interval = _num(p, "interval", 0.05)
     if agent == "writer":
         n = max(1, int(_num(p, "chunks", 5)))
+        size = int(_num(p, "size", 0))
         yield Status("working", "writing")
         for i in range(n):
             yield Pause(interval)
-            yield Chunk("result", "result", chunk_text(i, n), append=i > 0, last_chunk=i == n - 1)
+            yield Chunk("result", "result", chunk_text(i, n, size), append=i > 0, last_chunk=i == n - 1)
         yield Status("completed")
     elif agent == "failer":
         yield Status("working")

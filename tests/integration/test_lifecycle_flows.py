@@ -1,0 +1,293 @@
+"""The whole Task lifecycle through a running bridge (issue 4), every dialect."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from bridge.artifacts import unsplit
+from bridge.config import Config
+from tests.support import (
+    BridgeProcess,
+    Collected,
+    Env,
+    Server,
+    bridge_config,
+    closed_keys,
+    free_port,
+    read_topic,
+    reassemble,
+    run_cli,
+    send_commands,
+    start_command,
+)
+
+pytestmark = pytest.mark.integration
+
+DIALECTS = {"gateway": "gw", "a2a-0.3": "sdk", "a2a-1.0": "v1"}
+TOKEN = "s3cret-token-do-not-log"
+CAP = 2048
+
+
+@dataclass
+class Running:
+    config: Config
+    path: Path
+    bridge: BridgeProcess
+    env: Env
+    secured: str
+
+    async def events(self, until: Callable[[Collected], bool], timeout: float = 40, settle: float = 0.5) -> Collected:
+        return await read_topic(
+            self.config, self.config.kafka.events_topic, until=until, timeout=timeout, settle=settle
+        )
+
+    async def task_events(self, key: str, timeout: float = 40) -> list[dict[str, Any]]:
+        got = await self.events(lambda c: key in closed_keys(c), timeout=timeout)
+        assert key in closed_keys(got), (got.by_task_key().get(key), self.bridge.log()[-3000:])
+        return got.by_task_key()[key]
+
+    async def dlq(self, n: int) -> list[tuple[bytes | None, str]]:
+        got = await read_topic(
+            self.config, self.config.kafka.dlq_topic, until=lambda c: len(c.records) >= n, timeout=30, settle=0.5
+        )
+        return [(r.key, r.headers["dlq_reason"].decode()) for r in got.records]
+
+
+@pytest.fixture(scope="module")
+async def running(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Running]:
+    tmp = tmp_path_factory.mktemp("lifecycle")
+    token_file = tmp / "token"
+    token_file.write_text(TOKEN)
+    secured = Server(
+        "secured-gateway",
+        [sys.executable, "-m", "bridge.demo.gateway", "--port", "0", "--token-file", str(token_file)],
+        env.log_dir,
+    )
+    wrong = tmp / "wrong-token"
+    wrong.write_text("not-the-token")
+    gw = f"{secured.url}/newmoi/agents/a2a"
+    agents = {
+        "secured": {"url": gw, "dialect": "gateway", "agent_code": "writer", "token_file": str(token_file)},
+        "wrong-token": {"url": gw, "dialect": "gateway", "agent_code": "writer", "token_file": str(wrong)},
+        "no-token": {"url": gw, "dialect": "gateway", "agent_code": "writer"},
+        "bad-selector": {"url": f"{env.gateway}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "nope"},
+        "nowhere": {"url": f"http://127.0.0.1:{free_port()}/a2a", "dialect": "a2a-0.3"},
+    }
+    path, config = bridge_config(
+        env,
+        tmp,
+        partitions=3,
+        agents=agents,
+        bridge={"max_artifact_bytes": CAP, "first_event_timeout_seconds": 3, "resume_deadline_seconds": 15},
+    )
+    assert run_cli(path, "topics").returncode == 0
+    bridge = BridgeProcess(path, env.log_dir, "bridge-lifecycle")
+    try:
+        yield Running(config, path, bridge, env, secured.url)
+    finally:
+        bridge.stop()
+        secured.stop()
+        assert TOKEN not in bridge.log(), "a token reached the bridge's log"
+
+
+def key(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def gapless(events: list[dict[str, Any]]) -> None:
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert len({e["taskId"] for e in events}) == 1
+    assert [i for i, e in enumerate(events) if e.get("terminal")] == [len(events) - 1]
+
+
+def text_of(message: dict[str, Any] | None) -> str:
+    return "".join(p.get("text", "") for p in (message or {}).get("parts", []))
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_input_required_then_reply_continues_the_same_task(running: Running, dialect: str) -> None:
+    k = key(f"ask-{dialect}")
+    start = start_command(k, f"{DIALECTS[dialect]}-asker", "prepare the export")
+    await send_commands(running.config, [start])
+    got = await running.events(lambda c: any(e.get("state") == "input-required" for e in c.by_task_key().get(k, [])))
+    asked = got.by_task_key()[k]
+    question = asked[-1]
+    assert question["state"] == "input-required" and question["terminal"] is False
+    assert "Which format" in text_of(question["message"])
+    reply = {
+        "type": "reply",
+        "commandId": f"{k}-reply",
+        "taskKey": k,
+        "message": {"role": "user", "parts": [{"kind": "text", "text": "json"}]},
+    }
+    await send_commands(running.config, [reply])
+    events = await running.task_events(k)
+    gapless(events)
+    assert events[: len(asked)] == asked
+    after = events[len(asked) :]
+    assert {e["commandId"] for e in after} == {reply["commandId"]}
+    assert events[-1]["state"] == "completed"
+    assert reassemble(events)["answer"][0]["text"] == "you chose: json"
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_cancel_is_requested_then_confirmed(running: Running, dialect: str) -> None:
+    k = key(f"cancel-{dialect}")
+    await send_commands(running.config, [start_command(k, f"{DIALECTS[dialect]}-sleeper", "ticks=200 interval=0.2")])
+    await running.events(lambda c: len(c.by_task_key().get(k, [])) >= 3)
+    await send_commands(running.config, [{"type": "cancel", "commandId": f"{k}-cancel", "taskKey": k}])
+    events = await running.task_events(k)
+    gapless(events)
+    outcomes = [(e["kind"], e.get("outcome") or e.get("state")) for e in events]
+    i = outcomes.index(("bridge", "cancel-requested"))
+    assert outcomes[-1] == ("status", "canceled") and i < len(outcomes) - 1
+    assert events[i]["commandId"] == f"{k}-cancel" and events[i]["terminal"] is False
+
+
+async def test_deadline_is_a_bridge_timeout_not_a_failure(running: Running) -> None:
+    k = key("deadline")
+    await send_commands(running.config, [start_command(k, "gw-sleeper", "ticks=200 interval=0.2", deadlineSeconds=1.5)])
+    events = await running.task_events(k)
+    gapless(events)
+    last = events[-1]
+    assert (last["kind"], last["outcome"], last["terminal"]) == ("bridge", "timeout", True)
+    assert all(e.get("state") not in ("failed", "canceled") for e in events)
+    # The agent's Task may still run: the bridge says so and does not pretend otherwise.
+    tasks = httpx.get(f"{running.env.gateway}/_control/tasks/{last['taskId']}", timeout=5).json()
+    assert tasks["state"] == "working"
+
+
+@pytest.mark.parametrize("agent", ["sdk-poller", "sdk-autopoll"])
+async def test_non_streaming_agents_are_polled(running: Running, agent: str) -> None:
+    k = key(agent)
+    await send_commands(running.config, [start_command(k, agent, "chunks=4 interval=0.2")])
+    events = await running.task_events(k)
+    gapless(events)
+    assert events[-1]["state"] == "completed"
+    version = {"sdk-poller": ("tasks/get", {}), "sdk-autopoll": ("GetTask", {"A2A-Version": "1.0"})}[agent]
+    truth = httpx.post(
+        f"{running.env.sdk}/agents/writer-poll",
+        headers=version[1],
+        timeout=5,
+        json={"jsonrpc": "2.0", "id": 1, "method": version[0], "params": {"id": events[0]["taskId"]}},
+    ).json()["result"]
+    parts = reassemble(events)["result"]
+    assert "".join(p["text"] for p in parts) == "".join(p["text"] for a in truth["artifacts"] for p in a["parts"])
+
+
+async def test_large_artifacts_are_split_within_the_cap(running: Running) -> None:
+    k = key("large")
+    await send_commands(running.config, [start_command(k, "gw-writer", "chunks=3 size=5000 interval=0.01")])
+    got = await running.events(lambda c: k in closed_keys(c))
+    records = [r for r in got.records if r.json["taskKey"] == k]
+    events = [r.json for r in records]
+    gapless(events)
+    assert max(len(orjson.dumps(e["artifact"]["parts"])) for e in events if e["kind"] == "artifact") <= CAP
+    assert len([e for e in events if e["kind"] == "artifact"]) > 3
+    truth = httpx.post(
+        f"{running.env.gateway}/newmoi/agents/a2a",
+        timeout=5,
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tasks/get",
+            "agent_code": "writer",
+            "params": {"id": events[0]["taskId"]},
+        },
+    ).json()["result"]
+    assert unsplit(reassemble(events)["result"]) == truth["artifacts"][0]["parts"]
+
+
+async def test_command_rules_refuse_or_ignore_with_a_reason(running: Running) -> None:
+    busy, ghost = key("busy"), key("ghost")
+    start = start_command(busy, "gw-sleeper", "ticks=30 interval=0.1")
+    await send_commands(running.config, [start, start])  # the same commandId twice: one Task
+    await running.events(lambda c: len(c.by_task_key().get(busy, [])) >= 2)
+    await send_commands(
+        running.config,
+        [
+            start_command(busy, "gw-writer", "again"),  # live Task on the key
+            {
+                "type": "reply",
+                "commandId": f"{busy}-r",
+                "taskKey": busy,  # not waiting for input
+                "message": {"role": "user", "parts": [{"kind": "text", "text": "x"}]},
+            },
+            {"type": "cancel", "commandId": f"{ghost}-c", "taskKey": ghost},  # no such Task
+        ],
+    )
+    dlq = await running.dlq(3)
+    mine = {(k, r) for k, r in dlq if k in (busy.encode(), ghost.encode())}
+    assert mine == {
+        (busy.encode(), "key-busy"),
+        (busy.encode(), "not-awaiting-input"),
+        (ghost.encode(), "unknown-task-key"),
+    }
+    events = await running.task_events(busy)
+    gapless(events)
+    assert {e["commandId"] for e in events} == {start["commandId"]}
+    late = {
+        "type": "reply",
+        "commandId": f"{busy}-late",
+        "taskKey": busy,
+        "message": {"role": "user", "parts": [{"kind": "text", "text": "x"}]},
+    }
+    await send_commands(running.config, [late])
+    dlq = await running.dlq(4)
+    assert (busy.encode(), "task-closed") in dlq
+
+
+@pytest.mark.parametrize(
+    ("agent", "text", "outcome"),
+    [
+        ("gw-writer", "debug=json chunks=3", "completed"),  # JSON where SSE was expected
+        ("gw-writer", "debug=badsse chunks=3", "completed"),  # a non-JSON data: line mid-stream
+        ("gw-writer", "debug=hang chunks=2", "completed"),  # no first event: re-sent, same messageId
+        ("gw-writer", "debug=http500", "rejected:http-error"),
+        ("bad-selector", "hi", "rejected:rpc-error"),
+        ("wrong-token", "hi", "rejected:unauthorized"),
+        ("no-token", "hi", "rejected:unauthorized"),
+        ("nowhere", "hi", "rejected:unavailable"),
+        ("secured", "chunks=2", "completed"),
+    ],
+)
+async def test_agent_failures_have_distinct_outcomes(running: Running, agent: str, text: str, outcome: str) -> None:
+    k = key("agent-" + agent)
+    await send_commands(running.config, [start_command(k, agent, text + " interval=0.05")])
+    events = await running.task_events(k)
+    gapless(events)
+    last = events[-1]
+    if outcome.startswith("rejected:"):
+        assert (last["kind"], last["outcome"]) == ("bridge", "rejected")
+        assert last["reason"].startswith(outcome.split(":")[1]), last["reason"]
+        if agent == "bad-selector":
+            assert "-32012" in last["reason"] and "JSON-RPC id" in last["reason"]
+    else:
+        assert last["state"] == outcome
+
+
+async def test_inspect_prints_the_seed_diagnosis_order(running: Running) -> None:
+    k = key("inspect")
+    await send_commands(running.config, [start_command(k, "gw-writer", "chunks=2 interval=0.01")])
+    events = await running.task_events(k)
+    out = run_cli(running.path, "inspect", k)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    order = [
+        text.index(s)
+        for s in ("JSON-RPC id vs Task id", "Agent selector", "Authorization", "Last event sequence", "Terminal event")
+    ]
+    assert order == sorted(order)
+    assert events[0]["taskId"] in text and "agent_code 'writer'" in text
+    assert f"published seq {len(events)}" in text and "completed" in text
+    by_id = run_cli(running.path, "inspect", events[0]["taskId"])
+    assert by_id.returncode == 0 and k in by_id.stdout
