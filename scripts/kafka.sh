@@ -80,8 +80,11 @@ resolve_jars() {
         jars_ok && exit 0
         log "resolving Kafka jars with Maven into kafka/libs ..."
         local start=$SECONDS
+        # pom.xml changed since the last copy: drop the old jar versions. A merely
+        # missing marker (first run, interrupted copy) keeps what is there and
+        # lets Maven add the missing jars.
+        if [[ -f "$MARKER" ]]; then rm -rf "$LIBS"; fi
         rm -f "$MARKER"
-        rm -rf "$LIBS"
         (cd "$KAFKA_DIR" && mvn -q -B dependency:copy-dependencies) >&2 ||
             die "mvn dependency:copy-dependencies failed (see output above)"
         compgen -G "$LIBS/kafka_2.13-*.jar" >/dev/null || die "kafka jar missing after mvn run"
@@ -91,13 +94,21 @@ resolve_jars() {
 }
 
 # --- process / readiness helpers ------------------------------------------------
+# Alive and not a zombie (an exited broker reparented to pid 1 can linger as one).
+pid_alive() {
+    kill -0 "$1" 2>/dev/null || return 1
+    local st
+    st="$(ps -o stat= -p "$1" 2>/dev/null)" || return 1
+    [[ "$st" != Z* ]]
+}
+
 # Print the pid of the broker started by this script for this state dir, if alive.
 broker_pid() {
     [[ -f "$PID_FILE" ]] || return 1
     local pid args
     pid="$(cat "$PID_FILE" 2>/dev/null)" || return 1
     [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-    kill -0 "$pid" 2>/dev/null || return 1
+    pid_alive "$pid" || return 1
     # Guard against pid reuse: must be our java running kafka.Kafka with our config.
     args="$(ps -ww -o args= -p "$pid" 2>/dev/null)" || return 1
     [[ "$args" == *kafka.Kafka*"$CONFIG"* ]] || return 1
@@ -129,10 +140,14 @@ def alive():
         return True
     try:
         os.kill(pid, 0)
-        return True
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    try:  # a zombie counts as dead
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
         return True
 
 async def attempt():
@@ -182,17 +197,24 @@ show_failure_logs() {
     fi
 }
 
-# --- start / stop ---------------------------------------------------------------
-start_broker() {
-    [[ -f "$CONFIG" && -d "$DATA_DIR" ]] || die "no formatted broker in $STATE_DIR (run: scripts/kafka.sh up)"
+check_ports_free() {
+    local p
     for p in "$PORT" "$CONTROLLER_PORT"; do
         if port_open "$p"; then
             die "port $p is already in use by another process (set KAFKA_PORT / KAFKA_CONTROLLER_PORT)"
         fi
     done
+}
+
+# --- start / stop ---------------------------------------------------------------
+start_broker() {
+    [[ -f "$CONFIG" && -d "$DATA_DIR" ]] || die "no formatted broker in $STATE_DIR (run: scripts/kafka.sh up)"
+    check_ports_free
     mkdir -p "$LOG_DIR"
     : >"$OUT_FILE"
     local start=$SECONDS
+    # A stale pid file from a broker that died would race with the new one.
+    rm -f "$PID_FILE"
     # New session (setsid) so the broker survives the calling shell/terminal;
     # the inner shell records its own pid and then execs java (same pid).
     # shellcheck disable=SC2086
@@ -211,7 +233,7 @@ start_broker() {
     case $rc in
         0) log "broker ready in $((SECONDS - start))s (pid $pid)" ;;
         2) show_failure_logs; rm -f "$PID_FILE"; die "broker process $pid exited during startup" ;;
-        3) stop_broker; die "cannot check readiness: install aiokafka into $PYTHON or set PYTHON" ;;
+        3) stop_broker; die "the readiness check needs aiokafka: install it into $PYTHON or set PYTHON" ;;
         *) show_failure_logs; stop_broker
            die "broker not ready within ${READY_TIMEOUT}s on $BOOTSTRAP (stopped it; logs above)" ;;
     esac
@@ -226,13 +248,13 @@ stop_broker() {
     kill -TERM "$pid" 2>/dev/null || true
     local i
     for i in $(seq 200); do # 20 s
-        kill -0 "$pid" 2>/dev/null || break
+        pid_alive "$pid" || break
         sleep 0.1
     done
-    if kill -0 "$pid" 2>/dev/null; then
+    if pid_alive "$pid"; then
         log "broker $pid did not stop within 20s after SIGTERM; sending SIGKILL"
         kill -KILL "$pid" 2>/dev/null || true
-        for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        for i in $(seq 50); do pid_alive "$pid" || break; sleep 0.1; done
     fi
     rm -f "$PID_FILE"
 }
@@ -261,6 +283,9 @@ cmd_up() {
         log "broker pid $pid is alive but not answering on $BOOTSTRAP; restarting it from scratch"
         stop_broker
     fi
+    "$PYTHON" -c 'import aiokafka' 2>/dev/null ||
+        die "the readiness check needs aiokafka: install it into $PYTHON or set PYTHON"
+    check_ports_free
     resolve_jars
 
     local t0=$SECONDS
