@@ -6,19 +6,23 @@ import asyncio
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support import (
     ROOT,
     BridgeProcess,
     Env,
+    Server,
     bridge_config,
     closed_keys,
     read_topic,
+    reassemble,
     run_cli,
     send_commands,
     start_command,
@@ -139,3 +143,122 @@ async def test_broker_restart_mid_run(env: Env, tmp_path: Path) -> None:
         assert bridge.alive, bridge.log()[-3000:]
     finally:
         bridge.stop()
+
+
+def agent_truth(
+    url: str,
+    task_id: str,
+    *,
+    method: str = "tasks/get",
+    headers: dict[str, str] | None = None,
+    agent_code: str | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"jsonrpc": "2.0", "id": "truth", "method": method, "params": {"id": task_id}}
+    if agent_code:
+        body["agent_code"] = agent_code
+    doc: dict[str, Any] = httpx.post(url, json=body, headers=headers or {}, timeout=10).json()
+    return doc["result"]
+
+
+async def test_restart_resumes_standard_a2a_tasks_from_snapshots(env: Env, tmp_path: Path) -> None:
+    """No SSE ids: resubscribe / SubscribeToTask, reconciled against the Task snapshot."""
+    path, config = bridge_config(env, tmp_path, partitions=2)
+    assert run_cli(path, "topics").returncode == 0
+    bridge = BridgeProcess(path, env.log_dir, "resume-a2a")
+    keys = {"r-sdk": "sdk-writer", "r-v1": "v1-writer", "r-gw": "gw-writer"}
+    try:
+        await send_commands(config, [start_command(k, a, "chunks=30 interval=0.1") for k, a in keys.items()])
+        for k in keys:
+            await wait_events(config, k, 5)
+        bridge.signal(signal.SIGKILL)
+        bridge.wait(10)
+        await asyncio.sleep(1.5)  # the agents go on producing chunks nobody reads
+        bridge.start()
+        got = await read_topic(
+            config, config.kafka.events_topic, timeout=60, until=lambda c: closed_keys(c) >= set(keys), settle=1.0
+        )
+        by_key = got.by_task_key()
+        for k, agent in keys.items():
+            events = by_key[k]
+            assert_exactly_once(events)
+            assert events[-1]["state"] == "completed"
+            task_id = events[0]["taskId"]
+            if agent.startswith("gw"):
+                truth = agent_truth(f"{env.gateway}/newmoi/agents/a2a", task_id, agent_code="writer")
+            elif agent.startswith("v1"):
+                truth = agent_truth(
+                    f"{env.sdk}/agents/writer", task_id, method="GetTask", headers={"A2A-Version": "1.0"}
+                )
+            else:
+                truth = agent_truth(f"{env.sdk}/agents/writer", task_id)
+            texts = [p["text"] for p in reassemble(events)["result"]]
+            assert texts == [p["text"] for p in truth["artifacts"][0]["parts"]], k
+        assert bridge.starts == 2
+    finally:
+        bridge.stop()
+
+
+async def test_a_vanished_task_is_lost(env: Env, tmp_path: Path) -> None:
+    """Resubscribe and tasks/get both fail (the gateway forgot the Task): one `lost` event."""
+    gateway = Server(
+        "short-gateway", [sys.executable, "-m", "bridge.demo.gateway", "--port", "0", "--retention", "3"], env.log_dir
+    )
+    agents = {
+        "short": {"url": f"{gateway.url}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "writer"},
+        "short-sleeper": {"url": f"{gateway.url}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "sleeper"},
+    }
+    path, config = bridge_config(env, tmp_path, partitions=1, agents=agents, bridge={"resume_deadline_seconds": 5})
+    assert run_cli(path, "topics").returncode == 0
+    bridge = BridgeProcess(path, env.log_dir, "resume-expired")
+    try:
+        await send_commands(config, [start_command("gone", "short-sleeper", "ticks=100 interval=0.2")])
+        await wait_events(config, "gone", 3)
+        bridge.signal(signal.SIGKILL)
+        bridge.wait(10)
+        gateway.stop()  # the sleeper's Task vanishes with the gateway's memory
+        gateway = Server(
+            "short-gateway-2",
+            [sys.executable, "-m", "bridge.demo.gateway", "--port", gateway.url.rsplit(":", 1)[1], "--retention", "3"],
+            env.log_dir,
+        )
+        bridge.start()
+        got = await read_topic(
+            config, config.kafka.events_topic, timeout=60, until=lambda c: closed_keys(c) >= {"gone"}, settle=1.0
+        )
+        gone = got.by_task_key()["gone"]
+        assert_exactly_once(gone)
+        assert (gone[-1]["kind"], gone[-1]["outcome"]) == ("bridge", "lost")
+    finally:
+        bridge.stop()
+        gateway.stop()
+
+
+async def test_retention_expired_resume_polls_snapshots(env: Env, tmp_path: Path) -> None:
+    gateway = Server(
+        "retention-gateway",
+        [sys.executable, "-m", "bridge.demo.gateway", "--port", "0", "--retention", "3"],
+        env.log_dir,
+    )
+    agents = {"short": {"url": f"{gateway.url}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "writer"}}
+    path, config = bridge_config(env, tmp_path, partitions=1, agents=agents)
+    assert run_cli(path, "topics").returncode == 0
+    bridge = BridgeProcess(path, env.log_dir, "resume-retention")
+    try:
+        await send_commands(config, [start_command("exp", "short", "chunks=25 interval=0.1")])
+        await wait_events(config, "exp", 4)
+        bridge.signal(signal.SIGKILL)
+        bridge.wait(10)
+        await asyncio.sleep(1.0)
+        bridge.start()
+        got = await read_topic(
+            config, config.kafka.events_topic, timeout=60, until=lambda c: "exp" in closed_keys(c), settle=1.0
+        )
+        events = got.by_task_key()["exp"]
+        assert_exactly_once(events)
+        assert events[-1]["state"] == "completed"
+        truth = agent_truth(f"{gateway.url}/newmoi/agents/a2a", events[0]["taskId"], agent_code="writer")
+        assert reassemble(events) == {a["artifactId"]: a["parts"] for a in truth["artifacts"]}
+        assert any(e["sourceSeq"] is None for e in events), "expected snapshot-based events after the gap"
+    finally:
+        bridge.stop()
+        gateway.stop()
