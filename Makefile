@@ -36,14 +36,15 @@ lint: venv
 	$(VENV)/bin/mypy
 
 unit: venv
-	$(PY) -m pytest tests/unit tests/test_gateway_server.py tests/test_sdk_agents.py -q
+	$(PY) -m pytest tests --ignore=tests/integration -q
 
 integration: venv
-	$(PY) -m pytest tests/integration -q -m "not chaos"
+	$(PY) -m pytest tests/integration -q
 
 # Everything CI runs. The integration session starts (and stops) the broker.
 test: venv lint
-	$(PY) -m pytest -q -m "not chaos or ci_chaos"
+	scripts/ensure-promtool.sh
+	$(PY) -m pytest -q
 
 chaos: venv
 	CHAOS_TASKS=$${CHAOS_TASKS:-200} CHAOS_KILLS=$${CHAOS_KILLS:-40} $(PY) -m pytest tests/integration/test_chaos.py -q -s
