@@ -1,0 +1,41 @@
+"""The published contract (schemas/) agrees with the code that enforces it."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import yaml
+
+from bridge.commands import DlqReason
+from bridge.lifecycle import BridgeOutcome
+from bridge.schemas import load, schema_dir, validator
+
+
+def asyncapi() -> dict:
+    return yaml.safe_load((schema_dir() / "asyncapi.yaml").read_text())
+
+
+def test_every_schema_is_a_valid_draft_2020_12_schema() -> None:
+    for name in ("command", "event", "checkpoint"):
+        validator(name)  # check_schema raises on an invalid schema
+
+
+def test_asyncapi_names_the_four_topics_and_points_at_the_schema_files() -> None:
+    doc = asyncapi()
+    assert doc["asyncapi"].startswith("3.")
+    assert set(doc["channels"]) == {"commands", "events", "checkpoints", "dlq"}
+    for message in doc["components"]["messages"].values():
+        ref = message.get("payload", {}).get("$ref")
+        if ref:
+            assert (schema_dir() / ref).is_file(), ref
+
+
+def test_asyncapi_enumerations_match_the_code() -> None:
+    messages = asyncapi()["components"]["messages"]
+    reasons = messages["deadLetter"]["headers"]["properties"]["dlq_reason"]["enum"]
+    assert set(reasons) == set(get_args(DlqReason))
+    ce_types = messages["event"]["headers"]["properties"]["ce_type"]["enum"]
+    assert set(ce_types) == {"a2a.task.status", "a2a.task.artifact"} | {
+        f"a2a.bridge.{o}" for o in get_args(BridgeOutcome)}
+    outcome_enum = next(b for b in load("event")["oneOf"] if b["properties"]["kind"]["const"] == "bridge")
+    assert set(outcome_enum["properties"]["outcome"]["enum"]) == set(get_args(BridgeOutcome))
