@@ -105,7 +105,10 @@ class Dialect:
         return {}
 
     def message(self, message: JSON, *, message_id: str, context_id: str | None, task_id: str | None) -> JSON:
-        out: JSON = {"kind": "message", **message, "messageId": message_id}
+        # messageId, taskId and contextId are the bridge's to set (command.schema.json):
+        # a producer's own would attach the message to some other Task.
+        own = {k: v for k, v in message.items() if k not in ("kind", "messageId", "taskId", "contextId")}
+        out: JSON = {"kind": "message", **own, "messageId": message_id}
         if context_id:
             out["contextId"] = context_id
         if task_id:

@@ -81,6 +81,7 @@ class TaskRunner:
         self.task: asyncio.Future[None] | None = None
         # Set once the Task was resumed after a gap (restart or dropped stream).
         self._resumed = False
+        self._stopping = False
 
     # ------------------------------------------------------------ plumbing --
 
@@ -89,6 +90,7 @@ class TaskRunner:
         self.task.add_done_callback(self._crashed)
 
     async def stop(self) -> None:
+        self._stopping = True
         for t in [self._follower, *self._background, self.task]:
             if t is not None:
                 t.cancel()
@@ -131,7 +133,7 @@ class TaskRunner:
     async def _main(self, start: Incoming | None) -> None:
         try:
             if start is not None:
-                self._follow(self._start(*start))
+                self._follow(self._send(*start))
             elif self.record.task_id is None:
                 self._outcome("lost", "restored before the agent named the Task")
             else:
@@ -168,8 +170,9 @@ class TaskRunner:
                 self._follower.cancel()
             self.part.runner_done(self)
             # Commands that queued behind the end of this Task go back through
-            # the partition's rules (a start after the end is a new Task).
-            while not self.inbox.empty():
+            # the partition's rules (a start after the end is a new Task). On a
+            # partition close they stay unabsorbed and are read again later.
+            while not self._stopping and not self.inbox.empty():
                 self.part.requeue(*self.inbox.get_nowait())
 
     def _command(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
@@ -186,7 +189,7 @@ class TaskRunner:
         self.record.remember(command.command_id)
         self.record.command_id = command.command_id
         if command.type == "reply":
-            self._follow(self._reply(command, raw))
+            self._follow(self._send(command, raw))
         elif command.type == "cancel":
             self.record.cancel_pending = command.command_id
             self._outcome("cancel-requested", None)
@@ -206,70 +209,59 @@ class TaskRunner:
             task_id=self.record.task_id,
         )
 
-    async def _start(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
-        """Send the start; the command is absorbed with the first update.
+    async def _send(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
+        """Send a start or a reply; the command is absorbed with the agent's first answer.
 
         Each attempt waits ``first_event_timeout_seconds`` for a first event;
         transient failures are re-sent with the same messageId (a gateway that
         de-duplicates attaches to the Task it already made) until
-        ``resume_deadline_seconds`` pass, then the start is ``rejected``.
+        ``resume_deadline_seconds`` pass. Then a start is ``rejected``; a reply
+        goes to the DLQ and the Task stays paused.
         """
-        if self.part.start_resent(command.command_id):
+        if command.type == "start" and self.part.start_resent(command.command_id):
             metrics.START_RESENDS.inc()
         message = self._message(command)
         cfg = self.part.config.bridge
+        dialect = self.client.dialect
+        absorbed = False
+
+        def absorb() -> None:
+            nonlocal absorbed
+            absorbed = True
+            self.part.absorb(raw.offset, self.record)
+
         deadline = time.monotonic() + cfg.resume_deadline_seconds
         attempt = 0
         while True:
             try:
                 if not await self.client.streaming():
                     async with asyncio.timeout(cfg.first_event_timeout_seconds):
-                        snap = await self.client.task(self.client.dialect.send("send", rpc_id("send"), message))
+                        snap = await self.client.task(dialect.send("send", rpc_id("send"), message))
                     self._apply(snap)
-                    self.part.absorb(raw.offset, self.record)
+                    absorb()
                     await self._poll()
                     return
-                req = self.client.dialect.send("stream", rpc_id("stream"), message)
+                req = dialect.send("stream", rpc_id("stream"), message)
                 await self._consume(
-                    self.client.stream(req),
-                    first=lambda: self.part.absorb(raw.offset, self.record),
-                    first_timeout=cfg.first_event_timeout_seconds,
+                    self.client.stream(req), first=absorb, first_timeout=cfg.first_event_timeout_seconds
                 )
                 break
             except (AgentError, TimeoutError) as exc:
-                if self.record.started:
-                    break  # the stream failed after the Task began: resume below
+                if absorbed:
+                    break  # the stream failed after the agent answered: resume below
                 retryable = isinstance(exc, TimeoutError) or exc.retryable
                 if retryable and time.monotonic() + 0.2 < deadline:
                     await asyncio.sleep(min(backoff(attempt), max(0.0, deadline - time.monotonic())))
                     attempt += 1
                     continue
                 reason = "no first event" if isinstance(exc, TimeoutError) else f"{exc.kind}: {exc.detail}"
-                self._outcome("rejected", reason)
-                self.part.absorb(raw.offset, self.record)
+                if command.type == "start":
+                    self._outcome("rejected", reason)
+                    absorb()
+                else:
+                    self.part.dead_letter(raw, "agent-error", reason, command)
                 return
         await self._after_stream()
-
-    async def _reply(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
-        """An answer to input-required: same Task, same contextId, next seq."""
-        req = self.client.dialect.send("stream", rpc_id("stream"), self._message(command))
-        try:
-            await self._consume(
-                self.client.stream(req),
-                first=lambda: self.part.absorb(raw.offset, self.record),
-                first_timeout=self.part.config.bridge.first_event_timeout_seconds,
-            )
-        except (AgentError, TimeoutError) as exc:
-            if self._absorbed_reply(raw):
-                await self._after_stream()
-                return
-            detail = "no first event" if isinstance(exc, TimeoutError) else f"{exc.kind}: {exc.detail}"
-            self.part.dead_letter(raw, "agent-error", detail, command)
-            return
-        await self._after_stream()
-
-    def _absorbed_reply(self, raw: ConsumerRecord[bytes, bytes]) -> bool:
-        return not self.record.paused
 
     async def _consume(
         self,
