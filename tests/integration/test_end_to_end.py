@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
@@ -152,5 +154,70 @@ async def test_bad_commands_go_to_the_dlq_and_the_bridge_keeps_running(env: Env,
         events = await read_topic(config, config.kafka.events_topic, timeout=30, until=lambda c: "k6" in closed_keys(c))
         assert "k6" in closed_keys(events)
         assert bridge.alive
+    finally:
+        bridge.stop()
+
+
+async def test_oversize_commands_go_to_the_dlq(env: Env, tmp_path: Path) -> None:
+    path, config = bridge_config(env, tmp_path, partitions=1)
+    path.write_text(path.read_text().replace("[kafka]\n", "[kafka]\nmax_command_bytes = 4096\n", 1))
+    assert run_cli(path, "topics").returncode == 0
+    bridge = BridgeProcess(path, env.log_dir, "bridge-oversize")
+    try:
+        big = start_command("big", "gw-writer", "x" * 10_000)
+        await send_commands(config, [big])
+        dlq = await read_topic(config, config.kafka.dlq_topic, timeout=30, until=lambda c: len(c.records) >= 1)
+        assert [r.headers["dlq_reason"] for r in dlq.records] == [b"oversize"]
+        assert dlq.records[0].value == orjson.dumps(big)
+    finally:
+        bridge.stop()
+
+
+async def test_startup_refuses_topics_that_are_not_co_partitioned(env: Env, tmp_path: Path) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    path, config = bridge_config(env, tmp_path, partitions=3)
+    admin = AIOKafkaAdminClient(bootstrap_servers=config.kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(config.kafka.checkpoints_topic, 2, 1)])
+    finally:
+        await admin.close()
+    assert run_cli(path, "topics").returncode == 2  # creates the rest, then refuses the mismatch
+    out = run_cli(path, "run", timeout=60)
+    assert out.returncode == 2
+    assert "co-partitioned" in out.stderr and "has 2 partitions" in out.stderr and "has 3" in out.stderr
+
+
+async def test_ops_endpoints_report_readiness_and_metrics(env: Env, tmp_path: Path) -> None:
+    path, config = bridge_config(env, tmp_path, partitions=2)
+    assert run_cli(path, "topics").returncode == 0
+    bridge = BridgeProcess(path, env.log_dir, "bridge-ops")
+    try:
+        port = None
+        for _ in range(100):
+            m = re.search(r"ops endpoints on :(\d+)", bridge.log())
+            if m:
+                port = int(m.group(1))
+                break
+            await asyncio.sleep(0.1)
+        assert port, bridge.log()
+        base = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=base, timeout=5) as http:
+            assert (await http.get("/healthz")).status_code == 200
+            for _ in range(100):
+                if (await http.get("/readyz")).status_code == 200:
+                    break
+                await asyncio.sleep(0.1)
+            assert (await http.get("/readyz")).status_code == 200
+            await send_commands(config, [start_command("m1", "gw-writer", "chunks=2 interval=0.01")])
+            await read_topic(config, config.kafka.events_topic, timeout=30, until=lambda c: "m1" in closed_keys(c))
+            await asyncio.sleep(0.3)
+            text = (await http.get("/metrics")).text
+        assert "bridge_partitions_assigned 2.0" in text
+        assert 'bridge_events_published_total{kind="artifact"} 2.0' in text
+        assert 'bridge_task_outcomes_total{outcome="completed"} 1.0' in text
+        assert 'bridge_transactions_total{result="committed"}' in text
+        assert "m1" not in text  # no task keys or ids as labels
     finally:
         bridge.stop()

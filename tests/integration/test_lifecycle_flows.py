@@ -291,3 +291,22 @@ async def test_inspect_prints_the_seed_diagnosis_order(running: Running) -> None
     assert f"published seq {len(events)}" in text and "completed" in text
     by_id = run_cli(running.path, "inspect", events[0]["taskId"])
     assert by_id.returncode == 0 and k in by_id.stdout
+
+
+async def test_timeout_can_also_cancel_the_agents_task(env: Env, tmp_path: Path) -> None:
+    path, config = bridge_config(env, tmp_path, partitions=1, bridge={"cancel_on_timeout": True})
+    assert run_cli(path, "topics").returncode == 0
+    bridge = BridgeProcess(path, env.log_dir, "bridge-timeout-cancel")
+    try:
+        k = key("deadline-cancel")
+        await send_commands(config, [start_command(k, "gw-sleeper", "ticks=200 interval=0.2", deadlineSeconds=1.5)])
+        got = await read_topic(
+            config, config.kafka.events_topic, timeout=30, until=lambda c: k in closed_keys(c), settle=1.0
+        )
+        events = got.by_task_key()[k]
+        gapless(events)
+        assert (events[-1]["kind"], events[-1]["outcome"]) == ("bridge", "timeout")
+        task = httpx.get(f"{env.gateway}/_control/tasks/{events[-1]['taskId']}", timeout=5).json()
+        assert task["state"] == "canceled"
+    finally:
+        bridge.stop()
