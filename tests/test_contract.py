@@ -36,6 +36,7 @@ def test_asyncapi_enumerations_match_the_code() -> None:
     assert set(reasons) == set(get_args(DlqReason))
     ce_types = messages["event"]["headers"]["properties"]["ce_type"]["enum"]
     assert set(ce_types) == {"a2a.task.status", "a2a.task.artifact"} | {
-        f"a2a.bridge.{o}" for o in get_args(BridgeOutcome)}
+        f"a2a.bridge.{o}" for o in get_args(BridgeOutcome)
+    }
     outcome_enum = next(b for b in load("event")["oneOf"] if b["properties"]["kind"]["const"] == "bridge")
     assert set(outcome_enum["properties"]["outcome"]["enum"]) == set(get_args(BridgeOutcome))

@@ -166,9 +166,7 @@ async def test_writer_stream_ids_and_artifacts(client: httpx.AsyncClient) -> Non
         "[3/4]",
         "[4/4]",
     ]
-    assert (await rpc(client, "writer", "tasks/get", {"id": task["id"], "historyLength": 0}))["result"][
-        "history"
-    ] == []
+    assert (await rpc(client, "writer", "tasks/get", {"id": task["id"], "historyLength": 0}))["result"]["history"] == []
     # The agent selector is part of the address.
     other = await rpc(client, "asker", "tasks/get", {"id": task["id"]})
     assert other["error"]["code"] == -32001
@@ -191,9 +189,7 @@ async def test_resubscribe_after_seq_then_live(client: httpx.AsyncClient) -> Non
 async def test_retention_error(client: httpx.AsyncClient) -> None:
     await client.post("/_control/config", json={"retention": 3})
     try:
-        task = (
-            await rpc(client, "writer", "message/send", {"message": user_message("chunks=5 interval=0")})
-        )["result"]
+        task = (await rpc(client, "writer", "message/send", {"message": user_message("chunks=5 interval=0")}))["result"]
         await wait_for(client, task["id"], lambda v: v["state"] == "completed")
         gone = await client.post(
             A2A, json=envelope("writer", "tasks/resubscribe", {"taskId": task["id"], "afterSeq": 1}, "rr")
@@ -207,9 +203,9 @@ async def test_retention_error(client: httpx.AsyncClient) -> None:
 
 
 async def test_cancel(client: httpx.AsyncClient) -> None:
-    task = (
-        await rpc(client, "sleeper", "message/send", {"message": user_message("ticks=100 interval=0.05")})
-    )["result"]
+    task = (await rpc(client, "sleeper", "message/send", {"message": user_message("ticks=100 interval=0.05")}))[
+        "result"
+    ]
     canceled = await rpc(client, "sleeper", "tasks/cancel", {"id": task["id"]})
     assert canceled["result"]["status"]["state"] == "canceled"
     again = await rpc(client, "sleeper", "tasks/cancel", {"id": task["id"]})
@@ -244,9 +240,7 @@ async def test_input_required_continuation(client: httpx.AsyncClient) -> None:
     # The seed's answer message carries only the contextId.
     t2 = (await rpc(client, "asker", "message/send", {"message": user_message("interval=0.001")}))["result"]
     await wait_for(client, t2["id"], lambda v: v["state"] == "input-required")
-    cont = await rpc(
-        client, "asker", "message/send", {"message": user_message("json", contextId=t2["contextId"])}
-    )
+    cont = await rpc(client, "asker", "message/send", {"message": user_message("json", contextId=t2["contextId"])})
     assert cont["result"]["id"] == t2["id"] and cont["result"]["status"]["state"] == "working"
 
 
@@ -284,9 +278,7 @@ async def test_drop_via_control(client: httpx.AsyncClient) -> None:
 
 
 async def test_debug_knobs(client: httpx.AsyncClient) -> None:
-    boom = await client.post(
-        A2A, json=envelope("writer", "message/stream", {"message": user_message("debug=http500")})
-    )
+    boom = await client.post(A2A, json=envelope("writer", "message/stream", {"message": user_message("debug=http500")}))
     assert boom.status_code == 500
     as_json = await client.post(
         A2A, json=envelope("writer", "message/stream", {"message": user_message("debug=json chunks=1")})

@@ -224,9 +224,7 @@ async def test_asker_continues_same_task_v03(client: httpx.AsyncClient, base_url
     parked = (await call(client, url, "tasks/get", {"id": task_id}))["result"]
     assert parked["status"]["state"] == "input-required"
 
-    second = results(
-        await stream(client, url, "message/stream", {"message": msg03("json", task_id, context_id)})
-    )
+    second = results(await stream(client, url, "message/stream", {"message": msg03("json", task_id, context_id)}))
     assert {r["taskId"] for r in second} == {task_id}
     assert [r["kind"] for r in second] == ["status-update", "artifact-update", "status-update"]
     assert second[1]["artifact"]["parts"][0]["text"] == "you chose: json"
