@@ -136,24 +136,24 @@ class Dialect:
         """
         kind = result.get("kind")
         if kind == "status-update":
-            status = result.get("status") or {}
+            status = self._obj(result, "status")
             return StatusUpdate(
                 self._str(result, "taskId"),
-                result.get("contextId"),
+                self._context(result),
                 normalize_state(status.get("state")),
-                status.get("message"),
+                self._message(status),
                 source_seq,
             )
         if kind == "artifact-update":
-            art = result.get("artifact") or {}
+            art = self._obj(result, "artifact")
             return ArtifactUpdate(
                 self._str(result, "taskId"),
-                result.get("contextId"),
+                self._context(result),
                 str(art.get("artifactId", "")),
-                art.get("name"),
-                list(art.get("parts") or []),
-                bool(result.get("append")),
-                bool(result.get("lastChunk")),
+                _opt_str(art.get("name")),
+                self._list(art, "parts"),
+                result.get("append") is True,
+                result.get("lastChunk") is True,
                 source_seq,
             )
         if kind == "task":
@@ -163,21 +163,57 @@ class Dialect:
         raise AgentProtocolError(self.agent, "stream", f"unknown result kind {str(kind)[:40]!r}")
 
     def task(self, result: JSON, source_seq: int | None = None) -> TaskSnapshot:
-        status = result.get("status") or {}
+        status = self._obj(result, "status")
         return TaskSnapshot(
             self._str(result, "id"),
-            result.get("contextId"),
+            self._context(result),
             normalize_state(status.get("state")),
-            status.get("message"),
-            tuple(result.get("artifacts") or ()),
+            self._message(status),
+            self._artifacts(result),
             source_seq,
         )
+
+    def _context(self, doc: JSON) -> str | None:
+        return _opt_str(doc.get("contextId"))
 
     def _str(self, doc: JSON, key: str) -> str:
         value = doc.get(key)
         if not isinstance(value, str) or not value:
             raise AgentProtocolError(self.agent, "stream", f"result has no {key}")
         return value
+
+    # Agents' objects grow with A2A versions: unknown fields are ignored, but a
+    # known field of the wrong type is a protocol error, never a crash.
+
+    def _obj(self, doc: Any, key: str) -> JSON:
+        value = doc.get(key) if isinstance(doc, dict) else None
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise AgentProtocolError(self.agent, "stream", f"{key} is not an object")
+        return value
+
+    def _list(self, doc: JSON, key: str) -> list[Any]:
+        value = doc.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise AgentProtocolError(self.agent, "stream", f"{key} is not a list")
+        return value
+
+    def _message(self, status: JSON) -> JSON | None:
+        message = status.get("message")
+        if message is None:
+            return None
+        if not isinstance(message, dict) or not isinstance(message.get("parts", []), list):
+            raise AgentProtocolError(self.agent, "stream", "status.message is not a Message")
+        return message
+
+    def _artifacts(self, doc: JSON) -> tuple[JSON, ...]:
+        arts = self._list(doc, "artifacts")
+        if not all(isinstance(a, dict) and isinstance(a.get("parts", []), list) for a in arts):
+            raise AgentProtocolError(self.agent, "stream", "artifacts are not Artifacts")
+        return tuple(arts)
 
 
 class GatewayDialect(Dialect):
@@ -201,6 +237,10 @@ class GatewayDialect(Dialect):
         if after_seq is not None:  # omitted when no valid event was received
             params["afterSeq"] = after_seq
         return self._request("resubscribe", rpc_id, params)
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def part_to_v1(part: JSON) -> JSON:
@@ -243,8 +283,8 @@ def part_from_v1(part: Any) -> Any:
     return part
 
 
-def _message_from_v1(message: Any) -> JSON | None:
-    if not isinstance(message, dict):
+def _message_from_v1(message: JSON | None) -> JSON | None:
+    if message is None:
         return None
     role = str(message.get("role", "")).removeprefix("ROLE_").lower() or None
     return {
@@ -290,30 +330,30 @@ class V1Dialect(Dialect):
 
     def update(self, result: JSON, source_seq: int | None = None) -> Update | None:
         if "statusUpdate" in result:
-            u = result["statusUpdate"] or {}
-            status = u.get("status") or {}
+            u = self._obj(result, "statusUpdate")
+            status = self._obj(u, "status")
             return StatusUpdate(
                 self._str(u, "taskId"),
-                u.get("contextId"),
+                self._context(u),
                 normalize_state(status.get("state")),
-                _message_from_v1(status.get("message")),
+                _message_from_v1(self._message(status)),
                 source_seq,
             )
         if "artifactUpdate" in result:
-            u = result["artifactUpdate"] or {}
-            art = u.get("artifact") or {}
+            u = self._obj(result, "artifactUpdate")
+            art = self._obj(u, "artifact")
             return ArtifactUpdate(
                 self._str(u, "taskId"),
-                u.get("contextId"),
+                self._context(u),
                 str(art.get("artifactId", "")),
-                art.get("name"),
-                [part_from_v1(p) for p in art.get("parts") or []],
-                bool(u.get("append")),
-                bool(u.get("lastChunk")),
+                _opt_str(art.get("name")),
+                [part_from_v1(p) for p in self._list(art, "parts")],
+                u.get("append") is True,
+                u.get("lastChunk") is True,
                 source_seq,
             )
         if "task" in result:
-            return self.task(result["task"] or {}, source_seq)
+            return self.task(self._obj(result, "task"), source_seq)
         if "message" in result:
             return None
         if "status" in result and "id" in result:  # GetTask / CancelTask: the Task itself
@@ -322,14 +362,14 @@ class V1Dialect(Dialect):
 
     def task(self, result: JSON, source_seq: int | None = None) -> TaskSnapshot:
         if "task" in result and "status" not in result:  # SendMessage wraps it
-            result = result["task"] or {}
-        status = result.get("status") or {}
+            result = self._obj(result, "task")
+        status = self._obj(result, "status")
         return TaskSnapshot(
             self._str(result, "id"),
-            result.get("contextId"),
+            self._context(result),
             normalize_state(status.get("state")),
-            _message_from_v1(status.get("message")),
-            tuple(_artifact_from_v1(a) for a in result.get("artifacts") or ()),
+            _message_from_v1(self._message(status)),
+            tuple(_artifact_from_v1(a) for a in self._artifacts(result)),
             source_seq,
         )
 
