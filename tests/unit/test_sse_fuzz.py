@@ -8,6 +8,7 @@ arbitrary bytes, arbitrary JSON and well-formed frames mixed together.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import httpx
 import orjson
@@ -114,10 +115,8 @@ async def run(body: bytes, ctype: str, status: int, dialect: tuple[str, str | No
                 out.append(update)
         except AgentError:
             pass
-        try:
+        with contextlib.suppress(AgentError):
             await client.task(client.dialect.get("rpc-2", "task-1"))
-        except AgentError:
-            pass
         return out
 
 
