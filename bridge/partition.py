@@ -14,6 +14,7 @@ listed in the partition record so a re-read skips them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import TypeAlias
@@ -49,6 +50,7 @@ class PartitionOwner:
         self._next: int | None = None
         self.txn = PartitionTransactions(config, partition, self._position)
         self._committer: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
         self.failed: BaseException | None = None
         self.ready = False
 
@@ -91,26 +93,34 @@ class PartitionOwner:
             await consumer.stop()
 
     async def close(self, *, flush: bool = True) -> None:
-        """Stop streams, commit what they produced (unless failed), close the producer."""
+        """Stop streams, commit what they produced (unless failed), close the producer.
+
+        The committer is never cancelled mid-transaction (its swapped-out
+        outbox would be lost while later checkpoints commit: a gap). It is
+        asked to finish, and makes the final commit itself.
+        """
         self.ready = False
-        if self._committer is not None:
-            self._committer.cancel()
-            await asyncio.gather(self._committer, return_exceptions=True)
         await asyncio.gather(*(r.stop() for r in list(self.runners.values())), return_exceptions=True)
         try:
-            if flush and self.failed is None:
-                await self.txn.commit()
+            if self._committer is not None:
+                if not flush:
+                    self.failed = self.failed or RuntimeError("closed without flush")
+                self._closing.set()
+                await asyncio.gather(self._committer, return_exceptions=True)
         finally:
             await self.txn.stop()
 
     async def _commit_loop(self) -> None:
         interval = self.config.bridge.commit_interval_ms / 1000
         try:
-            while True:
-                await asyncio.sleep(interval)
+            while self.failed is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closing.wait(), interval)
+                if self.failed is not None:
+                    return
                 await self.txn.commit()
-        except asyncio.CancelledError:
-            raise
+                if self._closing.is_set():
+                    return
         except Exception as exc:
             # The transaction's outcome is unknown or aborted; in-memory state is
             # ahead of Kafka. The service rebuilds this partition from Kafka.
