@@ -434,7 +434,8 @@ class TaskRunner:
         if snap is None or not is_terminal(snap.state):
             # Ambiguous: the seed says confirm with tasks/get.
             snap = await self.client.task(dialect.get(rpc_id("get"), self.record.task_id))
-        # Publish only through the lifecycle: a stream that already showed the
-        # same state makes this a dropped duplicate.
-        if not self.record.closed:
+        # Only a terminal snapshot is published from here: a non-terminal one
+        # may be ahead of the open stream, which would then repeat its chunks.
+        # The stream (or the poll) reports the rest as it comes.
+        if is_terminal(snap.state) and not self.record.closed:
             self._apply(snap)
