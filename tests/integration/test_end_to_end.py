@@ -221,3 +221,40 @@ async def test_ops_endpoints_report_readiness_and_metrics(env: Env, tmp_path: Pa
         assert "m1" not in text  # no task keys or ids as labels
     finally:
         bridge.stop()
+
+
+async def test_cli_start_reply_and_tail(env: Env, tmp_path: Path) -> None:
+    path, config = bridge_config(env, tmp_path, partitions=2)
+    assert run_cli(path, "topics").returncode == 0
+    bridge = BridgeProcess(path, env.log_dir, "bridge-cli")
+    try:
+        started = run_cli(
+            path,
+            "start",
+            "--task-key",
+            "cli-1",
+            "--agent",
+            "gw-asker",
+            "--text",
+            "hello",
+            "--command-id",
+            "cli-start-1",
+        )
+        assert started.returncode == 0, started.stderr
+        assert orjson.loads(started.stdout)["commandId"] == "cli-start-1"
+        await read_topic(
+            config,
+            config.kafka.events_topic,
+            timeout=30,
+            until=lambda c: any(e.get("state") == "input-required" for e in c.events()),
+        )
+        assert run_cli(path, "reply", "--task-key", "cli-1", "--text", "csv").returncode == 0
+        tail = run_cli(path, "tail", "--until-closed", "cli-1", "--timeout", "30", timeout=60)
+        assert tail.returncode == 0, tail.stdout + tail.stderr
+        lines = [orjson.loads(line) for line in tail.stdout.splitlines()]
+        assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1))
+        assert lines[-1]["state"] == "completed"
+        timeline = run_cli(path, "tail", "--timeline", "--until-closed", "cli-1", "--timeout", "30", timeout=60)
+        assert "input-required" in timeline.stdout and "(terminal)" in timeline.stdout
+    finally:
+        bridge.stop()
