@@ -31,8 +31,8 @@ kafka-down:
 	scripts/kafka.sh down
 
 lint: venv
-	$(VENV)/bin/ruff check bridge tests
-	$(VENV)/bin/ruff format --check bridge tests
+	$(VENV)/bin/ruff check bridge tests bench
+	$(VENV)/bin/ruff format --check bridge tests bench
 	$(VENV)/bin/mypy
 
 unit: venv

@@ -1,0 +1,276 @@
+"""Benchmark C: the bridge itself, end to end, checked for lost or repeated events.
+
+Per round: fresh topics, one ``bridge run`` process (ready before the clock
+starts), a read_committed consumer already tailing the events topic. The clock
+runs from writing the ``start`` commands until the consumer has seen every
+Task's terminal event. Then the run is checked: every Task has exactly
+``chunks + 3`` events with ``seq`` 1, 2, 3, … and no repeats (a short settle
+after the last terminal event catches late duplicates), and nothing went to
+the DLQ. A broken run fails the benchmark; it is never reported as a number.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from bench import proc, records
+from bench.services import BridgeProcess, ServiceError
+from bridge import config as config_mod
+from bridge import topics
+from bridge.config import Config
+
+SETTLE_SECONDS = 1.0
+
+
+class BenchFailure(RuntimeError):
+    """The measured run was wrong (lost, repeated or misordered events)."""
+
+
+@dataclass
+class Params:
+    bootstrap: str
+    gateway_url: str
+    tasks: int
+    chunks: int
+    size: int
+    partitions: int
+    commit_interval_ms: int
+    run_dir: Path
+    log_dir: Path
+
+
+def write_config(p: Params, name: str) -> Path:
+    kafka = {
+        "bootstrap_servers": p.bootstrap,
+        "group_id": f"{name}-g",
+        "commands_topic": f"{name}.commands",
+        "events_topic": f"{name}.events",
+        "checkpoints_topic": f"{name}.checkpoints",
+        "dlq_topic": f"{name}.dlq",
+        "transactional_id_prefix": f"{name}-tx",
+        "partitions": p.partitions,
+        "session_timeout_ms": 6000,
+        "heartbeat_interval_ms": 1000,
+    }
+    bridge = {
+        "commit_interval_ms": p.commit_interval_ms,
+        "http_port": 0,
+        "default_deadline_seconds": 600,
+        "resume_deadline_seconds": 60,
+        "first_event_timeout_seconds": 30,
+    }
+    agent = {"url": p.gateway_url, "dialect": "gateway", "agent_code": "writer", "mode": "stream"}
+    lines = ["[kafka]", *_toml(kafka), "", "[bridge]", *_toml(bridge), "", "[agents.writer]", *_toml(agent)]
+    path = p.run_dir / f"{name}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _toml(values: dict[str, Any]) -> list[str]:
+    return [f"{k} = {orjson.dumps(v).decode()}" for k, v in values.items()]
+
+
+def commands(name: str, tasks: int, chunks: int, size: int) -> list[tuple[bytes, bytes]]:
+    out = []
+    for i in range(tasks):
+        cmd: dict[str, Any] = {
+            "type": "start",
+            "commandId": f"{name}-c{i}",
+            "taskKey": f"{name}-k{i}",
+            "agent": "writer",
+            "message": {"role": "user", "parts": [{"kind": "text", "text": records.writer_text(chunks, size)}]},
+        }
+        out.append((cmd["taskKey"].encode(), orjson.dumps(cmd)))
+    return out
+
+
+@dataclass
+class Seen:
+    """What the read_committed consumer saw, per taskKey."""
+
+    events: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    terminals: int = 0
+    records: int = 0
+    value_bytes: int = 0
+
+    def add(self, value: bytes) -> None:
+        doc = orjson.loads(value)
+        self.events[doc["taskKey"]].append(
+            {"seq": doc["seq"], "kind": doc["kind"], "state": doc.get("state") or doc.get("outcome")}
+        )
+        self.records += 1
+        self.value_bytes += len(value)
+        if doc.get("terminal"):
+            self.terminals += 1
+
+
+def verify(seen: Seen, name: str, tasks: int, chunks: int) -> list[str]:
+    """Every Task exactly once, in order, complete; returns what is wrong."""
+    problems: list[str] = []
+    expected_seqs = list(range(1, chunks + 4))
+    keys = {f"{name}-k{i}" for i in range(tasks)}
+    missing = keys - set(seen.events)
+    if missing:
+        problems.append(f"{len(missing)} Tasks have no events (e.g. {sorted(missing)[:3]})")
+    extra = set(seen.events) - keys
+    if extra:
+        problems.append(f"events for unknown taskKeys {sorted(extra)[:3]}")
+    for key in sorted(keys & set(seen.events)):
+        evs = seen.events[key]
+        seqs = [e["seq"] for e in evs]
+        if seqs != expected_seqs:
+            problems.append(f"{key}: seq {_describe(seqs)} != 1..{chunks + 3}")
+        elif evs[-1]["state"] != "completed":
+            problems.append(f"{key}: last event is {evs[-1]['kind']}/{evs[-1]['state']}, not completed")
+        elif sum(e["kind"] == "artifact" for e in evs) != chunks:
+            problems.append(f"{key}: {sum(e['kind'] == 'artifact' for e in evs)} artifact events, not {chunks}")
+    if seen.records != tasks * (chunks + 3):
+        problems.append(f"{seen.records} events in total, expected {tasks * (chunks + 3)}")
+    return problems[:20]
+
+
+def _describe(seqs: list[int]) -> str:
+    if len(seqs) > 12:
+        return f"[{len(seqs)} values: {seqs[:5]}…{seqs[-5:]}]"
+    return str(seqs)
+
+
+async def _consume(consumer: AIOKafkaConsumer, seen: Seen, until: float) -> None:
+    while time.monotonic() < until:
+        batch = await consumer.getmany(timeout_ms=50)
+        for recs in batch.values():
+            for r in recs:
+                seen.add(r.value)
+
+
+async def _dlq_records(config: Config) -> int:
+    """Records in the DLQ topic (read_committed, to its end)."""
+    tps = await topics.partitions(config, [config.kafka.dlq_topic])
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=config.kafka.bootstrap_servers, isolation_level="read_committed", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        end = await consumer.end_offsets(tps)
+        count = 0
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            behind = [tp for tp in tps if await consumer.position(tp) < end[tp]]
+            if not behind:
+                break
+            batch = await consumer.getmany(timeout_ms=200)
+            count += sum(len(v) for v in batch.values())
+        return count
+    finally:
+        await consumer.stop()
+
+
+async def run_round(p: Params, name: str, extra_pids: dict[str, int]) -> dict[str, Any]:
+    """One measured bridge run; raises :class:`BenchFailure` or ServiceError if it was not right."""
+    config_path = write_config(p, name)
+    config = config_mod.load(config_path, env={})
+    await topics.ensure(config, create=True)
+    bridge = BridgeProcess(config_path, p.log_dir / f"{name}.bridge.log")
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=p.bootstrap, isolation_level="read_committed", enable_auto_commit=False
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=p.bootstrap, enable_idempotence=True, acks="all", linger_ms=5)
+    try:
+        async with httpx.AsyncClient(timeout=10) as http:
+            await bridge.ready(http)
+            events_tps = await topics.partitions(config, [config.kafka.events_topic])
+            await consumer.start()
+            consumer.assign(events_tps)
+            await consumer.seek_to_beginning(*events_tps)
+            await producer.start()
+            cmds = commands(name, p.tasks, p.chunks, p.size)
+            before = await bridge.metrics(http)
+            seen = Seen()
+            window = proc.CpuWindow({"bridge": bridge.pid, "bench": os.getpid(), **extra_pids})
+            timeout = 120 + p.tasks * (p.chunks + 3) / 200  # generous: even 200 events/s finishes
+
+            window.start()
+            started = time.monotonic()
+            for key, value in cmds:
+                await producer.send(config.kafka.commands_topic, value=value, key=key)
+            await producer.flush()
+            deadline = started + timeout
+            first_event: float | None = None
+            while seen.terminals < p.tasks and time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=50)
+                for recs in batch.values():
+                    for r in recs:
+                        seen.add(r.value)
+                if first_event is None and seen.records:
+                    first_event = time.monotonic() - started
+                if bridge.proc.poll() is not None:
+                    break
+            elapsed = time.monotonic() - started
+            window.stop()
+
+            bridge.check()
+            if seen.terminals < p.tasks:
+                raise BenchFailure(
+                    f"{name}: only {seen.terminals}/{p.tasks} Tasks ended within {timeout:.0f}s; see {bridge.log_path}"
+                )
+            # Late duplicates would show up now; the clock has stopped.
+            await _consume(consumer, seen, time.monotonic() + SETTLE_SECONDS)
+            after = await bridge.metrics(http)
+            peak_rss = proc.status_mib(bridge.pid, "VmHWM")
+            cpu_total = proc.cpu_seconds(bridge.pid)
+        problems = verify(seen, name, p.tasks, p.chunks)
+        dlq = await _dlq_records(config)
+        if dlq:
+            problems.append(f"{dlq} records in the DLQ")
+    finally:
+        await producer.stop()
+        await consumer.stop()
+        code = bridge.stop()
+    if code != 0:
+        problems.append(f"`bridge run` exited {code} on SIGTERM; see {bridge.log_path}")
+    if problems:
+        raise BenchFailure(f"{name}: the bridge run was wrong:\n  " + "\n  ".join(problems))
+
+    def delta(metric: str) -> float:
+        return after.get(metric, 0.0) - before.get(metric, 0.0)
+
+    transactions = delta('bridge_transactions_total{result="committed"}')
+    published = delta("bridge_events_published_total")
+    return {
+        "events": seen.records,
+        "seconds": round(elapsed, 4),
+        "events_per_second": round(seen.records / elapsed, 1),
+        "first_event_seconds": first_event and round(first_event, 3),
+        "transactions": int(transactions),
+        "events_per_transaction": round(published / max(1.0, transactions), 1),
+        "records_per_transaction": round(
+            delta("bridge_transaction_records_sum") / max(1.0, delta("bridge_transaction_records_count")), 1
+        ),
+        "transaction_seconds_mean": round(
+            delta("bridge_transaction_duration_seconds_sum")
+            / max(1.0, delta("bridge_transaction_duration_seconds_count")),
+            4,
+        ),
+        "value_bytes_mean": round(seen.value_bytes / max(1, seen.records), 1),
+        "dropped_updates": int(delta("bridge_events_dropped_total")),
+        "stream_resumes": int(delta("bridge_stream_resumes_total")),
+        "buffer_full_waits": int(delta("bridge_buffer_full_waits_total")),
+        "peak_rss_mib": peak_rss and round(peak_rss, 1),
+        "cpu_seconds_window": round(window.cpu_seconds.get("bridge", 0.0), 2),
+        "cpu_seconds_total": cpu_total and round(cpu_total, 2),
+        "window": window.as_dict(),
+    }
+
+
+__all__ = ["BenchFailure", "Params", "ServiceError", "run_round"]

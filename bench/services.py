@@ -1,0 +1,204 @@
+"""The processes a benchmark run needs: the broker, the seed gateway, `bridge run`.
+
+Each is a real process started here (the broker only if none is running) and
+stopped here; logs go to the run's log directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+KAFKA_SH = ROOT / "scripts" / "kafka.sh"
+
+
+class ServiceError(RuntimeError):
+    """A service did not start, or died; the message points at its log."""
+
+
+def _tail(path: Path, chars: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""
+
+
+def _stop(proc: subprocess.Popen[bytes], grace: float = 20) -> int:
+    """SIGTERM the process group we started, SIGKILL it after ``grace``; the exit code."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode
+
+
+class Broker:
+    """The local broker of ``scripts/kafka.sh``; started (and later removed) only if not running."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.bootstrap = f"127.0.0.1:{os.environ.get('KAFKA_PORT', '19092')}"
+
+    def _kafka(self, cmd: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", str(KAFKA_SH), cmd], capture_output=True, text=True, cwd=ROOT, timeout=timeout, check=False
+        )
+
+    def status(self) -> subprocess.CompletedProcess[str]:
+        return self._kafka("status", 60)
+
+    def ensure(self) -> None:
+        if self.status().returncode == 0:
+            return
+        print("bench: no broker running; scripts/kafka.sh up", file=sys.stderr, flush=True)
+        up = self._kafka("up", 900)
+        if up.returncode != 0:
+            raise ServiceError(f"scripts/kafka.sh up failed:\n{up.stdout}\n{up.stderr}")
+        self.started = True
+
+    def pid(self) -> int | None:
+        m = re.search(r"\(pid (\d+)\)", self.status().stdout)
+        return int(m.group(1)) if m else None
+
+    def version(self) -> str | None:
+        try:
+            pom = (ROOT / "kafka" / "pom.xml").read_text()
+        except OSError:
+            return None
+        m = re.search(r"<artifactId>kafka_[\d.]+</artifactId>\s*<version>([^<]+)</version>", pom)
+        return m.group(1) if m else None
+
+    def down_if_started(self) -> None:
+        if self.started:
+            self._kafka("down", 120)
+            self.started = False
+
+
+class Gateway:
+    """The seed gateway (``python -m bridge.demo.gateway --port 0``)."""
+
+    def __init__(self, log_dir: Path, retention: int, task_ttl: float) -> None:
+        self.argv = [
+            sys.executable,
+            "-m",
+            "bridge.demo.gateway",
+            "--port",
+            "0",
+            "--retention",
+            str(retention),
+            "--task-ttl",
+            str(task_ttl),
+        ]
+        self.log_path = log_dir / "gateway.log"
+        log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=log, cwd=ROOT, start_new_session=True)
+        log.close()
+        assert self.proc.stdout is not None
+        self.url = ""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline().decode()
+            if not line:
+                break
+            m = re.search(r"listening on (http://\S+)", line)
+            if m:
+                self.url = m.group(1).rstrip("/")
+                break
+        if not self.url:
+            self.stop()
+            raise ServiceError(f"the gateway did not start; {self.log_path}:\n{_tail(self.log_path)}")
+
+    @property
+    def a2a_url(self) -> str:
+        return f"{self.url}/newmoi/agents/a2a"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def check(self) -> None:
+        if self.proc.poll() is not None:
+            raise ServiceError(f"the gateway exited ({self.proc.returncode}); {self.log_path}:\n{_tail(self.log_path)}")
+
+    def stop(self) -> None:
+        _stop(self.proc, 10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+class BridgeProcess:
+    """One ``python -m bridge --config X run``; its ops port is read from its log."""
+
+    def __init__(self, config_path: Path, log_path: Path) -> None:
+        self.log_path = log_path
+        log: IO[bytes] = log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bridge", "--config", str(config_path), "--log-level", "info", "run"],
+            stdout=log,
+            stderr=log,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+        log.close()
+        self.ops = ""
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def check(self) -> None:
+        if self.proc.poll() is not None:
+            raise ServiceError(
+                f"`bridge run` exited ({self.proc.returncode}); {self.log_path}:\n{_tail(self.log_path)}"
+            )
+
+    async def ready(self, http: httpx.AsyncClient, timeout: float = 90) -> None:
+        """Wait for the ops port in the log, then for /readyz (partitions assigned and restored)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check()
+            if not self.ops:
+                m = re.search(r"ops endpoints on :(\d+)", _tail(self.log_path, 100_000))
+                if m:
+                    self.ops = f"http://127.0.0.1:{m.group(1)}"
+            if self.ops:
+                try:
+                    if (await http.get(f"{self.ops}/readyz")).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+            await asyncio.sleep(0.1)
+        raise ServiceError(f"`bridge run` not ready after {timeout:.0f}s; {self.log_path}:\n{_tail(self.log_path)}")
+
+    async def metrics(self, http: httpx.AsyncClient) -> dict[str, float]:
+        """/metrics as {name or name{labels}: value}; counters also summed over labels under their bare name."""
+        text = (await http.get(f"{self.ops}/metrics")).text
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            name_labels, _, value = line.rpartition(" ")
+            name = name_labels.split("{", 1)[0]
+            out[name_labels] = float(value)
+            if "{" in name_labels:
+                out[name] = out.get(name, 0.0) + float(value)
+        return out
+
+    def stop(self) -> int:
+        return _stop(self.proc, 30)
+
+    def log_tail(self) -> str:
+        return _tail(self.log_path)
