@@ -53,11 +53,14 @@ BUFFER_WAITS = Counter("bridge_buffer_full_waits_total", "Times a reader waited 
 COMMIT_LAG = Gauge("bridge_uncommitted_events", "Events buffered and not yet committed, all partitions.")
 
 
+# Children of the per-event counters, looked up once (labels() costs ~1 µs a call).
+EVENTS_BY_KIND = {k: EVENTS.labels(k) for k in ("status", "artifact", "bridge")}
+DROPPED_BY_REASON = {r: DROPPED.labels(r) for r in ("replayed", "duplicate", "after-terminal", "foreign-task")}
+
+
 def init() -> None:
     """Create the label values alerts watch, so a first increment is a visible change."""
     for result in ("committed", "failed"):
         TRANSACTIONS.labels(result)
     for outcome in ("completed", "failed", "canceled", "rejected", "timeout", "lost"):
         OUTCOMES.labels(outcome)
-    for reason in ("replayed", "duplicate", "after-terminal", "foreign-task"):
-        DROPPED.labels(reason)

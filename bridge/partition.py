@@ -106,6 +106,7 @@ class PartitionOwner:
                 if not flush:
                     self.failed = self.failed or RuntimeError("closed without flush")
                 self._closing.set()
+                self.txn.wake.set()
                 await asyncio.gather(self._committer, return_exceptions=True)
         finally:
             await self.txn.stop()
@@ -114,12 +115,14 @@ class PartitionOwner:
         interval = self.config.bridge.commit_interval_ms / 1000
         try:
             while self.failed is None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._closing.wait(), interval)
-                if self.failed is not None:
-                    return
+                if not self._closing.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.txn.wake.wait(), interval)
+                # Runners are stopped before closing is set: a commit that starts
+                # after seeing it holds everything they produced.
+                closing = self._closing.is_set()
                 await self.txn.commit()
-                if self._closing.is_set():
+                if closing:
                     return
         except Exception as exc:
             # The transaction's outcome is unknown or aborted; in-memory state is
@@ -224,11 +227,11 @@ class PartitionOwner:
         topic = self.config.events_topic(record.agent)
         for r in results:
             if isinstance(r, Dropped):
-                metrics.DROPPED.labels(r.reason).inc()
+                metrics.DROPPED_BY_REASON[r.reason].inc()
                 continue
             key, value, headers = events.encode(r, record, now)
             self.txn.add(topic, key, value, headers)
-            metrics.EVENTS.labels(r.kind).inc()
+            metrics.EVENTS_BY_KIND[r.kind].inc()
         self.txn.mark(record)
 
     def dead_letter(

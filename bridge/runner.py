@@ -278,6 +278,7 @@ class TaskRunner:
                     update = await anext(it)
                 self._apply(update)
                 first()
+            n = 0
             async for update in it:
                 if self._reconcile_before(update):
                     await self._reconcile()
@@ -285,6 +286,11 @@ class TaskRunner:
                 await self.part.space()
                 if self.record.closed:
                     return
+                n += 1
+                if n % 64 == 0:
+                    # An SSE read that finds buffered events does not suspend: let
+                    # the committer and the other readers in now and then.
+                    await asyncio.sleep(0)
         except StopAsyncIteration:
             return
         finally:

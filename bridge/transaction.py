@@ -62,6 +62,9 @@ class PartitionTransactions:
         self._outbox = Outbox()
         self._space = asyncio.Event()
         self._space.set()
+        # Set when the outbox is full (or the partition closes): the committer
+        # commits at once instead of sleeping out its tick while readers wait.
+        self.wake = asyncio.Event()
         self._last: tuple[int | None, list[int]] | None = None
         self._producer: AIOKafkaProducer | None = None
         self._commands_tp = TopicPartition(config.kafka.commands_topic, partition)
@@ -92,6 +95,7 @@ class PartitionTransactions:
         self._outbox.records.append((topic, key, value, headers))
         if len(self._outbox.records) >= self.config.bridge.max_buffered_events:
             self._space.clear()
+            self.wake.set()
 
     def mark(self, record: TaskRecord) -> None:
         """``record`` changed: its checkpoint goes into this tick's transaction."""
@@ -118,6 +122,7 @@ class PartitionTransactions:
         # the three describe the same instant.
         outbox, self._outbox = self._outbox, Outbox()
         self._space.set()
+        self.wake.clear()
         position = self._position()
         state = (position.offset, position.record.absorbed_above)
         if not outbox.records and not outbox.dirty and state == self._last:
