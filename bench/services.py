@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import IO
 
 import httpx
+
+from bridge.demo.procs import ServerDidNotStart, start_listening, stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA_SH = ROOT / "scripts" / "kafka.sh"
@@ -34,15 +35,7 @@ def _tail(path: Path, chars: int = 3000) -> str:
 
 
 def _stop(proc: subprocess.Popen[bytes], grace: float = 20) -> int:
-    """SIGTERM the process group we started, SIGKILL it after ``grace``; the exit code."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return proc.returncode
+    return stop_group(proc, grace)
 
 
 class Broker:
@@ -103,23 +96,10 @@ class Gateway:
             str(task_ttl),
         ]
         self.log_path = log_dir / "gateway.log"
-        log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=log, cwd=ROOT, start_new_session=True)
-        log.close()
-        assert self.proc.stdout is not None
-        self.url = ""
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline().decode()
-            if not line:
-                break
-            m = re.search(r"listening on (http://\S+)", line)
-            if m:
-                self.url = m.group(1).rstrip("/")
-                break
-        if not self.url:
-            self.stop()
-            raise ServiceError(f"the gateway did not start; {self.log_path}:\n{_tail(self.log_path)}")
+        try:
+            self.proc, self.url = start_listening(self.argv, self.log_path, cwd=ROOT)
+        except ServerDidNotStart as exc:
+            raise ServiceError(str(exc)) from None
 
     @property
     def a2a_url(self) -> str:
@@ -134,9 +114,7 @@ class Gateway:
             raise ServiceError(f"the gateway exited ({self.proc.returncode}); {self.log_path}:\n{_tail(self.log_path)}")
 
     def stop(self) -> None:
-        _stop(self.proc, 10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        stop_group(self.proc, 10)
 
 
 class BridgeProcess:

@@ -7,7 +7,6 @@ Nothing here fakes Kafka or an agent: every helper talks to the real broker
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from bridge import config as config_mod
 from bridge.config import Config
+from bridge.demo.procs import start_listening, stop_group
 from bridge.topics import partitions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,37 +30,15 @@ AGENTS = ("writer", "failer", "asker", "sleeper")
 
 
 class Server:
-    """A subprocess that prints ``... listening on http://HOST:PORT`` when ready."""
+    """A local agent server process (see :mod:`bridge.demo.procs`)."""
 
     def __init__(self, name: str, argv: list[str], log_dir: Path, ready_timeout: float = 60) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
-        self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._log, cwd=ROOT, start_new_session=True)
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + ready_timeout
-        self.url = ""
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline().decode()
-            if not line:
-                break
-            m = re.search(r"listening on (http://\S+)", line)
-            if m:
-                self.url = m.group(1).rstrip("/")
-                break
-        if not self.url:
-            self.stop()
-            raise RuntimeError(f"{name} did not start: see {self.log_path}:\n{self.log_path.read_text()[-3000:]}")
+        self.proc, self.url = start_listening(argv, self.log_path, cwd=ROOT, timeout=ready_timeout)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self._log.close()
+        stop_group(self.proc)
 
 
 @dataclass

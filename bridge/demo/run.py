@@ -12,11 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
-import re
-import signal
 import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -29,6 +25,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from bridge import topics
 from bridge.config import AgentConfig, Config
+from bridge.demo.procs import start_listening, stop_group
 from bridge.service import Service
 from bridge.tail import closes, read_events, timeline_line
 from bridge.topics import partitions
@@ -39,19 +36,6 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-async def _spawn(argv: list[str], name: str) -> tuple[subprocess.Popen[bytes], str]:
-    proc = subprocess.Popen(  # noqa: ASYNC220 - once at demo start, before anything else runs
-        argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    assert proc.stdout is not None
-    line = await asyncio.to_thread(proc.stdout.readline)
-    m = re.search(rb"listening on (http://\S+)", line)
-    if not m:
-        proc.kill()
-        raise RuntimeError(f"{name} did not start")
-    return proc, m.group(1).decode()
 
 
 def _config(base: Config, gateway: str, sdk: str) -> Config:
@@ -93,8 +77,10 @@ async def demo(base: Config, *, timeout: float) -> int:
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
     sdk_port = _free_port()
     py = sys.executable
-    gateway_proc, gateway = await _spawn([py, "-m", "bridge.demo.gateway", "--port", "0"], "gateway")
-    sdk_proc, sdk = await _spawn([py, "-m", "bridge.demo.sdk_agents", "--port", str(sdk_port)], "sdk agents")
+    gateway_proc, gateway = await asyncio.to_thread(start_listening, [py, "-m", "bridge.demo.gateway", "--port", "0"])
+    sdk_proc, sdk = await asyncio.to_thread(
+        start_listening, [py, "-m", "bridge.demo.sdk_agents", "--port", str(sdk_port)]
+    )
     config = _config(base, gateway, sdk)
     print(f"demo: gateway {gateway}, a2a-sdk agents {sdk}, broker {config.kafka.bootstrap_servers}")
     service = Service(config)
@@ -177,9 +163,7 @@ async def demo(base: Config, *, timeout: float) -> int:
                 await asyncio.wait_for(runner, 30)
         await producer.stop()
         for proc in (sdk_proc, gateway_proc):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(10)
+            stop_group(proc)
 
 
 async def _dlq(config: Config) -> AsyncIterator[str]:

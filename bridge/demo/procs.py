@@ -1,0 +1,59 @@
+"""Local agent servers as child processes: start one, learn its URL, stop it.
+
+The demo, the tests and the benchmarks all run the seed gateway and the
+a2a-sdk agents this way; each server prints ``... listening on http://HOST:PORT``
+once it accepts connections.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+
+class ServerDidNotStart(RuntimeError):
+    """The child exited or stayed silent; the message carries its log tail."""
+
+
+def start_listening(
+    argv: list[str], log_path: Path | None = None, *, cwd: Path | None = None, timeout: float = 60
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``argv`` in its own process group and return it with the URL it announced."""
+    log = log_path.open("ab") if log_path else subprocess.DEVNULL
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, cwd=cwd, start_new_session=True)
+    finally:
+        if log_path:
+            log.close()  # type: ignore[union-attr]
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline().decode(errors="replace")
+        if not line:
+            break
+        m = re.search(r"listening on (http://\S+)", line)
+        if m:
+            return proc, m.group(1).rstrip("/")
+    stop_group(proc, 5)
+    tail = log_path.read_text(errors="replace")[-3000:] if log_path and log_path.exists() else ""
+    raise ServerDidNotStart(f"{argv[2] if len(argv) > 2 else argv[0]} did not start; log tail:\n{tail}")
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace: float = 10) -> int:
+    """SIGTERM the child's process group, SIGKILL it after ``grace`` seconds; its exit code."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except ProcessLookupError:
+            proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+    return proc.returncode
