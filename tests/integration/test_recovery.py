@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -262,3 +263,40 @@ async def test_retention_expired_resume_polls_snapshots(env: Env, tmp_path: Path
     finally:
         bridge.stop()
         gateway.stop()
+
+
+async def test_a_start_resent_after_a_crash_is_absorbed_by_the_gateway_and_counted(env: Env, tmp_path: Path) -> None:
+    """The documented window: the agent accepted a start, the bridge died before committing."""
+    path, config = bridge_config(env, tmp_path, partitions=1, bridge={"first_event_timeout_seconds": 20})
+    assert run_cli(path, "topics").returncode == 0
+    bridge = BridgeProcess(path, env.log_dir, "resend")
+    try:
+        start = start_command("resend", "gw-writer", "debug=hang chunks=3 interval=0.05")
+        await send_commands(config, [start])
+        # The gateway made the Task but sends nothing on this stream; the bridge
+        # waits for a first event and commits the start as in flight.
+        for _ in range(100):
+            tasks = httpx.get(f"{env.gateway}/_control/tasks", timeout=5).json()
+            mine = [t for t in tasks if f"bridge-{start['commandId']}" in t["messageIds"]]
+            if mine:
+                break
+            await asyncio.sleep(0.1)
+        assert mine, bridge.log()[-2000:]
+        await asyncio.sleep(0.5)  # a few commit ticks
+        bridge.signal(signal.SIGKILL)
+        bridge.wait(10)
+        bridge.start()
+        got = await read_topic(
+            config, config.kafka.events_topic, timeout=60, until=lambda c: "resend" in closed_keys(c), settle=1.0
+        )
+        events = got.by_task_key()["resend"]
+        assert_exactly_once(events)
+        assert events[-1]["state"] == "completed"
+        task = httpx.get(f"{env.gateway}/_control/tasks/{mine[0]['id']}", timeout=5).json()
+        assert task["duplicates_absorbed"] == 1  # one agent Task, the re-sent start attached to it
+        assert events[0]["taskId"] == mine[0]["id"]
+        port = re.findall(r"ops endpoints on :(\d+)", bridge.log())[-1]
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert "bridge_start_resends_total 1.0" in metrics
+    finally:
+        bridge.stop()
