@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -256,5 +257,34 @@ async def test_cli_start_reply_and_tail(env: Env, tmp_path: Path) -> None:
         assert lines[-1]["state"] == "completed"
         timeline = run_cli(path, "tail", "--timeline", "--until-closed", "cli-1", "--timeout", "30", timeout=60)
         assert "input-required" in timeline.stdout and "(terminal)" in timeline.stdout
+    finally:
+        bridge.stop()
+
+
+async def test_an_agent_with_its_own_topics_keeps_its_data_there(env: Env, tmp_path: Path) -> None:
+    name = "ws" + uuid.uuid4().hex[:8]
+    agents = {
+        "ws-writer": {
+            "url": f"{env.gateway}/newmoi/agents/a2a",
+            "dialect": "gateway",
+            "agent_code": "writer",
+            "events_topic": f"{name}.ws.events",
+            "dlq_topic": f"{name}.ws.dlq",
+        }
+    }
+    path, config = bridge_config(env, tmp_path, partitions=1, agents=agents)
+    topics = run_cli(path, "topics")
+    assert topics.returncode == 0 and f"{name}.ws.events" in topics.stdout and f"{name}.ws.dlq" in topics.stdout
+    bridge = BridgeProcess(path, env.log_dir, "bridge-routing")
+    try:
+        first = start_command("ws-1", "ws-writer", "chunks=3 interval=0.2")
+        await send_commands(config, [first, start_command("ws-1", "ws-writer", "again")])  # the 2nd: key-busy
+        ws = await read_topic(config, f"{name}.ws.events", timeout=30, until=lambda c: "ws-1" in closed_keys(c))
+        assert "ws-1" in closed_keys(ws)
+        dlq = await read_topic(config, f"{name}.ws.dlq", timeout=30, until=lambda c: len(c.records) >= 1)
+        assert [r.headers["dlq_reason"] for r in dlq.records] == [b"key-busy"]
+        default = await read_topic(config, config.kafka.events_topic, timeout=2, settle=1.0, until=lambda c: True)
+        default_dlq = await read_topic(config, config.kafka.dlq_topic, timeout=2, settle=1.0, until=lambda c: True)
+        assert default.records == [] and default_dlq.records == []
     finally:
         bridge.stop()
