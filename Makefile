@@ -43,7 +43,7 @@ integration: venv
 
 # Everything CI runs. The integration session starts (and stops) the broker.
 test: venv lint
-	scripts/ensure-promtool.sh
+	scripts/ensure-test-tools.sh
 	$(PY) -m pytest -q
 
 chaos: venv

@@ -260,6 +260,45 @@ async def read_topic(
         await consumer.stop()
 
 
+def kcat_read(bootstrap: str, topic: str) -> Collected:
+    """The whole topic through kcat (librdkafka, read_committed): a client that shares no code with the bridge."""
+    import shutil
+
+    if not shutil.which("kcat"):
+        raise RuntimeError("kcat is not installed: run scripts/ensure-test-tools.sh")
+    out = subprocess.run(
+        [
+            "kcat",
+            "-C",
+            "-b",
+            bootstrap,
+            "-t",
+            topic,
+            "-X",
+            "isolation.level=read_committed",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-J",
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    got = Collected()
+    for line in out.stdout.splitlines():
+        m = orjson.loads(line)
+        h = m.get("headers") or []
+        headers = {h[i]: h[i + 1].encode() for i in range(0, len(h), 2)}
+        got.records.append(
+            Record(
+                m["topic"], m["partition"], m["offset"], (m.get("key") or "").encode(), m["payload"].encode(), headers
+            )
+        )
+    return got
+
+
 def closed_keys(c: Collected) -> set[str]:
     return {e["taskKey"] for e in c.events() if e.get("terminal") and e["kind"] in ("status", "bridge")}
 

@@ -5,7 +5,7 @@ bridge's own loader, probes hit the ops server's port, every metric the
 dashboard and the alerts query is registered in bridge/metrics.py, the topics
 are co-partitioned, the ACLs cover the transactional ids the bridge derives,
 and Prometheus' own ``promtool`` accepts (and unit-tests) the alert rules.
-``promtool`` is required: ``scripts/ensure-promtool.sh`` installs it.
+``promtool`` is required: ``scripts/ensure-test-tools.sh`` installs it.
 """
 
 from __future__ import annotations
@@ -607,7 +607,7 @@ def test_alert_rules_shape(cfg: config_mod.Config) -> None:
 def promtool() -> str:
     path = shutil.which("promtool")
     if path is None:
-        pytest.fail("promtool is not installed: run scripts/ensure-promtool.sh (Debian's prometheus package)")
+        pytest.fail("promtool is not installed: run scripts/ensure-test-tools.sh (Debian's prometheus package)")
     return path
 
 

@@ -3,7 +3,7 @@
 Several ``bridge run`` processes share one consumer group. Tasks stream many
 artifact chunks; the gateway drops streams at random; bridge processes are
 killed with SIGKILL at random moments and restarted. An independent
-``read_committed`` consumer then checks every Task: seq exactly 1..N, no
+``read_committed`` consumer (kcat) then checks every Task: seq exactly 1..N, no
 duplicate eventId, nothing after the terminal event, artifacts equal to the
 gateway's own record, and every start produced exactly one Task.
 

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Debian tools the tests use as independent parts:
+#   promtool (package prometheus) checks and unit-tests the alert rules;
+#   kcat     (package kcat)       reads the events topic in the chaos test, a
+#                                 Kafka client that shares no code with the bridge.
+#
+# Idempotent: exits at once when both are on PATH; otherwise installs the
+# missing packages with apt-get (running `apt-get update` first only when a
+# package is not known yet). Fails loudly when that is not possible.
+set -euo pipefail
+
+declare -A wanted=([promtool]=prometheus [kcat]=kcat)
+missing=()
+for tool in "${!wanted[@]}"; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("${wanted[$tool]}")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+die() { echo "ensure-test-tools: $*" >&2; exit 1; }
+command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and apt-get is not available; install them by hand"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 || die "installing ${missing[*]} needs root (no sudo)"
+  SUDO="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+candidate() { apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2}'; }
+for pkg in "${missing[@]}"; do
+  if [ -z "$(candidate "$pkg")" ] || [ "$(candidate "$pkg")" = "(none)" ]; then
+    echo "ensure-test-tools: refreshing the apt package lists" >&2
+    $SUDO apt-get update -qq || die "apt-get update failed"
+    break
+  fi
+done
+echo "ensure-test-tools: installing ${missing[*]}" >&2
+# In a container without an init system the prometheus service does not start;
+# on a systemd host it does (`systemctl disable --now prometheus` if unwanted).
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || die "apt-get install ${missing[*]} failed"
+for tool in "${!wanted[@]}"; do
+  command -v "$tool" >/dev/null 2>&1 || die "installed ${wanted[$tool]} but $tool is not on PATH"
+done
