@@ -32,6 +32,7 @@ from tests.support import (
     Server,
     bridge_config,
     closed_keys,
+    kcat_read,
     read_topic,
     reassemble,
     run_cli,
@@ -101,9 +102,12 @@ async def test_chaos_exactly_once(env: Env, tmp_path: Path) -> None:
 
         await asyncio.gather(feed(), chaos())
         keys = {s["taskKey"] for s in starts}
-        got = await read_topic(
+        waited = await read_topic(
             config, config.kafka.events_topic, timeout=240, until=lambda c: closed_keys(c) >= keys, settle=3.0
         )
+        # The checks below read the topic again with kcat (librdkafka), not the bridge's client library.
+        got = kcat_read(env.bootstrap, config.kafka.events_topic)
+        assert len(got.records) == len(waited.records)
         logs = "\n".join(b.log()[-2000:] for b in bridges)
         tasks = {t["id"]: t for t in httpx.get(f"{gateway.url}/_control/tasks", timeout=10).json()}
         # --- the independent checks --------------------------------------------
