@@ -57,7 +57,6 @@ class Request:
     method: str
     body: JSON
     headers: dict[str, str]
-    streaming: bool
 
 
 def unwrap(doc: Any, *, agent: str, method: str) -> JSON:
@@ -99,7 +98,7 @@ class Dialect:
 
     def _request(self, op: Op, rpc_id: str, params: JSON) -> Request:
         body: JSON = {"jsonrpc": "2.0", "id": rpc_id, "method": self.methods[op], "params": params}
-        return Request(op, self.methods[op], body, self.headers(), op in ("stream", "resubscribe"))
+        return Request(op, self.methods[op], body, self.headers())
 
     def headers(self) -> dict[str, str]:
         return {}
