@@ -385,15 +385,15 @@ class TaskRunner:
         failing_since: float | None = None
         while not self.record.closed and not self.record.paused:
             await asyncio.sleep(random.uniform(delay / 2, delay))
+            snap: TaskSnapshot | None = None
             try:
-                snap: TaskSnapshot = await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id))
+                snap = await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id))
             except RpcError as exc:
                 if exc.code == RpcError.TASK_NOT_FOUND:
                     self._outcome("lost", f"tasks/get: JSON-RPC {exc.code}")
                     return
-                snap = None  # type: ignore[assignment]
             except AgentError:
-                snap = None  # type: ignore[assignment]
+                pass  # counted below against the resume budget
             if snap is None:
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > self.part.config.bridge.resume_deadline_seconds:
