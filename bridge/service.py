@@ -156,7 +156,8 @@ class Service:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self.release(list(self.owners)), cfg.bridge.shutdown_grace_seconds)
                 with contextlib.suppress(Exception):
-                    await consumer.stop()
+                    # Leaving the group is a courtesy; with the broker gone it must not eat the grace period.
+                    await asyncio.wait_for(consumer.stop(), 5)
                 if ops:
                     await ops.stop()
             return code
