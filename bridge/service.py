@@ -54,6 +54,9 @@ class Service:
         self._joined = False
         self._consumer: AIOKafkaConsumer | None = None
 
+    def _live(self) -> int:
+        return sum(len(o.runners) for o in self.owners.values())
+
     def ready(self) -> bool:
         return self._joined and all(o.ready for o in self.owners.values())
 
@@ -176,10 +179,13 @@ class Service:
                     consumer.seek(tp, records[0].offset)
                     continue
                 for r in records:
+                    if self._live() >= limit:
+                        consumer.seek(tp, r.offset)  # at the in-flight limit: read it again later
+                        break
                     owner.on_command(r)
             metrics.COMMIT_LAG.set(sum(o.txn.buffered for o in self.owners.values()))
             # Backpressure: past the in-flight limit, stop reading new commands.
-            live = sum(len(o.runners) for o in self.owners.values())
+            live = self._live()
             for p in self.owners:
                 tp = TopicPartition(self.config.kafka.commands_topic, p)
                 if live >= limit and tp not in paused:

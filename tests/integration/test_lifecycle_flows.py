@@ -310,3 +310,24 @@ async def test_timeout_can_also_cancel_the_agents_task(env: Env, tmp_path: Path)
         assert task["state"] == "canceled"
     finally:
         bridge.stop()
+
+
+async def test_max_in_flight_tasks_holds_back_new_commands(env: Env, tmp_path: Path) -> None:
+    path, config = bridge_config(env, tmp_path, partitions=1, bridge={"max_in_flight_tasks": 2})
+    assert run_cli(path, "topics").returncode == 0
+    bridge = BridgeProcess(path, env.log_dir, "bridge-in-flight")
+    try:
+        keys = [key(f"inflight-{i}") for i in range(5)]
+        await send_commands(config, [start_command(k, "gw-sleeper", "ticks=6 interval=0.2") for k in keys])
+        got = await read_topic(
+            config, config.kafka.events_topic, timeout=60, until=lambda c: closed_keys(c) >= set(keys)
+        )
+        by_key = got.by_task_key()
+        spans = sorted((by_key[k][0]["time"], by_key[k][-1]["time"]) for k in keys)
+        # At no moment were more than two Tasks between their first and last event.
+        for start, _ in spans:
+            live = sum(1 for s, e in spans if s <= start < e)
+            assert live <= 2, spans
+        assert all(by_key[k][-1]["state"] == "completed" for k in keys)
+    finally:
+        bridge.stop()
