@@ -205,8 +205,7 @@ async def test_a_vanished_task_is_lost(env: Env, tmp_path: Path) -> None:
         "short-gateway", [sys.executable, "-m", "bridge.demo.gateway", "--port", "0", "--retention", "3"], env.log_dir
     )
     agents = {
-        "short": {"url": f"{gateway.url}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "writer"},
-        "short-sleeper": {"url": f"{gateway.url}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "sleeper"},
+        "short-sleeper": {"url": f"{gateway.url}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "sleeper"}
     }
     path, config = bridge_config(env, tmp_path, partitions=1, agents=agents, bridge={"resume_deadline_seconds": 5})
     assert run_cli(path, "topics").returncode == 0
