@@ -52,7 +52,7 @@ chaos: venv
 # Uses a running local broker if there is one; otherwise starts one and removes it after.
 demo: venv
 	@started=0; scripts/kafka.sh status >/dev/null 2>&1 || { scripts/kafka.sh up && started=1; }; \
-	$(VENV)/bin/bridge --log-level warning demo; rc=$$?; \
+	BRIDGE_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:$${KAFKA_PORT:-19092} $(VENV)/bin/bridge --log-level warning demo; rc=$$?; \
 	if [ $$started = 1 ]; then scripts/kafka.sh down; fi; exit $$rc
 
 bench: venv
