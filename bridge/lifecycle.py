@@ -28,6 +28,7 @@ CLOSING_OUTCOMES = frozenset({"timeout", "lost", "rejected"})
 COMMAND_MEMORY = 32
 
 DropReason = Literal["replayed", "duplicate", "after-terminal", "foreign-task"]
+EventKind = Literal["status", "artifact", "bridge"]
 
 JSON = dict[str, Any]
 
@@ -97,7 +98,7 @@ class Event:
 
     task_id: str
     seq: int
-    kind: Literal["status", "artifact", "bridge"]
+    kind: EventKind
     body: JSON
     source_seq: int | None = None
 
@@ -275,7 +276,7 @@ class TaskRecord:
             self.task_id = f"rejected-{self.start_command_id or self.task_key}"
         return self._event("bridge", body, None)
 
-    def _event(self, kind: Literal["status", "artifact", "bridge"], body: JSON, src: int | None) -> Event:
+    def _event(self, kind: EventKind, body: JSON, src: int | None) -> Event:
         assert self.task_id is not None
         self.seq += 1
         return Event(self.task_id, self.seq, kind, body, src)

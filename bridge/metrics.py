@@ -6,7 +6,11 @@ configured agent registry; never a task id, taskKey or command id.
 
 from __future__ import annotations
 
+from typing import get_args
+
 from prometheus_client import Counter, Gauge, Histogram
+
+from bridge.lifecycle import DropReason, EventKind
 
 COMMANDS = Counter("bridge_commands_total", "Commands read, by type and what became of them.", ["type", "result"])
 DLQ = Counter("bridge_dlq_records_total", "Records sent to a DLQ topic, by reason.", ["reason"])
@@ -54,8 +58,8 @@ COMMIT_LAG = Gauge("bridge_uncommitted_events", "Events buffered and not yet com
 
 
 # Children of the per-event counters, looked up once (labels() costs ~1 µs a call).
-EVENTS_BY_KIND = {k: EVENTS.labels(k) for k in ("status", "artifact", "bridge")}
-DROPPED_BY_REASON = {r: DROPPED.labels(r) for r in ("replayed", "duplicate", "after-terminal", "foreign-task")}
+EVENTS_BY_KIND = {k: EVENTS.labels(k) for k in get_args(EventKind)}
+DROPPED_BY_REASON = {r: DROPPED.labels(r) for r in get_args(DropReason)}
 
 
 def init() -> None:

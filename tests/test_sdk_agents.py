@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -23,21 +22,16 @@ import pytest
 import uvicorn
 
 from bridge.demo import scripts
+from bridge.demo.procs import free_port
 from bridge.demo.sdk_agents import create_app
 
 V1 = {"A2A-Version": "1.0"}
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = uvicorn.Server(uvicorn.Config(create_app(url), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -308,7 +302,7 @@ async def test_sleeper_subscribe_and_cancel_v10(client: httpx.AsyncClient, base_
 
 
 def test_cli_prints_ready_line() -> None:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "bridge.demo.sdk_agents", "--host", "127.0.0.1", "--port", str(port)],
         cwd=REPO,

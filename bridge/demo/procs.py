@@ -10,9 +10,18 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
+
+
+def free_port() -> int:
+    """A loopback port free right now (for servers that must know their URL before they start)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 class ServerDidNotStart(RuntimeError):

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import socket
 import sys
 import time
 import uuid
@@ -25,17 +24,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from bridge import topics
 from bridge.config import AgentConfig, Config
-from bridge.demo.procs import start_listening, stop_group
+from bridge.demo.procs import free_port, start_listening, stop_group
 from bridge.service import Service
 from bridge.tail import closes, read_events, timeline_line
 from bridge.topics import partitions
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _config(base: Config, gateway: str, sdk: str) -> Config:
@@ -75,7 +67,7 @@ def _start(key: str, agent: str, text: str) -> dict[str, Any]:
 async def demo(base: Config, *, timeout: float) -> int:
     # Retries on fresh topics (NotEnoughReplicas for a second) are normal; keep the timeline readable.
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
-    sdk_port = _free_port()
+    sdk_port = free_port()
     py = sys.executable
     gateway_proc, gateway = await asyncio.to_thread(start_listening, [py, "-m", "bridge.demo.gateway", "--port", "0"])
     sdk_proc, sdk = await asyncio.to_thread(

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, Env, Server, free_port
+from bridge.demo.procs import free_port
+from tests.support import ROOT, Env, Server
 
 
 def _kafka(cmd: str) -> subprocess.CompletedProcess[str]:

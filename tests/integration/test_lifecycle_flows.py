@@ -15,6 +15,7 @@ import pytest
 
 from bridge.artifacts import unsplit
 from bridge.config import Config
+from bridge.demo.procs import free_port
 from tests.support import (
     BridgeProcess,
     Collected,
@@ -22,7 +23,6 @@ from tests.support import (
     Server,
     bridge_config,
     closed_keys,
-    free_port,
     read_topic,
     reassemble,
     run_cli,
