@@ -70,7 +70,8 @@ def decode(value: bytes | None, key: bytes | None, *, max_bytes: int) -> Command
     if key is None or key.decode("utf-8", "replace") != doc["taskKey"]:
         # Kafka routed this record by its key; a missing key (any partition) or a
         # different taskKey would put the Task on a partition that does not own it.
-        return Invalid("key-mismatch", "record key differs from taskKey", command_id, agent)
+        detail = "record has no key" if key is None else "record key differs from taskKey"
+        return Invalid("key-mismatch", detail, command_id, agent)
     return Command(
         type=doc["type"],
         command_id=doc["commandId"],

@@ -65,7 +65,7 @@ class PartitionTransactions:
         # Set when the outbox is full (or the partition closes): the committer
         # commits at once instead of sleeping out its tick while readers wait.
         self.wake = asyncio.Event()
-        self._last: tuple[int | None, list[int]] | None = None
+        self._last: Position | None = None
         self._producer: AIOKafkaProducer | None = None
         self._commands_tp = TopicPartition(config.kafka.commands_topic, partition)
 
@@ -124,8 +124,7 @@ class PartitionTransactions:
         self._space.set()
         self.wake.clear()
         position = self._position()
-        state = (position.offset, position.record.absorbed_above)
-        if not outbox.records and not outbox.dirty and state == self._last:
+        if not outbox.records and not outbox.dirty and position == self._last:
             return 0
         cp_topic = self.config.kafka.checkpoints_topic
         staged = [(r.task_key.encode(), checkpoints.encode(r)) for r in outbox.dirty.values()]
@@ -147,7 +146,7 @@ class PartitionTransactions:
         except BaseException:
             metrics.TRANSACTIONS.labels("failed").inc()
             raise
-        self._last = state
+        self._last = position
         count = len(outbox.records) + len(staged) + 1
         metrics.TRANSACTIONS.labels("committed").inc()
         metrics.TRANSACTION_SECONDS.observe(time.monotonic() - started)
