@@ -1,0 +1,107 @@
+"""Server-Sent Events, parsed incrementally from bytes with a size cap. Pure.
+
+Follows the WHATWG event-stream interpretation
+(https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation):
+lines end in CRLF, LF or CR; ``data`` lines join with LF; a blank line
+dispatches; an event with no data is not dispatched; ``id`` sets the last
+event id, which carries over to later events. Two things differ on purpose:
+
+- :attr:`Frame.id` is the id the frame *itself* carried (``None`` when it had
+  no ``id:`` line), beside the carried-over :attr:`Frame.last_id`: a frame
+  without an id is not a replay of the previous one;
+- one event (and one unterminated line) may hold at most ``max_event_bytes``:
+  a server that sends more raises :class:`EventTooLarge` instead of growing
+  the bridge's memory without bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_BOM = b"\xef\xbb\xbf"
+
+
+class EventTooLarge(ValueError):
+    """One SSE event (or line) exceeded the cap."""
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    data: bytes
+    id: str | None
+    last_id: str
+    event: str = ""
+
+
+class Parser:
+    __slots__ = ("_buf", "_data", "_event", "_id", "_last_id", "_max", "_size", "_started")
+
+    def __init__(self, max_event_bytes: int) -> None:
+        self._max = max_event_bytes
+        self._buf = b""
+        self._data: list[bytes] = []
+        self._size = 0
+        self._id: str | None = None
+        self._last_id = ""
+        self._event = ""
+        self._started = False
+
+    def feed(self, chunk: bytes) -> list[Frame]:
+        """The events completed by ``chunk``, in order."""
+        buf = self._buf + chunk if self._buf else chunk
+        if not self._started:
+            if len(buf) < len(_BOM) and _BOM.startswith(buf):
+                self._buf = buf
+                return []
+            self._started = True
+            if buf.startswith(_BOM):
+                buf = buf[len(_BOM) :]
+        held = b""
+        if b"\r" in buf:
+            if buf.endswith(b"\r"):  # maybe the first half of a CRLF: decide with the next chunk
+                buf, held = buf[:-1], b"\r"
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = buf.split(b"\n")
+        rest = lines.pop()
+        if len(rest) > self._max:
+            raise EventTooLarge(f"an SSE line exceeds {self._max} bytes")
+        self._buf = rest + held
+        out: list[Frame] = []
+        for line in lines:
+            self._line(line, out)
+        return out
+
+    def close(self) -> list[Frame]:
+        """End of stream: a last line without its newline still counts; an
+        event without its blank line is incomplete and is not dispatched."""
+        out: list[Frame] = []
+        if self._buf.rstrip(b"\r"):
+            self._line(self._buf.rstrip(b"\r"), out)
+        self._buf = b""
+        return out
+
+    def _line(self, line: bytes, out: list[Frame]) -> None:
+        if not line:
+            if self._data:
+                out.append(Frame(b"\n".join(self._data), self._id, self._last_id, self._event))
+            self._data = []
+            self._size = 0
+            self._id = None
+            self._event = ""
+            return
+        if line[0] == 0x3A:  # ":" starts a comment
+            return
+        name, colon, value = line.partition(b":")
+        if colon and value[:1] == b" ":
+            value = value[1:]
+        if name == b"data":
+            self._size += len(value) + 1
+            if self._size > self._max:
+                raise EventTooLarge(f"an SSE event exceeds {self._max} bytes")
+            self._data.append(value)
+        elif name == b"id":
+            if b"\x00" not in value:
+                self._id = self._last_id = value.decode("utf-8", "replace")
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+        # retry and unknown fields are ignored
