@@ -13,15 +13,23 @@ from typing import Any
 
 import httpx
 import orjson
-from httpx_sse import EventSource, SSEError
 
-from bridge import metrics
+from bridge import metrics, sse
 from bridge.config import AgentConfig
 from bridge.dialects import Dialect, Request, for_agent, unwrap
-from bridge.errors import AgentAuthError, AgentError, AgentHTTPError, AgentProtocolError, AgentUnavailable
+from bridge.errors import (
+    AgentAuthError,
+    AgentFault,
+    AgentHTTPError,
+    AgentOversize,
+    AgentProtocolError,
+    AgentUnavailable,
+)
 from bridge.lifecycle import TaskSnapshot, Update
 
 _rpc_ids = itertools.count(1)
+# An agent card is a small JSON document; anything larger is not one.
+CARD_BYTES = 1024 * 1024
 
 
 def rpc_id(op: str) -> str:
@@ -29,8 +37,8 @@ def rpc_id(op: str) -> str:
     return f"bridge-{op}-{next(_rpc_ids)}"
 
 
-def _source_seq(event_id: str) -> int | None:
-    return int(event_id) if event_id.isdigit() else None
+def _source_seq(event_id: str | None) -> int | None:
+    return int(event_id) if event_id is not None and event_id.isdigit() else None
 
 
 class AgentClient:
@@ -67,9 +75,10 @@ class AgentClient:
     async def _card_streaming(self) -> bool:
         url = self.config.url.rstrip("/") + "/.well-known/agent-card.json"
         try:
-            response = await self._http.get(url, headers=self._auth, timeout=self._timeout)
-            card = orjson.loads(response.content) if response.status_code == 200 else {}
-        except (httpx.TransportError, orjson.JSONDecodeError):
+            async with self._http.stream("GET", url, headers=self._auth, timeout=self._timeout) as response:
+                ok = response.status_code == 200
+                card = orjson.loads(await self._read(response, CARD_BYTES, "agent card")) if ok else {}
+        except (httpx.TransportError, orjson.JSONDecodeError, AgentOversize):
             return True  # no card to read: try streaming, the common case
         capabilities = card.get("capabilities") if isinstance(card, dict) else None
         return not (isinstance(capabilities, dict) and capabilities.get("streaming") is False)
@@ -87,26 +96,42 @@ class AgentClient:
         metrics.AGENT_REQUESTS.labels(self.name, req.op, result).inc()
         metrics.AGENT_SECONDS.labels(self.name, req.op).observe(time.monotonic() - started)
 
+    async def _read(self, response: httpx.Response, cap: int, what: str) -> bytes:
+        """The body, or :class:`AgentOversize` as soon as it passes ``cap`` bytes."""
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > cap:
+            raise AgentOversize(self.name, what, f"response of {declared} bytes is over the {cap}-byte cap")
+        chunks: list[bytes] = []
+        n = 0
+        async for chunk in response.aiter_bytes():
+            n += len(chunk)
+            if n > cap:
+                raise AgentOversize(self.name, what, f"response is over the {cap}-byte cap")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     async def call(self, req: Request) -> dict[str, Any]:
         """A non-streaming JSON-RPC call; returns ``result``."""
         started = time.monotonic()
         try:
-            response = await self._http.post(
+            async with self._http.stream(
+                "POST",
                 self.config.url,
                 content=orjson.dumps(req.body),
                 headers=self._headers(req, "application/json"),
                 timeout=self._timeout,
-            )
-            self._check_status(req, response)
+            ) as response:
+                self._check_status(req, response)
+                body = await self._read(response, self.config.max_response_bytes, req.method)
             try:
-                doc = orjson.loads(response.content)
+                doc = orjson.loads(body)
             except orjson.JSONDecodeError:
                 raise AgentProtocolError(self.name, req.method, "response body is not JSON") from None
             result = unwrap(doc, agent=self.name, method=req.method)
         except httpx.TransportError as exc:
             self._observe(req, "unavailable", started)
             raise AgentUnavailable(self.name, req.method, type(exc).__name__) from None
-        except AgentError as exc:
+        except AgentFault as exc:
             self._observe(req, exc.kind, started)
             raise
         self._observe(req, "ok", started)
@@ -139,7 +164,7 @@ class AgentClient:
                 self._check_status(req, response)
                 ctype = response.headers.get("content-type", "").partition(";")[0].strip().lower()
                 if ctype == "application/json":
-                    body = await response.aread()
+                    body = await self._read(response, self.config.max_response_bytes, req.method)
                     try:
                         doc = orjson.loads(body)
                     except orjson.JSONDecodeError:
@@ -151,27 +176,35 @@ class AgentClient:
                     return
                 if ctype != "text/event-stream":
                     raise AgentProtocolError(self.name, req.method, f"unexpected content-type {ctype[:60]!r}")
-                async for sse in EventSource(response).aiter_sse():
-                    if not sse.data:
-                        continue
-                    try:
-                        doc = orjson.loads(sse.data)
-                    except orjson.JSONDecodeError:
-                        raise AgentProtocolError(self.name, req.method, "SSE data is not JSON") from None
-                    result = unwrap(doc, agent=self.name, method=req.method)
-                    update = self.dialect.update(result, _source_seq(sse.id))
-                    if first:
-                        self._observe(req, "ok", started)
-                        first = False
-                    if update is not None:
-                        yield update
+                parser = sse.Parser(self.config.max_event_bytes)
+                chunks = response.aiter_bytes()
+                while True:
+                    chunk = await anext(chunks, None)
+                    frames = parser.close() if chunk is None else parser.feed(chunk)
+                    for frame in frames:
+                        if not frame.data:
+                            continue  # a keep-alive
+                        try:
+                            doc = orjson.loads(frame.data)
+                        except orjson.JSONDecodeError:
+                            raise AgentProtocolError(self.name, req.method, "SSE data is not JSON") from None
+                        result = unwrap(doc, agent=self.name, method=req.method)
+                        # Only the frame's own id: one without an id line is no replay.
+                        update = self.dialect.update(result, _source_seq(frame.id))
+                        if first:
+                            self._observe(req, "ok", started)
+                            first = False
+                        if update is not None:
+                            yield update
+                    if chunk is None:
+                        return
         except httpx.TransportError as exc:
             self._observe(req, "unavailable", started)
             raise AgentUnavailable(self.name, req.method, type(exc).__name__) from None
-        except SSEError as exc:
-            self._observe(req, "protocol-error", started)
-            raise AgentProtocolError(self.name, req.method, f"malformed SSE: {str(exc)[:100]}") from None
-        except AgentError as exc:
+        except sse.EventTooLarge as exc:
+            self._observe(req, "oversize", started)
+            raise AgentOversize(self.name, req.method, str(exc)) from None
+        except AgentFault as exc:
             if first:
                 self._observe(req, exc.kind, started)
             raise

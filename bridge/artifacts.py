@@ -17,14 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
+from bridge.limits import projection, shrink, size
 
 # JSON around a text piece: {"kind":"text","text":"","metadata":{"bridgeSplit":{...}}}
 _PIECE_OVERHEAD = 120
-
-
-def size(value: Any) -> int:
-    return len(orjson.dumps(value))
 
 
 def _pieces(text: str, budget: int) -> list[str]:
@@ -46,19 +42,15 @@ def fit(part: Any, cap: int) -> list[Any]:
     if total <= cap:
         return [part]
     if isinstance(part, dict) and part.get("kind") == "text" and isinstance(part.get("text"), str):
-        meta = part.get("metadata") or {}
+        meta = part.get("metadata") if isinstance(part.get("metadata"), dict) else {}
+        # Every piece repeats the metadata: keep it to a quarter of the cap.
+        meta = shrink(meta, cap // 4)
         pieces = _pieces(part["text"], max(1, cap - _PIECE_OVERHEAD - size(meta)))
         return [
             {**part, "text": p, "metadata": {**meta, "bridgeSplit": {"index": i, "count": len(pieces)}}}
             for i, p in enumerate(pieces)
         ]
-    kind = part.get("kind") if isinstance(part, dict) else type(part).__name__
-    projection: dict[str, Any] = {"kind": kind, "bytes": total}
-    if isinstance(part, dict) and isinstance(part.get("file"), dict):
-        for key in ("mimeType", "name"):
-            if key in part["file"]:
-                projection[key] = str(part["file"][key])[:200]
-    return [{"kind": "data", "data": {"bridgeProjection": projection}}]
+    return [projection(part, total)]
 
 
 def split(parts: list[Any], cap: int | None) -> list[list[Any]]:

@@ -1,76 +1,155 @@
 """What a checkpoint holds, and its bytes. Pure, no IO.
 
 Two kinds of record share the compacted checkpoints topic, each written to
-the same partition number as the commands it covers:
+the same partition number as the commands it covers, in separate key spaces:
 
-- key ``taskKey``: a :class:`~bridge.lifecycle.TaskRecord` (schema
-  ``checkpoint.schema.json``, first branch);
-- key :data:`PARTITION_KEY`: the partition record, the command offsets above
-  the committed consumer offset that were already absorbed, so a re-read after
-  a crash skips them instead of acting twice.
+- key = the ``taskKey`` (UTF-8): a :class:`~bridge.lifecycle.TaskRecord`
+  (schema ``checkpoint.schema.json``, first branch);
+- key = :data:`PARTITION_KEY`: the partition record: the committed command
+  offset and the offsets above it already absorbed, so a re-read after a crash
+  skips them instead of acting twice.
+
+Internal keys start with the byte 0xFF, which never occurs in UTF-8: no
+``taskKey`` (a JSON string, so valid Unicode) can ever collide with one.
+
+A checkpoint always fits the topic's record budget: commandIds are kept as
+digests, caller metadata is projected past :data:`METADATA_BYTES`, and if the
+per-artifact dedupe state would still overflow, the oldest entries are
+dropped from the written record (finished artifacts first).
+
+Restore folds a partition's records into the newest value per key and
+decodes each once; a record it cannot decode is counted and skipped, never
+fatal to the partition.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from bridge.lifecycle import ArtifactProgress, TaskRecord
+from bridge.lifecycle import ArtifactProgress, TaskRecord, command_digest
+from bridge.limits import projection, record_size
 
-PARTITION_KEY = b"\x00partition"
+INTERNAL_PREFIX = b"\xff"
+PARTITION_KEY = INTERNAL_PREFIX + b"bridge/partition"
+# Before 0.2 the partition record lived here, in the taskKey key space.
+LEGACY_PARTITION_KEY = b"\x00partition"
+# Caller metadata larger than this is stored as a projection (kind and size).
+METADATA_BYTES = 4096
+VERSION = 2
 
 
-def encode(record: TaskRecord) -> bytes:
-    return orjson.dumps(
-        {
-            "v": 1,
-            "taskKey": record.task_key,
-            "agent": record.agent,
-            "taskId": record.task_id,
-            "contextId": record.context_id,
-            "state": record.state,
-            "afterSeq": record.after_seq,
-            "seq": record.seq,
-            "commandIds": record.command_ids,
-            "commandId": record.command_id,
-            "startCommandId": record.start_command_id,
-            "deadline": record.deadline,
-            "closed": record.closed,
-            "cancelPending": record.cancel_pending,
-            "statusDigest": record.status_digest,
-            "artifacts": {
-                k: {"parts": a.parts, "digest": a.digest, "done": a.done} for k, a in record.artifacts.items()
-            },
-            "metadata": record.metadata,
-        }
-    )
+class CheckpointError(ValueError):
+    """A checkpoint record that cannot be decoded."""
+
+
+def task_key_bytes(task_key: str) -> bytes:
+    return task_key.encode()
+
+
+def _document(record: TaskRecord, artifacts: dict[str, ArtifactProgress]) -> dict[str, Any]:
+    metadata = record.metadata
+    if metadata is not None and len(meta := orjson.dumps(metadata)) > METADATA_BYTES:
+        metadata = projection(metadata, len(meta))
+    return {
+        "v": VERSION,
+        "taskKey": record.task_key,
+        "agent": record.agent,
+        "taskId": record.task_id,
+        "contextId": record.context_id,
+        "state": record.state,
+        "afterSeq": record.after_seq,
+        "seq": record.seq,
+        "commandIds": record.command_ids,
+        "commandId": record.command_id,
+        "startCommandId": record.start_command_id,
+        "deadline": record.deadline,
+        "closed": record.closed,
+        "cancelPending": record.cancel_pending,
+        "statusDigest": record.status_digest,
+        "artifacts": {k: {"parts": a.parts, "digest": a.digest, "done": a.done} for k, a in artifacts.items()},
+        "metadata": metadata,
+    }
+
+
+def encode(record: TaskRecord, budget: int | None = None) -> bytes:
+    """The checkpoint value; within ``budget`` bytes as a record (key included)."""
+    artifacts = record.artifacts
+    value = orjson.dumps(_document(record, artifacts))
+    if budget is None:
+        return value
+    key = task_key_bytes(record.task_key)
+    if record_size(key, value, []) <= budget:
+        return value
+    # Forget dedupe state, oldest finished artifacts first, until it fits.
+    order = [k for k, a in artifacts.items() if a.done] + [k for k, a in artifacts.items() if not a.done]
+    kept = dict(artifacts)
+    while order:
+        drop = max(1, len(order) // 4)
+        for k in order[:drop]:
+            del kept[k]
+        order = order[drop:]
+        value = orjson.dumps(_document(record, kept))
+        if record_size(key, value, []) <= budget:
+            return value
+    return value
 
 
 def decode(value: bytes) -> TaskRecord:
-    d: dict[str, Any] = orjson.loads(value)
-    return TaskRecord(
-        task_key=d["taskKey"],
-        agent=d["agent"],
-        task_id=d.get("taskId"),
-        context_id=d.get("contextId"),
-        state=d.get("state"),
-        after_seq=d.get("afterSeq"),
-        seq=int(d.get("seq", 0)),
-        command_ids=list(d.get("commandIds", [])),
-        command_id=d.get("commandId"),
-        start_command_id=d.get("startCommandId"),
-        deadline=d.get("deadline"),
-        closed=bool(d.get("closed", False)),
-        cancel_pending=d.get("cancelPending"),
-        status_digest=d.get("statusDigest"),
-        artifacts={
-            k: ArtifactProgress(int(a["parts"]), str(a["digest"]), bool(a["done"]))
-            for k, a in (d.get("artifacts") or {}).items()
-        },
-        metadata=d.get("metadata"),
-    )
+    """A Task checkpoint; :class:`CheckpointError` for anything else."""
+    try:
+        d = orjson.loads(value)
+        if not isinstance(d, dict) or not isinstance(d.get("taskKey"), str) or not isinstance(d.get("agent"), str):
+            raise CheckpointError("not a Task checkpoint")
+        ids = [str(c) for c in d.get("commandIds") or []]
+        if d.get("v", 1) < 2:  # v1 kept the ids themselves
+            ids = [command_digest(c) for c in ids]
+        seq = d.get("seq", 0)
+        if not isinstance(seq, int) or seq < 0:
+            raise CheckpointError("seq is not a count")
+        return TaskRecord(
+            task_key=d["taskKey"],
+            agent=d["agent"],
+            task_id=_opt_str(d.get("taskId")),
+            context_id=_opt_str(d.get("contextId")),
+            state=_opt_str(d.get("state")),
+            after_seq=_opt_int(d.get("afterSeq")),
+            seq=seq,
+            command_ids=ids,
+            command_id=_opt_str(d.get("commandId")),
+            start_command_id=_opt_str(d.get("startCommandId")),
+            deadline=float(d["deadline"]) if isinstance(d.get("deadline"), int | float) else None,
+            closed=d.get("closed") is True,
+            cancel_pending=_opt_str(d.get("cancelPending")),
+            status_digest=_opt_str(d.get("statusDigest")),
+            artifacts={
+                str(k): ArtifactProgress(int(a["parts"]), str(a["digest"]), bool(a["done"]))
+                for k, a in (d.get("artifacts") or {}).items()
+            },
+            metadata=d.get("metadata") if isinstance(d.get("metadata"), dict) else None,
+        )
+    except CheckpointError:
+        raise
+    except (orjson.JSONDecodeError, TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise CheckpointError(f"undecodable Task checkpoint ({type(exc).__name__})") from None
+
+
+def _opt_str(v: Any) -> str | None:
+    if v is not None and not isinstance(v, str):
+        raise CheckpointError("a string field holds a non-string")
+    return v
+
+
+def _opt_int(v: Any) -> int | None:
+    if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+        raise CheckpointError("an integer field holds a non-integer")
+    return v
+
+
+# ----------------------------------------------------------- partition record --
 
 
 @dataclass(slots=True)
@@ -80,25 +159,64 @@ class PartitionRecord:
     # Starts sent to an agent whose first answer is not committed yet: if one is
     # re-read after a crash, it is the documented re-send window (counted).
     starts_in_flight: list[str]
+    # The consumer offset committed in the same transaction: after a restore the
+    # partition is read from here, whatever position the group fetched earlier.
+    offset: int | None = None
 
     def encode(self) -> bytes:
         return orjson.dumps(
             {
-                "v": 1,
+                "v": VERSION,
                 "partition": self.partition,
-                "absorbedAbove": self.absorbed_above,
+                "offset": self.offset,
+                "absorbedAbove": _ranges(self.absorbed_above),
                 "startsInFlight": self.starts_in_flight,
             }
         )
 
     @staticmethod
     def decode(value: bytes) -> PartitionRecord:
-        d = orjson.loads(value)
-        return PartitionRecord(
-            int(d["partition"]),
-            [int(o) for o in d.get("absorbedAbove", [])],
-            [str(c) for c in d.get("startsInFlight", [])],
-        )
+        try:
+            d = orjson.loads(value)
+            offset = d.get("offset")
+            return PartitionRecord(
+                int(d["partition"]),
+                _expand(d.get("absorbedAbove") or []),
+                [str(c) for c in d.get("startsInFlight") or []],
+                int(offset) if offset is not None else None,
+            )
+        except (orjson.JSONDecodeError, TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise CheckpointError(f"undecodable partition record ({type(exc).__name__})") from None
+
+
+def _ranges(offsets: Iterable[int]) -> list[int | list[int]]:
+    """Sorted offsets as single offsets and ``[first, last]`` runs (absorbed
+    offsets come in runs; this keeps the record small)."""
+    out: list[int | list[int]] = []
+    first = last = None
+    for o in sorted(offsets):
+        if last is not None and o == last + 1:
+            last = o
+            continue
+        if first is not None and last is not None:
+            out.append(first if first == last else [first, last])
+        first = last = o
+    if first is not None and last is not None:
+        out.append(first if first == last else [first, last])
+    return out
+
+
+def _expand(items: list[Any]) -> list[int]:
+    out: list[int] = []
+    for item in items:
+        if isinstance(item, list):
+            out.extend(range(int(item[0]), int(item[1]) + 1))
+        else:
+            out.append(int(item))
+    return out
+
+
+# -------------------------------------------------------------------- restore --
 
 
 @dataclass(slots=True)
@@ -106,23 +224,64 @@ class Restored:
     """A checkpoints partition read to its end: the newest record per key."""
 
     tasks: dict[str, TaskRecord]
-    absorbed_above: set[int]
-    starts_in_flight: set[str]
+    partition: PartitionRecord | None
+    # Records that could not be decoded (counted, logged, skipped).
+    rejected: int = 0
+    records: int = 0
 
 
-def restore(records: list[tuple[bytes | None, bytes | None]]) -> Restored:
-    """Fold (key, value) pairs in log order into the newest state per key."""
-    tasks: dict[str, TaskRecord] = {}
-    partition = PartitionRecord(-1, [], [])
-    for key, value in records:
+@dataclass(slots=True)
+class Restorer:
+    """Folds records in log order; keeps only the newest value per key."""
+
+    _latest: dict[bytes, bytes] = field(default_factory=dict)
+    _partition: bytes | None = None
+    _legacy_partition: bytes | None = None
+    records: int = 0
+
+    def feed(self, key: bytes | None, value: bytes | None) -> None:
+        self.records += 1
         if key is None:
-            continue
+            return
         if key == PARTITION_KEY:
-            if value:
-                partition = PartitionRecord.decode(value)
+            self._partition = value
+        elif key.startswith(INTERNAL_PREFIX):
+            return  # a later version's internal record
         elif value is None:
-            tasks.pop(key.decode(), None)
+            self._latest.pop(key, None)
         else:
-            record = decode(value)
+            self._latest[key] = value
+
+    def result(self) -> Restored:
+        rejected = 0
+        partition: PartitionRecord | None = None
+        legacy = self._latest.get(LEGACY_PARTITION_KEY)
+        if legacy is not None and b'"absorbedAbove"' in legacy and b'"taskKey"' not in legacy:
+            del self._latest[LEGACY_PARTITION_KEY]
+            if self._partition is None:
+                self._partition = legacy
+        if self._partition is not None:
+            try:
+                partition = PartitionRecord.decode(self._partition)
+            except CheckpointError:
+                rejected += 1
+        tasks: dict[str, TaskRecord] = {}
+        for key, value in self._latest.items():
+            try:
+                record = decode(value)
+                if task_key_bytes(record.task_key) != key:
+                    raise CheckpointError("key differs from taskKey")
+            except CheckpointError:
+                rejected += 1
+                continue
             tasks[record.task_key] = record
-    return Restored(tasks, set(partition.absorbed_above), set(partition.starts_in_flight))
+        self._latest.clear()
+        return Restored(tasks, partition, rejected, self.records)
+
+
+def restore(records: Iterable[tuple[bytes | None, bytes | None]]) -> Restored:
+    """Fold (key, value) pairs in log order into the newest state per key."""
+    r = Restorer()
+    for key, value in records:
+        r.feed(key, value)
+    return r.result()

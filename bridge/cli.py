@@ -14,7 +14,7 @@ import orjson
 
 from bridge import config as config_mod
 from bridge.config import Config, ConfigError
-from bridge.errors import StartupError
+from bridge.errors import BridgeError
 
 log = logging.getLogger("bridge")
 
@@ -106,7 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = config_mod.load(getattr(args, "config", None))
         return asyncio.run(_dispatch(args, config))
-    except (ConfigError, StartupError) as exc:
+    except (ConfigError, BridgeError) as exc:
+        # One line, never a traceback: what is wrong and where (never a secret).
         print(f"bridge: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -121,7 +122,8 @@ async def _dispatch(args: argparse.Namespace, config: Config) -> int:
     if args.cmd == "topics":
         from bridge import topics
 
-        counts = await topics.ensure(config, create=not args.check)
+        async with topics.kafka_errors(config):
+            counts = await topics.ensure(config, create=not args.check)
         for name, n in sorted(counts.items()):
             print(f"{name}\t{n} partitions")
         return 0

@@ -67,6 +67,9 @@ class KafkaConfig:
     partitions: int = 6
     replication_factor: int = 1
     max_command_bytes: int = 1_000_000
+    # The producer's own cap on one record; with each topic's max.message.bytes
+    # it sets the record budget of everything the bridge writes.
+    max_request_size: int = 1_048_576
     # How long a silent member keeps its partitions: the stall after a crash.
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
@@ -112,6 +115,8 @@ class BridgeConfig:
     # committer commits at once and readers wait for it (bench/ measured
     # 10,000 to stretch a 100 ms tick into 0.6 s transactions under bursts).
     max_buffered_events: int = 2_000
+    # The same bound in bytes of record values: large artifacts fill it first.
+    max_buffered_bytes: int = 16 * 1024 * 1024
     # On the bridge's own deadline, also ask the agent to cancel the Task.
     cancel_on_timeout: bool = False
     # How long a dropped or failed stream is retried before the Task is `lost`.
@@ -137,6 +142,11 @@ class AgentConfig:
     stream_idle_seconds: float = 300.0
     poll_initial_seconds: float = 0.5
     poll_max_seconds: float = 10.0
+    # The most the bridge reads in one piece from this agent: one SSE event, and
+    # one JSON response (a tasks/get snapshot carries every artifact). Past it
+    # the Task is closed as `unreadable` instead of growing memory without bound.
+    max_event_bytes: int = 8 * 1024 * 1024
+    max_response_bytes: int = 32 * 1024 * 1024
     # Per-agent routing, so ACLs can keep a workspace's data in its own topics.
     events_topic: str | None = None
     dlq_topic: str | None = None

@@ -1,7 +1,23 @@
 """The bridge's exceptions, one hierarchy.
 
 Messages name the agent, the method and what went wrong; they never carry
-tokens, headers or payloads.
+tokens, headers or payloads. Foreign errors (httpx, aiokafka) are mapped onto
+these once, at the boundary that meets them (:mod:`bridge.agents`,
+:func:`bridge.topics.kafka_errors`, :mod:`bridge.transaction`)::
+
+    BridgeError
+    ├── StartupError            the bridge refuses to run (exit 2)
+    ├── KafkaUnreachable        no broker answers yet: retried
+    ├── TransactionFailed       (bridge.transaction) nothing of it committed
+    ├── Fenced                  (bridge.service) another bridge took over (exit 3)
+    └── AgentFault              an agent call gave no usable answer
+        ├── AgentOversize       more than the bridge reads in one piece: not retried
+        └── AgentError          retried when ``retryable``
+            ├── AgentUnavailable    connection, timeout, silent stream
+            ├── AgentHTTPError      HTTP 4xx/5xx
+            │   └── AgentAuthError  401/403
+            ├── AgentProtocolError  not JSON-RPC/SSE as the dialect expects
+            └── RpcError            a JSON-RPC error object
 """
 
 from __future__ import annotations
@@ -15,7 +31,11 @@ class StartupError(BridgeError):
     """The bridge refuses to run (e.g. topics not co-partitioned)."""
 
 
-class AgentError(BridgeError):
+class KafkaUnreachable(BridgeError):
+    """The brokers cannot be reached or do not answer yet: retried, never fatal."""
+
+
+class AgentFault(BridgeError):
     """A call to an agent did not give a usable answer."""
 
     kind = "agent-error"
@@ -25,6 +45,18 @@ class AgentError(BridgeError):
         self.agent = agent
         self.method = method
         self.detail = detail
+
+
+class AgentOversize(AgentFault):
+    """An agent sent more than the bridge reads in one piece (an SSE event, a
+    JSON response, an agent card). Not an :class:`AgentError`: retrying would
+    read the same thing again, so the Task is closed as ``unreadable``."""
+
+    kind = "oversize"
+
+
+class AgentError(AgentFault):
+    """A failure worth retrying when :attr:`retryable`."""
 
     @property
     def retryable(self) -> bool:

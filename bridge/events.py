@@ -1,6 +1,7 @@
 """Event records: the JSON value and CloudEvents binary-mode headers. Pure.
 
-One ``orjson.dumps`` per event; headers are built from the same fields.
+One ``orjson.dumps`` per event; headers are built from the same fields. An
+event too large for its topic is cut to fit by :func:`encode_within`.
 """
 
 from __future__ import annotations
@@ -9,11 +10,16 @@ from datetime import UTC, datetime
 
 import orjson
 
+from bridge import limits
 from bridge.lifecycle import Event, TaskRecord
+from bridge.limits import Headers
 
 SPEC_VERSION = b"1.0"
+# Room kept for an event's envelope (ids, headers) when sizing artifact parts:
+# the largest envelope, with taskKey and commandId at the schema's 256
+# characters (JSON-escaped) and agent ids at their 512-byte cap, is under 7 KiB.
+ENVELOPE_RESERVE = 8192
 SOURCE_PREFIX = "a2a-kafka-bridge/agents/"
-Headers = list[tuple[str, bytes]]
 
 
 def rfc3339(ts: float) -> str:
@@ -54,3 +60,65 @@ def encode(event: Event, record: TaskRecord, now: float) -> tuple[bytes, bytes, 
         ("seq", str(event.seq).encode()),
     ]
     return event.task_id.encode(), orjson.dumps(value), headers
+
+
+# ------------------------------------------------------------- within budget --
+
+# The field of each kind that carries agent-supplied content.
+_CONTENT = {"status": "message", "artifact": "artifact", "bridge": "reason"}
+# An artifact name is a label: longer ones are cut to this (bytes of JSON).
+_NAME_BYTES = 1024
+
+
+def unpublishable(event: Event, why: str, size: int) -> Event:
+    """The stand-in for an event that cannot be written: same Task, same seq, so
+    the sequence stays gap-free and a terminal event stays terminal."""
+    replaces: dict[str, object] = {"kind": event.kind, "bytes": size}
+    if event.kind == "status":
+        replaces["state"] = event.body.get("state")
+    elif event.kind == "artifact":
+        replaces["artifactId"] = limits.cut(str(event.body["artifact"].get("artifactId", "")), 600)
+    elif event.kind == "bridge":
+        replaces["outcome"] = event.body.get("outcome")
+    body = {"outcome": "unpublishable", "terminal": bool(event.body.get("terminal")), "reason": why}
+    body["replaces"] = replaces
+    return Event(event.task_id, event.seq, "bridge", body, event.source_seq)
+
+
+def _fitted(event: Event, record: TaskRecord, now: float, budget: int) -> Event | None:
+    """``event`` with its agent-supplied content cut or projected to fit ``budget``."""
+    name = _CONTENT[event.kind]
+    content = event.body.get(name)
+    bare = Event(event.task_id, event.seq, event.kind, {**event.body, name: None}, event.source_seq)
+    room = budget - limits.record_size(*encode(bare, record, now)) + len(b"null")
+    if room <= 0:
+        return None
+    if event.kind == "artifact" and isinstance(content, dict):
+        art = dict(content)
+        if isinstance(art.get("name"), str):
+            art["name"] = limits.cut(art["name"], _NAME_BYTES)
+        if limits.size(art) > room:
+            art["parts"] = limits.shrink(art.get("parts") or [], room - limits.size({**art, "parts": []}))
+        content = art
+    else:
+        content = limits.shrink(content, room)
+    fitted = Event(event.task_id, event.seq, event.kind, {**event.body, name: content}, event.source_seq)
+    return fitted if limits.record_size(*encode(fitted, record, now)) <= budget else None
+
+
+def encode_within(
+    event: Event, record: TaskRecord, now: float, budget: int, *, refused: bool = False
+) -> tuple[bytes, bytes, Headers, Event]:
+    """:func:`encode`, within ``budget`` bytes as a record: agent content is
+    projected to fit (see :mod:`bridge.limits`); an event that still cannot be
+    written (or that the broker ``refused`` before) becomes :func:`unpublishable`.
+    Returns the event actually encoded as well."""
+    key, value, headers = encode(event, record, now)
+    size = limits.record_size(key, value, headers)
+    if size <= budget and not refused:
+        return key, value, headers, event
+    fitted = None if refused else _fitted(event, record, now, budget)
+    if fitted is None:
+        why = "the broker refused the record" if refused else f"over the topic's {budget}-byte record limit"
+        fitted = unpublishable(event, why, size)
+    return (*encode(fitted, record, now), fitted)

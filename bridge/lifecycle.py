@@ -21,11 +21,19 @@ from bridge import artifacts
 TERMINAL_STATES = frozenset({"completed", "failed", "canceled", "rejected"})
 # The Task waits for a reply; its stream may end without it being lost.
 PAUSED_STATES = frozenset({"input-required", "auth-required"})
-BridgeOutcome = Literal["timeout", "lost", "cancel-requested", "rejected"]
-# Outcomes after which the bridge follows the Task no more.
-CLOSING_OUTCOMES = frozenset({"timeout", "lost", "rejected"})
-# How many recent commandIds a record remembers for dedupe.
+BridgeOutcome = Literal["timeout", "lost", "cancel-requested", "rejected", "unpublishable", "unreadable"]
+# Outcomes after which the bridge follows the Task no more. `unpublishable`
+# stands in for one event that could not be written; the Task goes on.
+CLOSING_OUTCOMES = frozenset({"timeout", "lost", "rejected", "unreadable"})
+# How many recent commandIds a record remembers for dedupe (as digests, so a
+# checkpoint stays small whatever ids producers choose).
 COMMAND_MEMORY = 32
+# Per-artifact dedupe state kept per Task: past this, the oldest finished
+# artifacts are forgotten (a snapshot would republish such an artifact whole,
+# `append: false`, which replaces it: still the same artifact downstream).
+ARTIFACT_MEMORY = 256
+# Artifact ids longer than this are remembered by digest.
+_ARTIFACT_KEY_CHARS = 128
 
 DropReason = Literal["replayed", "duplicate", "after-terminal", "foreign-task"]
 EventKind = Literal["status", "artifact", "bridge"]
@@ -40,6 +48,15 @@ def is_terminal(state: str | None) -> bool:
 
 def _digest(value: object) -> str:
     return hashlib.blake2b(orjson.dumps(value, option=orjson.OPT_SORT_KEYS), digest_size=12).hexdigest()
+
+
+def command_digest(command_id: str) -> str:
+    """What a record remembers of a commandId: 16 hex characters whatever its length."""
+    return hashlib.blake2b(command_id.encode(), digest_size=8).hexdigest()
+
+
+def artifact_key(artifact_id: str) -> str:
+    return artifact_id if len(artifact_id) <= _ARTIFACT_KEY_CHARS else "#" + _digest(artifact_id)
 
 
 def roll(digest: str, parts: list[Any]) -> str:
@@ -142,11 +159,12 @@ class TaskRecord:
     # ---------------------------------------------------------- commands --
 
     def seen(self, command_id: str) -> bool:
-        return command_id in self.command_ids
+        return command_digest(command_id) in self.command_ids
 
     def remember(self, command_id: str) -> None:
-        if command_id not in self.command_ids:
-            self.command_ids.append(command_id)
+        digest = command_digest(command_id)
+        if digest not in self.command_ids:
+            self.command_ids.append(digest)
             del self.command_ids[:-COMMAND_MEMORY]
 
     @property
@@ -198,7 +216,8 @@ class TaskRecord:
         return self._event("status", body, src)
 
     def _artifact(self, u: ArtifactUpdate, cap: int | None) -> list[Event | Dropped]:
-        known = self.artifacts.get(u.artifact_id)
+        key = artifact_key(u.artifact_id)
+        known = self.artifacts.get(key)
         if u.append and known is not None:
             progress = ArtifactProgress(known.parts + len(u.parts), roll(known.digest, u.parts), u.last_chunk)
         else:
@@ -207,7 +226,11 @@ class TaskRecord:
                 return [Dropped("duplicate")]
         # Progress counts the agent's own parts, so a snapshot compares against
         # them however the parts were split into records.
-        self.artifacts[u.artifact_id] = progress
+        self.artifacts.pop(key, None)  # re-inserted: the dict runs oldest to newest
+        self.artifacts[key] = progress
+        if len(self.artifacts) > ARTIFACT_MEMORY:
+            oldest = next((k for k, a in self.artifacts.items() if a.done), next(iter(self.artifacts)))
+            del self.artifacts[oldest]
         groups = artifacts.split(u.parts, cap)
         out: list[Event | Dropped] = []
         for i, parts in enumerate(groups):
@@ -235,7 +258,7 @@ class TaskRecord:
         for art in snap.artifacts:
             artifact_id = str(art.get("artifactId", ""))
             parts = list(art.get("parts") or [])
-            known = self.artifacts.get(artifact_id)
+            known = self.artifacts.get(artifact_key(artifact_id))
             if known is not None and len(parts) >= known.parts and roll("", parts[: known.parts]) == known.digest:
                 tail = parts[known.parts :]
                 if not tail and (known.done or not terminal):

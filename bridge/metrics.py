@@ -55,6 +55,25 @@ START_RESENDS = Counter(
 )
 BUFFER_WAITS = Counter("bridge_buffer_full_waits_total", "Times a reader waited because the commit buffer was full.")
 COMMIT_LAG = Gauge("bridge_uncommitted_events", "Events buffered and not yet committed, all partitions.")
+TRANSACTION_ABORTS = Counter(
+    "bridge_transaction_aborts_total", "Transactions aborted because a send or the commit failed."
+)
+PARTITION_REBUILDS = Counter(
+    "bridge_partition_rebuilds_total",
+    "Partitions rebuilt from Kafka after a failed transaction or a failed open, by cause.",
+    ["cause"],
+)
+CHECKPOINTS_REJECTED = Counter(
+    "bridge_checkpoint_records_rejected_total", "Checkpoint records that could not be decoded at restore (skipped)."
+)
+EVENTS_FITTED = Counter(
+    "bridge_events_fitted_total",
+    "Events too large for their topic: projected to fit, or replaced by an `unpublishable` marker.",
+    ["how"],
+)
+STARTS_DEFERRED = Counter(
+    "bridge_starts_deferred_total", "Starts held back at the in-flight limit, to be read again later."
+)
 
 
 # Children of the per-event counters, looked up once (labels() costs ~1 µs a call).

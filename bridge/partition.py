@@ -1,22 +1,24 @@
-"""One owned commands partition: restore, command dispatch, offsets.
+"""One owned commands partition: restore, command dispatch, outputs.
 
 On assignment :meth:`PartitionOwner.open` starts the partition's producer
 (fencing a zombie), reads the checkpoints partition with the same number to
 its end (``read_committed``), and resumes every live Task before the first
-new command is taken. Commands then flow through :meth:`on_command`.
+new command is taken. Commands then flow through :meth:`on_command`; which of
+them are absorbed, and what offset to commit, is :mod:`bridge.offsets`.
 
-Offsets: a command is *absorbed* once its effect is in a record that the next
-transaction writes (or it went to the DLQ in it). The committed consumer
-offset is the first command not yet absorbed; absorbed ones above it are
-listed in the partition record so a re-read skips them.
+Everything written here is sized against its topic's record budget first
+(:mod:`bridge.limits`): events through :func:`bridge.events.encode_within`,
+DLQ copies by keeping the first bytes that fit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
+from collections.abc import Callable
 from typing import TypeAlias
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -24,35 +26,57 @@ from aiokafka.structs import ConsumerRecord
 
 from bridge import checkpoints, events, metrics
 from bridge.agents import AgentClient
-from bridge.checkpoints import PartitionRecord
 from bridge.commands import Act, Command, Duplicate, Invalid, Refuse, decide, decode
 from bridge.config import Config
 from bridge.lifecycle import Dropped, Event, TaskRecord, new_task
+from bridge.limits import Headers, RecordLimits, record_size
+from bridge.offsets import PartitionOffsets, Position
 from bridge.runner import TaskRunner
-from bridge.transaction import PartitionTransactions, Position
+from bridge.transaction import OutRecord, PartitionTransactions
 
 log = logging.getLogger(__name__)
 
 Raw: TypeAlias = "ConsumerRecord[bytes, bytes]"
 
+# A DLQ copy keeps the original key up to this many bytes (the rest of the
+# record budget goes to the value).
+_DLQ_KEY_BYTES = 1024
+# Original headers copied onto a DLQ record, at most this many bytes in all.
+_DLQ_HEADER_BYTES = 4096
+
 
 class PartitionOwner:
-    def __init__(self, config: Config, partition: int, clients: dict[str, AgentClient]) -> None:
+    def __init__(
+        self,
+        config: Config,
+        partition: int,
+        clients: dict[str, AgentClient],
+        *,
+        limits: Callable[[], RecordLimits],
+        refused: set[str] | None = None,
+        admit: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.config = config
         self.partition = partition
         self._clients = clients
+        self._limits = limits
+        # Records the broker refused before (see TransactionFailed.refused):
+        # made again after a rebuild, they are written as stand-ins instead.
+        self._refused = refused if refused is not None else set()
+        self._admit = admit
         self.records: dict[str, TaskRecord] = {}
         self.runners: dict[str, TaskRunner] = {}
-        self._pending: dict[int, str | None] = {}  # offset -> start commandId (None for others)
-        self._absorbed: set[int] = set()
-        self._skip: set[int] = set()
+        # Runners whose Task is not paused: what max_in_flight_tasks counts.
+        self.active: set[str] = set()
+        self.offsets = PartitionOffsets()
         self._resent: set[str] = set()
-        self._next: int | None = None
-        self.txn = PartitionTransactions(config, partition, self._position)
+        self.txn = PartitionTransactions(config, partition, self._position, limits)
         self._committer: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self.failed: BaseException | None = None
         self.ready = False
+        # Where the checkpoints say this partition's commands continue.
+        self.restored_offset: int | None = None
 
     # ------------------------------------------------------------- lifecycle --
 
@@ -60,10 +84,18 @@ class PartitionOwner:
         started = time.monotonic()
         await self.txn.start()
         restored = await self._read_checkpoints()
+        if restored.rejected:
+            metrics.CHECKPOINTS_REJECTED.inc(restored.rejected)
+            log.error(
+                "partition %d: %d checkpoint record(s) could not be decoded and were skipped",
+                self.partition,
+                restored.rejected,
+            )
+        part = restored.partition
+        self.restored_offset = part.offset if part else None
+        self.offsets = PartitionOffsets(self.restored_offset, part.absorbed_above if part else ())
+        self._resent = set(part.starts_in_flight) if part else set()
         self.records = restored.tasks
-        self._skip = set(restored.absorbed_above)
-        self._absorbed = set(restored.absorbed_above)
-        self._resent = set(restored.starts_in_flight)
         for record in self.records.values():
             if not record.closed:
                 self._run(record, None)
@@ -84,11 +116,12 @@ class PartitionOwner:
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)
             end = (await consumer.end_offsets([tp]))[tp]
-            pairs: list[tuple[bytes | None, bytes | None]] = []
+            restorer = checkpoints.Restorer()
             while await consumer.position(tp) < end:
                 batch = await consumer.getmany(tp, timeout_ms=500)
-                pairs.extend((r.key, r.value) for r in batch.get(tp, []))
-            return checkpoints.restore(pairs)
+                for r in batch.get(tp, []):
+                    restorer.feed(r.key, r.value)
+            return restorer.result()
         finally:
             await consumer.stop()
 
@@ -125,27 +158,24 @@ class PartitionOwner:
                 if closing:
                     return
         except Exception as exc:
-            # The transaction's outcome is unknown or aborted; in-memory state is
-            # ahead of Kafka. The service rebuilds this partition from Kafka.
-            log.warning(
-                "partition %d: commit failed (%s); rebuilding from checkpoints", self.partition, type(exc).__name__
-            )
+            # The transaction was aborted; in-memory state is ahead of Kafka.
+            # The service rebuilds this partition from Kafka.
+            log.warning("partition %d: %s; rebuilding from checkpoints", self.partition, exc)
             self.failed = exc
             self.ready = False
 
     # --------------------------------------------------------------- offsets --
 
     def _position(self) -> Position:
-        offset = min(self._pending) if self._pending else self._next
-        if offset is not None:
-            self._absorbed = {o for o in self._absorbed if o >= offset}
-        starts = sorted(c for c in self._pending.values() if c)
-        return Position(offset, PartitionRecord(self.partition, sorted(self._absorbed), starts))
+        return self.offsets.position()
 
-    def absorb(self, offset: int, record: TaskRecord | None = None) -> None:
-        self._pending.pop(offset, None)
-        self._absorbed.add(offset)
+    def absorb(self, offset: int, record: TaskRecord | None = None, command_id: str | None = None) -> None:
+        """The command at ``offset`` is done; its effect on ``record`` goes into
+        this tick's transaction together with the offset."""
+        self.offsets.absorb(offset)
         if record is not None:
+            if command_id is not None:
+                record.remember(command_id)
             self.txn.mark(record)
 
     def changed(self, record: TaskRecord) -> None:
@@ -154,15 +184,17 @@ class PartitionOwner:
     def start_resent(self, command_id: str) -> bool:
         return command_id in self._resent
 
+    def activity(self, task_key: str, active: bool) -> None:
+        if active:
+            self.active.add(task_key)
+        else:
+            self.active.discard(task_key)
+
     # -------------------------------------------------------------- commands --
 
     def on_command(self, raw: Raw) -> None:
-        if self._next is not None and raw.offset < self._next:
-            return  # stale record from before a seek
-        self._next = raw.offset + 1
-        if raw.offset in self._skip:
-            self._skip.discard(raw.offset)
-            return  # absorbed before a restart
+        if not self.offsets.take(raw.offset):
+            return  # absorbed or in flight already: a re-read
         cmd = decode(raw.value, raw.key, max_bytes=self.config.kafka.max_command_bytes)
         if isinstance(cmd, Invalid):
             self.dead_letter(raw, cmd.reason, cmd.detail, agent=cmd.agent)
@@ -170,13 +202,13 @@ class PartitionOwner:
         if cmd.type == "start" and cmd.agent not in self._clients:
             self.dead_letter(raw, "unknown-agent", f"no agent {cmd.agent!r} in the registry", cmd)
             return
-        self._pending[raw.offset] = cmd.command_id if cmd.type == "start" else None
-        self.requeue(cmd, raw)
+        self.dispatch(cmd, raw)
 
-    def requeue(self, cmd: Command, raw: Raw) -> None:
+    def dispatch(self, cmd: Command, raw: Raw) -> None:
+        """A command in flight goes to its Task's runner, or by the rules of :func:`decide`."""
         runner = self.runners.get(cmd.task_key)
         if runner is not None:
-            runner.inbox.put_nowait((cmd, raw))
+            runner.deliver(cmd, raw)
             return
         record = self.records.get(cmd.task_key)
         decision = decide(cmd, record)
@@ -187,7 +219,13 @@ class PartitionOwner:
             self.dead_letter(raw, decision.reason, decision.detail, cmd)
         else:
             assert isinstance(decision, Act) and cmd.type == "start" and cmd.agent is not None
+            if not self._admit():
+                # At capacity: read it again later; replies and cancels behind it go on.
+                self.offsets.defer(raw.offset)
+                metrics.STARTS_DEFERRED.inc()
+                return
             metrics.COMMANDS.labels("start", "accepted").inc()
+            self.offsets.begin(raw.offset, cmd.command_id)
             deadline_s = cmd.deadline_seconds or self.config.bridge.default_deadline_seconds
             fresh = new_task(
                 cmd.task_key,
@@ -208,8 +246,10 @@ class PartitionOwner:
         runner.launch(start)
 
     def runner_done(self, runner: TaskRunner) -> None:
-        if self.runners.get(runner.record.task_key) is runner:
-            del self.runners[runner.record.task_key]
+        key = runner.record.task_key
+        if self.runners.get(key) is runner:
+            del self.runners[key]
+            self.active.discard(key)
             metrics.LIVE_TASKS.dec()
             if runner.record.closed:
                 metrics.OUTCOMES.labels(runner.record.state or "unknown").inc()
@@ -219,19 +259,37 @@ class PartitionOwner:
     def client(self, agent: str) -> AgentClient:
         return self._clients[agent]
 
+    def artifact_cap(self, agent: str) -> int:
+        """Artifact parts per record: the configured cap, within the events budget."""
+        budget = self._limits().budget(self.config.events_topic(agent))
+        return min(self.config.bridge.max_artifact_bytes, budget - events.ENVELOPE_RESERVE)
+
     async def space(self) -> None:
         await self.txn.space()
 
     def publish(self, record: TaskRecord, results: list[Event | Dropped]) -> None:
         now = time.time()
         topic = self.config.events_topic(record.agent)
+        budget = self._limits().budget(topic)
         for r in results:
             if isinstance(r, Dropped):
                 metrics.DROPPED_BY_REASON[r.reason].inc()
                 continue
-            key, value, headers = events.encode(r, record, now)
-            self.txn.add(topic, key, value, headers)
-            metrics.EVENTS_BY_KIND[r.kind].inc()
+            origin = f"event:{r.task_id}:{r.seq}"
+            key, value, headers, written = events.encode_within(r, record, now, budget, refused=origin in self._refused)
+            if written is not r:
+                replaced = written.kind == "bridge" and written.body.get("outcome") == "unpublishable"
+                metrics.EVENTS_FITTED.labels("unpublishable" if replaced else "projected").inc()
+                log.warning(
+                    "partition %d: event %d of Task %r %s to fit %s",
+                    self.partition,
+                    r.seq,
+                    r.task_id[:80],
+                    "replaced by an unpublishable marker" if replaced else "projected",
+                    topic,
+                )
+            self.txn.add(OutRecord(topic, key, value, headers, origin))
+            metrics.EVENTS_BY_KIND[written.kind].inc()
         self.txn.mark(record)
 
     def dead_letter(
@@ -243,19 +301,59 @@ class PartitionOwner:
             agent = None
         record = self.records.get(command.task_key) if command else None
         agent = agent or (record.agent if record else None)
-        headers = [
-            ("dlq_reason", reason.encode()),
-            ("dlq_detail", detail.encode()[:1000]),
-            ("dlq_topic", raw.topic.encode()),
-            ("dlq_partition", str(raw.partition).encode()),
-            ("dlq_offset", str(raw.offset).encode()),
-        ]
-        if command is not None:
-            headers.append(("dlq_command_id", command.command_id.encode()))
-            headers.append(("dlq_command_type", command.type.encode()))
-        self.txn.add(self.config.dlq_topic(agent), raw.key, raw.value or b"", headers)
+        topic = self.config.dlq_topic(agent)
+        origin = f"dlq:{raw.offset}"
+        key, value, headers = dlq_record(
+            raw,
+            reason,
+            detail,
+            command,
+            budget=self._limits().budget(topic),
+            refused=origin in self._refused,
+        )
+        self.txn.add(OutRecord(topic, key, value, headers, origin))
         metrics.DLQ.labels(reason).inc()
         if command is not None:
             metrics.COMMANDS.labels(command.type, "dlq").inc()
         log.info("command at %s/%d/%d to the DLQ: %s", raw.topic, raw.partition, raw.offset, reason)
         self.absorb(raw.offset)
+
+
+def dlq_record(
+    raw: Raw, reason: str, detail: str, command: Command | None, *, budget: int, refused: bool = False
+) -> tuple[bytes | None, bytes, Headers]:
+    """A DLQ copy of ``raw`` within ``budget``: its headers, then why it is here.
+
+    A copy too large keeps the first bytes of the value that fit, and says so:
+    ``dlq_truncated``, ``dlq_original_bytes`` and ``dlq_sha256`` of the whole
+    original value. A copy the broker ``refused`` keeps no value at all.
+    """
+    value = raw.value or b""
+    own: Headers = [
+        ("dlq_reason", reason.encode()),
+        ("dlq_detail", detail.encode()[:1000]),
+        ("dlq_topic", raw.topic.encode()),
+        ("dlq_partition", str(raw.partition).encode()),
+        ("dlq_offset", str(raw.offset).encode()),
+    ]
+    if command is not None:
+        own.append(("dlq_command_id", command.command_id.encode()))
+        own.append(("dlq_command_type", command.type.encode()))
+    original: Headers = [(k, v or b"") for k, v in raw.headers or ()]
+    if sum(len(k) + len(v) for k, v in original) > _DLQ_HEADER_BYTES:
+        original = []
+        own.append(("dlq_headers_dropped", b"true"))
+    key = raw.key
+    if key is not None and len(key) > _DLQ_KEY_BYTES:
+        own.append(("dlq_key_bytes", str(len(key)).encode()))
+        key = key[:_DLQ_KEY_BYTES]
+    headers = original + own
+    if not refused and record_size(key, value, headers) <= budget:
+        return key, value, headers
+    headers += [
+        ("dlq_truncated", b"true"),
+        ("dlq_original_bytes", str(len(value)).encode()),
+        ("dlq_sha256", hashlib.sha256(value).hexdigest().encode()),
+    ]
+    room = 0 if refused else max(0, budget - record_size(key, b"", headers))
+    return key, value[:room], headers

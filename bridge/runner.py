@@ -3,8 +3,14 @@
 A :class:`TaskRunner` lives while its Task is live. It opens the stream (or
 polls), applies every update through :meth:`TaskRecord.apply`, hands the
 results to its partition, and takes the Task's later commands (reply,
-cancel) in order. Its own deadlines: the Task's overall deadline, the first
-event of a start, and the resume budget of a dropped stream.
+cancel) in order, one at a time: a command is taken only when the previous
+one has been answered. Its own deadlines: the Task's overall deadline, the
+first event of a start, and the resume budget of a dropped stream.
+
+Every command a runner takes ends absorbed (its effect committed with its
+offset) or in the DLQ, whatever happens to the Task: a command still queued
+when the Task ends goes back to the partition's rules; one in flight when a
+follower crashes is answered by the closing event (a start) or the DLQ.
 
 Retry budgets: a dropped stream or failed resume is retried with exponential
 backoff (0.2 s doubling to 10 s, full jitter so that many Tasks do not retry
@@ -20,6 +26,7 @@ import contextlib
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
@@ -29,7 +36,7 @@ from bridge import metrics
 from bridge.agents import AgentClient, rpc_id
 from bridge.commands import Act, Command, Duplicate, Refuse, decide, message_id
 from bridge.config import Config
-from bridge.errors import AgentError, AgentUnavailable, RpcError
+from bridge.errors import AgentError, AgentOversize, AgentProtocolError, AgentUnavailable, RpcError
 from bridge.lifecycle import (
     BridgeOutcome,
     Dropped,
@@ -52,9 +59,9 @@ class Partition(Protocol):
     config: Config
 
     def publish(self, record: TaskRecord, results: list[Event | Dropped]) -> None: ...
-    def absorb(self, offset: int, record: TaskRecord | None = None) -> None: ...
+    def absorb(self, offset: int, record: TaskRecord | None = None, command_id: str | None = None) -> None: ...
     def changed(self, record: TaskRecord) -> None: ...
-    def requeue(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None: ...
+    def dispatch(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None: ...
     def dead_letter(
         self, raw: ConsumerRecord[bytes, bytes], reason: str, detail: str, command: Command | None = None
     ) -> None: ...
@@ -62,6 +69,8 @@ class Partition(Protocol):
     def client(self, agent: str) -> AgentClient: ...
     def runner_done(self, runner: TaskRunner) -> None: ...
     def start_resent(self, command_id: str) -> bool: ...
+    def activity(self, task_key: str, active: bool) -> None: ...
+    def artifact_cap(self, agent: str) -> int: ...
 
 
 def backoff(attempt: int, base: float = 0.2, cap: float = 10.0) -> float:
@@ -74,20 +83,29 @@ class TaskRunner:
         self.part = part
         self.record = record
         self.client = part.client(record.agent)
-        self.inbox: asyncio.Queue[Incoming] = asyncio.Queue()
-        self._changed = asyncio.Event()
+        self.inbox: deque[Incoming] = deque()
+        self._wake = asyncio.Event()
         self._follower: asyncio.Future[None] | None = None
         self._background: set[asyncio.Future[None]] = set()
         self.task: asyncio.Future[None] | None = None
+        # The start or reply sent to the agent and not yet answered.
+        self._sending: Incoming | None = None
         # Set once the Task was resumed after a gap (restart or dropped stream).
         self._resumed = False
         self._stopping = False
+        self._cap = part.artifact_cap(record.agent)
 
     # ------------------------------------------------------------ plumbing --
 
     def launch(self, start: Incoming | None) -> None:
-        self.task = asyncio.create_task(self._main(start), name=f"task-runner-{self.record.task_key}")
+        self._active()
+        self.task = asyncio.create_task(self._main(start), name=f"task-runner-{self.record.task_key[:60]}")
         self.task.add_done_callback(self._crashed)
+
+    def deliver(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
+        """A later command for this Task; taken in order by the main loop."""
+        self.inbox.append((command, raw))
+        self._wake.set()
 
     async def stop(self) -> None:
         self._stopping = True
@@ -99,13 +117,18 @@ class TaskRunner:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
 
+    def _active(self) -> None:
+        self.part.activity(self.record.task_key, not self.record.closed and not self.record.paused)
+
     def _apply(self, update: Update) -> None:
-        self.part.publish(self.record, self.record.apply(update, self.part.config.bridge.max_artifact_bytes))
-        self._changed.set()
+        self.part.publish(self.record, self.record.apply(update, self._cap))
+        self._active()
+        self._wake.set()
 
     def _outcome(self, outcome: BridgeOutcome, reason: str | None = None) -> None:
         self.part.publish(self.record, [self.record.outcome(outcome, reason)])
-        self._changed.set()
+        self._active()
+        self._wake.set()
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         t: asyncio.Future[None] = asyncio.ensure_future(coro)
@@ -120,19 +143,40 @@ class TaskRunner:
         self._follower.add_done_callback(self._crashed)
 
     def _crashed(self, task: asyncio.Future[None]) -> None:
-        """A bug in a follower must not vanish silently: log it and close the Task as lost."""
+        """A follower that failed must not leave the Task or its command hanging:
+        close the Task (``unreadable`` for an agent past the size caps, else
+        ``lost``) and answer the command in flight."""
         if task.cancelled() or task.exception() is None:
             return
         exc = task.exception()
-        log.error("following %s crashed", self.record.task_id or self.record.task_key, exc_info=exc)
-        if not self.record.closed and self.record.task_id is not None:
-            self._outcome("lost", f"bridge error: {type(exc).__name__}")
+        outcome: BridgeOutcome
+        if isinstance(exc, AgentOversize):
+            outcome, reason = "unreadable", str(exc)
+        else:
+            log.error("following %s crashed", self.record.task_id or self.record.task_key, exc_info=exc)
+            outcome, reason = "lost", f"bridge error: {type(exc).__name__}"
+        if not self.record.closed:
+            self._outcome(outcome, reason)
+        self._answered(reason)
+
+    def _answered(self, failure: str | None = None) -> None:
+        """The command in flight got its answer (or ``failure``): absorb it or DLQ it."""
+        if self._sending is None:
+            return
+        command, raw = self._sending
+        self._sending = None
+        self._wake.set()
+        if command.type == "start" or failure is None:
+            self.part.absorb(raw.offset, self.record, command.command_id)
+        else:
+            self.part.dead_letter(raw, "agent-error", failure, command)
 
     # ---------------------------------------------------------------- main --
 
     async def _main(self, start: Incoming | None) -> None:
         try:
             if start is not None:
+                self._sending = start
                 self._follow(self._send(*start))
             elif self.record.task_id is None:
                 self._outcome("lost", "restored before the agent named the Task")
@@ -141,30 +185,22 @@ class TaskRunner:
                     self._spawn(self._cancel())
                 if not self.record.paused:
                     self._follow(self._resume("restart"))
-            pending_get: asyncio.Task[Incoming] | None = None
             while not self.record.closed:
-                self._changed.clear()
-                waits: set[asyncio.Future[Any]] = {asyncio.ensure_future(self._changed.wait())}
-                if self.record.started:
-                    if pending_get is None:
-                        pending_get = asyncio.ensure_future(self.inbox.get())
-                    waits.add(pending_get)
-                timeout = None if self.record.deadline is None else max(0.0, self.record.deadline - time.time())
-                done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-                for w in waits - {pending_get}:
-                    w.cancel()
+                if self.inbox and self._sending is None:
+                    self._command(*self.inbox.popleft())
+                    continue
+                self._wake.clear()
+                deadline = self.record.deadline
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(None if deadline is None else max(0.0, deadline - time.time())):
+                        await self._wake.wait()
                 if self.record.closed:
                     break
-                if pending_get is not None and pending_get in done:
-                    incoming, pending_get = pending_get.result(), None
-                    self._command(*incoming)
-                elif not done and self.record.deadline is not None and time.time() >= self.record.deadline:
+                if deadline is not None and time.time() >= deadline:
                     self._outcome("timeout", "the bridge's deadline passed; the agent's Task may still run")
                     if self.part.config.bridge.cancel_on_timeout and self.record.task_id:
                         with contextlib.suppress(AgentError):
                             await self._cancel_call()
-            if pending_get is not None:
-                pending_get.cancel()
         finally:
             if self._follower is not None:
                 self._follower.cancel()
@@ -172,8 +208,8 @@ class TaskRunner:
             # Commands that queued behind the end of this Task go back through
             # the partition's rules (a start after the end is a new Task). On a
             # partition close they stay unabsorbed and are read again later.
-            while not self._stopping and not self.inbox.empty():
-                self.part.requeue(*self.inbox.get_nowait())
+            while not self._stopping and self.inbox:
+                self.part.dispatch(*self.inbox.popleft())
 
     def _command(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
         decision = decide(command, self.record)
@@ -186,17 +222,22 @@ class TaskRunner:
             return
         assert isinstance(decision, Act)
         metrics.COMMANDS.labels(command.type, "accepted").inc()
-        self.record.remember(command.command_id)
-        self.record.command_id = command.command_id
         if command.type == "reply":
+            self._sending = (command, raw)
+            self._active_now()
             self._follow(self._send(command, raw))
         elif command.type == "cancel":
+            self.record.command_id = command.command_id
             self.record.cancel_pending = command.command_id
             self._outcome("cancel-requested", None)
-            self.part.absorb(raw.offset, self.record)
+            self.part.absorb(raw.offset, self.record, command.command_id)
             self._spawn(self._cancel())
         else:  # a start for a live key was refused by decide()
             raise AssertionError(command.type)
+
+    def _active_now(self) -> None:
+        # A reply makes a paused Task active before the agent says so.
+        self.part.activity(self.record.task_key, True)
 
     # ------------------------------------------------------------- streams --
 
@@ -208,6 +249,13 @@ class TaskRunner:
             context_id=self.record.context_id,
             task_id=self.record.task_id,
         )
+
+    def _first(self, command: Command, update: Update) -> None:
+        """The agent's first answer to ``command``: its events carry the command's
+        id, and the command is absorbed with them."""
+        self.record.command_id = command.command_id
+        self._apply(update)
+        self._answered()
 
     async def _send(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
         """Send a start or a reply; the command is absorbed with the agent's first answer.
@@ -223,13 +271,6 @@ class TaskRunner:
         message = self._message(command)
         cfg = self.part.config.bridge
         dialect = self.client.dialect
-        absorbed = False
-
-        def absorb() -> None:
-            nonlocal absorbed
-            absorbed = True
-            self.part.absorb(raw.offset, self.record)
-
         deadline = time.monotonic() + cfg.resume_deadline_seconds
         attempt = 0
         while True:
@@ -237,17 +278,18 @@ class TaskRunner:
                 if not await self.client.streaming():
                     async with asyncio.timeout(cfg.first_event_timeout_seconds):
                         snap = await self.client.task(dialect.send("send", rpc_id("send"), message))
-                    self._apply(snap)
-                    absorb()
+                    self._first(command, snap)
                     await self._poll()
                     return
                 req = dialect.send("stream", rpc_id("stream"), message)
                 await self._consume(
-                    self.client.stream(req), first=absorb, first_timeout=cfg.first_event_timeout_seconds
+                    self.client.stream(req),
+                    first=lambda u: self._first(command, u),
+                    first_timeout=cfg.first_event_timeout_seconds,
                 )
                 break
             except (AgentError, TimeoutError) as exc:
-                if absorbed:
+                if self._sending is None:
                     break  # the stream failed after the agent answered: resume below
                 retryable = isinstance(exc, TimeoutError) or exc.retryable
                 if retryable and time.monotonic() + 0.2 < deadline:
@@ -257,9 +299,10 @@ class TaskRunner:
                 reason = "no first event" if isinstance(exc, TimeoutError) else f"{exc.kind}: {exc.detail}"
                 if command.type == "start":
                     self._outcome("rejected", reason)
-                    absorb()
+                    self._answered()
                 else:
-                    self.part.dead_letter(raw, "agent-error", reason, command)
+                    self._answered(reason)
+                    self._active()
                 return
         await self._after_stream()
 
@@ -267,17 +310,20 @@ class TaskRunner:
         self,
         updates: AsyncIterator[Update],
         *,
-        first: Callable[[], None] | None = None,
+        first: Callable[[Update], None] | None = None,
         first_timeout: float | None = None,
     ) -> None:
-        """Apply a stream's updates until it ends; ``first`` runs after the first one."""
+        """Apply a stream's updates until it ends; ``first`` takes the first one."""
         it = aiter(updates)
         try:
             if first is not None:
-                async with asyncio.timeout(first_timeout):
-                    update = await anext(it)
-                self._apply(update)
-                first()
+                try:
+                    async with asyncio.timeout(first_timeout):
+                        update = await anext(it)
+                except StopAsyncIteration:
+                    # Nothing about a Task came back: worth another attempt, like silence.
+                    raise AgentProtocolError(self.client.name, "stream", "the stream ended before a Task") from None
+                first(update)
             n = 0
             async for update in it:
                 if self._reconcile_before(update):
@@ -291,8 +337,6 @@ class TaskRunner:
                     # An SSE read that finds buffered events does not suspend: let
                     # the committer and the other readers in now and then.
                     await asyncio.sleep(0)
-        except StopAsyncIteration:
-            return
         finally:
             with contextlib.suppress(Exception):
                 await it.aclose()  # type: ignore[attr-defined]

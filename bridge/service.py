@@ -2,10 +2,32 @@
 
 The consumer reads commands with ``read_committed`` and never commits on its
 own: offsets go into each partition's transaction (:mod:`bridge.transaction`).
-Assignment opens a :class:`PartitionOwner` (restore, then resume), revocation
-closes it (stop streams, final commit, close the producer). A partition whose
-commit failed is rebuilt from Kafka in place; a fenced producer means another
-process owns our partitions, so this one exits rather than fight for them.
+
+Ownership of a partition, step by step:
+
+1. Assigned (rebalance listener): the partition is paused and an opener task
+   is started. The listener returns at once: aiokafka sends no heartbeats
+   while ``on_partitions_assigned`` runs, so a long restore in it would get
+   the member evicted.
+2. The opener, holding the partition's lock: checks the partition is still
+   ours, opens a :class:`PartitionOwner` (producer start fences any older
+   owner, restore, resume), seeks to the offset its checkpoints name, resumes
+   the partition. A failure is retried with backoff and jitter; only a
+   permanent one (authorization) ends the process.
+3. A failed transaction (the owner sets ``failed``): the partition is paused
+   and rebuilt from Kafka by a new opener. A producer fenced by another
+   bridge ends the process (exit 3); one whose transaction the coordinator
+   timed out (it ran past its timeout, e.g. while the broker was away) is
+   rebuilt after a heartbeat has had time to reveal a lost membership.
+4. Revoked (listener; heartbeats still flow): the opener is cancelled, and
+   the owner makes its final commit and closes, under the lock.
+
+So no partition is ever left assigned without an owner or an opener, and
+``/readyz`` says ready only when every assigned partition is owned.
+
+Startup waits for Kafka: unreachable brokers are retried with backoff and
+jitter (not ready meanwhile); missing topics, mismatched partition counts and
+authorization failures are permanent (exit 2).
 """
 
 from __future__ import annotations
@@ -13,25 +35,49 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import signal
+from collections import defaultdict
 
 import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+)
 
 from bridge import metrics, topics
 from bridge.agents import AgentClient
 from bridge.config import Config
-from bridge.errors import BridgeError
+from bridge.errors import BridgeError, KafkaUnreachable, StartupError
 from bridge.http import OpsServer
+from bridge.limits import RecordLimits
 from bridge.partition import PartitionOwner
+from bridge.transaction import TransactionFailed
 
 log = logging.getLogger(__name__)
+
+# Opening a partition, or reaching Kafka at start, is retried this way.
+_RETRY_BASE_S = 0.5
+_RETRY_CAP_S = 15.0
+_FORBIDDEN = (
+    TopicAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    ClusterAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+)
 
 
 class Fenced(BridgeError):
     """Another bridge process took over a partition's transactional id."""
+
+
+def _retry_delay(attempt: int) -> float:
+    """Exponential backoff with jitter (never zero: a tight loop helps no broker)."""
+    return random.uniform(0.5, 1.0) * min(_RETRY_CAP_S, _RETRY_BASE_S * 2.0**attempt)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -42,7 +88,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         await self.service.release([tp.partition for tp in revoked])
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        await self.service.acquire([tp.partition for tp in assigned])
+        self.service.acquire([tp.partition for tp in assigned])
 
 
 class Service:
@@ -50,85 +96,190 @@ class Service:
         self.config = config
         self.owners: dict[int, PartitionOwner] = {}
         self.clients: dict[str, AgentClient] = {}
+        self.limits = RecordLimits(config.kafka.max_request_size)
+        self._refresh_limits = False
+        # Per partition, records the broker refused (kept across rebuilds).
+        self._refused: dict[int, set[str]] = defaultdict(set)
+        self._assigned: set[int] = set()
+        self._opening: dict[int, asyncio.Task[None]] = {}
+        self._locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._stopping = asyncio.Event()
+        self._fatal: BaseException | None = None
         self._joined = False
         self._consumer: AIOKafkaConsumer | None = None
 
-    def _live(self) -> int:
-        return sum(len(o.runners) for o in self.owners.values())
+    # ----------------------------------------------------------- readiness --
 
     def ready(self) -> bool:
-        return self._joined and all(o.ready for o in self.owners.values())
+        return (
+            self._consumer is not None
+            and self._joined
+            and self._fatal is None
+            and all(p in self.owners and self.owners[p].ready for p in self._assigned)
+        )
+
+    def active(self) -> int:
+        return sum(len(o.active) for o in self.owners.values())
+
+    def admit(self) -> bool:
+        """Room for one more active Task (paused ones do not count: their replies must get through)."""
+        return self.active() < self.config.bridge.max_in_flight_tasks
 
     def stop(self) -> None:
         self._stopping.set()
 
-    # -------------------------------------------------------------- owners --
+    def _fail(self, exc: BaseException) -> None:
+        if self._fatal is None:
+            self._fatal = exc
+        self._stopping.set()
 
-    async def acquire(self, partitions: list[int]) -> None:
-        # The fetcher starts on new partitions at once; hold them until restored
-        # so no command is handed to a partition that is not ready for it.
-        tps = [TopicPartition(self.config.kafka.commands_topic, p) for p in partitions]
-        if self._consumer is not None and tps:
-            self._consumer.pause(*tps)
+    # ------------------------------------------------------------ ownership --
+
+    def _tp(self, p: int) -> TopicPartition:
+        return TopicPartition(self.config.kafka.commands_topic, p)
+
+    def acquire(self, partitions: list[int]) -> None:
+        """Step 1: hold the new partitions and start their openers."""
         for p in partitions:
-            owner = PartitionOwner(self.config, p, self.clients)
-            await owner.open()
-            self.owners[p] = owner
-        if self._consumer is not None and tps:
-            self._consumer.resume(*tps)
-        metrics.PARTITIONS.set(len(self.owners))
+            self._assigned.add(p)
+            if self._consumer is not None:
+                self._consumer.pause(self._tp(p))
+            self._spawn_open(p)
         self._joined = True
 
     async def release(self, partitions: list[int]) -> None:
-        owners = [self.owners.pop(p) for p in partitions if p in self.owners]
-        results = await asyncio.gather(*(o.close() for o in owners), return_exceptions=True)
-        for o, r in zip(owners, results, strict=True):
-            if isinstance(r, BaseException):
-                log.warning("partition %d: final commit failed (%s)", o.partition, type(r).__name__)
-                if isinstance(r, ProducerFenced):
-                    raise Fenced(f"partition {o.partition} was taken over") from None
+        """Step 4: cancel openers, final commit, close."""
+        for p in partitions:
+            self._assigned.discard(p)
+        await asyncio.gather(*(self._close(p) for p in partitions))
         metrics.PARTITIONS.set(len(self.owners))
 
-    async def _rebuild(self, owner: PartitionOwner) -> None:
-        """Rebuild a partition whose commit failed: from its checkpoints and committed offset."""
-        if isinstance(owner.failed, ProducerFenced):
-            raise Fenced(f"partition {owner.partition} was taken over by another bridge")
-        assert self._consumer is not None
-        p = owner.partition
-        await owner.close(flush=False)
+    async def _close(self, p: int) -> None:
+        opener = self._opening.pop(p, None)
+        if opener is not None:
+            opener.cancel()
+            await asyncio.gather(opener, return_exceptions=True)
+        async with self._locks[p]:
+            owner = self.owners.pop(p, None)
+            if owner is None:
+                return
+            await owner.close()
+            failed = owner.failed
+            if isinstance(failed, TransactionFailed) and failed.fenced and not failed.timed_out:
+                self._fail(Fenced(f"partition {p} was taken over by another bridge"))
+            elif failed is not None:
+                log.warning("partition %d: final commit failed (%s)", p, failed)
+
+    def _spawn_open(self, p: int, broken: PartitionOwner | None = None, delay: float = 0.0) -> None:
+        opener = asyncio.create_task(self._open(p, broken, delay), name=f"open-{p}")
+        self._opening[p] = opener
+
+        def done(t: asyncio.Task[None]) -> None:
+            if self._opening.get(p) is t:
+                del self._opening[p]
+            if not t.cancelled() and t.exception() is not None:
+                log.error("partition %d: opener crashed", p, exc_info=t.exception())
+                self._fail(t.exception() or RuntimeError("opener crashed"))
+
+        opener.add_done_callback(done)
+
+    async def _open(self, p: int, broken: PartitionOwner | None, delay: float) -> None:
+        """Step 2 (and the rebuild of step 3): own partition ``p`` or die trying."""
+        if broken is not None:
+            async with self._locks[p]:
+                # Shielded: a revocation meanwhile must not leave its producer open.
+                await asyncio.shield(broken.close(flush=False))
+        if delay:
+            await asyncio.sleep(delay)
         attempt = 0
         while not self._stopping.is_set():
-            fresh = PartitionOwner(self.config, p, self.clients)
-            try:
-                await fresh.open()
-                tp = TopicPartition(self.config.kafka.commands_topic, p)
-                committed = await self._consumer.committed(tp)
-                if tp in self._consumer.assignment():
-                    if committed is None:
-                        await self._consumer.seek_to_committed(tp)
-                    else:
-                        self._consumer.seek(tp, committed)
-                if self.owners.get(p) is owner:
-                    self.owners[p] = fresh
+            async with self._locks[p]:
+                # Ownership is checked before init_transactions: a member that lost
+                # the partition must not fence the one that has it now.
+                if p not in self._assigned or self._consumer is None or self._tp(p) not in self._consumer.assignment():
+                    return
+                owner: PartitionOwner | None = None
+                try:
+                    if self._refresh_limits:
+                        async with topics.kafka_errors(self.config):
+                            self.limits = await topics.record_limits(self.config)
+                        self._refresh_limits = False
+                    owner = PartitionOwner(
+                        self.config,
+                        p,
+                        self.clients,
+                        limits=lambda: self.limits,
+                        refused=self._refused[p],
+                        admit=self.admit,
+                    )
+                    await owner.open()
+                    await self._seek(p, owner.restored_offset)
+                except asyncio.CancelledError:
+                    if owner is not None:
+                        await owner.close(flush=False)
+                    raise
+                except Exception as exc:
+                    if owner is not None:
+                        await owner.close(flush=False)
+                    if isinstance(exc, _FORBIDDEN | StartupError):
+                        self._fail(StartupError(f"partition {p}: {exc}"))
+                        return
+                    log.warning("partition %d: open failed (%s: %s), retrying", p, type(exc).__name__, exc)
+                    metrics.PARTITION_REBUILDS.labels("open-failed").inc()
                 else:
-                    await fresh.close(flush=False)
-                return
-            except ProducerFenced:
-                raise Fenced(f"partition {p} was taken over by another bridge") from None
-            except (KafkaError, OSError) as exc:
-                log.warning("partition %d: rebuild failed (%s), retrying", p, type(exc).__name__)
-                with contextlib.suppress(Exception):
-                    await fresh.close(flush=False)
-                await asyncio.sleep(min(10.0, 0.5 * 2**attempt))
-                attempt += 1
+                    assert owner is not None
+                    self.owners[p] = owner
+                    if self._consumer is not None:
+                        self._consumer.resume(self._tp(p))
+                    metrics.PARTITIONS.set(len(self.owners))
+                    return
+            await asyncio.sleep(_retry_delay(attempt))
+            attempt += 1
 
-    # ---------------------------------------------------------------- run --
+    async def _seek(self, p: int, offset: int | None) -> None:
+        """Read from where the checkpoints say, not from a position the group fetched
+        before the last owner's final commit (which would run commands twice)."""
+        consumer, tp = self._consumer, self._tp(p)
+        if consumer is None or tp not in consumer.assignment():
+            return
+        if offset is None:
+            offset = await consumer.committed(tp)
+        if offset is None:
+            await consumer.seek_to_beginning(tp)
+        else:
+            consumer.seek(tp, offset)
+
+    def _rebuild(self, p: int, owner: PartitionOwner) -> None:
+        """Step 3: a failed transaction: pause, classify, rebuild."""
+        self.owners.pop(p, None)
+        if self._consumer is not None and self._tp(p) in self._consumer.assignment():
+            self._consumer.pause(self._tp(p))
+        exc = owner.failed
+        cause, delay = "commit-failed", 0.0
+        if isinstance(exc, TransactionFailed):
+            if exc.forbidden:
+                self._fail(StartupError(f"partition {p}: {exc.cause}"))
+                return
+            if exc.fenced and not exc.timed_out:
+                self._fail(Fenced(f"partition {p} was taken over by another bridge"))
+                return
+            if exc.timed_out:
+                # The coordinator aborted a transaction that ran past its timeout; our
+                # membership may be gone too. Let a heartbeat tell before fencing anyone.
+                cause, delay = "transaction-timed-out", 2 * self.config.kafka.heartbeat_interval_ms / 1000
+                log.warning("partition %d: the coordinator timed out the open transaction; rebuilding", p)
+            if exc.refused:
+                cause = "record-refused"
+                self._refused[p].update(exc.refused)
+                self._refresh_limits = True
+        metrics.PARTITION_REBUILDS.labels(cause).inc()
+        self._spawn_open(p, broken=owner, delay=delay)
+
+    # ------------------------------------------------------------------ run --
 
     async def run(self) -> int:
         cfg = self.config
         metrics.init()
-        await topics.ensure(cfg, create=False)
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=200)
         async with httpx.AsyncClient(limits=limits, http2=False) as http:
             self.clients.update({name: AgentClient(a, http) for name, a in cfg.agents.items()})
@@ -136,64 +287,91 @@ class Service:
             if ops:
                 await ops.start()
                 log.info("ops endpoints on :%d (/metrics /healthz /readyz)", ops.port)
-            consumer = AIOKafkaConsumer(
-                group_id=cfg.kafka.group_id,
-                isolation_level="read_committed",
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                max_poll_records=500,
-                session_timeout_ms=cfg.kafka.session_timeout_ms,
-                heartbeat_interval_ms=cfg.kafka.heartbeat_interval_ms,
-                **cfg.kafka.client_options(),
-            )
-            self._consumer = consumer
-            consumer.subscribe([cfg.kafka.commands_topic], listener=_Listener(self))
-            await consumer.start()
-            code = 0
             try:
-                await self._loop(consumer)
-            except Fenced as exc:
-                log.error("%s; exiting without writing", exc)
-                code = 3
+                consumer = await self._connect()
+                if consumer is not None:
+                    await self._loop(consumer)
+            except Exception as exc:
+                if not isinstance(exc, BridgeError):
+                    log.error("the bridge stopped on an unexpected error", exc_info=exc)
+                self._fail(exc)
             finally:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.release(list(self.owners)), cfg.bridge.shutdown_grace_seconds)
-                with contextlib.suppress(Exception):
-                    # Leaving the group is a courtesy; with the broker gone it must not eat the grace period.
-                    await asyncio.wait_for(consumer.stop(), 5)
+                    await asyncio.wait_for(self.release(list(self._assigned)), cfg.bridge.shutdown_grace_seconds)
+                if self._consumer is not None:
+                    with contextlib.suppress(Exception):
+                        # Leaving the group is a courtesy; with the broker gone it must not eat the grace period.
+                        await asyncio.wait_for(self._consumer.stop(), 5)
                 if ops:
                     await ops.stop()
-            return code
+        return self._exit_code()
+
+    def _exit_code(self) -> int:
+        exc = self._fatal
+        if exc is None:
+            return 0
+        if isinstance(exc, Fenced):
+            log.error("%s; exiting without writing", exc)
+            return 3
+        log.error("%s", exc)
+        return 2 if isinstance(exc, StartupError) else 1
+
+    async def _connect(self) -> AIOKafkaConsumer | None:
+        """Reach Kafka, check the topics, read their record limits, join the group.
+        Waits (not ready) while Kafka is unreachable; None if stopped meanwhile."""
+        cfg = self.config
+        attempt = 0
+        while not self._stopping.is_set():
+            consumer: AIOKafkaConsumer | None = None
+            try:
+                async with topics.kafka_errors(cfg):
+                    await topics.ensure(cfg, create=False)
+                    self.limits = await topics.record_limits(cfg)
+                    consumer = AIOKafkaConsumer(
+                        group_id=cfg.kafka.group_id,
+                        isolation_level="read_committed",
+                        enable_auto_commit=False,
+                        auto_offset_reset="earliest",
+                        max_poll_records=500,
+                        session_timeout_ms=cfg.kafka.session_timeout_ms,
+                        heartbeat_interval_ms=cfg.kafka.heartbeat_interval_ms,
+                        **cfg.kafka.client_options(),
+                    )
+                    consumer.subscribe([cfg.kafka.commands_topic], listener=_Listener(self))
+                    await consumer.start()
+                self._consumer = consumer
+                return consumer
+            except KafkaUnreachable as exc:
+                if consumer is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(consumer.stop(), 5)
+                delay = _retry_delay(attempt)
+                attempt += 1
+                log.warning("%s; retrying in %.1fs", exc, delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), delay)
+        return None
 
     async def _loop(self, consumer: AIOKafkaConsumer) -> None:
-        paused: set[TopicPartition] = set()
-        limit = self.config.bridge.max_in_flight_tasks
         while not self._stopping.is_set():
-            for broken in [o for o in self.owners.values() if o.failed is not None]:
-                await self._rebuild(broken)
+            for p, owner in list(self.owners.items()):
+                if owner.failed is not None:
+                    self._rebuild(p, owner)
             batch = await consumer.getmany(timeout_ms=100)
             for tp, records in batch.items():
-                owner = self.owners.get(tp.partition)
-                if owner is None or owner.failed is not None:
-                    # Not ready (or being rebuilt): read these again later.
+                taker = self.owners.get(tp.partition)
+                if taker is None or not taker.ready or taker.failed is not None:
+                    # Not owned (or being rebuilt): read these again later.
                     consumer.seek(tp, records[0].offset)
                     continue
                 for r in records:
-                    if self._live() >= limit:
-                        consumer.seek(tp, r.offset)  # at the in-flight limit: read it again later
-                        break
-                    owner.on_command(r)
+                    taker.on_command(r)
+            if self.admit():
+                for p, owner in self.owners.items():
+                    point = owner.offsets.rewind()
+                    if point is not None:
+                        consumer.seek(self._tp(p), point)
             metrics.COMMIT_LAG.set(sum(o.txn.buffered for o in self.owners.values()))
-            # Backpressure: past the in-flight limit, stop reading new commands.
-            live = self._live()
-            for p in self.owners:
-                tp = TopicPartition(self.config.kafka.commands_topic, p)
-                if live >= limit and tp not in paused:
-                    consumer.pause(tp)
-                    paused.add(tp)
-                elif live < limit and tp in paused:
-                    consumer.resume(tp)
-                    paused.discard(tp)
 
 
 async def serve(config: Config) -> int:

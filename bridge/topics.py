@@ -14,10 +14,12 @@ from typing import Any
 
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
 
 from bridge.config import Config
-from bridge.errors import StartupError
+from bridge.errors import KafkaUnreachable, StartupError
+from bridge.limits import MIN_RECORD_BYTES, RecordLimits
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +97,52 @@ async def ensure(config: Config, *, create: bool) -> dict[str, int]:
                 f"{config.kafka.commands_topic!r} has {c}: they must be co-partitioned (same count)"
             )
         return counts
-    except KafkaError as exc:
-        raise StartupError(f"cannot check topics on {config.kafka.bootstrap_servers}: {exc}") from None
     finally:
         await admin.close()
+
+
+def written(config: Config) -> list[str]:
+    """Every topic the bridge produces to."""
+    return sorted({config.kafka.checkpoints_topic, *config.all_events_topics(), *config.all_dlq_topics()})
+
+
+async def record_limits(config: Config) -> RecordLimits:
+    """Each written topic's record budget: the smaller of its ``max.message.bytes``
+    and the producer's ``max_request_size``. Refuses a budget below
+    :data:`~bridge.limits.MIN_RECORD_BYTES`: the bridge could not write its own records."""
+    names = written(config)
+    admin = AIOKafkaAdminClient(**config.kafka.client_options())
+    await admin.start()
+    try:
+        resources = [ConfigResource(ConfigResourceType.TOPIC, t, configs={"max.message.bytes": None}) for t in names]
+        responses = await admin.describe_configs(resources)
+    finally:
+        await admin.close()
+    cap = config.kafka.max_request_size
+    budgets: dict[str, int] = {}
+    for response in responses:
+        for res in response.to_object()["resources"]:
+            for entry in res["config_entries"]:
+                if entry["config_names"] == "max.message.bytes":
+                    budgets[res["resource_name"]] = min(cap, int(entry["config_value"]))
+    small = {t: b for t, b in budgets.items() if b < MIN_RECORD_BYTES}
+    if small:
+        raise StartupError(
+            f"topics {sorted(small)} take records of at most {min(small.values())} bytes "
+            f"(max.message.bytes, or kafka.max_request_size); the bridge needs {MIN_RECORD_BYTES}"
+        )
+    return RecordLimits(min([cap, *budgets.values()]), budgets)
+
+
+@contextlib.asynccontextmanager
+async def kafka_errors(config: Config) -> Any:
+    """Kafka's errors as the bridge's: retriable ones (no broker, a timeout, a
+    coordinator moving) as :class:`KafkaUnreachable`, the rest as :class:`StartupError`."""
+    try:
+        yield
+    except (KafkaConnectionError, TimeoutError, OSError) as exc:
+        raise KafkaUnreachable(f"Kafka at {config.kafka.bootstrap_servers} is unreachable: {exc}") from None
+    except KafkaError as exc:
+        if exc.retriable:
+            raise KafkaUnreachable(f"Kafka at {config.kafka.bootstrap_servers} is not ready: {exc}") from None
+        raise StartupError(f"Kafka at {config.kafka.bootstrap_servers} refused: {exc}") from None

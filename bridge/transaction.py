@@ -7,45 +7,112 @@ owner's ``init_transactions`` fences a zombie (aiokafka has no KIP-447).
 Readers never await Kafka: they append to the current tick's :class:`Outbox`
 (synchronously, so an event, the record change behind it and the command
 offset it absorbs are always seen together). Every tick the committer swaps
-the outbox for an empty one and commits the swapped one as one transaction:
-events, the latest checkpoint of each Task that changed, the partition
-record, and the consumer offset. Readers fill the next outbox meanwhile.
+the outbox for an empty one and commits the swapped one as one transaction
+(:meth:`PartitionTransactions.commit`, steps numbered there). Readers fill
+the next outbox meanwhile; the outbox is bounded in records and in bytes.
+
+A transaction commits only if every record in it was delivered: aiokafka
+fails just the batch a broker refuses (record too large, say) and would
+commit the rest (Java's producer fixed that in KAFKA-9279), so every send's
+future is awaited before the commit, and any failure aborts. Nothing of an
+aborted transaction is visible to ``read_committed`` readers; the caller
+rebuilds the partition from Kafka (:class:`TransactionFailed` says how).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    MessageSizeTooLargeError,
+    ProducerFenced,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+)
 from aiokafka.structs import OffsetAndMetadata
 
 from bridge import checkpoints, metrics
-from bridge.checkpoints import PartitionRecord
 from bridge.config import Config
-from bridge.events import Headers
+from bridge.errors import BridgeError
 from bridge.lifecycle import TaskRecord
+from bridge.limits import Headers, RecordLimits, record_size
+from bridge.offsets import Position
 
 log = logging.getLogger(__name__)
+
+# A transaction left open by a crash is aborted by the coordinator after this;
+# short, so that a restarted owner is not blocked long by its predecessor's.
+TRANSACTION_TIMEOUT_MS = 30_000
+# Aborting is best effort (a fenced producer cannot); the next owner's
+# init_transactions aborts whatever is left open.
+_ABORT_TIMEOUT_S = 10.0
+
+_TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
+_NOT_ALLOWED = (
+    TopicAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    ClusterAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+)
+
+
+class TransactionFailed(BridgeError):
+    """A transaction did not commit; nothing in it is visible.
+
+    ``refused``: origins (see :class:`OutRecord`) of records the broker
+    refused as too large; ``fenced``: the producer lost its transactional id
+    (``timed_out`` tells a transaction the coordinator aborted for running
+    past its timeout from one that another bridge fenced); ``forbidden``: an
+    authorization error, which no retry will mend.
+    """
+
+    def __init__(
+        self,
+        partition: int,
+        cause: BaseException,
+        *,
+        refused: tuple[str, ...] = (),
+        open_for: float = 0.0,
+    ) -> None:
+        self.partition = partition
+        self.cause = cause
+        self.refused = refused
+        self.fenced = isinstance(cause, ProducerFenced)
+        self.timed_out = self.fenced and open_for * 1000 >= TRANSACTION_TIMEOUT_MS
+        self.forbidden = isinstance(cause, _NOT_ALLOWED)
+        what = "refused as too large: " + ", ".join(refused[:3]) if refused else type(cause).__name__
+        super().__init__(f"partition {partition}: transaction aborted ({what})")
+
+
+@dataclass(frozen=True, slots=True)
+class OutRecord:
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: Headers
+    # What the record is, so a refused one can be replaced when it is made again:
+    # "event:{eventId}" or "dlq:{offset}".
+    origin: str
+    partition: int | None = None
 
 
 @dataclass(slots=True)
 class Outbox:
     """What one tick commits for one partition."""
 
-    records: list[tuple[str, bytes | None, bytes, Headers]] = field(default_factory=list)
+    records: list[OutRecord] = field(default_factory=list)
+    bytes: int = 0
     dirty: dict[str, TaskRecord] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Position:
-    """The consumer offset to commit and what above it is already absorbed."""
-
-    offset: int | None
-    record: PartitionRecord
 
 
 def transactional_id(config: Config, partition: int) -> str:
@@ -55,10 +122,17 @@ def transactional_id(config: Config, partition: int) -> str:
 class PartitionTransactions:
     """Producer and outbox of one commands partition."""
 
-    def __init__(self, config: Config, partition: int, position: Callable[[], Position]) -> None:
+    def __init__(
+        self,
+        config: Config,
+        partition: int,
+        position: Callable[[], Position],
+        limits: Callable[[], RecordLimits],
+    ) -> None:
         self.config = config
         self.partition = partition
         self._position = position
+        self._limits = limits
         self._outbox = Outbox()
         self._space = asyncio.Event()
         self._space.set()
@@ -71,29 +145,40 @@ class PartitionTransactions:
 
     async def start(self) -> None:
         """Create the producer; its init_transactions fences any older owner."""
-        self._producer = AIOKafkaProducer(
+        producer = AIOKafkaProducer(
             transactional_id=transactional_id(self.config, self.partition),
             enable_idempotence=True,
             acks="all",
             linger_ms=5,
-            max_batch_size=256 * 1024,
-            # A transaction left open by a crash is aborted by the coordinator
-            # after this; keep it short so a restarted owner is not blocked long.
-            transaction_timeout_ms=30_000,
+            # A batch never exceeds the smallest record budget, so no topic's
+            # max.message.bytes can refuse a batch of records that each fit.
+            max_batch_size=min(256 * 1024, self._limits().smallest),
+            max_request_size=self.config.kafka.max_request_size,
+            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
             **self.config.kafka.client_options(),
         )
-        await self._producer.start()
+        try:
+            await producer.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise
+        self._producer = producer
 
     async def stop(self) -> None:
         if self._producer is not None:
             producer, self._producer = self._producer, None
-            await producer.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.stop(), _ABORT_TIMEOUT_S)
 
     # ------------------------------------------------------------ readers --
 
-    def add(self, topic: str, key: bytes | None, value: bytes, headers: Headers) -> None:
-        self._outbox.records.append((topic, key, value, headers))
-        if len(self._outbox.records) >= self.config.bridge.max_buffered_events:
+    def add(self, record: OutRecord) -> None:
+        box = self._outbox
+        box.records.append(record)
+        box.bytes += len(record.value)
+        cfg = self.config.bridge
+        if len(box.records) >= cfg.max_buffered_events or box.bytes >= cfg.max_buffered_bytes:
             self._space.clear()
             self.wake.set()
 
@@ -105,6 +190,10 @@ class PartitionTransactions:
     def buffered(self) -> int:
         return len(self._outbox.records)
 
+    @property
+    def buffered_bytes(self) -> int:
+        return self._outbox.bytes
+
     async def space(self) -> None:
         """Wait while the outbox is full, so many readers cannot starve the committer."""
         if not self._space.is_set():
@@ -114,12 +203,22 @@ class PartitionTransactions:
     # ---------------------------------------------------------- committer --
 
     async def commit(self) -> int:
-        """Commit the current outbox as one transaction; returns records written."""
+        """Commit the current outbox as one transaction; returns records written.
+
+        1. Swap the outbox, encode checkpoints and take the position, with no
+           await in between: the three describe the same instant.
+        2. Begin the transaction.
+        3. Send the events and DLQ copies, in the order readers added them.
+        4. Send the checkpoint of each Task that changed.
+        5. Send the partition record.
+        6. Add the consumer offset to the transaction.
+        7. Wait for every send's delivery; any failure aborts (nothing commits).
+        8. Commit.
+        """
         producer = self._producer
         if producer is None:
             raise RuntimeError("partition producer is not started")
-        # Swap, encode checkpoints and read the offset with no await in between:
-        # the three describe the same instant.
+        # Step 1. Swap, encode, position.
         outbox, self._outbox = self._outbox, Outbox()
         self._space.set()
         self.wake.clear()
@@ -127,28 +226,55 @@ class PartitionTransactions:
         if not outbox.records and not outbox.dirty and position == self._last:
             return 0
         cp_topic = self.config.kafka.checkpoints_topic
-        staged = [(r.task_key.encode(), checkpoints.encode(r)) for r in outbox.dirty.values()]
+        budget = self._limits().budget(cp_topic)
+        p = self.partition
+        staged = [
+            OutRecord(cp_topic, checkpoints.task_key_bytes(r.task_key), checkpoints.encode(r, budget), [], "", p)
+            for r in outbox.dirty.values()
+        ]
+        part = checkpoints.PartitionRecord(
+            self.partition, list(position.absorbed), list(position.starts_in_flight), position.offset
+        )
+        staged.append(OutRecord(cp_topic, checkpoints.PARTITION_KEY, part.encode(), [], "", self.partition))
+        for r in staged:
+            if record_size(r.key, r.value, r.headers) > budget:
+                # Bounded by construction (see bridge.checkpoints); a failure here is a bug.
+                raise TransactionFailed(self.partition, ValueError(f"checkpoint over {budget} bytes"))
         started = time.monotonic()
+        sent: list[tuple[str, asyncio.Future[object]]] = []
+        refused: tuple[str, ...] = ()
         try:
+            # Step 2. Begin.
             await producer.begin_transaction()
-            for topic, key, value, headers in outbox.records:
-                await producer.send(topic, value=value, key=key, headers=headers)
-            for key, value in staged:
-                await producer.send(cp_topic, value=value, key=key, partition=self.partition)
-            await producer.send(
-                cp_topic, value=position.record.encode(), key=checkpoints.PARTITION_KEY, partition=self.partition
-            )
+            # Steps 3-5. Events and DLQ copies; checkpoints; the partition record.
+            for r in (*outbox.records, *staged):
+                fut = await producer.send(r.topic, value=r.value, key=r.key, headers=r.headers, partition=r.partition)
+                sent.append((r.origin, fut))
+            # Step 6. The consumer offset.
             if position.offset is not None:
                 await producer.send_offsets_to_transaction(
                     {self._commands_tp: OffsetAndMetadata(position.offset, "")}, self.config.kafka.group_id
                 )
+            # Step 7. Every send delivered, or nothing commits.
+            results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
+            failures = [(o, r) for (o, _), r in zip(sent, results, strict=True) if isinstance(r, BaseException)]
+            if failures:
+                refused = tuple(o for o, r in failures if isinstance(r, _TOO_LARGE) and o)
+                raise failures[0][1]
+            # Step 8. Commit.
             await producer.commit_transaction()
-        except BaseException:
+        except Exception as exc:
             metrics.TRANSACTIONS.labels("failed").inc()
-            raise
+            await self._abort(producer)
+            raise TransactionFailed(self.partition, exc, refused=refused, open_for=time.monotonic() - started) from exc
         self._last = position
-        count = len(outbox.records) + len(staged) + 1
+        count = len(outbox.records) + len(staged)
         metrics.TRANSACTIONS.labels("committed").inc()
         metrics.TRANSACTION_SECONDS.observe(time.monotonic() - started)
         metrics.TRANSACTION_RECORDS.observe(count)
         return count
+
+    async def _abort(self, producer: AIOKafkaProducer) -> None:
+        metrics.TRANSACTION_ABORTS.inc()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(producer.abort_transaction(), _ABORT_TIMEOUT_S)

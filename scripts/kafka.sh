@@ -5,6 +5,8 @@
 #   scripts/kafka.sh up              format a fresh broker and start it (no-op if running)
 #   scripts/kafka.sh down            stop it and delete its data
 #   scripts/kafka.sh restart-broker  stop + start keeping data and config
+#   scripts/kafka.sh kill-broker     SIGKILL the broker (a crash), keeping data and config
+#   scripts/kafka.sh start-broker    start the broker `up` formatted (after kill-broker)
 #   scripts/kafka.sh status          exit 0 if running and answering, else 1
 #   scripts/kafka.sh logs [tail args] tail the broker log (default: -n 100)
 #
@@ -326,6 +328,29 @@ cmd_restart_broker() {
     echo "kafka up at $BOOTSTRAP"
 }
 
+cmd_kill_broker() {
+    lock_state
+    local pid
+    if pid="$(broker_pid)"; then
+        kill -KILL "$pid" 2>/dev/null || true
+        local i
+        for i in $(seq 50); do pid_alive "$pid" || break; sleep 0.1; done
+    fi
+    rm -f "$PID_FILE"
+    echo "kafka killed"
+}
+
+cmd_start_broker() {
+    lock_state
+    local pid
+    if pid="$(broker_pid)"; then
+        echo "kafka up at $BOOTSTRAP (already running, pid $pid)"
+        return 0
+    fi
+    start_broker
+    echo "kafka up at $BOOTSTRAP"
+}
+
 cmd_status() {
     local pid
     if pid="$(broker_pid)" && port_open "$PORT" && ready 5 "$pid" 0; then
@@ -350,6 +375,8 @@ case "${1:-}" in
     up) cmd_up ;;
     down) cmd_down ;;
     restart-broker) cmd_restart_broker ;;
+    kill-broker) cmd_kill_broker ;;
+    start-broker) cmd_start_broker ;;
     status) cmd_status ;;
     logs) shift; cmd_logs "$@" ;;
     -h | --help | help) usage ;;

@@ -6,12 +6,22 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge import checkpoints
-from bridge.checkpoints import PARTITION_KEY, PartitionRecord, decode, encode, restore
-from bridge.lifecycle import ArtifactProgress, StatusUpdate, TaskRecord, new_task
+from bridge.checkpoints import (
+    LEGACY_PARTITION_KEY,
+    PARTITION_KEY,
+    CheckpointError,
+    PartitionRecord,
+    decode,
+    encode,
+    restore,
+)
+from bridge.lifecycle import ArtifactProgress, StatusUpdate, TaskRecord, command_digest, new_task
+from bridge.limits import record_size
 from bridge.schemas import validator
 
 FAST = settings(
@@ -50,7 +60,7 @@ records = st.builds(
     state=maybe(st.sampled_from(["working", "input-required", "completed", "timeout", "x-new"])),
     after_seq=maybe(st.integers(0, 2**40)),
     seq=st.integers(0, 2**40),
-    command_ids=st.lists(ids, max_size=32, unique=True),
+    command_ids=st.lists(st.text(alphabet="0123456789abcdef", min_size=16, max_size=16), max_size=32, unique=True),
     command_id=maybe(ids),
     start_command_id=maybe(ids),
     deadline=maybe(st.floats(0, 4e9, allow_nan=False)),
@@ -65,8 +75,9 @@ records = st.builds(
 partition_records = st.builds(
     PartitionRecord,
     st.integers(0, 10_000),
-    st.lists(st.integers(0, 2**62), max_size=10),
+    st.lists(st.integers(0, 2**62), max_size=10, unique=True).map(sorted),
     st.lists(ids, max_size=5),
+    maybe(st.integers(0, 2**62)),
 )
 
 
@@ -95,9 +106,9 @@ def test_checkpoint_holds_what_the_seed_asks_to_store_together() -> None:
     r = new_task("order-1", "writer", "c1", deadline=1_900_000_000.5, metadata={"order": {"id": 7}})
     r.apply(StatusUpdate("t1", "ctx-1", "working", None, 4))
     doc = orjson.loads(encode(r))
-    assert doc["v"] == 1
+    assert doc["v"] == 2
     assert (doc["agent"], doc["taskId"], doc["contextId"], doc["state"]) == ("writer", "t1", "ctx-1", "working")
-    assert (doc["afterSeq"], doc["seq"], doc["commandIds"]) == (4, 1, ["c1"])
+    assert (doc["afterSeq"], doc["seq"], doc["commandIds"]) == (4, 1, [command_digest("c1")])
     assert doc["metadata"] == {"order": {"id": 7}} and doc["deadline"] == 1_900_000_000.5
 
 
@@ -105,7 +116,7 @@ def test_schema_rejects_broken_checkpoints() -> None:
     good = orjson.loads(encode(new_task("k", "a", "c", deadline=None, metadata=None)))
     assert errors(good) == []
     for broken in (
-        {**good, "v": 2},
+        {**good, "v": 3},
         {**good, "seq": -1},
         {**good, "seq": "1"},
         {**good, "commandIds": "c"},
@@ -140,7 +151,7 @@ def test_restore_keeps_the_newest_record_per_key() -> None:
     out = restore(log)
     assert set(out.tasks) == {"a", "b"}
     assert out.tasks["a"] == rec("a", 3, closed=True) and out.tasks["b"] == rec("b", 1)
-    assert out.absorbed_above == set() and out.starts_in_flight == set()
+    assert out.partition is None and out.rejected == 0
 
 
 def test_restore_honours_tombstones_and_later_rewrites() -> None:
@@ -152,34 +163,33 @@ def test_restore_honours_tombstones_and_later_rewrites() -> None:
 
 
 def test_restore_takes_the_newest_partition_record() -> None:
-    p1 = PartitionRecord(3, [10, 12], ["c1"])
-    p2 = PartitionRecord(3, [20], ["c2", "c3"])
+    p1 = PartitionRecord(3, [10, 12], ["c1"], 9)
+    p2 = PartitionRecord(3, [20], ["c2", "c3"], 19)
     out = restore([(PARTITION_KEY, p1.encode()), (key("a"), encode(rec("a", 1))), (PARTITION_KEY, p2.encode())])
-    assert out.absorbed_above == {20} and out.starts_in_flight == {"c2", "c3"}
+    assert out.partition == p2
     assert set(out.tasks) == {"a"}
-    assert PARTITION_KEY.decode() not in out.tasks
 
 
 def test_restore_of_nothing_is_empty() -> None:
     out = restore([])
-    assert out.tasks == {} and out.absorbed_above == set() and out.starts_in_flight == set()
+    assert out.tasks == {} and out.partition is None
 
 
 @FAST
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["a", "b", "c", PARTITION_KEY.decode()]), st.one_of(st.none(), st.integers(0, 99))),
+        st.tuples(st.sampled_from(["a", "b", "c", "P"]), st.one_of(st.none(), st.integers(0, 99))),
         max_size=30,
     )
 )
 def test_restore_equals_replaying_the_log_into_a_dict(ops: list[tuple[str, int | None]]) -> None:
     log: list[tuple[bytes | None, bytes | None]] = []
     expected: dict[str, TaskRecord] = {}
-    partition = PartitionRecord(-1, [], [])
+    partition: PartitionRecord | None = None
     for k, n in ops:
-        if k == PARTITION_KEY.decode():
+        if k == "P":
             if n is not None:
-                partition = PartitionRecord(0, [n], [f"c{n}"])
+                partition = PartitionRecord(0, [n], [f"c{n}"], n)
                 log.append((PARTITION_KEY, partition.encode()))
         elif n is None:
             log.append((key(k), None))
@@ -189,6 +199,106 @@ def test_restore_equals_replaying_the_log_into_a_dict(ops: list[tuple[str, int |
             log.append((key(k), encode(expected[k])))
     out = restore(log)
     assert out.tasks == expected
-    assert out.absorbed_above == set(partition.absorbed_above)
-    assert out.starts_in_flight == set(partition.starts_in_flight)
-    assert checkpoints.Restored is type(out)
+    assert out.partition == partition
+    assert out.records == len(log)
+
+
+# ----------------------------------------------------------- hostile input --
+
+# taskKeys a producer may choose: the schema allows any string of 1..256 characters.
+hostile_keys = st.one_of(
+    st.text(min_size=1, max_size=256),
+    st.text(alphabet=st.characters(max_codepoint=0x1F), min_size=1, max_size=256),
+    st.sampled_from(["\x00partition", "\x00", "\uffff", "bridge/partition", "\U0010ffff" * 256, "\x7f" * 256]),
+)
+
+
+@FAST
+@given(st.lists(hostile_keys, min_size=1, max_size=8, unique=True), partition_records)
+def test_no_task_key_collides_with_the_partition_record(task_keys: list[str], p: PartitionRecord) -> None:
+    log: list[tuple[bytes | None, bytes | None]] = [(PARTITION_KEY, p.encode())]
+    log += [(checkpoints.task_key_bytes(k), encode(rec(k, 1))) for k in task_keys]
+    out = restore(log)
+    assert out.partition == p
+    assert out.tasks == {k: rec(k, 1) for k in task_keys}
+    assert out.rejected == 0
+    assert all(not checkpoints.task_key_bytes(k).startswith(checkpoints.INTERNAL_PREFIX) for k in task_keys)
+
+
+def test_a_task_keyed_like_the_old_partition_record_is_a_task() -> None:
+    crafted = rec("\x00partition", 4)
+    out = restore([(LEGACY_PARTITION_KEY, encode(crafted))])
+    assert out.tasks == {"\x00partition": crafted} and out.partition is None
+
+
+def test_the_old_partition_record_is_still_read() -> None:
+    old = orjson.dumps({"v": 1, "partition": 2, "absorbedAbove": [7, 9], "startsInFlight": ["c"]})
+    out = restore([(LEGACY_PARTITION_KEY, old), (key("a"), encode(rec("a", 1)))])
+    assert out.partition == PartitionRecord(2, [7, 9], ["c"], None)
+    assert set(out.tasks) == {"a"}
+
+
+def test_a_v1_checkpoint_keeps_its_command_ids_as_digests() -> None:
+    v1 = orjson.dumps({"v": 1, "taskKey": "k", "agent": "a", "commandIds": ["c1", "c2"]})
+    r = decode(v1)
+    assert r.seen("c1") and r.seen("c2") and not r.seen("c3")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"not json",
+        b"[]",
+        b'{"taskKey": 5, "agent": "a"}',
+        b'{"taskKey": "k"}',
+        b'{"taskKey": "k", "agent": "a", "seq": "x"}',
+        b'{"taskKey": "k", "agent": "a", "seq": -1}',
+        b'{"taskKey": "k", "agent": "a", "afterSeq": "3"}',
+        b'{"taskKey": "k", "agent": "a", "artifacts": {"x": {"parts": "many"}}}',
+        b'{"taskKey": "k", "agent": "a", "commandIds": 7}',
+        b"\xff\xfe",
+    ],
+)
+def test_undecodable_records_are_counted_and_skipped_never_fatal(value: bytes) -> None:
+    with pytest.raises(CheckpointError):
+        decode(value)
+    out = restore([(b"k", value), (key("ok"), encode(rec("ok", 2))), (PARTITION_KEY, b"{broken")])
+    assert out.tasks == {"ok": rec("ok", 2)}
+    assert out.rejected == 2 and out.partition is None
+
+
+def test_a_record_under_another_key_than_its_task_key_is_rejected() -> None:
+    out = restore([(key("a"), encode(rec("b", 1)))])
+    assert out.tasks == {} and out.rejected == 1
+
+
+def test_records_of_later_internal_kinds_are_ignored() -> None:
+    out = restore([(checkpoints.INTERNAL_PREFIX + b"bridge/future", b"{}"), (key("a"), encode(rec("a", 1)))])
+    assert set(out.tasks) == {"a"} and out.rejected == 0
+
+
+def test_absorbed_offsets_are_stored_as_runs() -> None:
+    p = PartitionRecord(0, [*range(100, 5000), 6000, *range(7000, 9000)], [], 99)
+    raw = p.encode()
+    assert len(raw) < 150
+    assert orjson.loads(raw)["absorbedAbove"] == [[100, 4999], 6000, [7000, 8999]]
+    assert PartitionRecord.decode(raw) == p
+
+
+def test_a_checkpoint_always_fits_its_budget() -> None:
+    """Whatever the Task did: long ids, 256 artifacts, a large business record."""
+    r = new_task("k" * 256, "writer", "c" * 256, deadline=1.0, metadata={"blob": "x" * 100_000})
+    for i in range(40):
+        r.remember(f"{i}" * 200)
+    r.task_id = "t" * 256
+    from bridge.lifecycle import ArtifactUpdate
+
+    for i in range(300):
+        r.apply(ArtifactUpdate(r.task_id, None, f"artifact-{i}-" + "a" * 200, None, [{"kind": "text", "text": "x"}]))
+    budget = 16 * 1024
+    raw = encode(r, budget)
+    assert record_size(checkpoints.task_key_bytes(r.task_key), raw, []) <= budget
+    back = decode(raw)
+    assert back.seq == r.seq and back.seen("39" * 200) and len(back.command_ids) == 32
+    assert back.metadata == {"bridgeProjection": {"kind": "object", "bytes": len(orjson.dumps(r.metadata))}}
+    assert errors(orjson.loads(raw)) == []

@@ -32,6 +32,7 @@ from bridge.lifecycle import (
     TaskRecord,
     TaskSnapshot,
     Update,
+    command_digest,
     is_terminal,
     new_task,
     roll,
@@ -783,7 +784,7 @@ def test_command_id_memory_is_bounded_and_keeps_the_newest(ids: list[str]) -> No
         assert len(set(r.command_ids)) == len(r.command_ids)
     # The most recently first-seen ids are the ones remembered.
     firsts = list(dict.fromkeys(["cmd-start", *ids]))
-    assert r.command_ids == firsts[-COMMAND_MEMORY:]
+    assert r.command_ids == [command_digest(c) for c in firsts[-COMMAND_MEMORY:]]
 
 
 def test_command_id_memory_forgets_the_oldest_beyond_its_bound() -> None:
@@ -791,7 +792,7 @@ def test_command_id_memory_forgets_the_oldest_beyond_its_bound() -> None:
     for i in range(100):
         r.remember(f"c{i}")
     assert len(r.command_ids) == COMMAND_MEMORY
-    assert r.command_ids == [f"c{i}" for i in range(100 - COMMAND_MEMORY, 100)]
+    assert r.command_ids == [command_digest(f"c{i}") for i in range(100 - COMMAND_MEMORY, 100)]
     assert not r.seen("cmd-start") and not r.seen("c0") and r.seen("c99")
 
 
@@ -800,10 +801,10 @@ def test_a_new_task_inherits_the_previous_tasks_command_ids() -> None:
     old.remember("cmd-reply")
     new = new_task("order-1", "writer", "cmd-start-2", deadline=5.0, metadata=None, previous=old)
     assert new.seen("cmd-start") and new.seen("cmd-reply") and new.seen("cmd-start-2")
-    assert new.command_ids[-1] == "cmd-start-2"
+    assert new.command_ids[-1] == command_digest("cmd-start-2")
     assert new.seq == 0 and new.task_id is None and not new.closed
     assert new.start_command_id == new.command_id == "cmd-start-2"
-    assert old.command_ids == ["cmd-start", "cmd-reply"]  # not shared
+    assert old.command_ids == [command_digest("cmd-start"), command_digest("cmd-reply")]  # not shared
 
 
 @FAST

@@ -1,0 +1,190 @@
+"""The commit path (bridge.transaction) without Kafka: a recording fake producer.
+
+As quixstreams tests its checkpoints: a ``MagicMock(spec_set=AIOKafkaProducer)``
+records every call, and the tests assert their order, and that nothing is
+committed when a single send's delivery fails (KAFKA-9279: aiokafka would
+otherwise commit the rest of the transaction).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+from unittest.mock import MagicMock
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, ProducerFenced, TopicAuthorizationFailedError
+from aiokafka.structs import OffsetAndMetadata
+
+from bridge import checkpoints
+from bridge.config import BridgeConfig, Config, KafkaConfig
+from bridge.lifecycle import TaskRecord
+from bridge.limits import RecordLimits
+from bridge.offsets import Position
+from bridge.transaction import TRANSACTION_TIMEOUT_MS, OutRecord, PartitionTransactions, TransactionFailed
+
+CONFIG = Config(kafka=KafkaConfig(commands_topic="cmds", checkpoints_topic="cps", group_id="g"), bridge=BridgeConfig())
+
+
+class Fake:
+    """A producer that records calls; ``fail`` maps a record value to the error its delivery gets."""
+
+    def __init__(self, fail: dict[bytes, BaseException] | None = None) -> None:
+        self.fail = fail or {}
+        self.mock = MagicMock(spec_set=AIOKafkaProducer)
+        self.mock.send.side_effect = self._send
+
+    async def _send(self, topic: str, value: bytes, key: bytes | None = None, **kw: Any) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if value in self.fail:
+            fut.set_exception(self.fail[value])
+        else:
+            fut.set_result(None)
+        return fut
+
+    def calls(self) -> list[tuple[str, Any]]:
+        out: list[tuple[str, Any]] = []
+        for name, args, kwargs in self.mock.mock_calls:
+            if name == "send":
+                out.append(("send", (args[0], kwargs["value"])))
+            elif name:
+                out.append((name, args))
+        return out
+
+
+def txn(position: Position, fake: Fake, **bridge: Any) -> PartitionTransactions:
+    config = Config(kafka=CONFIG.kafka, bridge=BridgeConfig(**bridge))
+    t = PartitionTransactions(config, 2, lambda: position, lambda: RecordLimits(1_000_000))
+    t._producer = fake.mock
+    return t
+
+
+def record(key: str, seq: int = 1) -> TaskRecord:
+    return TaskRecord(task_key=key, agent="writer", task_id=f"t-{key}", seq=seq)
+
+
+POS = Position(7, (9,), ("s1",))
+
+
+async def test_one_transaction_in_the_documented_order() -> None:
+    fake = Fake()
+    t = txn(POS, fake)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1"))
+    t.add(OutRecord("dlq", b"k", b"bad", [], "dlq:8"))
+    t.mark(record("a"))
+    assert await t.commit() == 4
+    partition = checkpoints.PartitionRecord(2, [9], ["s1"], 7).encode()
+    assert fake.calls() == [
+        ("begin_transaction", ()),
+        ("send", ("events", b"e1")),
+        ("send", ("dlq", b"bad")),
+        ("send", ("cps", checkpoints.encode(record("a"), 1_000_000))),
+        ("send", ("cps", partition)),
+        ("send_offsets_to_transaction", ({TopicPartition("cmds", 2): OffsetAndMetadata(7, "")}, "g")),
+        ("commit_transaction", ()),
+    ]
+    # Checkpoints and the partition record go to the partition with the commands' number.
+    cp_sends = [c for c in fake.mock.send.call_args_list if c.args[0] == "cps"]
+    assert {c.kwargs["partition"] for c in cp_sends} == {2}
+    assert cp_sends[-1].kwargs["key"] == checkpoints.PARTITION_KEY
+
+
+async def test_nothing_changed_nothing_sent() -> None:
+    fake = Fake()
+    t = txn(POS, fake)
+    await t.commit()
+    fake.mock.reset_mock()
+    assert await t.commit() == 0
+    assert fake.calls() == []
+
+
+async def test_a_failed_delivery_aborts_and_commits_nothing() -> None:
+    fake = Fake(fail={b"e2": MessageSizeTooLargeError()})
+    t = txn(POS, fake)
+    for n in (1, 2, 3):
+        t.add(OutRecord("events", b"t-a", f"e{n}".encode(), [], f"event:t-a:{n}"))
+    t.mark(record("a"))
+    with pytest.raises(TransactionFailed) as failed:
+        await t.commit()
+    names = [n for n, _ in fake.calls()]
+    assert "commit_transaction" not in names
+    assert names[-1] == "abort_transaction"
+    assert failed.value.refused == ("event:t-a:2",)
+    assert not failed.value.fenced and not failed.value.forbidden
+
+
+async def test_a_failed_send_call_aborts_too() -> None:
+    fake = Fake()
+    fake.mock.send.side_effect = KafkaTimeoutError()
+    t = txn(POS, fake)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1"))
+    with pytest.raises(TransactionFailed):
+        await t.commit()
+    names = [n for n, _ in fake.calls()]
+    assert "commit_transaction" not in names and names[-1] == "abort_transaction"
+
+
+async def test_a_failed_commit_aborts_and_the_next_commit_sends_the_position_again() -> None:
+    fake = Fake()
+    fake.mock.commit_transaction.side_effect = ProducerFenced()
+    t = txn(POS, fake)
+    t.mark(record("a"))
+    with pytest.raises(TransactionFailed) as failed:
+        await t.commit()
+    assert failed.value.fenced and not failed.value.timed_out
+    assert [n for n, _ in fake.calls()][-1] == "abort_transaction"
+
+
+def test_fenced_after_the_transaction_timeout_is_a_coordinator_timeout_not_a_takeover() -> None:
+    late = TransactionFailed(0, ProducerFenced(), open_for=TRANSACTION_TIMEOUT_MS / 1000 + 1)
+    early = TransactionFailed(0, ProducerFenced(), open_for=1.0)
+    assert late.fenced and late.timed_out
+    assert early.fenced and not early.timed_out
+    assert TransactionFailed(0, TopicAuthorizationFailedError()).forbidden
+
+
+async def test_an_abort_that_hangs_does_not_hang_the_partition(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bridge import transaction
+
+    monkeypatch.setattr(transaction, "_ABORT_TIMEOUT_S", 0.05)
+    fake = Fake(fail={b"e1": MessageSizeTooLargeError()})
+
+    async def hang() -> None:
+        await asyncio.sleep(3600)
+
+    fake.mock.abort_transaction.side_effect = hang
+    t = txn(POS, fake)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1"))
+    with pytest.raises(TransactionFailed):
+        await asyncio.wait_for(t.commit(), 5)
+
+
+async def test_the_outbox_is_bounded_in_records_and_in_bytes() -> None:
+    t = txn(POS, Fake(), max_buffered_events=3, max_buffered_bytes=100)
+    t.add(OutRecord("events", None, b"x" * 10, [], ""))
+    assert not t.wake.is_set()
+    t.add(OutRecord("events", None, b"x" * 95, [], ""))
+    assert t.wake.is_set()  # over 100 bytes: commit now
+    waiter = asyncio.ensure_future(t.space())
+    await asyncio.sleep(0)
+    assert not waiter.done()  # readers wait for the commit
+    await t.commit()
+    await asyncio.wait_for(waiter, 1)
+    t.add(OutRecord("events", None, b"", [], ""))
+    t.add(OutRecord("events", None, b"", [], ""))
+    assert not t.wake.is_set()
+    t.add(OutRecord("events", None, b"", [], ""))
+    assert t.wake.is_set()  # three records
+
+
+async def test_a_checkpoint_is_written_as_it_is_at_the_commit() -> None:
+    fake = Fake()
+    t = txn(POS, fake)
+    r = record("a")
+    t.mark(r)
+    r.seq = 5  # changed again before the tick ended
+    await t.commit()
+    sent = [c.kwargs["value"] for c in fake.mock.send.call_args_list if c.args[0] == "cps"]
+    assert orjson.loads(sent[0])["seq"] == 5
