@@ -159,8 +159,9 @@ class TaskRunner:
             self._outcome(outcome, reason)
         self._answered(reason)
 
-    def _answered(self, failure: str | None = None) -> None:
-        """The command in flight got its answer (or ``failure``): absorb it or DLQ it."""
+    def _answered(self, failure: str | None = None, reason: str = "agent-error") -> None:
+        """The command in flight got its answer (or ``failure``): absorb it, or DLQ
+        a reply that failed (a start's failure is the closing event itself)."""
         if self._sending is None:
             return
         command, raw = self._sending
@@ -169,7 +170,7 @@ class TaskRunner:
         if command.type == "start" or failure is None:
             self.part.absorb(raw.offset, self.record, command.command_id)
         else:
-            self.part.dead_letter(raw, "agent-error", failure, command)
+            self.part.dead_letter(raw, reason, failure, command)
 
     # ---------------------------------------------------------------- main --
 
@@ -204,6 +205,9 @@ class TaskRunner:
         finally:
             if self._follower is not None:
                 self._follower.cancel()
+            if not self._stopping:
+                # The Task ended (deadline, say) before the agent answered the command in flight.
+                self._answered(f"the Task ended ({self.record.state}) before the agent answered", "task-closed")
             self.part.runner_done(self)
             # Commands that queued behind the end of this Task go back through
             # the partition's rules (a start after the end is a new Task). On a

@@ -56,6 +56,10 @@ TRANSACTION_TIMEOUT_MS = 30_000
 # Aborting is best effort (a fenced producer cannot); the next owner's
 # init_transactions aborts whatever is left open.
 _ABORT_TIMEOUT_S = 10.0
+# aiokafka waits for an unreachable coordinator for ever. A transaction still
+# open this long after its timeout has been aborted by the coordinator, or its
+# outcome is unknown: either way the partition is rebuilt from what Kafka has.
+_TRANSACTION_BOUND_S = TRANSACTION_TIMEOUT_MS / 1000 + 15
 
 _TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
 _NOT_ALLOWED = (
@@ -242,30 +246,13 @@ class PartitionTransactions:
                 raise TransactionFailed(self.partition, ValueError(f"checkpoint over {budget} bytes"))
         started = time.monotonic()
         sent: list[tuple[str, asyncio.Future[object]]] = []
-        refused: tuple[str, ...] = ()
         try:
-            # Step 2. Begin.
-            await producer.begin_transaction()
-            # Steps 3-5. Events and DLQ copies; checkpoints; the partition record.
-            for r in (*outbox.records, *staged):
-                fut = await producer.send(r.topic, value=r.value, key=r.key, headers=r.headers, partition=r.partition)
-                sent.append((r.origin, fut))
-            # Step 6. The consumer offset.
-            if position.offset is not None:
-                await producer.send_offsets_to_transaction(
-                    {self._commands_tp: OffsetAndMetadata(position.offset, "")}, self.config.kafka.group_id
-                )
-            # Step 7. Every send delivered, or nothing commits.
-            results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
-            failures = [(o, r) for (o, _), r in zip(sent, results, strict=True) if isinstance(r, BaseException)]
-            if failures:
-                refused = tuple(o for o, r in failures if isinstance(r, _TOO_LARGE) and o)
-                raise failures[0][1]
-            # Step 8. Commit.
-            await producer.commit_transaction()
+            async with asyncio.timeout(_TRANSACTION_BOUND_S):
+                await self._send_all(producer, [*outbox.records, *staged], position, sent)
         except Exception as exc:
             metrics.TRANSACTIONS.labels("failed").inc()
-            await self._abort(producer)
+            refused = tuple(o for o, f in sent if o and f.done() and isinstance(_failure(f), _TOO_LARGE))
+            await self._abort(producer, sent)
             raise TransactionFailed(self.partition, exc, refused=refused, open_for=time.monotonic() - started) from exc
         self._last = position
         count = len(outbox.records) + len(staged)
@@ -274,7 +261,41 @@ class PartitionTransactions:
         metrics.TRANSACTION_RECORDS.observe(count)
         return count
 
-    async def _abort(self, producer: AIOKafkaProducer) -> None:
+    async def _send_all(
+        self,
+        producer: AIOKafkaProducer,
+        records: list[OutRecord],
+        position: Position,
+        sent: list[tuple[str, asyncio.Future[object]]],
+    ) -> None:
+        """Steps 2 to 8 of :meth:`commit`; ``sent`` collects each record's delivery."""
+        # Step 2. Begin.
+        await producer.begin_transaction()
+        # Steps 3-5. Events and DLQ copies; checkpoints; the partition record.
+        for r in records:
+            fut = await producer.send(r.topic, value=r.value, key=r.key, headers=r.headers, partition=r.partition)
+            sent.append((r.origin, fut))
+        # Step 6. The consumer offset.
+        if position.offset is not None:
+            await producer.send_offsets_to_transaction(
+                {self._commands_tp: OffsetAndMetadata(position.offset, "")}, self.config.kafka.group_id
+            )
+        # Step 7. Every send delivered, or nothing commits.
+        results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            raise failed
+        # Step 8. Commit.
+        await producer.commit_transaction()
+
+    async def _abort(self, producer: AIOKafkaProducer, sent: list[tuple[str, asyncio.Future[object]]]) -> None:
         metrics.TRANSACTION_ABORTS.inc()
+        for _, fut in sent:
+            # Deliveries that fail later are expected now: retrieve them, quietly.
+            fut.add_done_callback(_failure)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(producer.abort_transaction(), _ABORT_TIMEOUT_S)
+
+
+def _failure(fut: asyncio.Future[object]) -> BaseException | None:
+    return None if fut.cancelled() else fut.exception()

@@ -111,6 +111,44 @@ def bridge_config(
     return path, config_mod.load(path, env={})
 
 
+async def create_topics(config: Config, overrides: dict[str, dict[str, str]], partitions: int | None = None) -> None:
+    """Create some of the bridge's topics with topic configs of the test's choosing
+    (``bridge topics`` then creates the rest)."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=config.kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        n = partitions or config.kafka.partitions
+        await admin.create_topics([NewTopic(t, n, 1, topic_configs=c) for t, c in overrides.items()])
+    finally:
+        await admin.close()
+
+
+def kafka_script(*args: str, timeout: float = 180) -> None:
+    """scripts/kafka.sh on the test broker (kill-broker, start-broker, restart-broker)."""
+    if os.environ.get("BRIDGE_TEST_BOOTSTRAP"):
+        raise RuntimeError("this test stops the broker: run it against the one scripts/kafka.sh starts")
+    done = subprocess.run(
+        ["bash", "scripts/kafka.sh", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/kafka.sh {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+
+
+def ops_port(bridge: BridgeProcess, timeout: float = 30) -> int:
+    """The port of a running bridge's /metrics /healthz /readyz, from its log."""
+    import re
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.findall(r"ops endpoints on :(\d+)", bridge.log())
+        if found:
+            return int(found[-1])
+        time.sleep(0.2)
+    raise AssertionError(f"no ops endpoints in the log of {bridge.name}:\n{bridge.log()[-2000:]}")
+
+
 def run_cli(config_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bridge", "--config", str(config_path), *args],

@@ -6,7 +6,8 @@ message text (``chunks=20 interval=0.01``), so a test chooses the shape of a
 Task by what it writes in the command.
 
 Agents:
-- ``writer``: ``working``, then ``chunks`` artifact chunks (append/lastChunk)
+- ``writer``: ``working`` (its status message padded to ``status_size``
+  characters if given), then ``chunks`` artifact chunks (append/lastChunk)
   of one artifact ``result`` (each padded to ``size`` characters if given),
   then ``completed``.
 - ``failer``: ``working``, then ``failed`` with a status message.
@@ -77,7 +78,8 @@ def run(agent: str, text: str, turn: int = 0) -> Iterator[Step]:
     if agent == "writer":
         n = max(1, int(_num(p, "chunks", 5)))
         size = int(_num(p, "size", 0))
-        yield Status("working", "writing")
+        status_size = int(_num(p, "status_size", 0))
+        yield Status("working", "writing" + "s" * max(0, status_size - len("writing")))
         for i in range(n):
             yield Pause(interval)
             yield Chunk("result", "result", chunk_text(i, n, size), append=i > 0, last_chunk=i == n - 1)

@@ -331,3 +331,49 @@ async def test_max_in_flight_tasks_holds_back_new_commands(env: Env, tmp_path: P
         assert all(by_key[k][-1]["state"] == "completed" for k in keys)
     finally:
         bridge.stop()
+
+
+async def test_replies_get_through_when_the_in_flight_limit_is_reached(env: Env, tmp_path: Path) -> None:
+    """A Task waiting for input does not hold a slot, and its reply is read even while
+    new starts wait for one: flow control never deadlocks."""
+    path, config = bridge_config(env, tmp_path, partitions=1, bridge={"max_in_flight_tasks": 1})
+    assert run_cli(path, "topics").returncode == 0
+    bridge = BridgeProcess(path, env.log_dir, "bridge-in-flight-replies")
+    try:
+        asker, busy, waiting = key("asker"), key("busy"), key("waiting")
+        await send_commands(config, [start_command(asker, "gw-asker", "interval=0.05")])
+        await read_topic(
+            config,
+            config.kafka.events_topic,
+            timeout=30,
+            until=lambda c: any(e.get("state") == "input-required" for e in c.by_task_key().get(asker, [])),
+        )
+        await send_commands(
+            config,
+            [
+                start_command(busy, "gw-sleeper", "ticks=40 interval=0.25"),  # holds the one slot for 10 s
+                start_command(waiting, "gw-sleeper", "ticks=2 interval=0.05"),  # waits for it
+                {
+                    "type": "reply",
+                    "commandId": f"r-{uuid.uuid4().hex[:6]}",
+                    "taskKey": asker,
+                    "message": {"role": "user", "parts": [{"kind": "text", "text": "csv"}]},
+                },
+            ],
+        )
+        got = await read_topic(
+            config,
+            config.kafka.events_topic,
+            timeout=60,
+            until=lambda c: closed_keys(c) >= {asker, busy, waiting},
+            settle=0.5,
+        )
+        by_key = got.by_task_key()
+        assert by_key[asker][-1]["state"] == "completed"
+        # The reply went through while `busy` held the slot...
+        assert by_key[asker][-1]["time"] < by_key[busy][-1]["time"]
+        # ... and `waiting` started only when the slot was free again.
+        assert by_key[waiting][0]["time"] >= by_key[busy][-1]["time"]
+        assert by_key[waiting][-1]["state"] == "completed"
+    finally:
+        bridge.stop()

@@ -1,0 +1,222 @@
+"""The Task runner's command handling (bridge.runner) with a recording fake partition.
+
+No Kafka and no HTTP: the agent is a script of updates, the partition records
+what the runner asks of it. What is checked is the promise behind every
+command: it is absorbed (with its effect) or dead-lettered, exactly once,
+whatever the Task does meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka.structs import ConsumerRecord
+
+from bridge.commands import Command
+from bridge.config import AgentConfig, BridgeConfig, Config
+from bridge.dialects import GatewayDialect, Request
+from bridge.errors import AgentOversize
+from bridge.lifecycle import Dropped, Event, StatusUpdate, TaskRecord, Update, new_task
+from bridge.runner import TaskRunner
+
+AGENT = AgentConfig(name="gw", url="http://agent.invalid/a2a", dialect="gateway", agent_code="writer")
+
+
+class Script:
+    """The agent: each stream call takes the next queue of updates (``None`` ends the stream)."""
+
+    def __init__(self) -> None:
+        self.streams: list[asyncio.Queue[Update | BaseException | None]] = []
+        self.requests: list[Request] = []
+        self.opened = asyncio.Event()
+
+    def next_stream(self) -> asyncio.Queue[Update | BaseException | None]:
+        q: asyncio.Queue[Update | BaseException | None] = asyncio.Queue()
+        self.streams.append(q)
+        return q
+
+
+class FakeClient:
+    def __init__(self, script: Script) -> None:
+        self.name = AGENT.name
+        self.config = AGENT
+        self.dialect = GatewayDialect("gw", "writer")
+        self.script = script
+
+    async def streaming(self) -> bool:
+        return True
+
+    async def stream(self, req: Request) -> AsyncIterator[Update]:
+        self.script.requests.append(req)
+        q = self.script.streams[len(self.script.requests) - 1]
+        self.script.opened.set()
+        while True:
+            item = await q.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    async def task(self, req: Request) -> Any:
+        raise AssertionError("not scripted")
+
+
+@dataclass
+class FakePartition:
+    script: Script
+    config: Config = field(default_factory=lambda: Config(bridge=BridgeConfig(first_event_timeout_seconds=5)))
+    events: list[dict[str, Any]] = field(default_factory=list)
+    absorbed: list[tuple[int, str | None]] = field(default_factory=list)
+    dlq: list[tuple[int, str]] = field(default_factory=list)
+    dispatched: list[int] = field(default_factory=list)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def publish(self, record: TaskRecord, results: list[Event | Dropped]) -> None:
+        self.events += [{"seq": e.seq, "kind": e.kind, **e.body} for e in results if isinstance(e, Event)]
+
+    def absorb(self, offset: int, record: TaskRecord | None = None, command_id: str | None = None) -> None:
+        if record is not None and command_id is not None:
+            record.remember(command_id)
+        self.absorbed.append((offset, command_id))
+
+    def changed(self, record: TaskRecord) -> None:
+        pass
+
+    def dispatch(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
+        self.dispatched.append(raw.offset)
+
+    def dead_letter(
+        self, raw: ConsumerRecord[bytes, bytes], reason: str, detail: str, command: Command | None = None
+    ) -> None:
+        self.dlq.append((raw.offset, reason))
+
+    async def space(self) -> None:
+        pass
+
+    def client(self, agent: str) -> Any:
+        return FakeClient(self.script)
+
+    def runner_done(self, runner: TaskRunner) -> None:
+        self.done.set()
+
+    def start_resent(self, command_id: str) -> bool:
+        return False
+
+    def activity(self, task_key: str, active: bool) -> None:
+        pass
+
+    def artifact_cap(self, agent: str) -> int:
+        return 1_000_000
+
+
+def raw(offset: int) -> ConsumerRecord[bytes, bytes]:
+    return ConsumerRecord("cmds", 0, offset, 0, 0, b"k", b"{}", None, 1, 2, ())
+
+
+MESSAGE = {"role": "user", "parts": [{"kind": "text", "text": "hi"}]}
+
+
+def start(offset: int = 1) -> tuple[Command, ConsumerRecord[bytes, bytes]]:
+    return Command("start", "c-start", "k", agent="gw", message=MESSAGE), raw(offset)
+
+
+def reply(command_id: str, offset: int) -> tuple[Command, ConsumerRecord[bytes, bytes]]:
+    return Command("reply", command_id, "k", message=MESSAGE), raw(offset)
+
+
+def status(state: str, seq: int) -> StatusUpdate:
+    return StatusUpdate("t-1", "ctx", state, None, seq)
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def started_runner(deadline: float | None = None) -> tuple[TaskRunner, FakePartition, Script]:
+    script = Script()
+    part = FakePartition(script)
+    record = new_task("k", "gw", "c-start", deadline=deadline, metadata=None)
+    runner = TaskRunner(part, record)
+    first = script.next_stream()
+    runner.launch(start())
+    await first.put(status("working", 1))
+    await first.put(status("input-required", 2))
+    await first.put(None)
+    await settle()
+    assert part.absorbed == [(1, "c-start")] and record.paused
+    return runner, part, script
+
+
+async def test_a_reply_is_remembered_only_with_the_agents_answer() -> None:
+    runner, part, script = await started_runner()
+    answer = script.next_stream()
+    runner.deliver(*reply("r-1", 2))
+    await settle()
+    assert not runner.record.seen("r-1")  # sent, not answered: a crash now re-sends it
+    assert part.absorbed == [(1, "c-start")]
+    await answer.put(status("working", 3))
+    await settle()
+    assert runner.record.seen("r-1") and part.absorbed[-1] == (2, "r-1")
+    assert part.events[-1]["state"] == "working"
+    await answer.put(status("completed", 4))
+    await asyncio.wait_for(part.done.wait(), 2)
+
+
+async def test_a_duplicate_reply_waits_for_the_first_and_is_not_sent_twice() -> None:
+    runner, part, script = await started_runner()
+    answer = script.next_stream()
+    runner.deliver(*reply("r-1", 2))
+    runner.deliver(*reply("r-1", 3))  # the producer re-sent it
+    await settle()
+    assert len(script.requests) == 2  # the start and one reply
+    await answer.put(status("working", 3))
+    await settle()
+    assert (3, None) in part.absorbed and len(script.requests) == 2
+    await answer.put(status("completed", 4))
+    await asyncio.wait_for(part.done.wait(), 2)
+
+
+async def test_commands_queued_when_the_task_ends_are_not_lost() -> None:
+    """The deadline passes while a reply is in flight and a cancel waits behind it."""
+    runner, part, script = await started_runner(deadline=time.time() + 0.5)
+    script.next_stream()  # the agent never answers the reply
+    runner.deliver(*reply("r-1", 2))
+    runner.deliver(Command("cancel", "x-1", "k"), raw(3))
+    await asyncio.wait_for(part.done.wait(), 5)
+    assert part.events[-1]["outcome"] == "timeout"
+    assert part.dlq == [(2, "task-closed")]  # the reply, never answered
+    assert part.dispatched == [3]  # the cancel goes back to the partition's rules
+
+
+async def test_a_crash_before_the_agent_names_the_task_closes_it_and_absorbs_the_start() -> None:
+    script = Script()
+    part = FakePartition(script)
+    record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
+    runner = TaskRunner(part, record)
+    first = script.next_stream()
+    runner.launch(start(7))
+    await first.put(RuntimeError("a bug"))
+    await asyncio.wait_for(part.done.wait(), 2)
+    await settle()
+    assert part.absorbed == [(7, "c-start")]
+    assert [(e["kind"], e["outcome"], e["terminal"]) for e in part.events] == [("bridge", "lost", True)]
+    assert part.events[0]["reason"] == "bridge error: RuntimeError"
+
+
+async def test_an_event_over_the_cap_closes_the_task_as_unreadable() -> None:
+    runner, part, script = await started_runner()
+    answer = script.next_stream()
+    runner.deliver(*reply("r-1", 2))
+    await settle()
+    await answer.put(status("working", 3))
+    await answer.put(AgentOversize("gw", "message/stream", "an SSE event exceeds 100 bytes"))
+    await asyncio.wait_for(part.done.wait(), 2)
+    await settle()
+    assert part.events[-1]["outcome"] == "unreadable" and part.events[-1]["terminal"] is True
+    assert (2, "r-1") in part.absorbed and part.dlq == []
