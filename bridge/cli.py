@@ -13,19 +13,11 @@ from typing import Any
 import orjson
 
 from bridge import config as config_mod
+from bridge import logs
 from bridge.config import Config, ConfigError
 from bridge.errors import BridgeError
 
 log = logging.getLogger("bridge")
-
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # aiokafka is chatty about retries that are part of normal operation.
-    logging.getLogger("aiokafka").setLevel(logging.WARNING if level.upper() != "DEBUG" else logging.DEBUG)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def _message(text: str | None, data: str | None) -> dict[str, Any]:
@@ -102,7 +94,7 @@ async def _produce(config: Config, cmd: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    _setup_logging(getattr(args, "log_level", "info"))
+    logs.setup(getattr(args, "log_level", "info"))
     try:
         config = config_mod.load(getattr(args, "config", None))
         return asyncio.run(_dispatch(args, config))

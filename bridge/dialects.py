@@ -26,6 +26,7 @@ from typing import Any, ClassVar, Literal
 
 from bridge.errors import AgentProtocolError, RpcError
 from bridge.lifecycle import ArtifactUpdate, StatusUpdate, TaskSnapshot, Update
+from bridge.limits import cut, size
 
 JSON = dict[str, Any]
 Op = Literal["stream", "send", "get", "cancel", "resubscribe"]
@@ -44,11 +45,19 @@ _V1_STATES = {
 }
 
 
+# Ids from agents address Tasks: longer ones cannot be cut, so they are refused
+# (bytes of JSON; every record's envelope is sized for this, see bridge.events).
+MAX_ID_BYTES = 512
+# States are labels: an absurdly long one is cut (still never terminal).
+MAX_STATE_BYTES = 256
+
+
 def normalize_state(state: Any) -> str:
-    """v1.0 names become v0.3 spelling; anything else passes through verbatim."""
+    """v1.0 names become v0.3 spelling; anything else passes through verbatim
+    (cut past :data:`MAX_STATE_BYTES`)."""
     if not isinstance(state, str) or not state:
         return "unknown"
-    return _V1_STATES.get(state, state)
+    return _V1_STATES.get(state) or cut(state, MAX_STATE_BYTES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,12 +182,18 @@ class Dialect:
         )
 
     def _context(self, doc: JSON) -> str | None:
-        return _opt_str(doc.get("contextId"))
+        value = _opt_str(doc.get("contextId"))
+        return None if value is None else self._id(value, "contextId")
 
     def _str(self, doc: JSON, key: str) -> str:
         value = doc.get(key)
         if not isinstance(value, str) or not value:
             raise AgentProtocolError(self.agent, "stream", f"result has no {key}")
+        return self._id(value, key)
+
+    def _id(self, value: str, key: str) -> str:
+        if size(value) > MAX_ID_BYTES:
+            raise AgentProtocolError(self.agent, "stream", f"{key} is longer than {MAX_ID_BYTES} bytes")
         return value
 
     # Agents' objects grow with A2A versions: unknown fields are ignored, but a

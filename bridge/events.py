@@ -17,7 +17,8 @@ from bridge.limits import Headers
 SPEC_VERSION = b"1.0"
 # Room kept for an event's envelope (ids, headers) when sizing artifact parts:
 # the largest envelope, with taskKey and commandId at the schema's 256
-# characters (JSON-escaped) and agent ids at their 512-byte cap, is under 7 KiB.
+# characters (JSON-escaped) and agent ids at their 512-byte cap
+# (bridge.dialects.MAX_ID_BYTES), is under 7 KiB.
 ENVELOPE_RESERVE = 8192
 SOURCE_PREFIX = "a2a-kafka-bridge/agents/"
 
@@ -75,7 +76,7 @@ def unpublishable(event: Event, why: str, size: int) -> Event:
     the sequence stays gap-free and a terminal event stays terminal."""
     replaces: dict[str, object] = {"kind": event.kind, "bytes": size}
     if event.kind == "status":
-        replaces["state"] = event.body.get("state")
+        replaces["state"] = limits.cut(str(event.body.get("state")), 300)
     elif event.kind == "artifact":
         replaces["artifactId"] = limits.cut(str(event.body["artifact"].get("artifactId", "")), 600)
     elif event.kind == "bridge":

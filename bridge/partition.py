@@ -160,7 +160,7 @@ class PartitionOwner:
         except Exception as exc:
             # The transaction was aborted; in-memory state is ahead of Kafka.
             # The service rebuilds this partition from Kafka.
-            log.warning("partition %d: %s; rebuilding from checkpoints", self.partition, exc)
+            log.warning("%s; rebuilding it from its checkpoints", exc)
             self.failed = exc
             self.ready = False
 

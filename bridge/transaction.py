@@ -105,7 +105,7 @@ class OutRecord:
     value: bytes
     headers: Headers
     # What the record is, so a refused one can be replaced when it is made again:
-    # "event:{eventId}" or "dlq:{offset}".
+    # "event:{eventId}", "dlq:{offset}", "checkpoint" or "partition".
     origin: str
     partition: int | None = None
 
@@ -233,13 +233,15 @@ class PartitionTransactions:
         budget = self._limits().budget(cp_topic)
         p = self.partition
         staged = [
-            OutRecord(cp_topic, checkpoints.task_key_bytes(r.task_key), checkpoints.encode(r, budget), [], "", p)
+            OutRecord(
+                cp_topic, checkpoints.task_key_bytes(r.task_key), checkpoints.encode(r, budget), [], "checkpoint", p
+            )
             for r in outbox.dirty.values()
         ]
         part = checkpoints.PartitionRecord(
             self.partition, list(position.absorbed), list(position.starts_in_flight), position.offset
         )
-        staged.append(OutRecord(cp_topic, checkpoints.PARTITION_KEY, part.encode(), [], "", self.partition))
+        staged.append(OutRecord(cp_topic, checkpoints.PARTITION_KEY, part.encode(), [], "partition", p))
         for r in staged:
             if record_size(r.key, r.value, r.headers) > budget:
                 # Bounded by construction (see bridge.checkpoints); a failure here is a bug.
