@@ -6,6 +6,7 @@ what a dialect built and maps transport failures onto :mod:`bridge.errors`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import AsyncIterator
@@ -21,11 +22,12 @@ from bridge.errors import (
     AgentAuthError,
     AgentFault,
     AgentHTTPError,
+    AgentNoTask,
     AgentOversize,
     AgentProtocolError,
     AgentUnavailable,
 )
-from bridge.lifecycle import TaskSnapshot, Update
+from bridge.lifecycle import MessageUpdate, TaskSnapshot, Update
 
 _rpc_ids = itertools.count(1)
 # An agent card is a small JSON document; anything larger is not one.
@@ -48,6 +50,7 @@ class AgentClient:
         self.config = config
         self.dialect: Dialect = for_agent(config.name, config.dialect, config.agent_code)
         self._http = http
+        self._routes: dict[tuple[str, str, str | None], AgentClient] = {}
         self._streaming: bool | None = None
         token = config.token()
         self._auth = {"Authorization": f"Bearer {token.get()}"} if token else {}
@@ -62,6 +65,17 @@ class AgentClient:
     @property
     def name(self) -> str:
         return self.config.name
+
+    def routed(self, url: str, dialect: str, agent_code: str | None) -> AgentClient:
+        """This agent as it was configured when a Task started: a config change must
+        not re-route a live Task (its id means nothing to another endpoint)."""
+        if (url, dialect, agent_code) == (self.config.url, self.config.dialect, self.config.agent_code):
+            return self
+        key = (url, dialect, agent_code)
+        if key not in self._routes:
+            config = dataclasses.replace(self.config, url=url, dialect=dialect, agent_code=agent_code)  # type: ignore[arg-type]
+            self._routes[key] = AgentClient(config, self._http)
+        return self._routes[key]
 
     async def streaming(self) -> bool:
         """Whether to stream: the configured mode, else the agent card's capability."""
@@ -140,8 +154,9 @@ class AgentClient:
     async def task(self, req: Request) -> TaskSnapshot:
         """get / cancel / send: the Task object the agent answers with."""
         result = await self.call(req)
-        if result.get("kind") == "message":
-            raise AgentProtocolError(self.name, req.method, "the agent answered with a Message, not a Task")
+        if result.get("kind") == "message" or ("message" in result and not {"status", "task"} & result.keys()):
+            said = self.dialect.update(result)
+            raise AgentNoTask(self.name, req.method, said.message if isinstance(said, MessageUpdate) else None)
         return self.dialect.task(result)
 
     async def stream(self, req: Request) -> AsyncIterator[Update]:

@@ -12,8 +12,10 @@ the same partition number as the commands it covers, in separate key spaces:
 Internal keys start with the byte 0xFF, which never occurs in UTF-8: no
 ``taskKey`` (a JSON string, so valid Unicode) can ever collide with one.
 
-A checkpoint always fits the topic's record budget: commandIds are kept as
-digests, caller metadata is projected past :data:`METADATA_BYTES`, and if the
+A checkpoint holds what resume and dedupe need (ids, cursor, state, digests)
+and no caller data: the checkpoints topic is shared by every agent's Tasks,
+while a Task's content stays in its agent's own topics. It always fits the
+topic's record budget: commandIds are kept as digests, and if the
 per-artifact dedupe state would still overflow, the oldest entries are
 dropped from the written record (finished artifacts first).
 
@@ -26,19 +28,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 
-from bridge.lifecycle import ArtifactProgress, TaskRecord, command_digest
-from bridge.limits import projection, record_size
+from bridge.lifecycle import ArtifactProgress, BridgeOutcome, TaskRecord, command_digest
+from bridge.limits import record_size
 
 INTERNAL_PREFIX = b"\xff"
 PARTITION_KEY = INTERNAL_PREFIX + b"bridge/partition"
 # Before 0.2 the partition record lived here, in the taskKey key space.
 LEGACY_PARTITION_KEY = b"\x00partition"
-# Caller metadata larger than this is stored as a projection (kind and size).
-METADATA_BYTES = 4096
 VERSION = 2
 
 
@@ -51,16 +51,18 @@ def task_key_bytes(task_key: str) -> bytes:
 
 
 def _document(record: TaskRecord, artifacts: dict[str, ArtifactProgress]) -> dict[str, Any]:
-    metadata = record.metadata
-    if metadata is not None and len(meta := orjson.dumps(metadata)) > METADATA_BYTES:
-        metadata = projection(metadata, len(meta))
     return {
         "v": VERSION,
         "taskKey": record.task_key,
         "agent": record.agent,
+        "endpoint": record.endpoint,
+        "dialect": record.dialect,
+        "agentCode": record.agent_code,
+        "eventsTopic": record.events_topic,
         "taskId": record.task_id,
         "contextId": record.context_id,
         "state": record.state,
+        "outcome": record.outcome,
         "afterSeq": record.after_seq,
         "seq": record.seq,
         "commandIds": record.command_ids,
@@ -71,7 +73,8 @@ def _document(record: TaskRecord, artifacts: dict[str, ArtifactProgress]) -> dic
         "cancelPending": record.cancel_pending,
         "statusDigest": record.status_digest,
         "artifacts": {k: {"parts": a.parts, "digest": a.digest, "done": a.done} for k, a in artifacts.items()},
-        "metadata": metadata,
+        "messages": record.messages,
+        "closedAt": record.closed_at,
     }
 
 
@@ -105,8 +108,11 @@ def decode(value: bytes) -> TaskRecord:
         if not isinstance(d, dict) or not isinstance(d.get("taskKey"), str) or not isinstance(d.get("agent"), str):
             raise CheckpointError("not a Task checkpoint")
         ids = [str(c) for c in d.get("commandIds") or []]
-        if d.get("v", 1) < 2:  # v1 kept the ids themselves
+        state, outcome = _opt_str(d.get("state")), _opt_str(d.get("outcome"))
+        if d.get("v", 1) < 2:  # v1 kept the ids themselves, and a closing bridge outcome as the state
             ids = [command_digest(c) for c in ids]
+            if state in get_args(BridgeOutcome):
+                state, outcome = None, state
         seq = d.get("seq", 0)
         if not isinstance(seq, int) or seq < 0:
             raise CheckpointError("seq is not a count")
@@ -115,7 +121,8 @@ def decode(value: bytes) -> TaskRecord:
             agent=d["agent"],
             task_id=_opt_str(d.get("taskId")),
             context_id=_opt_str(d.get("contextId")),
-            state=_opt_str(d.get("state")),
+            state=state,
+            outcome=outcome,
             after_seq=_opt_int(d.get("afterSeq")),
             seq=seq,
             command_ids=ids,
@@ -129,7 +136,12 @@ def decode(value: bytes) -> TaskRecord:
                 str(k): ArtifactProgress(int(a["parts"]), str(a["digest"]), bool(a["done"]))
                 for k, a in (d.get("artifacts") or {}).items()
             },
-            metadata=d.get("metadata") if isinstance(d.get("metadata"), dict) else None,
+            messages=[str(m) for m in d.get("messages") or []],
+            endpoint=_opt_str(d.get("endpoint")),
+            dialect=_opt_str(d.get("dialect")),
+            agent_code=_opt_str(d.get("agentCode")),
+            events_topic=_opt_str(d.get("eventsTopic")),
+            closed_at=float(d["closedAt"]) if isinstance(d.get("closedAt"), int | float) else None,
         )
     except CheckpointError:
         raise

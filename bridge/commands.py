@@ -127,7 +127,7 @@ def decide(command: Command, record: TaskRecord | None) -> Decision:
     if record is None:
         return Refuse("unknown-task-key", f"no Task for this taskKey to {command.type}")
     if record.closed:
-        return Refuse("task-closed", f"the Task ended ({record.state}); {command.type} has nothing to act on")
+        return Refuse("task-closed", f"the Task ended ({record.ended_as}); {command.type} has nothing to act on")
     if command.type == "reply" and not record.paused:
         return Refuse("not-awaiting-input", f"the Task is {record.state or 'starting'}, not input-required")
     return Act()

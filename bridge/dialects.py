@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from bridge.errors import AgentProtocolError, RpcError
-from bridge.lifecycle import ArtifactUpdate, StatusUpdate, TaskSnapshot, Update
+from bridge.lifecycle import ArtifactUpdate, MessageUpdate, StatusUpdate, TaskSnapshot, Update
 from bridge.limits import cut, size
 
 JSON = dict[str, Any]
@@ -140,7 +140,8 @@ class Dialect:
     def update(self, result: JSON, source_seq: int | None = None) -> Update | None:
         """One streamed result (or a send/get/cancel result) as an update.
 
-        ``None`` for results that are not about a Task (a bare agent Message).
+        A Message the agent sends on its own is a :class:`MessageUpdate`; its
+        ``task_id`` is None when it names no Task (an answer without a Task).
         """
         kind = result.get("kind")
         if kind == "status-update":
@@ -167,8 +168,22 @@ class Dialect:
         if kind == "task":
             return self.task(result, source_seq)
         if kind == "message":
-            return None
+            return self._message_update(result, source_seq)
         raise AgentProtocolError(self.agent, "stream", f"unknown result kind {str(kind)[:40]!r}")
+
+    def _message_update(self, message: JSON, source_seq: int | None) -> MessageUpdate:
+        if not isinstance(message.get("parts", []), list):
+            raise AgentProtocolError(self.agent, "stream", "a Message without a parts list")
+        task_id = _opt_str(message.get("taskId"))
+        return MessageUpdate(
+            None if task_id is None else self._id(task_id, "taskId"), self._context(message), message, source_seq
+        )
+
+    def _history(self, doc: JSON) -> tuple[JSON, ...]:
+        history = self._list(doc, "history")
+        if not all(isinstance(m, dict) and isinstance(m.get("parts", []), list) for m in history):
+            raise AgentProtocolError(self.agent, "stream", "history is not a list of Messages")
+        return tuple(history)
 
     def task(self, result: JSON, source_seq: int | None = None) -> TaskSnapshot:
         status = self._obj(result, "status")
@@ -179,6 +194,7 @@ class Dialect:
             self._message(status),
             self._artifacts(result),
             source_seq,
+            self._history(result),
         )
 
     def _context(self, doc: JSON) -> str | None:
@@ -369,7 +385,9 @@ class V1Dialect(Dialect):
         if "task" in result:
             return self.task(self._obj(result, "task"), source_seq)
         if "message" in result:
-            return None
+            message = _message_from_v1(self._obj(result, "message"))
+            assert message is not None
+            return self._message_update(message, source_seq)
         if "status" in result and "id" in result:  # GetTask / CancelTask: the Task itself
             return self.task(result, source_seq)
         raise AgentProtocolError(self.agent, "stream", f"unknown result keys {sorted(result)[:5]}")
@@ -385,6 +403,7 @@ class V1Dialect(Dialect):
             _message_from_v1(self._message(status)),
             tuple(_artifact_from_v1(a) for a in self._artifacts(result)),
             source_seq,
+            tuple(m for m in map(_message_from_v1, self._history(result)) if m is not None),
         )
 
 

@@ -17,10 +17,13 @@ these once, at the boundary that meets them (:mod:`bridge.agents`,
             ├── AgentHTTPError      HTTP 4xx/5xx
             │   └── AgentAuthError  401/403
             ├── AgentProtocolError  not JSON-RPC/SSE as the dialect expects
+            │   └── AgentNoTask     a Message (or nothing) where a Task was due
             └── RpcError            a JSON-RPC error object
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class BridgeError(Exception):
@@ -95,6 +98,16 @@ class AgentProtocolError(AgentError):
     """The agent answered, but not in JSON-RPC / SSE as the dialect expects."""
 
     kind = "protocol-error"
+
+
+class AgentNoTask(AgentProtocolError):
+    """The agent answered with a Message (or nothing) where a Task was due;
+    ``said`` is that Message, if any."""
+
+    def __init__(self, agent: str, method: str, said: dict[str, Any] | None) -> None:
+        what = "a Message" if said is not None else "nothing"
+        super().__init__(agent, method, f"the agent answered {what}, not a Task")
+        self.said = said
 
 
 class RpcError(AgentError):

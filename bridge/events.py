@@ -7,6 +7,7 @@ event too large for its topic is cut to fit by :func:`encode_within`.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import orjson
 
@@ -33,8 +34,9 @@ def ce_type(event: Event) -> str:
     return f"a2a.task.{event.kind}"
 
 
-def encode(event: Event, record: TaskRecord, now: float) -> tuple[bytes, bytes, Headers]:
-    """(key, value, headers) of one event of ``record``'s Task."""
+def encode(event: Event, record: TaskRecord, now: float, metadata: Any = ...) -> tuple[bytes, bytes, Headers]:
+    """(key, value, headers) of one event of ``record``'s Task; ``metadata`` (on
+    seq 1) defaults to the record's."""
     time = rfc3339(now)
     event_id = f"{event.task_id}:{event.seq}"
     value = {
@@ -50,6 +52,10 @@ def encode(event: Event, record: TaskRecord, now: float) -> tuple[bytes, bytes, 
         "sourceSeq": event.source_seq,
         **event.body,
     }
+    if metadata is ...:
+        metadata = record.metadata
+    if event.seq == 1 and metadata is not None:
+        value["metadata"] = metadata  # the start's business record, once, in the Task's own topic
     headers: Headers = [
         ("ce_specversion", SPEC_VERSION),
         ("ce_id", event_id.encode()),
@@ -65,8 +71,9 @@ def encode(event: Event, record: TaskRecord, now: float) -> tuple[bytes, bytes, 
 
 # ------------------------------------------------------------- within budget --
 
-# The field of each kind that carries agent-supplied content.
-_CONTENT = {"status": "message", "artifact": "artifact", "bridge": "reason"}
+# The field of each kind that carries agent-supplied content (a bridge event's
+# reason is the bridge's own and short; a no-task event carries the agent's message).
+_CONTENT = {"status": "message", "artifact": "artifact", "message": "message", "bridge": "message"}
 # An artifact name is a label: longer ones are cut to this (bytes of JSON).
 _NAME_BYTES = 1024
 
@@ -90,8 +97,11 @@ def _fitted(event: Event, record: TaskRecord, now: float, budget: int) -> Event 
     """``event`` with its agent-supplied content cut or projected to fit ``budget``."""
     name = _CONTENT[event.kind]
     content = event.body.get(name)
+    metadata = record.metadata
+    if event.seq == 1 and metadata is not None:
+        metadata = limits.shrink(metadata, budget // 4)
     bare = Event(event.task_id, event.seq, event.kind, {**event.body, name: None}, event.source_seq)
-    room = budget - limits.record_size(*encode(bare, record, now)) + len(b"null")
+    room = budget - limits.record_size(*encode(bare, record, now, metadata)) + len(b"null")
     if room <= 0:
         return None
     if event.kind == "artifact" and isinstance(content, dict):
@@ -104,7 +114,7 @@ def _fitted(event: Event, record: TaskRecord, now: float, budget: int) -> Event 
     else:
         content = limits.shrink(content, room)
     fitted = Event(event.task_id, event.seq, event.kind, {**event.body, name: content}, event.source_seq)
-    return fitted if limits.record_size(*encode(fitted, record, now)) <= budget else None
+    return fitted if limits.record_size(*encode(fitted, record, now, metadata)) <= budget else None
 
 
 def encode_within(
@@ -119,7 +129,10 @@ def encode_within(
     if size <= budget and not refused:
         return key, value, headers, event
     fitted = None if refused else _fitted(event, record, now, budget)
+    metadata = record.metadata
     if fitted is None:
         why = "the broker refused the record" if refused else f"over the topic's {budget}-byte record limit"
-        fitted = unpublishable(event, why, size)
-    return (*encode(fitted, record, now), fitted)
+        fitted, metadata = unpublishable(event, why, size), None
+    elif event.seq == 1 and metadata is not None:
+        metadata = limits.shrink(metadata, budget // 4)
+    return (*encode(fitted, record, now, metadata), fitted)

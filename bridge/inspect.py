@@ -52,6 +52,7 @@ async def inspect(config: Config, key: str) -> int:
         "contextId": record.context_id,
         "agent": record.agent,
         "state": record.state,
+        "outcome": record.outcome,
         "afterSeq": record.after_seq,
         "seq": record.seq,
         "closed": record.closed,
@@ -78,10 +79,13 @@ async def inspect(config: Config, key: str) -> int:
         f"  1. JSON-RPC id vs Task id: the Task id is {record.task_id!r}; the bridge's JSON-RPC ids look like "
         "'bridge-<op>-<n>' and are never used as Task ids"
     )
-    selector = (
-        f"dialect {agent.dialect}, agent_code {agent.agent_code!r}, url {agent.url}" if agent else "NOT CONFIGURED"
+    routed = (
+        f"dialect {record.dialect}, agent_code {record.agent_code!r}, url {record.endpoint}"
+        if record.endpoint
+        else "(not recorded)"
     )
-    print(f"  2. Agent selector: {record.agent!r} -> {selector}")
+    now = f"dialect {agent.dialect}, agent_code {agent.agent_code!r}, url {agent.url}" if agent else "NOT CONFIGURED"
+    print(f"  2. Agent selector: {record.agent!r} started with {routed}; configured now: {now}")
     auth = "token configured" if agent and (agent.token_file or agent.token_env) else "no token configured"
     rejected = [e for e in events if e.get("outcome") == "rejected" and "unauthorized" in str(e.get("reason"))]
     print(f"  3. Authorization: {auth}" + ("; the agent answered 401/403" if rejected else ""))

@@ -21,10 +21,26 @@ from bridge import artifacts
 TERMINAL_STATES = frozenset({"completed", "failed", "canceled", "rejected"})
 # The Task waits for a reply; its stream may end without it being lost.
 PAUSED_STATES = frozenset({"input-required", "auth-required"})
-BridgeOutcome = Literal["timeout", "lost", "cancel-requested", "rejected", "unpublishable", "unreadable"]
-# Outcomes after which the bridge follows the Task no more. `unpublishable`
-# stands in for one event that could not be written; the Task goes on.
-CLOSING_OUTCOMES = frozenset({"timeout", "lost", "rejected", "unreadable"})
+# What the bridge observed that is not an agent state (seed: "Record cancellation,
+# failure, and client timeout separately"). `rejected` is the agent refusing a
+# start; the bridge's own give-ups have their own names.
+BridgeOutcome = Literal[
+    "timeout",  # the bridge's deadline passed; the agent's Task may still run
+    "lost",  # the Task can no longer be observed (resubscribe and tasks/get failed)
+    "cancel-requested",
+    "cancel-failed",  # tasks/cancel failed for good; the Task goes on
+    "rejected",  # the agent refused the start (JSON-RPC error, HTTP 4xx)
+    "start-timeout",  # no first answer to a start in time; the agent may have made a Task
+    "unavailable",  # the agent could not be reached (transport errors, HTTP 5xx) for a start
+    "no-task",  # the agent answered a start without a Task (a bare Message, an empty stream)
+    "agent-removed",  # the Task's agent is no longer in the registry
+    "unreadable",  # the agent sent what the bridge cannot read (over a size cap, not the protocol)
+    "unpublishable",  # stands in for one event its topic could not take; the Task goes on
+]
+# Outcomes after which the bridge follows the Task no more.
+CLOSING_OUTCOMES = frozenset(
+    {"timeout", "lost", "rejected", "start-timeout", "unavailable", "no-task", "agent-removed", "unreadable"}
+)
 # How many recent commandIds a record remembers for dedupe (as digests, so a
 # checkpoint stays small whatever ids producers choose).
 COMMAND_MEMORY = 32
@@ -34,9 +50,11 @@ COMMAND_MEMORY = 32
 ARTIFACT_MEMORY = 256
 # Artifact ids longer than this are remembered by digest.
 _ARTIFACT_KEY_CHARS = 128
+# History messages published per Task, remembered (by digest) for dedupe.
+MESSAGE_MEMORY = 64
 
-DropReason = Literal["replayed", "duplicate", "after-terminal", "foreign-task"]
-EventKind = Literal["status", "artifact", "bridge"]
+DropReason = Literal["replayed", "duplicate", "after-terminal", "foreign-task", "no-task"]
+EventKind = Literal["status", "artifact", "message", "bridge"]
 
 JSON = dict[str, Any]
 
@@ -101,9 +119,21 @@ class TaskSnapshot:
     message: JSON | None = None
     artifacts: tuple[JSON, ...] = ()
     source_seq: int | None = None
+    history: tuple[JSON, ...] = ()
 
 
-Update = StatusUpdate | ArtifactUpdate | TaskSnapshot
+@dataclass(frozen=True, slots=True)
+class MessageUpdate:
+    """A Message the agent streamed on its own (not inside a status). Before the
+    agent names a Task, ``task_id`` is None: it answered without one."""
+
+    task_id: str | None
+    context_id: str | None
+    message: JSON
+    source_seq: int | None = None
+
+
+Update = StatusUpdate | ArtifactUpdate | TaskSnapshot | MessageUpdate
 
 
 # ----------------------------------------------------------------- events ---
@@ -143,7 +173,10 @@ class TaskRecord:
     agent: str
     task_id: str | None = None
     context_id: str | None = None
+    # The agent's last state (v0.3 spelling); never a bridge outcome.
     state: str | None = None
+    # The bridge outcome that closed the Task, if one did (timeout, lost, ...).
+    outcome: str | None = None
     after_seq: int | None = None
     seq: int = 0
     command_ids: list[str] = field(default_factory=list)
@@ -154,6 +187,19 @@ class TaskRecord:
     cancel_pending: str | None = None
     status_digest: str | None = None
     artifacts: dict[str, ArtifactProgress] = field(default_factory=dict)
+    # Digests of the history messages (and status messages) published, newest last.
+    messages: list[str] = field(default_factory=list)
+    # What routed the Task when it started (seed: "Store the Agent selector ...
+    # together"): a config change must not re-route a live Task.
+    endpoint: str | None = None
+    dialect: str | None = None
+    agent_code: str | None = None
+    # The events topic its first event went to: all of a Task's events stay there.
+    events_topic: str | None = None
+    # Unix time the Task closed (a closed record is kept for a dedupe window).
+    closed_at: float | None = None
+    # The start's business record: published on the Task's first event, then
+    # dropped (never in the shared checkpoints topic: workspace data stays routed).
     metadata: JSON | None = None
 
     # ---------------------------------------------------------- commands --
@@ -175,6 +221,11 @@ class TaskRecord:
     def started(self) -> bool:
         return self.task_id is not None
 
+    @property
+    def ended_as(self) -> str | None:
+        """How the Task ended: the bridge outcome that closed it, else the agent's state."""
+        return self.outcome or self.state
+
     # ----------------------------------------------------------- updates --
 
     def apply(self, update: Update, max_artifact_bytes: int | None = None) -> list[Event | Dropped]:
@@ -190,9 +241,14 @@ class TaskRecord:
         src = update.source_seq
         if src is not None and self.after_seq is not None and src <= self.after_seq:
             return [Dropped("replayed")]
+        task_id = update.task_id
+        if task_id is None:  # a Message that names no Task
+            if self.task_id is None:
+                return [Dropped("no-task")]
+            task_id = self.task_id
         if self.task_id is None:
-            self.task_id = update.task_id
-        elif update.task_id != self.task_id:
+            self.task_id = task_id
+        elif task_id != self.task_id:
             return [Dropped("foreign-task")]
         if update.context_id and not self.context_id:
             self.context_id = update.context_id
@@ -202,6 +258,8 @@ class TaskRecord:
             return [self._status(update.state, update.message, src)]
         if isinstance(update, ArtifactUpdate):
             return self._artifact(update, max_artifact_bytes)
+        if isinstance(update, MessageUpdate):
+            return [self._message(update.message, src)]
         return self._snapshot(update, max_artifact_bytes)
 
     def _status(self, state: str, message: JSON | None, src: int | None) -> Event | Dropped:
@@ -212,8 +270,26 @@ class TaskRecord:
         self.state = state
         terminal = is_terminal(state)
         self.closed = terminal
+        if message is not None:
+            # The agent may also list it in the Task's history: publish it once.
+            self._seen_message(message)
         body: JSON = {"state": state, "terminal": terminal, "message": message}
         return self._event("status", body, src)
+
+    def _seen_message(self, message: JSON) -> bool:
+        """Whether ``message`` was published already; remembers it if not."""
+        mid = message.get("messageId")
+        digest = _digest(["id", mid] if isinstance(mid, str) and mid else ["content", message])
+        if digest in self.messages:
+            return True
+        self.messages.append(digest)
+        del self.messages[:-MESSAGE_MEMORY]
+        return False
+
+    def _message(self, message: JSON, src: int | None) -> Event | Dropped:
+        if self._seen_message(message):
+            return Dropped("duplicate")
+        return self._event("message", {"message": message}, src)
 
     def _artifact(self, u: ArtifactUpdate, cap: int | None) -> list[Event | Dropped]:
         key = artifact_key(u.artifact_id)
@@ -253,7 +329,7 @@ class TaskRecord:
         only the missing tail (append); one that differs is replaced whole.
         Status goes last so that a terminal state is the last event.
         """
-        out: list[Event | Dropped] = []
+        out: list[Event | Dropped] = [self._message(m, snap.source_seq) for m in snap.history]
         terminal = is_terminal(snap.state)
         for art in snap.artifacts:
             artifact_id = str(art.get("artifactId", ""))
@@ -282,21 +358,25 @@ class TaskRecord:
 
     # ---------------------------------------------------- bridge outcomes --
 
-    def outcome(self, outcome: BridgeOutcome, reason: str | None = None) -> Event | Dropped:
-        """A bridge-observed outcome: not an agent state, never conflated with one."""
+    def report(self, outcome: BridgeOutcome, reason: str | None = None, message: JSON | None = None) -> Event | Dropped:
+        """A bridge-observed outcome: not an agent state, never conflated with one
+        (``state`` keeps the agent's last state). ``message``: what the agent said,
+        for a start it answered without a Task."""
         if self.closed:
             return Dropped("after-terminal")
         closing = outcome in CLOSING_OUTCOMES
         if closing:
             self.closed = True
-            self.state = outcome
+            self.outcome = outcome
         body: JSON = {"outcome": outcome, "terminal": closing}
         if reason:
             body["reason"] = reason
+        if message is not None:
+            body["message"] = message
         if self.task_id is None:
-            # The agent never gave a Task id (it refused the start): name the
-            # would-be Task after the command so the event still has a key.
-            self.task_id = f"rejected-{self.start_command_id or self.task_key}"
+            # The agent never named a Task: name the would-be Task after the start
+            # command, so the event still has a key.
+            self.task_id = f"start-{self.start_command_id or self.task_key}"
         return self._event("bridge", body, None)
 
     def _event(self, kind: EventKind, body: JSON, src: int | None) -> Event:

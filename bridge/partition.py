@@ -236,10 +236,24 @@ class PartitionOwner:
                 context_id=cmd.context_id,
                 previous=record,
             )
+            route = self._clients[cmd.agent].config
+            fresh.endpoint, fresh.dialect, fresh.agent_code = route.url, route.dialect, route.agent_code
+            fresh.events_topic = self.config.events_topic(cmd.agent)
             self.records[cmd.task_key] = fresh
             self._run(fresh, (cmd, raw))
 
     def _run(self, record: TaskRecord, start: tuple[Command, Raw] | None) -> None:
+        if record.agent not in self._clients:
+            # Restored, but its agent left the registry: say so once and let it go.
+            log.warning(
+                "partition %d: Task of taskKey %r: agent %r is no longer configured",
+                self.partition,
+                record.task_key[:80],
+                record.agent,
+            )
+            self.publish(record, [record.report("agent-removed", f"agent {record.agent!r} is no longer configured")])
+            metrics.OUTCOMES.labels("agent-removed").inc()
+            return
         runner = TaskRunner(self, record)
         self.runners[record.task_key] = runner
         metrics.LIVE_TASKS.inc()
@@ -252,12 +266,16 @@ class PartitionOwner:
             self.active.discard(key)
             metrics.LIVE_TASKS.dec()
             if runner.record.closed:
-                metrics.OUTCOMES.labels(runner.record.state or "unknown").inc()
+                metrics.OUTCOMES.labels(runner.record.ended_as or "unknown").inc()
 
     # --------------------------------------------------------------- outputs --
 
-    def client(self, agent: str) -> AgentClient:
-        return self._clients[agent]
+    def client(self, record: TaskRecord) -> AgentClient:
+        """The agent client a Task started with (its stored route), whatever the config says now."""
+        base = self._clients[record.agent]
+        if record.endpoint is None:
+            return base
+        return base.routed(record.endpoint, record.dialect or base.config.dialect, record.agent_code)
 
     def artifact_cap(self, agent: str) -> int:
         """Artifact parts per record: the configured cap, within the events budget."""
@@ -269,7 +287,7 @@ class PartitionOwner:
 
     def publish(self, record: TaskRecord, results: list[Event | Dropped]) -> None:
         now = time.time()
-        topic = self.config.events_topic(record.agent)
+        topic = record.events_topic or self.config.events_topic(record.agent)
         budget = self._limits().budget(topic)
         for r in results:
             if isinstance(r, Dropped):
@@ -290,6 +308,8 @@ class PartitionOwner:
                 )
             self.txn.add(OutRecord(topic, key, value, headers, origin))
             metrics.EVENTS_BY_KIND[written.kind].inc()
+            if r.seq == 1:
+                record.metadata = None  # published with the first event; not kept
         self.txn.mark(record)
 
     def dead_letter(
@@ -299,7 +319,10 @@ class PartitionOwner:
         agent = agent or (command.agent if command else None)
         if agent not in self._clients:
             agent = None
-        record = self.records.get(command.task_key) if command else None
+        # Even a command too broken to parse goes to the DLQ of the agent whose Task
+        # its key names: a workspace's data stays in its own topics.
+        key = command.task_key if command else (raw.key or b"").decode("utf-8", "replace")
+        record = self.records.get(key)
         agent = agent or (record.agent if record else None)
         topic = self.config.dlq_topic(agent)
         origin = f"dlq:{raw.offset}"

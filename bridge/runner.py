@@ -32,15 +32,17 @@ from typing import Any, Protocol
 
 from aiokafka.structs import ConsumerRecord
 
-from bridge import metrics
+from bridge import metrics, policy
 from bridge.agents import AgentClient, rpc_id
 from bridge.commands import Act, Command, Duplicate, Refuse, decide, message_id
 from bridge.config import Config
-from bridge.errors import AgentError, AgentOversize, AgentProtocolError, AgentUnavailable, RpcError
+from bridge.errors import AgentError, AgentNoTask, AgentOversize, RpcError
 from bridge.lifecycle import (
+    JSON,
     BridgeOutcome,
     Dropped,
     Event,
+    MessageUpdate,
     StatusUpdate,
     TaskRecord,
     TaskSnapshot,
@@ -66,7 +68,7 @@ class Partition(Protocol):
         self, raw: ConsumerRecord[bytes, bytes], reason: str, detail: str, command: Command | None = None
     ) -> None: ...
     def space(self) -> Awaitable[None]: ...
-    def client(self, agent: str) -> AgentClient: ...
+    def client(self, record: TaskRecord) -> AgentClient: ...
     def runner_done(self, runner: TaskRunner) -> None: ...
     def start_resent(self, command_id: str) -> bool: ...
     def activity(self, task_key: str, active: bool) -> None: ...
@@ -82,7 +84,7 @@ class TaskRunner:
     def __init__(self, part: Partition, record: TaskRecord) -> None:
         self.part = part
         self.record = record
-        self.client = part.client(record.agent)
+        self.client = part.client(record)
         self.inbox: deque[Incoming] = deque()
         self._wake = asyncio.Event()
         self._follower: asyncio.Future[None] | None = None
@@ -125,8 +127,8 @@ class TaskRunner:
         self._active()
         self._wake.set()
 
-    def _outcome(self, outcome: BridgeOutcome, reason: str | None = None) -> None:
-        self.part.publish(self.record, [self.record.outcome(outcome, reason)])
+    def _outcome(self, outcome: BridgeOutcome, reason: str | None = None, message: JSON | None = None) -> None:
+        self.part.publish(self.record, [self.record.report(outcome, reason, message)])
         self._active()
         self._wake.set()
 
@@ -186,6 +188,8 @@ class TaskRunner:
                     self._spawn(self._cancel())
                 if not self.record.paused:
                     self._follow(self._resume("restart"))
+                elif self.record.state == "auth-required":
+                    self._follow(self._watch_auth())
             while not self.record.closed:
                 if self.inbox and self._sending is None:
                     self._command(*self.inbox.popleft())
@@ -207,7 +211,7 @@ class TaskRunner:
                 self._follower.cancel()
             if not self._stopping:
                 # The Task ended (deadline, say) before the agent answered the command in flight.
-                self._answered(f"the Task ended ({self.record.state}) before the agent answered", "task-closed")
+                self._answered(f"the Task ended ({self.record.ended_as}) before the agent answered", "task-closed")
             self.part.runner_done(self)
             # Commands that queued behind the end of this Task go back through
             # the partition's rules (a start after the end is a new Task). On a
@@ -292,17 +296,28 @@ class TaskRunner:
                     first_timeout=cfg.first_event_timeout_seconds,
                 )
                 break
+            except AgentNoTask as exc:
+                if self._sending is None:
+                    break
+                # The agent answered without a Task: that is the answer (seed: a
+                # start that never names a Task is closed, not left pending).
+                if command.type == "start":
+                    self._outcome("no-task", exc.detail, exc.said)
+                    self._answered()
+                else:
+                    self._answered(f"{exc.kind}: {exc.detail}")
+                    self._active()
+                return
             except (AgentError, TimeoutError) as exc:
                 if self._sending is None:
                     break  # the stream failed after the agent answered: resume below
-                retryable = isinstance(exc, TimeoutError) or exc.retryable
-                if retryable and time.monotonic() + 0.2 < deadline:
+                if policy.retryable(exc) and time.monotonic() + 0.2 < deadline:
                     await asyncio.sleep(min(backoff(attempt), max(0.0, deadline - time.monotonic())))
                     attempt += 1
                     continue
-                reason = "no first event" if isinstance(exc, TimeoutError) else f"{exc.kind}: {exc.detail}"
+                outcome, reason = policy.start_failure(exc, cfg.first_event_timeout_seconds)
                 if command.type == "start":
-                    self._outcome("rejected", reason)
+                    self._outcome(outcome, reason)
                     self._answered()
                 else:
                     self._answered(reason)
@@ -317,16 +332,20 @@ class TaskRunner:
         first: Callable[[Update], None] | None = None,
         first_timeout: float | None = None,
     ) -> None:
-        """Apply a stream's updates until it ends; ``first`` takes the first one."""
+        """Apply a stream's updates until it ends; ``first`` takes the first one that
+        names the Task (Messages before it are what the agent said instead)."""
         it = aiter(updates)
         try:
             if first is not None:
+                said: JSON | None = None
                 try:
                     async with asyncio.timeout(first_timeout):
                         update = await anext(it)
+                        while isinstance(update, MessageUpdate) and update.task_id is None:
+                            said = update.message
+                            update = await anext(it)
                 except StopAsyncIteration:
-                    # Nothing about a Task came back: worth another attempt, like silence.
-                    raise AgentProtocolError(self.client.name, "stream", "the stream ended before a Task") from None
+                    raise AgentNoTask(self.client.name, "stream", said) from None
                 first(update)
             n = 0
             async for update in it:
@@ -362,17 +381,33 @@ class TaskRunner:
 
     async def _after_stream(self) -> None:
         """The stream ended: done, paused, or dropped (then resume)."""
-        if self.record.closed or self.record.paused:
+        if self.record.closed:
             return
-        await self._resume("dropped")
+        if self.record.state == "auth-required":
+            await self._watch_auth()
+        elif not self.record.paused:
+            await self._resume("dropped")
+
+    async def _latest(self) -> AgentError | None:
+        """tasks/get with the Task's selector, applied; the failure if it failed."""
+        assert self.record.task_id is not None
+        try:
+            snap = await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id))
+        except AgentError as exc:
+            return exc
+        self._apply(snap)
+        return None
 
     async def _resume(self, why: str) -> None:
-        """Recover a live Task: resubscribe (after afterSeq), else tasks/get, else lost."""
+        """Recover a live Task: resubscribe (after afterSeq); whenever that fails,
+        tasks/get first (seed: "If resubscription fails, call tasks/get first to
+        determine the latest state"); ``lost`` only when both keep failing."""
         assert self.record.task_id is not None
         task_id = self.record.task_id
         dialect = self.client.dialect
         self._resumed = True
-        deadline = time.monotonic() + self.part.config.bridge.resume_deadline_seconds
+        budget = self.part.config.bridge.resume_deadline_seconds
+        deadline = time.monotonic() + budget
         attempt = 0
         if not await self.client.streaming():
             await self._poll()
@@ -380,13 +415,9 @@ class TaskRunner:
         while not self.record.closed and not self.record.paused:
             if attempt:
                 await asyncio.sleep(backoff(attempt))
-            if time.monotonic() > deadline:
-                self._outcome(
-                    "lost", f"no stream or tasks/get answer for {self.part.config.bridge.resume_deadline_seconds:.0f}s"
-                )
-                return
             attempt += 1
             before = self.record.seq, self.record.after_seq
+            failure: AgentError | None = None
             try:
                 if not dialect.sequenced:
                     # No ids to resume after: catch up from the snapshot first.
@@ -397,33 +428,45 @@ class TaskRunner:
                 await self._consume(
                     self.client.stream(dialect.resubscribe(rpc_id("resubscribe"), task_id, self.record.after_seq))
                 )
-            except RpcError as exc:
-                # Resubscription refused (expired retention, unknown Task): the
-                # seed says read tasks/get before anything else.
-                if await self._fallback_get(exc):
-                    return
             except AgentError as exc:
                 log.info("resume of %s on %s failed: %s", task_id, self.client.name, exc.kind)
-            if (self.record.seq, self.record.after_seq) != before:
+                failure = exc
+            if self.record.closed or self.record.paused:
+                return
+            progressed = (self.record.seq, self.record.after_seq) != before
+            if failure is not None or not progressed:
+                got = await self._latest()
+                if self.record.closed or self.record.paused:
+                    return
+                if got is None and isinstance(failure, RpcError):
+                    # Resubscription refused (retention expired, say) but the Task lives:
+                    # snapshots are the only safe source now.
+                    metrics.RECONNECTS.labels("poll").inc()
+                    await self._poll()
+                    return
+                if isinstance(failure, RpcError) and isinstance(got, RpcError) and got.code == RpcError.TASK_NOT_FOUND:
+                    self._outcome("lost", f"resubscribe: JSON-RPC {failure.code}; tasks/get: JSON-RPC {got.code}")
+                    return
+                if got is not None and time.monotonic() > deadline:
+                    said = f"resubscribe: {failure.kind if failure else 'ended without events'}; tasks/get: {got.kind}"
+                    self._outcome("lost", f"{said}; for {budget:.0f}s")
+                    return
+            if progressed or (self.record.seq, self.record.after_seq) != before:
                 attempt = 0
-                deadline = time.monotonic() + self.part.config.bridge.resume_deadline_seconds
+                deadline = time.monotonic() + budget
 
-    async def _fallback_get(self, cause: RpcError) -> bool:
-        """After a refused resubscribe: tasks/get; poll it if the Task still runs. True when done."""
-        assert self.record.task_id is not None
-        try:
-            snap = await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id))
-        except RpcError as exc:
-            self._outcome("lost", f"resubscribe: JSON-RPC {cause.code}; tasks/get: JSON-RPC {exc.code}")
-            return True
-        except AgentError:
-            return False
-        self._apply(snap)
+    async def _watch_auth(self) -> None:
+        """A Task paused in auth-required continues when the user authorizes out of
+        band: watch it with tasks/get (backoff with jitter) and follow it again
+        when it moves on. A reply, a cancel or the deadline end the watch too."""
+        cfg = self.client.config
+        delay = cfg.poll_initial_seconds
+        while self.record.state == "auth-required" and not self.record.closed:
+            await asyncio.sleep(random.uniform(delay / 2, delay))
+            delay = min(cfg.poll_max_seconds, delay * 2)
+            await self._latest()
         if not self.record.closed and not self.record.paused:
-            # Replay is gone but the Task lives: snapshots are the only safe source now.
-            metrics.RECONNECTS.labels("poll").inc()
-            await self._poll()
-        return True
+            await self._resume("auth")
 
     async def _poll(self) -> None:
         """tasks/get with backoff and jitter until the Task ends or pauses."""
@@ -459,21 +502,24 @@ class TaskRunner:
     # -------------------------------------------------------------- cancel --
 
     async def _cancel(self) -> None:
-        """tasks/cancel until the agent answers; confirm with tasks/get if ambiguous."""
+        """tasks/cancel until the agent answers; confirm with tasks/get if ambiguous.
+        A cancel that fails for good is published (``cancel-failed``), not only logged."""
         attempt = 0
+        deadline = time.monotonic() + self.part.config.bridge.resume_deadline_seconds
         while self.record.cancel_pending and not self.record.closed:
             try:
                 await self._cancel_call()
                 self.record.cancel_pending = None
                 self.part.changed(self.record)
                 return
-            except AgentUnavailable:
-                await asyncio.sleep(backoff(attempt))
-                attempt += 1
             except AgentError as exc:
+                if exc.retryable and time.monotonic() < deadline:
+                    await asyncio.sleep(backoff(attempt))
+                    attempt += 1
+                    continue
                 log.info("cancel of %s on %s: %s", self.record.task_id, self.client.name, exc.kind)
                 self.record.cancel_pending = None
-                self.part.changed(self.record)
+                self._outcome("cancel-failed", policy.cancel_failure(exc))
                 return
 
     async def _cancel_call(self) -> None:

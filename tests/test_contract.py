@@ -35,7 +35,7 @@ def test_asyncapi_enumerations_match_the_code() -> None:
     reasons = messages["deadLetter"]["headers"]["properties"]["dlq_reason"]["enum"]
     assert set(reasons) == set(get_args(DlqReason))
     ce_types = messages["event"]["headers"]["properties"]["ce_type"]["enum"]
-    assert set(ce_types) == {"a2a.task.status", "a2a.task.artifact"} | {
+    assert set(ce_types) == {"a2a.task.status", "a2a.task.artifact", "a2a.task.message"} | {
         f"a2a.bridge.{o}" for o in get_args(BridgeOutcome)
     }
     outcome_enum = next(b for b in load("event")["oneOf"] if b["properties"]["kind"]["const"] == "bridge")

@@ -70,7 +70,13 @@ records = st.builds(
     artifacts=st.dictionaries(
         ids, st.builds(ArtifactProgress, st.integers(0, 10_000), st.text(max_size=24), st.booleans()), max_size=4
     ),
-    metadata=maybe(st.dictionaries(st.text(max_size=8), json_values, max_size=4)),
+    messages=st.lists(st.text(alphabet="0123456789abcdef", min_size=24, max_size=24), max_size=64),
+    outcome=maybe(st.sampled_from(["timeout", "lost", "no-task"])),
+    endpoint=maybe(st.text(max_size=30)),
+    dialect=maybe(st.sampled_from(["gateway", "a2a-0.3", "a2a-1.0"])),
+    agent_code=maybe(ids),
+    events_topic=maybe(ids),
+    closed_at=maybe(st.floats(0, 4e9, allow_nan=False)),
 )
 partition_records = st.builds(
     PartitionRecord,
@@ -103,13 +109,22 @@ def test_partition_record_round_trip_and_schema(p: PartitionRecord) -> None:
 
 
 def test_checkpoint_holds_what_the_seed_asks_to_store_together() -> None:
+    """Selector, Task id, contextId, state, last event sequence, with the business key;
+    no caller data (the checkpoints topic is shared by every workspace)."""
     r = new_task("order-1", "writer", "c1", deadline=1_900_000_000.5, metadata={"order": {"id": 7}})
+    r.endpoint, r.dialect, r.agent_code = "https://gw/newmoi/agents/a2a", "gateway", "explore"
     r.apply(StatusUpdate("t1", "ctx-1", "working", None, 4))
     doc = orjson.loads(encode(r))
-    assert doc["v"] == 2
-    assert (doc["agent"], doc["taskId"], doc["contextId"], doc["state"]) == ("writer", "t1", "ctx-1", "working")
+    assert doc["v"] == 2 and doc["taskKey"] == "order-1"
+    assert (doc["agent"], doc["endpoint"], doc["agentCode"]) == ("writer", "https://gw/newmoi/agents/a2a", "explore")
+    assert (doc["taskId"], doc["contextId"], doc["state"]) == ("t1", "ctx-1", "working")
     assert (doc["afterSeq"], doc["seq"], doc["commandIds"]) == (4, 1, [command_digest("c1")])
-    assert doc["metadata"] == {"order": {"id": 7}} and doc["deadline"] == 1_900_000_000.5
+    assert "metadata" not in doc and doc["deadline"] == 1_900_000_000.5
+
+
+def test_a_v1_checkpoint_closed_by_a_bridge_outcome_keeps_it_apart_from_the_agent_state() -> None:
+    r = decode(orjson.dumps({"v": 1, "taskKey": "k", "agent": "a", "state": "timeout", "closed": True}))
+    assert (r.state, r.outcome, r.ended_as) == (None, "timeout", "timeout")
 
 
 def test_schema_rejects_broken_checkpoints() -> None:
@@ -286,7 +301,7 @@ def test_absorbed_offsets_are_stored_as_runs() -> None:
 
 
 def test_a_checkpoint_always_fits_its_budget() -> None:
-    """Whatever the Task did: long ids, 256 artifacts, a large business record."""
+    """Whatever the Task did: long ids, 300 artifacts, a large business record."""
     r = new_task("k" * 256, "writer", "c" * 256, deadline=1.0, metadata={"blob": "x" * 100_000})
     for i in range(40):
         r.remember(f"{i}" * 200)
@@ -300,5 +315,5 @@ def test_a_checkpoint_always_fits_its_budget() -> None:
     assert record_size(checkpoints.task_key_bytes(r.task_key), raw, []) <= budget
     back = decode(raw)
     assert back.seq == r.seq and back.seen("39" * 200) and len(back.command_ids) == 32
-    assert back.metadata == {"bridgeProjection": {"kind": "object", "bytes": len(orjson.dumps(r.metadata))}}
+    assert back.metadata is None
     assert errors(orjson.loads(raw)) == []

@@ -313,7 +313,7 @@ def test_start_on_a_live_key_is_refused_key_busy() -> None:
 def test_start_after_the_previous_task_ended_starts_a_new_one() -> None:
     assert decide(command("start"), live("failed")) == Act()
     r = live()
-    r.outcome("timeout")
+    r.report("timeout")
     assert decide(command("start"), r) == Act()
 
 

@@ -30,6 +30,7 @@ from bridge.lifecycle import (
     ArtifactUpdate,
     Dropped,
     Event,
+    MessageUpdate,
     StatusUpdate,
     TaskRecord,
     TaskSnapshot,
@@ -401,7 +402,10 @@ def test_writer_stream(name: str) -> None:
 
     record, events = run(us)
     assert reassemble(events) == {"result": CHUNKS}
-    assert record.closed and record.state == "completed" and record.seq == 6
+    # The Task's history (the user's message) is published once, as a message event.
+    (said,) = [e for e in events if e.kind == "message"]
+    assert said.body["message"]["role"] == "user" and said.seq == 1
+    assert record.closed and record.state == "completed" and record.seq == 7
 
 
 def test_v03_and_v10_captures_normalize_alike() -> None:
@@ -513,7 +517,13 @@ def test_v03_resubscribe_to_a_running_task_joins_without_duplicates(cut: int) ->
     got = statuses(events + more)
     expected = SLEEPER if cut >= 3 else [s for s in SLEEPER if s[1] != "tick 1/6"]
     assert got == expected
-    assert record.closed and [e.seq for e in events + more] == list(range(1, len(got) + 1))
+    assert record.closed and [e.seq for e in events + more] == list(range(1, len(events + more) + 1))
+    # Each history message is published once, and not again if its status was published.
+    ids = [e.body["message"]["messageId"] for e in events + more if e.kind == "message"]
+    ids += [e.body["message"]["messageId"] for e in events + more if e.kind == "status" and e.body["message"]]
+    assert len(ids) == len(set(ids))
+    said = [e.body["message"]["parts"][0]["text"] for e in events + more if e.kind == "message"]
+    assert said == (["ticks=6 interval=0.2", "tick 1/6"] if cut < 3 else ["ticks=6 interval=0.2"])
 
 
 def test_v03_resubscribe_snapshot_is_a_duplicate_when_nothing_was_missed() -> None:
@@ -665,7 +675,8 @@ def test_error_without_an_integer_code() -> None:
 @pytest.mark.parametrize("d", [Dialect("a"), GatewayDialect("a", "x"), V1Dialect("a")])
 def test_results_that_are_not_about_a_task(d: Dialect) -> None:
     msg = {"kind": "message", "role": "agent", "parts": []} if not isinstance(d, V1Dialect) else {"message": {}}
-    assert d.update(msg) is None
+    said = d.update(msg)
+    assert isinstance(said, MessageUpdate) and said.task_id is None  # an answer without a Task
     with pytest.raises(AgentProtocolError):
         d.update({"kind": "mystery"} if not isinstance(d, V1Dialect) else {"mystery": {}})
     bad = {"kind": "status-update", "status": {"state": "working"}}
@@ -762,7 +773,7 @@ def test_gateway_frames_carry_their_sse_ids() -> None:
         "StatusUpdate",
     ]
     record, events = run(us)
-    assert [e.source_seq for e in events] == [1, 2, 3, 4, 5, 6]
+    assert [e.source_seq for e in events] == [1, 1, 2, 3, 4, 5, 6]  # the history message rode in frame 1
     assert reassemble(events) == {"report": [{"kind": "text", "text": t} for t in ("one ", "two ", "three")]}
     assert record.after_seq == 6 and record.closed
 

@@ -56,9 +56,12 @@ def check(event: Event, rec: TaskRecord, now: float = NOW) -> dict[str, Any]:
     assert h["ce_source"] == f"a2a-kafka-bridge/agents/{rec.agent}".encode()
     assert h["ce_time"] == value["time"].encode()
     assert h["content-type"] == b"application/json"
-    expected_type = {"status": "a2a.task.status", "artifact": "a2a.task.artifact"}.get(event.kind)
+    expected_type = {"status": "a2a.task.status", "artifact": "a2a.task.artifact", "message": "a2a.task.message"}.get(
+        event.kind
+    )
     assert h["ce_type"].decode() == (expected_type or OUTCOME_TYPES[event.body["outcome"]])
-    assert "metadata" not in value  # the business record stays in the checkpoint
+    # The business record rides on the first event only, in the Task's own topic.
+    assert ("metadata" in value) == (event.seq == 1 and rec.metadata is not None)
     return value
 
 
@@ -67,6 +70,7 @@ def test_status_event() -> None:
     msg = {"kind": "message", "role": "agent", "parts": [{"kind": "text", "text": "Which format?"}]}
     [ev] = rec.apply(StatusUpdate("task-9", "ctx-9", "input-required", msg, 7))
     assert isinstance(ev, Event)
+    rec_metadata = rec.metadata  # seq 1 carries the start's business record
     v = check(ev, rec)
     assert v == {
         "eventId": "task-9:1",
@@ -82,6 +86,7 @@ def test_status_event() -> None:
         "state": "input-required",
         "terminal": False,
         "message": msg,
+        "metadata": rec_metadata,
     }
 
 
@@ -106,7 +111,7 @@ def test_bridge_outcome_events(outcome: Any) -> None:
     rec = record()
     rec.apply(StatusUpdate("task-9", "ctx", "working"))
     rec.command_id = "cmd-cancel"
-    ev = rec.outcome(outcome, "why")
+    ev = rec.report(outcome, "why")
     assert isinstance(ev, Event)
     v = check(ev, rec)
     assert v["outcome"] == outcome and v["terminal"] == (outcome != "cancel-requested")
@@ -116,10 +121,10 @@ def test_bridge_outcome_events(outcome: Any) -> None:
 
 def test_rejected_before_any_task_id_still_encodes() -> None:
     rec = record()
-    ev = rec.outcome("rejected", "HTTP 500")
+    ev = rec.report("rejected", "HTTP 500")
     assert isinstance(ev, Event)
     v = check(ev, rec)
-    assert v["taskId"] == "rejected-cmd-1" and v["contextId"] is None
+    assert v["taskId"] == "start-cmd-1" and v["contextId"] is None
 
 
 def test_command_id_falls_back_to_the_start_command() -> None:
@@ -198,7 +203,7 @@ def test_every_event_the_lifecycle_publishes_encodes_validly(stream: list[Update
             if isinstance(ev, Event):
                 seqs.append(check(ev, rec, now)["seq"])
     if outcome:
-        ev = rec.outcome(outcome)
+        ev = rec.report(outcome)
         if isinstance(ev, Event):
             seqs.append(check(ev, rec, now)["seq"])
     assert seqs == list(range(1, len(seqs) + 1))

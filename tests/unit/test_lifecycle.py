@@ -62,7 +62,7 @@ LIVE = (
     "done",
     "success",
 )
-CLOSING = ("timeout", "lost", "rejected")
+CLOSING = ("timeout", "lost", "rejected", "start-timeout", "unavailable", "no-task", "agent-removed", "unreadable")
 
 
 def fresh(**kw: Any) -> TaskRecord:
@@ -274,7 +274,8 @@ class Bridge:
         self.pending = []
         self.checkpoint = checkpoints.encode(self.record)
         restored = checkpoints.decode(self.checkpoint)
-        assert restored == self.record
+        # Everything but the caller's business record (published with seq 1, never checkpointed).
+        assert restored == dataclasses.replace(self.record, metadata=None)
         assert restored.seq == (self.committed[-1].seq if self.committed else 0)
         if self.committed_after_seq and self.committed_after_seq[-1] is not None:
             assert restored.after_seq is not None and restored.after_seq >= self.committed_after_seq[-1]
@@ -548,7 +549,7 @@ def test_restoring_from_checkpoint_bytes_mid_sequence_changes_nothing(updates: l
     out += [resumed.apply(u) for u in updates[cut:]]
 
     assert out == straight_out
-    assert resumed == straight
+    assert resumed == dataclasses.replace(straight, metadata=None)
     assert checkpoints.encode(resumed) == checkpoints.encode(straight)
 
 
@@ -716,20 +717,21 @@ def test_terminal_snapshot_closes_an_open_artifact_with_an_empty_last_chunk() ->
 def test_timeout_lost_and_rejected_close_the_task(outcome: Any) -> None:
     r = fresh()
     r.apply(status("working", src=1))
-    ev = r.outcome(outcome, "why")
+    ev = r.report(outcome, "why")
     assert isinstance(ev, Event)
     assert (ev.kind, ev.seq, ev.body) == ("bridge", 2, {"outcome": outcome, "terminal": True, "reason": "why"})
-    assert r.closed and r.state == outcome
+    # The outcome closes the Task; the agent's last state is kept apart from it.
+    assert r.closed and r.outcome == outcome and r.state == "working" and r.ended_as == outcome
     assert r.apply(status("completed", src=2)) == [Dropped("after-terminal")]
-    assert r.outcome("lost") == Dropped("after-terminal")
-    assert r.outcome("cancel-requested") == Dropped("after-terminal")
+    assert r.report("lost") == Dropped("after-terminal")
+    assert r.report("cancel-requested") == Dropped("after-terminal")
     Consumer().read_all([Event(TASK, 1, "status", {"state": "working", "terminal": False, "message": None}), ev])
 
 
 def test_cancel_requested_does_not_close_and_is_not_a_state() -> None:
     r = fresh()
     r.apply(status("working"))
-    ev = r.outcome("cancel-requested")
+    ev = r.report("cancel-requested")
     assert isinstance(ev, Event)
     assert ev.body == {"outcome": "cancel-requested", "terminal": False}
     assert not r.closed and r.state == "working"
@@ -740,15 +742,15 @@ def test_cancel_requested_does_not_close_and_is_not_a_state() -> None:
 def test_outcome_after_a_terminal_state_is_dropped() -> None:
     r = fresh()
     r.apply(status("failed"))
-    assert r.outcome("timeout") == Dropped("after-terminal")
+    assert r.report("timeout") == Dropped("after-terminal")
     assert r.state == "failed" and r.seq == 1
 
 
 def test_rejected_before_the_agent_named_a_task_still_has_a_key() -> None:
     r = fresh()
-    ev = r.outcome("rejected", "HTTP 500")
+    ev = r.report("rejected", "HTTP 500")
     assert isinstance(ev, Event)
-    assert ev.task_id == r.task_id == "rejected-cmd-start"
+    assert ev.task_id == r.task_id == "start-cmd-start"
     assert ev.seq == 1 and r.closed
 
 
@@ -760,7 +762,7 @@ def test_nothing_is_published_after_a_closing_outcome(before: list[Update], outc
         r.apply(u)
     was_closed = r.closed
     seq = r.seq
-    ev = r.outcome(outcome)
+    ev = r.report(outcome)
     if was_closed:
         assert ev == Dropped("after-terminal") and r.seq == seq
         return

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from bridge.agents import AgentClient
 from bridge.config import AgentConfig
 from bridge.errors import AgentError
-from bridge.lifecycle import ArtifactUpdate, StatusUpdate, TaskSnapshot
+from bridge.lifecycle import ArtifactUpdate, MessageUpdate, StatusUpdate, TaskSnapshot
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
@@ -126,9 +126,10 @@ def test_arbitrary_agent_responses_raise_only_agent_errors(
     body: bytes, ctype: str, status: int, dialect: tuple[str, str | None]
 ) -> None:
     updates = asyncio.run(run(body, ctype, status, dialect))
-    assert all(isinstance(u, StatusUpdate | ArtifactUpdate | TaskSnapshot) for u in updates)
+    assert all(isinstance(u, StatusUpdate | ArtifactUpdate | TaskSnapshot | MessageUpdate) for u in updates)
     for u in updates:
-        assert isinstance(u.task_id, str) and u.task_id
+        # Only a Message may name no Task (an agent answering without one).
+        assert (isinstance(u.task_id, str) and u.task_id) or (isinstance(u, MessageUpdate) and u.task_id is None)
 
 
 def test_a_well_formed_gateway_stream_is_read_in_order() -> None:
