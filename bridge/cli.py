@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+import bridge
 from bridge import config as config_mod
 from bridge.config import Config, ConfigError
 from bridge.errors import BridgeError
@@ -60,6 +61,7 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file (default: $BRIDGE_CONFIG)")
     common.add_argument("--log-level", default=argparse.SUPPRESS, help="debug, info, warning (default: info)")
     p = argparse.ArgumentParser(prog="bridge", description=__doc__, parents=[common])
+    p.add_argument("--version", action="version", version=f"bridge {bridge.__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("run", help="run the bridge service", parents=[common])
     t = sub.add_parser("topics", help="create (or --check) the bridge's topics, co-partitioned", parents=[common])
