@@ -16,6 +16,7 @@ import bridge
 from bridge import config as config_mod
 from bridge.config import Config, ConfigError
 from bridge.errors import BridgeError
+from bridge.preflight import PREFLIGHT_TIMEOUT_SECONDS, check_kafka
 
 log = logging.getLogger("bridge")
 
@@ -107,9 +108,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(getattr(args, "log_level", "info"))
     try:
         config = config_mod.load(getattr(args, "config", None))
+        if args.cmd in ("run", "topics"):
+            # A wrong password or CA: one line and exit 2, not a traceback (until
+            # the service's startup loop calls check_kafka and retries KafkaUnreachable).
+            asyncio.run(check_kafka(config, PREFLIGHT_TIMEOUT_SECONDS))
         return asyncio.run(_dispatch(args, config))
     except (ConfigError, BridgeError) as exc:
         # One line, never a traceback: what is wrong and where (never a secret).
+        # BridgeError covers preflight's StartupError and KafkaUnreachable.
         print(f"bridge: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
