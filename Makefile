@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
-.PHONY: help venv lint unit integration test chaos demo bench kafka-up kafka-down clean lock
+.PHONY: help venv lint unit integration test chaos demo bench kafka-up kafka-down clean lock monitoring
 
 help:
 	@echo "make demo    - the bridge end to end on a local broker with demo agents"
@@ -15,6 +15,7 @@ help:
 	@echo "make bench   - benchmarks, JSON results in .bench/"
 	@echo "make kafka-up / kafka-down - a local broker on 127.0.0.1:19092"
 	@echo "make lock    - regenerate requirements.lock (the image's hashed runtime deps)"
+	@echo "make monitoring - regenerate deploy/monitoring/prometheusrule.yaml from the alerts"
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python >= 3.11 needed"; exit 1; }
@@ -63,6 +64,11 @@ bench: venv
 # after changing constraints.txt or the dependencies in pyproject.toml.
 lock: venv
 	$(PY) scripts/lock-runtime.py
+
+# deploy/monitoring's PrometheusRule wraps deploy/prometheus/alerts.yaml; run
+# after editing the alerts (tests/test_deploy.py fails until they agree).
+monitoring: venv
+	$(PY) scripts/render-prometheusrule.py
 
 clean:
 	-scripts/kafka.sh down
