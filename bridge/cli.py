@@ -16,7 +16,7 @@ import bridge
 from bridge import config as config_mod
 from bridge.config import Config, ConfigError
 from bridge.errors import BridgeError
-from bridge.preflight import PREFLIGHT_TIMEOUT_SECONDS, check_kafka
+from bridge.preflight import PREFLIGHT_TIMEOUT_SECONDS, KafkaUnreachable, check_kafka
 
 log = logging.getLogger("bridge")
 
@@ -109,9 +109,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = config_mod.load(getattr(args, "config", None))
         if args.cmd in ("run", "topics"):
-            # A wrong password or CA: one line and exit 2, not a traceback (until
-            # the service's startup loop calls check_kafka and retries KafkaUnreachable).
-            asyncio.run(check_kafka(config, PREFLIGHT_TIMEOUT_SECONDS))
+            # A wrong password, CA or ACL: one line and exit 2, where aiokafka
+            # would report a broker that is down (and the service retry forever).
+            try:
+                asyncio.run(check_kafka(config, PREFLIGHT_TIMEOUT_SECONDS))
+            except KafkaUnreachable:
+                if args.cmd == "topics":
+                    raise
+                # `run` waits for Kafka itself (not ready meanwhile).
         return asyncio.run(_dispatch(args, config))
     except (ConfigError, BridgeError) as exc:
         # One line, never a traceback: what is wrong and where (never a secret).

@@ -33,7 +33,10 @@ from aiokafka.conn import create_conn
 from aiokafka.protocol.metadata import MetadataRequest
 
 from bridge.config import Config, KafkaConfig
-from bridge.errors import BridgeError, StartupError
+from bridge.errors import BridgeError, KafkaUnreachable, StartupError
+
+# KafkaUnreachable is bridge.errors' (what the service retries), re-exported.
+__all__ = ["PREFLIGHT_TIMEOUT_SECONDS", "KafkaUnreachable", "check_kafka", "classify"]
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +50,6 @@ _HOST_MISMATCH = (62, 64)
 # Kafka error codes in a Metadata response (kafka.common.protocol.Errors).
 _UNKNOWN_TOPIC = 3
 _TOPIC_AUTHORIZATION_FAILED = 29
-
-
-class KafkaUnreachable(BridgeError):
-    """No Kafka broker answered in time: may pass, retry with backoff."""
 
 
 Connector = Callable[..., Coroutine[Any, Any, Any]]
