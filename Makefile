@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
-.PHONY: help venv lint unit integration test chaos demo bench kafka-up kafka-down clean
+.PHONY: help venv lint unit integration test chaos demo bench kafka-up kafka-down clean lock monitoring
 
 help:
 	@echo "make demo    - the bridge end to end on a local broker with demo agents"
@@ -14,6 +14,8 @@ help:
 	@echo "make chaos   - the long exactly-once chaos run"
 	@echo "make bench   - benchmarks, JSON results in .bench/"
 	@echo "make kafka-up / kafka-down - a local broker on 127.0.0.1:19092"
+	@echo "make lock    - regenerate requirements.lock (the image's hashed runtime deps)"
+	@echo "make monitoring - regenerate deploy/monitoring/prometheusrule.yaml from the alerts"
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python >= 3.11 needed"; exit 1; }
@@ -57,6 +59,16 @@ demo: venv
 
 bench: venv
 	$(PY) -m bench
+
+# The image installs requirements.lock with --require-hashes; regenerate it
+# after changing constraints.txt or the dependencies in pyproject.toml.
+lock: venv
+	$(PY) scripts/lock-runtime.py
+
+# deploy/monitoring's PrometheusRule wraps deploy/prometheus/alerts.yaml; run
+# after editing the alerts (tests/test_deploy.py fails until they agree).
+monitoring: venv
+	$(PY) scripts/render-prometheusrule.py
 
 clean:
 	-scripts/kafka.sh down

@@ -12,10 +12,12 @@ from typing import Any
 
 import orjson
 
+import bridge
 from bridge import config as config_mod
 from bridge import logs
 from bridge.config import Config, ConfigError
 from bridge.errors import BridgeError
+from bridge.preflight import PREFLIGHT_TIMEOUT_SECONDS, KafkaUnreachable, check_kafka
 
 log = logging.getLogger("bridge")
 
@@ -52,6 +54,7 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file (default: $BRIDGE_CONFIG)")
     common.add_argument("--log-level", default=argparse.SUPPRESS, help="debug, info, warning (default: info)")
     p = argparse.ArgumentParser(prog="bridge", description=__doc__, parents=[common])
+    p.add_argument("--version", action="version", version=f"bridge {bridge.__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("run", help="run the bridge service", parents=[common])
     t = sub.add_parser("topics", help="create (or --check) the bridge's topics, co-partitioned", parents=[common])
@@ -97,9 +100,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.setup(getattr(args, "log_level", "info"))
     try:
         config = config_mod.load(getattr(args, "config", None))
+        if args.cmd in ("run", "topics"):
+            # A wrong password, CA or ACL: one line and exit 2, where aiokafka
+            # would report a broker that is down (and the service retry forever).
+            try:
+                asyncio.run(check_kafka(config, PREFLIGHT_TIMEOUT_SECONDS))
+            except KafkaUnreachable:
+                if args.cmd == "topics":
+                    raise
+                # `run` waits for Kafka itself (not ready meanwhile).
         return asyncio.run(_dispatch(args, config))
     except (ConfigError, BridgeError) as exc:
         # One line, never a traceback: what is wrong and where (never a secret).
+        # BridgeError covers preflight's StartupError and KafkaUnreachable.
         print(f"bridge: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

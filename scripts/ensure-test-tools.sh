@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Debian tools the tests use as independent parts:
 #   promtool (package prometheus) checks and unit-tests the alert rules;
+#   prometheus (same package)     runs the dashboard queries and the alerts against
+#                                 a live bridge (tests/integration/test_prometheus.py);
 #   kcat     (package kcat)       reads the events topic in the chaos test, a
 #                                 Kafka client that shares no code with the bridge.
 #
@@ -9,10 +11,11 @@
 # package is not known yet). Fails loudly when that is not possible.
 set -euo pipefail
 
-declare -A wanted=([promtool]=prometheus [kcat]=kcat)
+declare -A wanted=([promtool]=prometheus [prometheus]=prometheus [kcat]=kcat)
 missing=()
 for tool in "${!wanted[@]}"; do
-  command -v "$tool" >/dev/null 2>&1 || missing+=("${wanted[$tool]}")
+  pkg="${wanted[$tool]}"
+  command -v "$tool" >/dev/null 2>&1 || [[ " ${missing[*]} " == *" $pkg "* ]] || missing+=("$pkg")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 

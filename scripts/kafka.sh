@@ -14,6 +14,14 @@
 #   KAFKA_STATE_DIR        state dir, relative to the repo root (default .kafka)
 #   KAFKA_PORT             PLAINTEXT port (default 19092)
 #   KAFKA_CONTROLLER_PORT  CONTROLLER port (default 19093)
+#   KAFKA_SASL_PORT        also open a SASL_SSL listener (SCRAM-SHA-512) on this port;
+#                          the PLAINTEXT listener stays (readiness check, other clients).
+#                          Needs both of:
+#   KAFKA_SSL_KEYSTORE_PEM   PEM file with the broker's unencrypted PKCS#8 private key
+#                            and its certificate chain (ssl.keystore.type=PEM)
+#   KAFKA_SCRAM_CREDENTIALS  file of `name=password` lines: the SCRAM-SHA-512 users
+#                            `up` formats into the new cluster (names [A-Za-z0-9._-],
+#                            passwords without , ] " = or whitespace)
 #   KAFKA_READY_TIMEOUT    seconds to wait for readiness (default 90)
 #   KAFKA_READY_WARM       1 (default): readiness also waits for the group and
 #                          transaction coordinators (creates their internal topics)
@@ -29,6 +37,10 @@ STATE_DIR="${KAFKA_STATE_DIR:-.kafka}"
 case "$STATE_DIR" in /*) ;; *) STATE_DIR="$ROOT/$STATE_DIR" ;; esac
 PORT="${KAFKA_PORT:-19092}"
 CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-19093}"
+SASL_PORT="${KAFKA_SASL_PORT:-}"
+KEYSTORE_PEM="${KAFKA_SSL_KEYSTORE_PEM:-}"
+SCRAM_CREDENTIALS="${KAFKA_SCRAM_CREDENTIALS:-}"
+SUPER_USERS="${KAFKA_SUPER_USERS:-}"
 READY_TIMEOUT="${KAFKA_READY_TIMEOUT:-90}"
 READY_WARM="${KAFKA_READY_WARM:-1}"
 HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}"
@@ -201,7 +213,7 @@ show_failure_logs() {
 
 check_ports_free() {
     local p
-    for p in "$PORT" "$CONTROLLER_PORT"; do
+    for p in "$PORT" "$CONTROLLER_PORT" $SASL_PORT; do
         if port_open "$p"; then
             die "port $p is already in use by another process (set KAFKA_PORT / KAFKA_CONTROLLER_PORT)"
         fi
@@ -273,6 +285,48 @@ while True:
 ' 2>/dev/null || java -cp "$LIBS/*" kafka.tools.StorageTool random-uuid
 }
 
+# --- optional SASL_SSL listener -------------------------------------------------
+# Adds the listener to the rendered server.properties and prints the StorageTool
+# --add-scram arguments for the users in $SCRAM_CREDENTIALS, one per line.
+# (The passwords are on the format command's line for the second it runs: this
+# is a throwaway test broker.)
+configure_sasl_ssl() {
+    [[ "$SASL_PORT" =~ ^[0-9]+$ ]] || die "KAFKA_SASL_PORT must be a port number, got '$SASL_PORT'"
+    [[ -r "$KEYSTORE_PEM" ]] || die "KAFKA_SASL_PORT needs KAFKA_SSL_KEYSTORE_PEM: a readable PEM file with key and certificate chain"
+    [[ -r "$SCRAM_CREDENTIALS" ]] || die "KAFKA_SASL_PORT needs KAFKA_SCRAM_CREDENTIALS: a readable file of name=password lines"
+    case "$KEYSTORE_PEM" in /*) ;; *) KEYSTORE_PEM="$ROOT/$KEYSTORE_PEM" ;; esac
+    sed -i -e "s|^listeners=.*|&,SASL_SSL://127.0.0.1:$SASL_PORT|" \
+        -e "s|^advertised.listeners=.*|&,SASL_SSL://127.0.0.1:$SASL_PORT|" \
+        -e "s|^listener.security.protocol.map=.*|&,SASL_SSL:SASL_SSL|" "$CONFIG"
+    cat >>"$CONFIG" <<EOF_SASL
+
+# --- SASL_SSL listener (KAFKA_SASL_PORT) -----------------------------------
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location=$KEYSTORE_PEM
+listener.name.sasl_ssl.ssl.client.auth=none
+EOF_SASL
+    if [[ -n "$SUPER_USERS" ]]; then
+        local supers="User:ANONYMOUS" u   # PLAINTEXT and CONTROLLER connections
+        for u in $SUPER_USERS; do supers="$supers;User:$u"; done
+        printf '%s\n' "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer" \
+            "super.users=$supers" "allow.everyone.if.no.acl.found=false" >>"$CONFIG"
+    fi
+    local line name password n=0
+    while IFS= read -r line || [[ -n "$line" ]]; do
+        [[ -z "$line" || "$line" == \#* ]] && continue
+        name="${line%%=*}"
+        password="${line#*=}"
+        [[ "$name" =~ ^[A-Za-z0-9._-]+$ && "$line" == *=* ]] || die "$SCRAM_CREDENTIALS: a line is not name=password"
+        [[ -n "$password" && "$password" != *[,\]\"=[:space:]]* ]] || die "$SCRAM_CREDENTIALS: bad password for $name"
+        printf '%s\n' --add-scram "SCRAM-SHA-512=[name=$name,password=$password]"
+        n=$((n + 1))
+    done <"$SCRAM_CREDENTIALS"
+    ((n > 0)) || die "$SCRAM_CREDENTIALS names no user"
+}
+
 # --- subcommands ----------------------------------------------------------------
 cmd_up() {
     lock_state
@@ -298,18 +352,27 @@ cmd_up() {
         -e "s|@DATA_DIR@|$DATA_DIR|g" \
         "$KAFKA_DIR/server.properties.in" >"$CONFIG"
 
+    local scram=()
+    if [[ -n "$SASL_PORT" ]]; then
+        local sasl_args
+        sasl_args="$(configure_sasl_ssl)" || exit 1
+        mapfile -t scram <<<"$sasl_args"
+    fi
+
     local cluster_id out
     cluster_id="$(new_cluster_id)"
     # shellcheck disable=SC2046
     if ! out="$(java $(jvm_log_opts) -cp "$LIBS/*" kafka.tools.StorageTool format \
-        --standalone --cluster-id "$cluster_id" --config "$CONFIG" 2>&1)"; then
+        --standalone --cluster-id "$cluster_id" --config "$CONFIG" "${scram[@]}" 2>&1)"; then
+        # The tool may echo its arguments: never print a SCRAM password.
+        if [[ ${#scram[@]} -gt 0 ]]; then out="$(sed -E 's/password=[^],]*/password=***/g' <<<"$out")"; fi
         echo "$out" >&2
         die "kafka-storage format failed"
     fi
     log "formatted $DATA_DIR (cluster id $cluster_id) in $((SECONDS - t0))s"
 
     start_broker
-    echo "kafka up at $BOOTSTRAP"
+    echo "kafka up at $BOOTSTRAP${SASL_PORT:+ (SASL_SSL on 127.0.0.1:$SASL_PORT)}"
 }
 
 cmd_down() {
@@ -368,7 +431,8 @@ cmd_logs() {
 }
 
 usage() {
-    sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    # The comment block at the top of this file.
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
 }
 
 case "${1:-}" in

@@ -30,10 +30,15 @@ from bridge.cli import parser as cli_parser
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 BASE = DEPLOY / "base"
+MONITORING = DEPLOY / "monitoring"
 ALERTS = DEPLOY / "prometheus" / "alerts.yaml"
 ALERT_TESTS = DEPLOY / "prometheus" / "alerts.test.yaml"
-DASHBOARD = DEPLOY / "grafana" / "a2a-kafka-bridge.json"
+PROMETHEUS_RULE = MONITORING / "prometheusrule.yaml"
+DASHBOARD = MONITORING / "a2a-kafka-bridge.json"
 README = DEPLOY / "README.md"
+# What a default kube-prometheus-stack install selects ServiceMonitors, rules and dashboards by.
+RELEASE_LABEL = {"release": "kube-prometheus-stack"}
+DASHBOARD_LABEL = {"grafana_dashboard": "1"}
 
 # Labels Prometheus (and the Prometheus Operator) attach to every scraped series.
 TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "container", "endpoint"}
@@ -55,8 +60,15 @@ def docs(path: Path) -> list[Any]:
         return [d for d in yaml.safe_load_all(f) if d is not None]
 
 
+KUSTOMIZE_KINDS = ("Kustomization", "Component")
+
+
 def is_resource(doc: Any) -> bool:
-    return isinstance(doc, dict) and {"apiVersion", "kind", "metadata"} <= doc.keys() and doc["kind"] != "Kustomization"
+    return (
+        isinstance(doc, dict)
+        and {"apiVersion", "kind", "metadata"} <= doc.keys()
+        and doc["kind"] not in KUSTOMIZE_KINDS
+    )
 
 
 def resources(folder: Path) -> list[dict[str, Any]]:
@@ -122,7 +134,7 @@ def test_yaml_parses(path: Path) -> None:
     assert loaded, f"{path} is empty"
     for d in loaded:
         assert isinstance(d, dict), f"{path}: a document is not a mapping"
-        if "kind" in d and d["kind"] != "Kustomization":
+        if "kind" in d and d["kind"] not in KUSTOMIZE_KINDS:
             assert is_resource(d) and d["metadata"].get("name"), f"{path}: {d['kind']} without apiVersion/metadata.name"
 
 
@@ -151,6 +163,8 @@ def test_kustomization_references_exist(folder: Path) -> None:
     for patch in k.get("patches", []):
         if "path" in patch:
             assert (folder / patch["path"]).is_file(), f"{folder}: patch {patch['path']} does not exist"
+    for component in k.get("components", []):
+        assert (folder / component / "kustomization.yaml").is_file(), f"{folder}: component {component} not found"
     # Nothing written and then forgotten: every manifest here is listed.
     listed = {(folder / r).resolve() for r in k["resources"]}
     for path in folder.glob("*.yaml"):
@@ -159,6 +173,7 @@ def test_kustomization_references_exist(folder: Path) -> None:
 
 
 def kustomize_build(folder: Path) -> list[dict[str, Any]]:
+    """``kustomize build`` (or ``kubectl kustomize``) of ``folder``, parsed."""
     if shutil.which("kustomize"):
         cmd = ["kustomize", "build", str(folder)]
     elif shutil.which("kubectl"):
@@ -173,9 +188,8 @@ def kustomize_build(folder: Path) -> list[dict[str, Any]]:
 def test_kustomize_build_base() -> None:
     built = kustomize_build(BASE)
     kinds = sorted(d["kind"] for d in built)
-    assert kinds == sorted(
-        ["ConfigMap", "Deployment", "PodDisruptionBudget", "Service", "ServiceAccount", "ServiceMonitor"]
-    )
+    # Only core Kubernetes kinds: the base applies on a cluster without the Prometheus Operator.
+    assert kinds == sorted(["ConfigMap", "Deployment", "PodDisruptionBudget", "Service", "ServiceAccount"])
     (cm,) = [d for d in built if d["kind"] == "ConfigMap"]
     (dep,) = [d for d in built if d["kind"] == "Deployment"]
     assert cm["data"]["bridge.toml"] == config_file().read_text()
@@ -242,7 +256,7 @@ def test_service_and_servicemonitor_scrape_metrics(cfg: config_mod.Config) -> No
     assert svc["spec"]["selector"].items() <= pod_labels.items()
     (port,) = svc["spec"]["ports"]
     assert port_number(container(), port["targetPort"]) == cfg.bridge.http_port
-    sm = one(BASE, "ServiceMonitor")
+    sm = one(MONITORING, "ServiceMonitor")
     assert sm["apiVersion"] == "monitoring.coreos.com/v1"
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     (endpoint,) = sm["spec"]["endpoints"]
@@ -486,9 +500,22 @@ def dashboard_exprs() -> list[str]:
     return exprs
 
 
-def alert_rules() -> list[dict[str, Any]]:
+def rule_groups() -> list[dict[str, Any]]:
     (doc,) = docs(ALERTS)
-    return [r for g in doc["groups"] for r in g["rules"]]
+    groups: list[dict[str, Any]] = doc["groups"]
+    return groups
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    return [r for g in rule_groups() for r in g["rules"] if "alert" in r]
+
+
+def parameters() -> dict[str, dict[str, Any]]:
+    """The recording rules that hold the deployment's numbers (the first group)."""
+    first = rule_groups()[0]
+    assert first["name"] == "a2a-kafka-bridge-parameters", "the parameters group comes first (README patch paths)"
+    assert all("record" in r for r in first["rules"])
+    return {r["record"]: r for r in first["rules"]}
 
 
 METRIC = re.compile(r"(?<![\w:$])(bridge_[a-z_]+)\b")
@@ -598,10 +625,21 @@ def test_alert_rules_shape(cfg: config_mod.Config) -> None:
     assert some(r'bridge_agent_requests_total\{[^}]*result!="ok"')
     assert some(r"\bup\{[^}]*\}\s*==\s*0")
     assert some(r"bridge_buffer_full_waits_total")
-    lag = exprs["A2ABridgeConsumerLagHigh"]
-    assert f'consumergroup="{cfg.kafka.group_id}"' in lag and f'topic="{cfg.kafka.commands_topic}"' in lag
-    (count,) = re.findall(r"!=\s*(\d+)", exprs["A2ABridgePartitionsUnowned"])
-    assert int(count) == commands_partitions(cfg)
+
+    # The group, topic and partition count are parameters the alerts join against, not literals in them.
+    lag, unowned = exprs["A2ABridgeConsumerLagHigh"], exprs["A2ABridgePartitionsUnowned"]
+    assert "a2a_bridge_config:consumer_group" in lag and "consumergroup=" not in lag and "topic=" not in lag
+    assert "a2a_bridge_config:commands_partitions" in unowned and not re.search(r"!=\s*\d", unowned)
+
+
+def test_alert_parameters_match_the_deployment(cfg: config_mod.Config) -> None:
+    params = parameters()
+    # Their order is what the overlay patch in deploy/README.md addresses (/spec/groups/0/rules/N).
+    assert list(params) == ["a2a_bridge_config:commands_partitions", "a2a_bridge_config:consumer_group"]
+    assert params["a2a_bridge_config:commands_partitions"]["expr"] == f"vector({commands_partitions(cfg)})"
+    group = params["a2a_bridge_config:consumer_group"]
+    assert group["expr"] == "vector(1)"
+    assert group["labels"] == {"consumergroup": cfg.kafka.group_id, "topic": cfg.kafka.commands_topic}
 
 
 def promtool() -> str:
@@ -619,7 +657,7 @@ def run_promtool(*args: str, cwd: Path) -> str:
 
 def test_promtool_check_rules() -> None:
     out = run_promtool("check", "rules", str(ALERTS), cwd=ROOT)
-    assert f"SUCCESS: {len(alert_rules())} rules found" in out
+    assert f"SUCCESS: {sum(len(g['rules']) for g in rule_groups())} rules found" in out
 
 
 def test_promtool_alert_unit_tests() -> None:
@@ -635,3 +673,74 @@ def test_promtool_parses_dashboard_queries(tmp_path: Path) -> None:
     path = tmp_path / "dashboard-rules.yaml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     run_promtool("check", "rules", str(path), cwd=tmp_path)
+
+
+# ------------------------------------------------------- monitoring component --
+
+
+def test_prometheusrule_wraps_the_alert_file() -> None:
+    (rule,) = [d for d in docs(PROMETHEUS_RULE) if is_resource(d)]
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["kind"] == "PrometheusRule"
+    assert rule["spec"]["groups"] == rule_groups(), (
+        "deploy/monitoring/prometheusrule.yaml is stale: run `make monitoring` (scripts/render-prometheusrule.py)"
+    )
+
+
+def test_monitoring_is_a_component_selected_by_kube_prometheus_stack() -> None:
+    k = kustomization(MONITORING)
+    assert k["kind"] == "Component" and k["apiVersion"] == "kustomize.config.k8s.io/v1alpha1"
+    for kind in ("ServiceMonitor", "PrometheusRule"):
+        labels = one(MONITORING, kind)["metadata"]["labels"]
+        assert RELEASE_LABEL.items() <= labels.items(), kind
+    (gen,) = k["configMapGenerator"]
+    assert gen["files"] == [DASHBOARD.name], "the dashboard file itself, not a copy"
+    assert DASHBOARD_LABEL.items() <= gen["options"]["labels"].items()
+
+
+def overlay(tmp_path: Path, kustomization_yaml: str) -> list[dict[str, Any]]:
+    """Build an overlay written next to a copy of deploy/ (so ../base and ../monitoring resolve)."""
+    shutil.copytree(DEPLOY, tmp_path / "deploy")
+    folder = tmp_path / "deploy" / "my-overlay"
+    folder.mkdir()
+    (folder / "kustomization.yaml").write_text(kustomization_yaml)
+    return kustomize_build(folder)
+
+
+def readme_block(after: str) -> str:
+    """The first ```yaml block of deploy/README.md after the line containing ``after``."""
+    text = README.read_text()
+    start = text.index(after)
+    m = re.search(r"```yaml\n(.*?)```", text[start:], re.S)
+    assert m, f"no yaml block after {after!r} in deploy/README.md"
+    return m.group(1)
+
+
+def test_kustomize_build_with_monitoring(tmp_path: Path) -> None:
+    built = overlay(tmp_path, readme_block("<!-- overlay: monitoring -->"))
+    by_kind = {(d["kind"], d["metadata"]["name"]): d for d in built}
+    sm = by_kind["ServiceMonitor", "a2a-kafka-bridge"]
+    rule = by_kind["PrometheusRule", "a2a-kafka-bridge"]
+    dashboard = by_kind["ConfigMap", "a2a-kafka-bridge-dashboard"]
+    svc = by_kind["Service", "a2a-kafka-bridge"]
+    assert RELEASE_LABEL.items() <= sm["metadata"]["labels"].items()
+    assert RELEASE_LABEL.items() <= rule["metadata"]["labels"].items()
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert {sm["metadata"]["namespace"], rule["metadata"]["namespace"]} == {svc["metadata"]["namespace"]}
+    assert rule["spec"]["groups"] == rule_groups()
+    assert DASHBOARD_LABEL.items() <= dashboard["metadata"]["labels"].items()
+    assert json.loads(dashboard["data"][DASHBOARD.name]) == json.loads(DASHBOARD.read_text())
+
+
+def test_monitoring_parameters_can_be_changed_by_an_overlay(tmp_path: Path) -> None:
+    built = overlay(tmp_path, readme_block("<!-- overlay: monitoring parameters -->"))
+    sm = next(d for d in built if d["kind"] == "ServiceMonitor")
+    rule = next(d for d in built if d["kind"] == "PrometheusRule")
+    assert sm["metadata"]["labels"]["release"] == rule["metadata"]["labels"]["release"] == "monitoring"
+    params = {r["record"]: r for r in rule["spec"]["groups"][0]["rules"]}
+    assert params["a2a_bridge_config:commands_partitions"]["expr"] == "vector(12)"
+    assert params["a2a_bridge_config:consumer_group"]["labels"] == {
+        "consumergroup": "orders-bridge",
+        "topic": "orders.commands",
+    }
+    # Everything else as in the alert file.
+    assert rule["spec"]["groups"][1:] == rule_groups()[1:]

@@ -1,0 +1,99 @@
+"""Throwaway certificate authorities and broker certificates for the secured-broker tests.
+
+Made fresh by each test session with the ``cryptography`` package; nothing
+here is a secret worth keeping.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+
+@dataclass(frozen=True)
+class CA:
+    key: ec.EllipticCurvePrivateKey
+    cert: x509.Certificate
+
+    def pem(self) -> bytes:
+        return self.cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _validity(builder: x509.CertificateBuilder) -> x509.CertificateBuilder:
+    now = datetime.datetime.now(datetime.UTC)
+    return builder.not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(
+        now + datetime.timedelta(days=2)
+    )
+
+
+def make_ca(common_name: str) -> CA:
+    key = ec.generate_private_key(ec.SECP256R1())
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common_name))
+        .issuer_name(_name(common_name))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+    )
+    return CA(key, _validity(builder).sign(key, hashes.SHA256()))
+
+
+def server_keystore_pem(ca: CA, hosts: list[str]) -> bytes:
+    """A PEM keystore as Kafka's ``ssl.keystore.type=PEM`` reads it: PKCS#8 key, then the chain."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = []
+    for h in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            names.append(x509.DNSName(h))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(hosts[0]))
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
+    )
+    cert = _validity(builder).sign(ca.key, hashes.SHA256())
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return key_pem + cert.public_bytes(serialization.Encoding.PEM) + ca.pem()
+
+
+def write_private(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.write_bytes(data)
+    return path
