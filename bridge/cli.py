@@ -101,14 +101,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = config_mod.load(getattr(args, "config", None))
         if args.cmd in ("run", "topics"):
-            # A wrong password, CA or ACL: one line and exit 2, where aiokafka
-            # would report a broker that is down (and the service retry forever).
+            # A wrong password, CA or ACL: one line and exit 2, where aiokafka would
+            # report a broker that is down.
             try:
                 asyncio.run(check_kafka(config, PREFLIGHT_TIMEOUT_SECONDS))
             except KafkaUnreachable:
                 if args.cmd == "topics":
                     raise
-                # `run` waits for Kafka itself (not ready meanwhile).
+                # `run` waits for Kafka (not ready meanwhile), and checks again in that loop.
         return asyncio.run(_dispatch(args, config))
     except (ConfigError, BridgeError) as exc:
         # One line, never a traceback: what is wrong and where (never a secret).

@@ -39,6 +39,7 @@ from bridge.config import Config
 from bridge.errors import AgentError, AgentNoTask, AgentOversize, RpcError
 from bridge.lifecycle import (
     JSON,
+    PAUSED_STATES,
     BridgeOutcome,
     Dropped,
     Event,
@@ -73,6 +74,11 @@ class Partition(Protocol):
     def start_resent(self, command_id: str) -> bool: ...
     def activity(self, task_key: str, active: bool) -> None: ...
     def artifact_cap(self, agent: str) -> int: ...
+
+
+# Resubscribes that brought nothing, in a row, before a running gateway Task is
+# followed by tasks/get snapshots instead of its replay.
+_FAILED_RESUBSCRIBES = 3
 
 
 def backoff(attempt: int, base: float = 0.2, cap: float = 10.0) -> float:
@@ -388,27 +394,26 @@ class TaskRunner:
         elif not self.record.paused:
             await self._resume("dropped")
 
-    async def _latest(self) -> AgentError | None:
-        """tasks/get with the Task's selector, applied; the failure if it failed."""
-        assert self.record.task_id is not None
-        try:
-            snap = await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id))
-        except AgentError as exc:
-            return exc
-        self._apply(snap)
-        return None
-
     async def _resume(self, why: str) -> None:
-        """Recover a live Task: resubscribe (after afterSeq); whenever that fails,
-        tasks/get first (seed: "If resubscription fails, call tasks/get first to
-        determine the latest state"); ``lost`` only when both keep failing."""
+        """Recover a live Task: resubscribe (after afterSeq); when that fails, tasks/get
+        first (seed: "If resubscription fails, call tasks/get first to determine the
+        latest state"); ``lost`` only when both keep failing.
+
+        A resubscribe *fails* when it brings nothing new: an error, or a stream that
+        ends without a new event. (A stream that drops after new events is just
+        dropped again.) Each failure asks tasks/get, which tells whether the Task
+        still exists. The gateway's replay keeps every chunk as its own event, so
+        what tasks/get shows (terminal, with the artifacts reconciled) is published
+        only once replay is refused, or failed :data:`_FAILED_RESUBSCRIBES` times in
+        a row; from then on a still running Task is followed by snapshots.
+        """
         assert self.record.task_id is not None
         task_id = self.record.task_id
         dialect = self.client.dialect
         self._resumed = True
         budget = self.part.config.bridge.resume_deadline_seconds
         deadline = time.monotonic() + budget
-        attempt = 0
+        attempt = failed = 0
         if not await self.client.streaming():
             await self._poll()
             return
@@ -433,40 +438,74 @@ class TaskRunner:
                 failure = exc
             if self.record.closed or self.record.paused:
                 return
-            progressed = (self.record.seq, self.record.after_seq) != before
-            if failure is not None or not progressed:
-                got = await self._latest()
-                if self.record.closed or self.record.paused:
-                    return
-                if got is None and isinstance(failure, RpcError):
-                    # Resubscription refused (retention expired, say) but the Task lives:
-                    # snapshots are the only safe source now.
-                    metrics.RECONNECTS.labels("poll").inc()
-                    await self._poll()
-                    return
-                if isinstance(failure, RpcError) and isinstance(got, RpcError) and got.code == RpcError.TASK_NOT_FOUND:
-                    self._outcome("lost", f"resubscribe: JSON-RPC {failure.code}; tasks/get: JSON-RPC {got.code}")
-                    return
-                if got is not None and time.monotonic() > deadline:
-                    said = f"resubscribe: {failure.kind if failure else 'ended without events'}; tasks/get: {got.kind}"
-                    self._outcome("lost", f"{said}; for {budget:.0f}s")
-                    return
-            if progressed or (self.record.seq, self.record.after_seq) != before:
-                attempt = 0
+            if (self.record.seq, self.record.after_seq) != before:
+                attempt, failed = 1, 0  # progress: renew the budget; a failing call still backs off
                 deadline = time.monotonic() + budget
+                continue
+            failed += 1
+            try:
+                snap: TaskSnapshot | None = await self.client.task(dialect.get(rpc_id("get"), task_id))
+                got: AgentError | None = None
+            except AgentError as exc:
+                snap, got = None, exc
+            if snap is not None:
+                deadline = time.monotonic() + budget  # observable: not lost
+                refused = isinstance(failure, RpcError)
+                # (Without SSE ids the next attempt starts from a snapshot anyway.)
+                ends = not dialect.sequenced and (is_terminal(snap.state) or snap.state in PAUSED_STATES)
+                if refused or ends or (dialect.sequenced and failed >= _FAILED_RESUBSCRIBES):
+                    seq = self.record.seq
+                    self._apply(snap)
+                    if self.record.closed or self.record.paused:
+                        return
+                    if refused or (dialect.sequenced and self.record.seq != seq):
+                        # Replay is gone, or would repeat what the snapshot showed:
+                        # snapshots are the only safe source now.
+                        metrics.RECONNECTS.labels("poll").inc()
+                        await self._poll()
+                        return
+            elif isinstance(failure, RpcError) and isinstance(got, RpcError) and got.code == RpcError.TASK_NOT_FOUND:
+                self._outcome("lost", f"resubscribe: JSON-RPC {failure.code}; tasks/get: JSON-RPC {got.code}")
+                return
+            elif time.monotonic() > deadline:
+                said = failure.kind if failure else "no new events"
+                self._outcome("lost", f"resubscribe: {said}; tasks/get: {got.kind if got else '?'}; for {budget:.0f}s")
+                return
 
     async def _watch_auth(self) -> None:
-        """A Task paused in auth-required continues when the user authorizes out of
-        band: watch it with tasks/get (backoff with jitter) and follow it again
-        when it moves on. A reply, a cancel or the deadline end the watch too."""
-        cfg = self.client.config
+        """A Task paused in auth-required goes on when the user signs in out of band:
+        watch it with tasks/get (backoff with jitter) and follow it again once it
+        moves. A reply, a cancel or the deadline end the watch too."""
+        assert self.record.task_id is not None
+        dialect, cfg = self.client.dialect, self.client.config
         delay = cfg.poll_initial_seconds
         while self.record.state == "auth-required" and not self.record.closed:
             await asyncio.sleep(random.uniform(delay / 2, delay))
             delay = min(cfg.poll_max_seconds, delay * 2)
-            await self._latest()
-        if not self.record.closed and not self.record.paused:
-            await self._resume("auth")
+            try:
+                snap = await self.client.task(dialect.get(rpc_id("get"), self.record.task_id))
+            except AgentError:
+                continue
+            if snap.state == "auth-required":
+                continue
+            if not dialect.sequenced:
+                self._apply(snap)
+                break
+            # The Task's own events after afterSeq replay the change, in order; a
+            # snapshot applied first would make that replay repeat what it showed.
+            try:
+                metrics.RECONNECTS.labels("auth").inc()
+                await self._consume(
+                    self.client.stream(
+                        dialect.resubscribe(rpc_id("resubscribe"), self.record.task_id, self.record.after_seq)
+                    )
+                )
+            except AgentError:
+                self._apply(snap)  # no replay: the snapshot is what there is, and snapshots from now on
+                if not self.record.closed and not self.record.paused:
+                    await self._poll()
+                return
+        await self._after_stream()
 
     async def _poll(self) -> None:
         """tasks/get with backoff and jitter until the Task ends or pauses."""

@@ -26,8 +26,9 @@ So no partition is ever left assigned without an owner or an opener, and
 ``/readyz`` says ready only when every assigned partition is owned.
 
 Startup waits for Kafka: unreachable brokers are retried with backoff and
-jitter (not ready meanwhile); missing topics, mismatched partition counts and
-authorization failures are permanent (exit 2).
+jitter (not ready meanwhile); a refused login or certificate, missing topics,
+mismatched partition counts and authorization failures are permanent (exit 2,
+one line on stderr).
 """
 
 from __future__ import annotations
@@ -51,11 +52,12 @@ from aiokafka.errors import (
 
 from bridge import metrics, topics
 from bridge.agents import AgentClient
-from bridge.config import Config
+from bridge.config import Config, ConfigError
 from bridge.errors import BridgeError, KafkaUnreachable, StartupError
 from bridge.http import OpsServer
 from bridge.limits import RecordLimits
 from bridge.partition import PartitionOwner
+from bridge.preflight import PREFLIGHT_TIMEOUT_SECONDS, check_kafka
 from bridge.transaction import TransactionFailed
 
 log = logging.getLogger(__name__)
@@ -314,7 +316,7 @@ class Service:
             log.error("%s; exiting without writing", exc)
             return 3
         log.error("%s", exc)
-        return 2 if isinstance(exc, StartupError) else 1
+        return 2 if isinstance(exc, StartupError | ConfigError) else 1
 
     async def _connect(self) -> AIOKafkaConsumer | None:
         """Reach Kafka, check the topics, read their record limits, join the group.
@@ -324,6 +326,9 @@ class Service:
         while not self._stopping.is_set():
             consumer: AIOKafkaConsumer | None = None
             try:
+                # aiokafka reports a refused password or certificate like a broker that
+                # is down; the preflight tells them apart (permanent: StartupError).
+                await check_kafka(cfg, PREFLIGHT_TIMEOUT_SECONDS)
                 async with topics.kafka_errors(cfg):
                     await topics.ensure(cfg, create=False)
                     self.limits = await topics.record_limits(cfg)

@@ -744,3 +744,24 @@ def test_monitoring_parameters_can_be_changed_by_an_overlay(tmp_path: Path) -> N
     }
     # Everything else as in the alert file.
     assert rule["spec"]["groups"][1:] == rule_groups()[1:]
+
+
+def test_workspace_users_reach_only_their_workspace() -> None:
+    """The isolation examples: every ACL of a workspace's users names only ws-a resources,
+    and the reader cannot touch the shared commands and checkpoints topics."""
+    users = {d["metadata"]["name"]: d for d in docs(DEPLOY / "workspaces" / "dedicated-bridge-user.yaml")}
+    users |= {d["metadata"]["name"]: d for d in docs(DEPLOY / "workspaces" / "workspace-reader-user.yaml")}
+    assert set(users) == {"a2a-bridge-ws-a", "ws-a-reader"}
+    for name, user in users.items():
+        for acl in user["spec"]["authorization"]["acls"]:
+            r = acl["resource"]
+            assert r["name"].startswith("ws-a"), (name, r)
+            assert r["name"] != "*" and not (r.get("patternType") == "prefix" and len(r["name"]) < len("ws-a-")), r
+    reader = users["ws-a-reader"]["spec"]["authorization"]["acls"]
+    assert allowed(reader, "topic", "ws-a.events") >= {"Read"}
+    assert not allowed(reader, "topic", "ws-a.commands") and not allowed(reader, "topic", "ws-a.checkpoints")
+    assert not allowed(reader, "topic", "ws-b.events")
+    bridge = users["a2a-bridge-ws-a"]["spec"]["authorization"]["acls"]
+    for topic in ("ws-a.events", "ws-a.dlq", "ws-a.checkpoints"):
+        assert {"Write", "Describe"} <= allowed(bridge, "topic", topic)
+    assert {"Write", "Describe"} <= allowed(bridge, "transactionalId", "ws-a-bridge-ws-a.commands-0")

@@ -231,8 +231,10 @@ async def test_input_required_continuation(client: httpx.AsyncClient) -> None:
     task_id, ctx = status["taskId"], status["contextId"]
     answer = user_message("csv", taskId=task_id, contextId=ctx)
     second, clean = await sse(client, "asker", "message/stream", {"message": answer})
-    assert clean and [seq for seq, _ in second] == [4, 5, 6]
-    assert second[1][1]["result"]["artifact"]["parts"][0]["text"] == "you chose: csv"
+    assert clean and [seq for seq, _ in second] == [4, 5, 6, 7]
+    snapshot = second[1][1]["result"]  # the Task now: the question and the answer in its history
+    assert snapshot["kind"] == "task" and [m["role"] for m in snapshot["history"]] == ["user", "agent", "user"]
+    assert second[2][1]["result"]["artifact"]["parts"][0]["text"] == "you chose: csv"
     assert second[-1][1]["result"]["status"]["state"] == "completed"
     again = await rpc(client, "asker", "message/send", {"message": user_message("json", taskId=task_id)})
     assert again["error"]["code"] == -32013

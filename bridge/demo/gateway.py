@@ -76,8 +76,19 @@ Debug knobs, ``debug=<mode>`` as a word in the user message text (any agent):
     ``debug=hang``     message/stream sends the SSE headers and then nothing until
                        the client goes away or is dropped; the Task still runs,
                        so retrying with the same messageId attaches normally.
+    ``debug=mute``     as ``hang``, and so is every retry with the same messageId.
+    ``debug=noids``    message/stream leaves the ``id:`` line out of every other
+                       frame (even sequence numbers).
+    ``debug=message``  message/stream answers with one bare agent Message and no
+                       Task; ``debug=empty`` with an SSE stream of no events.
+    ``debug=nocancel`` tasks/cancel on this Task answers JSON-RPC -32004
+                       (unsupported operation).
 Knobs apply only to the request that creates or continues a Task, never to a
-duplicate or a resubscribe.
+duplicate or a resubscribe (but ``mute``).
+
+``POST /_control/config {"resubscribe": "http500" | "http404" | "empty" | null}``
+makes every tasks/resubscribe fail that way (null: work again), so tests can
+check that a client asks tasks/get before giving a Task up.
 
 Control (test) endpoints: ``GET /healthz``; ``GET /_control/tasks`` and
 ``GET /_control/tasks/{id}``; ``POST /_control/drop`` ``{"taskId"?}``;
@@ -132,7 +143,8 @@ TASK_NOT_AWAITING_INPUT = -32013
 
 TERMINAL_STATES = frozenset({"completed", "failed", "canceled", "rejected"})
 # States that end a stream: the Task is done or waits for the user.
-FINAL_STATES = TERMINAL_STATES | {"input-required"}
+FINAL_STATES = TERMINAL_STATES | {"input-required", "auth-required"}
+UNSUPPORTED_OPERATION = -32004
 
 _UNFINISHED_MSG = "ASGI callable returned without completing response."
 
@@ -150,6 +162,8 @@ class GatewayConfig:
     # redelivery the seed warns of ("network recovery can redeliver an event"),
     # so tests can check that clients de-duplicate by sequence.
     redeliver: int = 0
+    # How every tasks/resubscribe fails, if it should (see the module docstring).
+    resubscribe_failure: str | None = None
 
 
 class RpcError(Exception):
@@ -212,6 +226,7 @@ class TaskRecord:
     duplicates_absorbed: int = 0
     # True while a script turn is executing; streams end only once it is False.
     running: bool = False
+    cancelable: bool = True
     runner: asyncio.Task[None] | None = None
     ended_at: float | None = None
     subscribers: set[_Subscriber] = field(default_factory=set)
@@ -339,10 +354,12 @@ class Gateway:
         status["timestamp"] = _now()
         rec.state = state
         rec.status = status
+        if state in ("input-required", "auth-required") and "message" in status:
+            rec.history.append(copy.deepcopy(status["message"]))  # the agent's question
         final = state in FINAL_STATES
-        if final:
-            # Before _emit: a woken stream must already see the Task as idle.
-            rec.running = False
+        # Before _emit: a woken stream must already see whether the Task is idle
+        # (it moves again after auth-required by itself).
+        rec.running = not final
         if state in TERMINAL_STATES:
             rec.ended_at = time.monotonic()
         event = {
@@ -483,7 +500,10 @@ class Gateway:
             self.by_message[(agent, mid)] = rec.id
             cursor = rec.last_seq
             # Run up to the first pause now so the returned Task already says "working".
-            self._start_turn(rec, text, len(rec.history) - 1, sync_first=True)
+            turn = sum(1 for m in rec.history if m.get("role") == "user") - 1
+            self._start_turn(rec, text, turn, sync_first=True)
+            # Then the Task as it is now: its history holds the answer.
+            self._emit(rec, rec.snapshot())
             return rec, cursor, False
 
         rec = TaskRecord(id=_new_id("task"), context_id=ctx or _new_id("ctx"), agent_code=agent)
@@ -499,7 +519,7 @@ class Gateway:
 
     # -- JSON-RPC -----------------------------------------------------------
 
-    async def dispatch(self, request: Request) -> Response | EventStream:
+    async def dispatch(self, request: Request) -> Response | EventStream | _RawStream:
         auth = self._check_auth(request)
         if auth is not None:
             return auth
@@ -561,13 +581,25 @@ class Gateway:
     def _debug_mode(self, message: JSON) -> str | None:
         return scripts.params(_message_text(message)).get("debug")
 
-    def _message_stream(self, rpc_id: Any, agent: str, params: JSON) -> Response | EventStream:
+    def _message_stream(self, rpc_id: Any, agent: str, params: JSON) -> Response | EventStream | _RawStream:
         message = _validate_message(params)
         mode = self._debug_mode(message)
         if mode == "http500":
             return _json_response({"error": "simulated internal server error"}, 500)
+        if mode == "empty":
+            return _RawStream([])
+        if mode == "message":
+            said = {
+                "kind": "message",
+                "role": "agent",
+                "messageId": _new_id("msg"),
+                "parts": [{"kind": "text", "text": "I can answer that without a Task: 42."}],
+            }
+            return _RawStream([orjson.dumps({"jsonrpc": "2.0", "id": rpc_id, "result": said})])
         rec, cursor, duplicate = self.accept_message(agent, message)
-        if duplicate:
+        if mode == "nocancel":
+            rec.cancelable = False
+        if duplicate and mode != "mute":
             mode = None
         if mode == "json":
             return _rpc_result(rpc_id, rec.snapshot())
@@ -581,6 +613,8 @@ class Gateway:
         return _rpc_result(rpc_id, rec.snapshot())
 
     def _cancel(self, rec: TaskRecord) -> JSON:
+        if not rec.cancelable:
+            raise RpcError(UNSUPPORTED_OPERATION, "This agent does not support cancellation")
         if rec.state in TERMINAL_STATES:
             raise RpcError(TASK_NOT_CANCELABLE, "Task cannot be canceled", {"taskId": rec.id, "state": rec.state})
         if rec.runner is not None and not rec.runner.done():
@@ -588,7 +622,14 @@ class Gateway:
         self._apply_status(rec, "canceled", "canceled by request")
         return rec.snapshot()
 
-    def _resubscribe(self, rpc_id: Any, agent: str, params: JSON) -> Response | EventStream:
+    def _resubscribe(self, rpc_id: Any, agent: str, params: JSON) -> Response | EventStream | _RawStream:
+        failure = self.cfg.resubscribe_failure
+        if failure == "http500":
+            return _json_response({"error": "simulated internal server error"}, 500)
+        if failure == "http404":
+            return _json_response({"error": "not found"}, 404)
+        if failure == "empty":
+            return _RawStream([])
         if "taskId" not in params and "id" in params:
             raise RpcError(INVALID_PARAMS, "tasks/resubscribe takes params.taskId, not params.id")
         rec = self.get_task(agent, _str_param(params, "taskId"))
@@ -677,12 +718,14 @@ class EventStream:
 
     def _frame(self, seq: int, event: JSON) -> bytes:
         envelope = orjson.dumps({"jsonrpc": "2.0", "id": self.rpc_id, "result": event})
+        if self.mode == "noids" and seq % 2 == 0:
+            return b"event: message\ndata: %s\n\n" % envelope
         return b"id: %d\nevent: message\ndata: %s\n\n" % (seq, envelope)
 
     async def _pump(self, send: Send, sub: _Subscriber) -> bool:
         """Send events; True when the stream ended normally, False to cut it."""
         rec, gw = self.rec, self.gw
-        if self.mode == "hang":
+        if self.mode in ("hang", "mute"):
             while not sub.aborted:
                 sub.wake.clear()
                 await sub.wake.wait()
@@ -709,6 +752,27 @@ class EventStream:
                 return True
             if not sub.wake.is_set():
                 await sub.wake.wait()
+
+
+class _RawStream:
+    """An SSE response of fixed frames (no ids), then the end: answers that name no Task."""
+
+    def __init__(self, datas: list[bytes]) -> None:
+        self.datas = datas
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")],
+            }
+        )
+        for data in self.datas:
+            await send(
+                {"type": "http.response.body", "body": b"event: message\ndata: %s\n\n" % data, "more_body": True}
+            )
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class _A2AEndpoint:
@@ -780,6 +844,10 @@ def create_app(cfg: GatewayConfig) -> Starlette:
         p = body.get("drop_probability")
         n = body.get("retention")
         ttl = body.get("task_ttl")
+        if "resubscribe" in body:
+            if body["resubscribe"] not in (None, "http500", "http404", "empty"):
+                return _json_response({"error": "resubscribe must be http500, http404, empty or null"}, 400)
+            gw.cfg.resubscribe_failure = body["resubscribe"]
         if p is not None and (isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p <= 1):
             return _json_response({"error": "drop_probability must be in [0, 1]"}, 400)
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
@@ -797,6 +865,7 @@ def create_app(cfg: GatewayConfig) -> Starlette:
                 "drop_probability": gw.cfg.drop_probability,
                 "retention": gw.cfg.retention,
                 "task_ttl": gw.cfg.task_ttl,
+                "resubscribe": gw.cfg.resubscribe_failure,
             }
         )
 

@@ -13,6 +13,8 @@ Agents:
 - ``failer``: ``working``, then ``failed`` with a status message.
 - ``asker``: ``working``, then ``input-required`` with a question; the next
   user message (turn 1) gets an artifact echoing the answer, then ``completed``.
+  With ``auth=N`` it pauses in ``auth-required`` instead and goes on by itself
+  after N seconds, as if the user had signed in out of band.
 - ``sleeper``: ``working`` with a status message every ``interval`` seconds for
   ``ticks`` ticks, then ``completed``; the one to cancel or time out.
 """
@@ -88,6 +90,15 @@ def run(agent: str, text: str, turn: int = 0) -> Iterator[Step]:
         yield Status("working")
         yield Pause(interval)
         yield Status("failed", "simulated failure: the tool crashed")
+    elif agent == "asker" and "auth" in p:
+        yield Status("working", "thinking")
+        yield Pause(interval)
+        yield Status("auth-required", "Sign in to the report store to continue")
+        yield Pause(_num(p, "auth", 1.0))
+        yield Status("working", "signed in")
+        yield Pause(interval)
+        yield Chunk("answer", "answer", "stored after sign-in", append=False, last_chunk=True)
+        yield Status("completed")
     elif agent == "asker":
         if turn == 0:
             yield Status("working", "thinking")

@@ -154,6 +154,18 @@ async def test_chaos_exactly_once(env: Env, tmp_path: Path) -> None:
             truth = tasks.get(task_id := task_ids.pop()) or sdk_task(env, start["agent"], task_id)
             if reassemble(events) != {a["artifactId"]: a["parts"] for a in truth["artifacts"]}:
                 mismatched += 1
+                trail = [
+                    (
+                        e["seq"],
+                        e["kind"],
+                        e["sourceSeq"],
+                        e.get("state"),
+                        e.get("artifact", {}).get("append"),
+                        len(e.get("artifact", {}).get("parts", [])),
+                    )
+                    for e in events
+                ]
+                print(f"chaos: artifact mismatch for {start['taskKey']} on {start['agent']} ({task_id}): {trail}")
             for e in events:
                 assert not list(v.iter_errors(e)), e
         gw_starts = [s for s in starts if s["agent"] == "chaos-writer"]
@@ -171,6 +183,10 @@ async def test_chaos_exactly_once(env: Env, tmp_path: Path) -> None:
             f"chaos: lost {lost}, duplicated {duplicated}, out of order {out_of_order}, after terminal "
             f"{after_terminal}, artifact mismatches {mismatched}"
         )
+        for s in gw_starts:
+            if len(by_key[s["taskKey"]]) < 20:
+                trail = [(e["seq"], e["kind"], e["sourceSeq"], e.get("state")) for e in by_key[s["taskKey"]]]
+                print(f"chaos: few events for {s['taskKey']}: {trail}")
         assert kills >= KILLS
         assert (lost, duplicated, out_of_order, after_terminal, mismatched) == (0, 0, 0, 0, 0), logs
         assert len(by_key) == len(starts) and one_task_each == len(gw_starts), logs

@@ -90,7 +90,10 @@ async def test_tasks_flow_from_commands_to_events(env: Env, tmp_path: Path) -> N
             truth = agent_task(env, starts[key]["agent"], events[0]["taskId"])
             assert reassemble(events) == {a["artifactId"]: a["parts"] for a in truth["artifacts"]}
             assert sum(1 for e in events if e["kind"] == "artifact") >= 3
-        assert [e["sourceSeq"] for e in by_key["order-gw"]] == [e["seq"] for e in by_key["order-gw"]]
+        # SSE ids come through as sourceSeq; the history message rode in the first frame.
+        gw = by_key["order-gw"]
+        assert [e["sourceSeq"] for e in gw] == [1, *range(1, len(gw))]
+        assert gw[0]["kind"] == "message" and gw[0]["message"]["role"] == "user"
         assert by_key["order-fail"][-1]["state"] == "failed"
         assert by_key["order-sdk-fail"][-1]["state"] == "failed"
         # CloudEvents binary mode, keyed by task id.

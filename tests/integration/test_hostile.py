@@ -81,8 +81,9 @@ async def test_a_status_message_far_over_the_topics_limit_arrives_projected(env:
         )
         by_key = await finished(config, {big, after})
         events = by_key[big]
-        assert [e["kind"] for e in events] == ["status", "status", "artifact", "artifact", "artifact", "status"]
-        working = events[1]
+        kinds = ["message", "status", "status", "artifact", "artifact", "artifact", "status"]
+        assert [e["kind"] for e in events] == kinds
+        working = events[2]
         part = working["message"]["parts"][0]
         assert working["state"] == "working" and part["text"].startswith("writingsss")
         assert part["metadata"]["bridgeTruncated"]["bytes"] > 500_000
