@@ -26,13 +26,13 @@ fatal to the partition.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
 import orjson
 
-from bridge.lifecycle import ArtifactProgress, BridgeOutcome, TaskRecord, command_digest
+from bridge.lifecycle import ArtifactProgress, BridgeOutcome, ClosedTask, TaskRecord, command_digest
 from bridge.limits import record_size
 
 INTERNAL_PREFIX = b"\xff"
@@ -51,6 +51,25 @@ def task_key_bytes(task_key: str) -> bytes:
 
 
 def _document(record: TaskRecord, artifacts: dict[str, ArtifactProgress]) -> dict[str, Any]:
+    if record.closed:
+        # A closed Task's checkpoint only serves dedupe (and `bridge inspect`) for the
+        # rest of its window: no per-artifact or per-message state.
+        return {
+            "v": VERSION,
+            "taskKey": record.task_key,
+            "agent": record.agent,
+            "taskId": record.task_id,
+            "contextId": record.context_id,
+            "state": record.state,
+            "outcome": record.outcome,
+            "afterSeq": record.after_seq,
+            "seq": record.seq,
+            "commandIds": record.command_ids,
+            "commandId": record.command_id,
+            "startCommandId": record.start_command_id,
+            "closed": True,
+            "closedAt": record.closed_at,
+        }
     return {
         "v": VERSION,
         "taskKey": record.task_key,
@@ -103,6 +122,16 @@ def encode(record: TaskRecord, budget: int | None = None) -> bytes:
 
 def decode(value: bytes) -> TaskRecord:
     """A Task checkpoint; :class:`CheckpointError` for anything else."""
+    return _decode(value, slim_closed=False)  # type: ignore[return-value]
+
+
+def decode_slim(value: bytes) -> TaskRecord | ClosedTask:
+    """A Task checkpoint, a closed one as the :class:`ClosedTask` a restore keeps
+    (``closed_at`` 0.0 when the checkpoint predates closedAt)."""
+    return _decode(value, slim_closed=True)
+
+
+def _decode(value: bytes, *, slim_closed: bool) -> TaskRecord | ClosedTask:
     try:
         d = orjson.loads(value)
         if not isinstance(d, dict) or not isinstance(d.get("taskKey"), str) or not isinstance(d.get("agent"), str):
@@ -113,6 +142,11 @@ def decode(value: bytes) -> TaskRecord:
             ids = [command_digest(c) for c in ids]
             if state in get_args(BridgeOutcome):
                 state, outcome = None, state
+        closed_at = float(d["closedAt"]) if isinstance(d.get("closedAt"), int | float) else None
+        if slim_closed and d.get("closed") is True:
+            if not all(len(c) == 16 for c in ids):
+                raise CheckpointError("commandIds are not digests")
+            return ClosedTask(d["taskKey"], d["agent"], outcome or state, ids, closed_at or 0.0)
         seq = d.get("seq", 0)
         if not isinstance(seq, int) or seq < 0:
             raise CheckpointError("seq is not a count")
@@ -141,7 +175,7 @@ def decode(value: bytes) -> TaskRecord:
             dialect=_opt_str(d.get("dialect")),
             agent_code=_opt_str(d.get("agentCode")),
             events_topic=_opt_str(d.get("eventsTopic")),
-            closed_at=float(d["closedAt"]) if isinstance(d.get("closedAt"), int | float) else None,
+            closed_at=closed_at,
         )
     except CheckpointError:
         raise
@@ -235,7 +269,7 @@ def _expand(items: list[Any]) -> list[int]:
 class Restored:
     """A checkpoints partition read to its end: the newest record per key."""
 
-    tasks: dict[str, TaskRecord]
+    tasks: dict[str, TaskRecord | ClosedTask]
     partition: PartitionRecord | None
     # Records that could not be decoded (counted, logged, skipped).
     rejected: int = 0
@@ -264,36 +298,48 @@ class Restorer:
         else:
             self._latest[key] = value
 
-    def result(self) -> Restored:
-        rejected = 0
-        partition: PartitionRecord | None = None
+    def partition(self) -> PartitionRecord | None:
+        """The newest partition record (the legacy key's, if that is all there is);
+        raises :class:`CheckpointError` if it cannot be decoded."""
         legacy = self._latest.get(LEGACY_PARTITION_KEY)
         if legacy is not None and b'"absorbedAbove"' in legacy and b'"taskKey"' not in legacy:
             del self._latest[LEGACY_PARTITION_KEY]
             if self._partition is None:
                 self._partition = legacy
-        if self._partition is not None:
+        return None if self._partition is None else PartitionRecord.decode(self._partition)
+
+    def tasks(self, *, slim_closed: bool = True) -> Iterator[TaskRecord | ClosedTask | CheckpointError]:
+        """Each key's newest record, decoded one at a time (a caller on an event loop
+        can yield between them), emptying the restorer as it goes."""
+        while self._latest:
+            key, value = self._latest.popitem()
             try:
-                partition = PartitionRecord.decode(self._partition)
-            except CheckpointError:
-                rejected += 1
-        tasks: dict[str, TaskRecord] = {}
-        for key, value in self._latest.items():
-            try:
-                record = decode(value)
+                record = _decode(value, slim_closed=slim_closed)
                 if task_key_bytes(record.task_key) != key:
                     raise CheckpointError("key differs from taskKey")
-            except CheckpointError:
-                rejected += 1
+            except CheckpointError as exc:
+                yield exc
                 continue
-            tasks[record.task_key] = record
-        self._latest.clear()
+            yield record
+
+    def result(self, *, slim_closed: bool = True) -> Restored:
+        rejected = 0
+        try:
+            partition = self.partition()
+        except CheckpointError:
+            partition, rejected = None, 1
+        tasks: dict[str, TaskRecord | ClosedTask] = {}
+        for record in self.tasks(slim_closed=slim_closed):
+            if isinstance(record, CheckpointError):
+                rejected += 1
+            else:
+                tasks[record.task_key] = record
         return Restored(tasks, partition, rejected, self.records)
 
 
-def restore(records: Iterable[tuple[bytes | None, bytes | None]]) -> Restored:
+def restore(records: Iterable[tuple[bytes | None, bytes | None]], *, slim_closed: bool = False) -> Restored:
     """Fold (key, value) pairs in log order into the newest state per key."""
     r = Restorer()
     for key, value in records:
         r.feed(key, value)
-    return r.result()
+    return r.result(slim_closed=slim_closed)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import orjson
 from jsonschema.exceptions import ValidationError, best_match
 
-from bridge.lifecycle import TaskRecord
+from bridge.lifecycle import ClosedTask, TaskRecord
 from bridge.schemas import validator
 
 DlqReason = Literal[
@@ -27,6 +27,7 @@ DlqReason = Literal[
     "not-awaiting-input",
     "key-mismatch",
     "agent-error",
+    "bridge-error",
 ]
 
 
@@ -116,7 +117,7 @@ class Refuse:
 Decision = Act | Duplicate | Refuse
 
 
-def decide(command: Command, record: TaskRecord | None) -> Decision:
+def decide(command: Command, record: TaskRecord | ClosedTask | None) -> Decision:
     """What a command does to the taskKey's current record (pure rules of DESIGN §2)."""
     if record is not None and record.seen(command.command_id):
         return Duplicate()

@@ -73,6 +73,10 @@ class KafkaConfig:
     # How long a silent member keeps its partitions: the stall after a crash.
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
+    # Static membership (KIP-345): a process restarted under the same id within
+    # session_timeout_ms takes its partitions back without a rebalance. Give each
+    # replica a stable, unique id (the pod name); leave unset for dynamic members.
+    group_instance_id: str | None = None
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
@@ -125,6 +129,17 @@ class BridgeConfig:
     first_event_timeout_seconds: float = 30.0
     # SIGTERM: finish within this budget (Kubernetes' grace period is 30 s).
     shutdown_grace_seconds: float = 20.0
+    # How long a closed Task's key and commandIds are kept to absorb a re-sent
+    # command (then its checkpoint is tombstoned): a commandId repeated later
+    # than this is new to the bridge.
+    closed_retention_seconds: float = 6 * 3600.0
+    # Capacity: past any of these, new starts wait (back-pressure on the commands
+    # partition, never the DLQ); replies and cancels still get through.
+    max_live_tasks: int = 20_000  # Tasks followed, paused ones included
+    max_rss_bytes: int = 0  # resident memory of the process; 0: no limit
+    max_loop_lag_seconds: float = 0.5  # event-loop lag past which intake pauses
+    # Restored Tasks reconnect at this rate (with jitter), not all at once.
+    resume_rate_per_second: float = 500.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""The operator's HTTP endpoints: /metrics, /healthz, /readyz.
+"""The operator's HTTP endpoints: /metrics, /healthz, /readyz (with a detail of
+what is not ready, and of capacity: which limit new starts wait on).
 
 A tiny asyncio server: three GET routes do not need a web framework.
 """
@@ -13,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 
 class OpsServer:
-    def __init__(self, port: int, ready: Callable[[], bool], host: str = "0.0.0.0") -> None:
+    def __init__(self, port: int, ready: Callable[[], tuple[bool, str]], host: str = "0.0.0.0") -> None:
         self.port = port
         self.host = host
         self._ready = ready
@@ -41,8 +42,9 @@ class OpsServer:
             elif path == "/healthz":
                 status, ctype, body = 200, "text/plain", b"ok\n"
             elif path == "/readyz":
-                ok = self._ready()
-                status, ctype, body = (200 if ok else 503), "text/plain", (b"ready\n" if ok else b"not ready\n")
+                ok, detail = self._ready()
+                head = "ready" if ok else "not ready"
+                status, ctype, body = (200 if ok else 503), "text/plain", f"{head}\n{detail}".encode()
             else:
                 status, ctype, body = 404, "text/plain", b"not found\n"
             reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[status]

@@ -33,7 +33,8 @@ async def _checkpoints(config: Config) -> dict[str, TaskRecord]:
             while await consumer.position(tp) < ends[tp]:
                 batch = await consumer.getmany(tp, timeout_ms=500)
                 pairs.extend((r.key, r.value) for r in batch.get(tp, []))
-        return checkpoints.restore(pairs).tasks
+        tasks = checkpoints.restore(pairs, slim_closed=False).tasks
+        return {k: r for k, r in tasks.items() if isinstance(r, TaskRecord)}
     finally:
         await consumer.stop()
 

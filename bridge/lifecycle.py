@@ -11,6 +11,7 @@ live in this one file and its tests.
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -385,6 +386,55 @@ class TaskRecord:
         return Event(self.task_id, self.seq, kind, body, src)
 
 
+class ClosedTask:
+    """A closed Task while its key is inside the dedupe window: only what dedupe
+    and the command rules need (its key, digests of its last commandIds, how it
+    ended, when). A few hundred bytes, where a live :class:`TaskRecord` costs
+    kilobytes; it answers :func:`bridge.commands.decide` like one.
+
+    After ``closed_retention_seconds`` its checkpoint is tombstoned and it is
+    forgotten: a commandId repeated after that is new to the bridge.
+    """
+
+    __slots__ = ("_digests", "agent", "closed_at", "ended_as", "task_key")
+    closed = True
+    paused = False
+    state = None
+
+    def __init__(self, task_key: str, agent: str, ended_as: str | None, command_ids: list[str], closed_at: float):
+        self.task_key = task_key
+        self.agent = sys.intern(agent)
+        self.ended_as = None if ended_as is None else sys.intern(ended_as)
+        self._digests = bytes.fromhex("".join(command_ids))
+        self.closed_at = closed_at
+
+    @classmethod
+    def of(cls, record: TaskRecord, closed_at: float) -> ClosedTask:
+        return cls(record.task_key, record.agent, record.ended_as, record.command_ids, closed_at)
+
+    @property
+    def command_ids(self) -> list[str]:
+        d = self._digests.hex()
+        return [d[i : i + 16] for i in range(0, len(d), 16)]
+
+    def seen(self, command_id: str) -> bool:
+        return command_digest(command_id) in self.command_ids
+
+    def __repr__(self) -> str:
+        return f"ClosedTask({self.task_key!r}, {self.ended_as!r}, closed_at={self.closed_at})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ClosedTask) and (
+            self.task_key,
+            self.agent,
+            self.ended_as,
+            self._digests,
+            self.closed_at,
+        ) == (other.task_key, other.agent, other.ended_as, other._digests, other.closed_at)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 def new_task(
     task_key: str,
     agent: str,
@@ -393,7 +443,7 @@ def new_task(
     deadline: float | None,
     metadata: JSON | None,
     context_id: str | None = None,
-    previous: TaskRecord | None = None,
+    previous: TaskRecord | ClosedTask | None = None,
 ) -> TaskRecord:
     """The record for a fresh start; remembers the previous Task's command ids."""
     record = TaskRecord(

@@ -47,7 +47,9 @@ AGENT_SECONDS = Histogram(
 )
 PARTITIONS = Gauge("bridge_partitions_assigned", "Commands partitions owned and restored.")
 RESTORE_SECONDS = Histogram(
-    "bridge_restore_duration_seconds", "Reading a checkpoints partition and resuming its Tasks."
+    "bridge_restore_duration_seconds",
+    "Reading a checkpoints partition and resuming its Tasks.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
 )
 START_RESENDS = Counter(
     "bridge_start_resends_total",
@@ -72,8 +74,29 @@ EVENTS_FITTED = Counter(
     ["how"],
 )
 STARTS_DEFERRED = Counter(
-    "bridge_starts_deferred_total", "Starts held back at the in-flight limit, to be read again later."
+    "bridge_starts_deferred_total",
+    "Starts held back (read again later), by the limit that held them.",
+    ["reason"],
 )
+CHECKPOINTS_RESTORED = Counter(
+    "bridge_checkpoint_records_restored_total", "Checkpoint records read when restoring partitions."
+)
+TOMBSTONES = Counter(
+    "bridge_checkpoint_tombstones_total", "Closed Tasks forgotten after their dedupe window (tombstones written)."
+)
+CLOSED_HELD = Gauge("bridge_tasks_closed_held", "Closed Tasks kept for their dedupe window.")
+ACTIVE_TASKS = Gauge("bridge_tasks_active", "Live Tasks not paused for input (what max_in_flight_tasks counts).")
+CAPACITY = Gauge("bridge_capacity_limit", "The configured limits new starts wait on.", ["limit"])
+CAPACITY_REACHED = Gauge("bridge_capacity_reached", "1 while new starts wait on this limit, else 0.", ["limit"])
+OUTBOX_BYTES = Gauge("bridge_uncommitted_bytes", "Bytes of record values waiting for the next commit, all partitions.")
+LOOP_LAG = Gauge("bridge_event_loop_lag_seconds", "How late the event loop woke a timer, last sample.")
+LOOP_LAG_SECONDS = Histogram(
+    "bridge_event_loop_lag_duration_seconds",
+    "How late the event loop woke a timer.",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+REBALANCES = Counter("bridge_rebalances_total", "Partition assignments received from the group coordinator.")
+RESIDENT_BYTES = Gauge("bridge_resident_memory_bytes", "Resident memory of the process (for max_rss_bytes).")
 
 
 # Children of the per-event counters, looked up once (labels() costs ~1 µs a call).

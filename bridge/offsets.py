@@ -110,6 +110,9 @@ class PartitionOffsets:
     def in_flight(self) -> int:
         return len(self._flight)
 
+    def is_in_flight(self, offset: int) -> bool:
+        return offset in self._flight
+
     @property
     def deferred(self) -> int:
         return len(self._deferred)

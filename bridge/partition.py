@@ -17,7 +17,9 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import random
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TypeAlias
 
@@ -28,7 +30,7 @@ from bridge import checkpoints, events, metrics
 from bridge.agents import AgentClient
 from bridge.commands import Act, Command, Duplicate, Invalid, Refuse, decide, decode
 from bridge.config import Config
-from bridge.lifecycle import Dropped, Event, TaskRecord, new_task
+from bridge.lifecycle import ClosedTask, Dropped, Event, TaskRecord, new_task
 from bridge.limits import Headers, RecordLimits, record_size
 from bridge.offsets import PartitionOffsets, Position
 from bridge.runner import TaskRunner
@@ -43,6 +45,9 @@ Raw: TypeAlias = "ConsumerRecord[bytes, bytes]"
 _DLQ_KEY_BYTES = 1024
 # Original headers copied onto a DLQ record, at most this many bytes in all.
 _DLQ_HEADER_BYTES = 4096
+# Restore yields to the event loop after decoding this many records (about
+# 10 ms of work), so heartbeats and other partitions' traffic go on.
+_RESTORE_STEP = 2000
 
 
 class PartitionOwner:
@@ -64,8 +69,11 @@ class PartitionOwner:
         # made again after a rebuild, they are written as stand-ins instead.
         self._refused = refused if refused is not None else set()
         self._admit = admit
-        self.records: dict[str, TaskRecord] = {}
+        self.records: dict[str, TaskRecord | ClosedTask] = {}
         self.runners: dict[str, TaskRunner] = {}
+        # Closed Tasks in the order they closed: each is tombstoned a window later.
+        self._closed_order: deque[tuple[float, str]] = deque()
+        self.closed_held = 0
         # Runners whose Task is not paused: what max_in_flight_tasks counts.
         self.active: set[str] = set()
         self.offsets = PartitionOffsets()
@@ -81,32 +89,65 @@ class PartitionOwner:
     # ------------------------------------------------------------- lifecycle --
 
     async def open(self) -> None:
+        """Start the producer (fencing a zombie), restore, resume.
+
+        The restore keeps only each key's newest record and decodes them one at a
+        time, yielding to the event loop every :data:`_RESTORE_STEP` records, so a
+        partition with a million closed Tasks does not starve heartbeats. Live
+        Tasks resume at ``resume_rate_per_second`` with jitter, so a thousand of
+        them do not stampede their agent at once.
+        """
         started = time.monotonic()
         await self.txn.start()
-        restored = await self._read_checkpoints()
-        if restored.rejected:
-            metrics.CHECKPOINTS_REJECTED.inc(restored.rejected)
-            log.error(
-                "partition %d: %d checkpoint record(s) could not be decoded and were skipped",
-                self.partition,
-                restored.rejected,
-            )
-        part = restored.partition
+        restorer = await self._read_checkpoints()
+        rejected = 0
+        try:
+            part = restorer.partition()
+        except checkpoints.CheckpointError:
+            part, rejected = None, 1
         self.restored_offset = part.offset if part else None
         self.offsets = PartitionOffsets(self.restored_offset, part.absorbed_above if part else ())
         self._resent = set(part.starts_in_flight) if part else set()
-        self.records = restored.tasks
-        for record in self.records.values():
-            if not record.closed:
-                self._run(record, None)
+        now = time.time()
+        live: list[TaskRecord] = []
+        closed: list[tuple[float, str]] = []
+        for n, record in enumerate(restorer.tasks(), 1):
+            if n % _RESTORE_STEP == 0:
+                await asyncio.sleep(0)
+            if isinstance(record, checkpoints.CheckpointError):
+                rejected += 1
+            elif isinstance(record, ClosedTask):
+                record.closed_at = record.closed_at or now  # older checkpoints: a whole window from now
+                closed.append((record.closed_at, record.task_key))
+                self.records[record.task_key] = record
+            else:
+                live.append(record)
+                self.records[record.task_key] = record
+        closed.sort()
+        self._closed_order.extend(closed)
+        self.closed_held = len(closed)
+        metrics.CHECKPOINTS_RESTORED.inc(restorer.records)
+        if rejected:
+            metrics.CHECKPOINTS_REJECTED.inc(rejected)
+            log.error(
+                "partition %d: %d checkpoint record(s) could not be decoded and were skipped", self.partition, rejected
+            )
+        self._sweep(now)
+        rate = self.config.bridge.resume_rate_per_second
+        for i, record in enumerate(live):
+            self._run(record, None, delay=i / rate + random.uniform(0, 1 / rate))
         self._committer = asyncio.create_task(self._commit_loop(), name=f"committer-{self.partition}")
         metrics.RESTORE_SECONDS.observe(time.monotonic() - started)
         self.ready = True
         log.info(
-            "partition %d restored: %d checkpoints, %d live Tasks", self.partition, len(self.records), len(self.runners)
+            "partition %d restored: %d records read, %d live Tasks, %d closed Tasks in the dedupe window",
+            self.partition,
+            restorer.records,
+            len(live),
+            self.closed_held,
         )
 
-    async def _read_checkpoints(self) -> checkpoints.Restored:
+    async def _read_checkpoints(self) -> checkpoints.Restorer:
         tp = TopicPartition(self.config.kafka.checkpoints_topic, self.partition)
         consumer = AIOKafkaConsumer(
             isolation_level="read_committed", enable_auto_commit=False, **self.config.kafka.client_options()
@@ -121,7 +162,7 @@ class PartitionOwner:
                 batch = await consumer.getmany(tp, timeout_ms=500)
                 for r in batch.get(tp, []):
                     restorer.feed(r.key, r.value)
-            return restorer.result()
+            return restorer
         finally:
             await consumer.stop()
 
@@ -154,6 +195,7 @@ class PartitionOwner:
                 # Runners are stopped before closing is set: a commit that starts
                 # after seeing it holds everything they produced.
                 closing = self._closing.is_set()
+                self._sweep(time.time())
                 await self.txn.commit()
                 if closing:
                     return
@@ -202,7 +244,15 @@ class PartitionOwner:
         if cmd.type == "start" and cmd.agent not in self._clients:
             self.dead_letter(raw, "unknown-agent", f"no agent {cmd.agent!r} in the registry", cmd)
             return
-        self.dispatch(cmd, raw)
+        try:
+            self.dispatch(cmd, raw)
+        except Exception as exc:
+            # A bug must not turn one command into a crash loop of the whole process.
+            log.exception("partition %d: command at offset %d failed", self.partition, raw.offset)
+            if self.offsets.is_in_flight(raw.offset) and cmd.task_key not in self.runners:
+                self.dead_letter(raw, "bridge-error", f"the bridge failed on it: {type(exc).__name__}", cmd)
+            else:
+                self.failed = exc  # state may be half-changed: rebuild from Kafka
 
     def dispatch(self, cmd: Command, raw: Raw) -> None:
         """A command in flight goes to its Task's runner, or by the rules of :func:`decide`."""
@@ -222,7 +272,6 @@ class PartitionOwner:
             if not self._admit():
                 # At capacity: read it again later; replies and cancels behind it go on.
                 self.offsets.defer(raw.offset)
-                metrics.STARTS_DEFERRED.inc()
                 return
             metrics.COMMANDS.labels("start", "accepted").inc()
             self.offsets.begin(raw.offset, cmd.command_id)
@@ -239,10 +288,12 @@ class PartitionOwner:
             route = self._clients[cmd.agent].config
             fresh.endpoint, fresh.dialect, fresh.agent_code = route.url, route.dialect, route.agent_code
             fresh.events_topic = self.config.events_topic(cmd.agent)
+            if isinstance(record, ClosedTask):
+                self.closed_held -= 1
             self.records[cmd.task_key] = fresh
             self._run(fresh, (cmd, raw))
 
-    def _run(self, record: TaskRecord, start: tuple[Command, Raw] | None) -> None:
+    def _run(self, record: TaskRecord, start: tuple[Command, Raw] | None, delay: float = 0.0) -> None:
         if record.agent not in self._clients:
             # Restored, but its agent left the registry: say so once and let it go.
             log.warning(
@@ -253,11 +304,12 @@ class PartitionOwner:
             )
             self.publish(record, [record.report("agent-removed", f"agent {record.agent!r} is no longer configured")])
             metrics.OUTCOMES.labels("agent-removed").inc()
+            self._closed(record)
             return
         runner = TaskRunner(self, record)
         self.runners[record.task_key] = runner
         metrics.LIVE_TASKS.inc()
-        runner.launch(start)
+        runner.launch(start, delay)
 
     def runner_done(self, runner: TaskRunner) -> None:
         key = runner.record.task_key
@@ -267,6 +319,29 @@ class PartitionOwner:
             metrics.LIVE_TASKS.dec()
             if runner.record.closed:
                 metrics.OUTCOMES.labels(runner.record.ended_as or "unknown").inc()
+                self._closed(runner.record)
+
+    def _closed(self, record: TaskRecord) -> None:
+        """A closed Task keeps only what dedupe needs, for its window."""
+        if self.records.get(record.task_key) is not record:
+            return
+        closed_at = record.closed_at or time.time()
+        self.records[record.task_key] = ClosedTask.of(record, closed_at)
+        self._closed_order.append((closed_at, record.task_key))
+        self.closed_held += 1
+
+    def _sweep(self, now: float) -> None:
+        """Tombstone and forget the closed Tasks whose dedupe window has passed."""
+        horizon = now - self.config.bridge.closed_retention_seconds
+        order = self._closed_order
+        while order and order[0][0] <= horizon:
+            closed_at, key = order.popleft()
+            record = self.records.get(key)
+            if isinstance(record, ClosedTask) and record.closed_at == closed_at:
+                del self.records[key]
+                self.closed_held -= 1
+                self.txn.tombstone(checkpoints.task_key_bytes(key))
+                metrics.TOMBSTONES.inc()
 
     # --------------------------------------------------------------- outputs --
 
@@ -289,6 +364,8 @@ class PartitionOwner:
         now = time.time()
         topic = record.events_topic or self.config.events_topic(record.agent)
         budget = self._limits().budget(topic)
+        if record.closed and record.closed_at is None:
+            record.closed_at = now
         for r in results:
             if isinstance(r, Dropped):
                 metrics.DROPPED_BY_REASON[r.reason].inc()

@@ -105,9 +105,10 @@ class TaskRunner:
 
     # ------------------------------------------------------------ plumbing --
 
-    def launch(self, start: Incoming | None) -> None:
+    def launch(self, start: Incoming | None, delay: float = 0.0) -> None:
+        """Run the Task; a restored one after ``delay`` seconds (resumes are paced)."""
         self._active()
-        self.task = asyncio.create_task(self._main(start), name=f"task-runner-{self.record.task_key[:60]}")
+        self.task = asyncio.create_task(self._main(start, delay), name=f"task-runner-{self.record.task_key[:60]}")
         self.task.add_done_callback(self._crashed)
 
     def deliver(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
@@ -182,8 +183,10 @@ class TaskRunner:
 
     # ---------------------------------------------------------------- main --
 
-    async def _main(self, start: Incoming | None) -> None:
+    async def _main(self, start: Incoming | None, delay: float = 0.0) -> None:
         try:
+            if delay:
+                await asyncio.sleep(delay)
             if start is not None:
                 self._sending = start
                 self._follow(self._send(*start))

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import signal
 from collections import defaultdict
@@ -62,6 +63,8 @@ from bridge.transaction import TransactionFailed
 
 log = logging.getLogger(__name__)
 
+# Event-loop lag is sampled this often (a timer of this length, and how late it fires).
+_LAG_SAMPLE_S = 0.25
 # Opening a partition, or reaching Kafka at start, is retried this way.
 _RETRY_BASE_S = 0.5
 _RETRY_CAP_S = 15.0
@@ -75,6 +78,18 @@ _FORBIDDEN = (
 
 class Fenced(BridgeError):
     """Another bridge process took over a partition's transactional id."""
+
+
+def resident_bytes() -> int:
+    """The process's resident memory (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def _retry_delay(attempt: int) -> float:
@@ -109,23 +124,58 @@ class Service:
         self._fatal: BaseException | None = None
         self._joined = False
         self._consumer: AIOKafkaConsumer | None = None
+        self._lag = 0.0  # the event loop's lag, last sample
+        self._rss = 0
 
     # ----------------------------------------------------------- readiness --
 
-    def ready(self) -> bool:
-        return (
-            self._consumer is not None
-            and self._joined
-            and self._fatal is None
-            and all(p in self.owners and self.owners[p].ready for p in self._assigned)
-        )
+    def ready(self) -> tuple[bool, str]:
+        """Ready: joined, and every assigned partition owned and restored. The detail
+        says what is missing, and which capacity limit new starts wait on."""
+        unowned = sorted(p for p in self._assigned if p not in self.owners or not self.owners[p].ready)
+        ok = self._consumer is not None and self._joined and self._fatal is None and not unowned
+        lines = []
+        if self._consumer is None:
+            lines.append("kafka: not connected yet")
+        elif not self._joined:
+            lines.append("group: not joined yet")
+        if unowned:
+            lines.append(f"partitions restoring or rebuilding: {unowned}")
+        lines.append(f"partitions owned: {sorted(self.owners)}")
+        lines.append(f"tasks: {self.live()} live ({self.active()} working), {self.closed_held()} closed held")
+        held = self._held_by()
+        lines.append(f"new starts: {'waiting on ' + held if held else 'taken'}")
+        return ok, "\n".join(lines) + "\n"
 
     def active(self) -> int:
         return sum(len(o.active) for o in self.owners.values())
 
+    def live(self) -> int:
+        return sum(len(o.runners) for o in self.owners.values())
+
+    def closed_held(self) -> int:
+        return sum(o.closed_held for o in self.owners.values())
+
+    def _held_by(self) -> str | None:
+        """The capacity limit new starts wait on now, if any (paused Tasks do not count
+        as working: their replies must get through)."""
+        b = self.config.bridge
+        if self.active() >= b.max_in_flight_tasks:
+            return "max_in_flight_tasks"
+        if self.live() >= b.max_live_tasks:
+            return "max_live_tasks"
+        if b.max_rss_bytes and self._rss >= b.max_rss_bytes:
+            return "max_rss_bytes"
+        if self._lag >= b.max_loop_lag_seconds:
+            return "max_loop_lag_seconds"
+        return None
+
     def admit(self) -> bool:
-        """Room for one more active Task (paused ones do not count: their replies must get through)."""
-        return self.active() < self.config.bridge.max_in_flight_tasks
+        """Room for one more Task; counts why not."""
+        held = self._held_by()
+        if held is not None:
+            metrics.STARTS_DEFERRED.labels(held).inc()
+        return held is None
 
     def stop(self) -> None:
         self._stopping.set()
@@ -142,6 +192,7 @@ class Service:
 
     def acquire(self, partitions: list[int]) -> None:
         """Step 1: hold the new partitions and start their openers."""
+        metrics.REBALANCES.inc()
         for p in partitions:
             self._assigned.add(p)
             if self._consumer is not None:
@@ -289,6 +340,7 @@ class Service:
             if ops:
                 await ops.start()
                 log.info("ops endpoints on :%d (/metrics /healthz /readyz)", ops.port)
+            watch = asyncio.create_task(self._watch(), name="watch")
             try:
                 consumer = await self._connect()
                 if consumer is not None:
@@ -306,7 +358,35 @@ class Service:
                         await asyncio.wait_for(self._consumer.stop(), 5)
                 if ops:
                     await ops.stop()
+                watch.cancel()
         return self._exit_code()
+
+    async def _watch(self) -> None:
+        """Samples the event loop's lag (how late a timer fires: the same delay a
+        heartbeat or a commit tick suffers) and the process's memory, for the
+        capacity limits and the gauges."""
+        b = self.config.bridge
+        metrics.CAPACITY.labels("max_in_flight_tasks").set(b.max_in_flight_tasks)
+        metrics.CAPACITY.labels("max_live_tasks").set(b.max_live_tasks)
+        metrics.CAPACITY.labels("max_rss_bytes").set(b.max_rss_bytes)
+        metrics.CAPACITY.labels("max_loop_lag_seconds").set(b.max_loop_lag_seconds)
+        loop = asyncio.get_running_loop()
+        while True:
+            t0 = loop.time()
+            await asyncio.sleep(_LAG_SAMPLE_S)
+            lag = max(0.0, loop.time() - t0 - _LAG_SAMPLE_S)
+            # A spike counts at once; recovery is gradual, so intake does not flap.
+            self._lag = max(lag, self._lag * 0.8)
+            self._rss = resident_bytes()
+            metrics.LOOP_LAG.set(lag)
+            metrics.LOOP_LAG_SECONDS.observe(lag)
+            metrics.RESIDENT_BYTES.set(self._rss)
+            metrics.ACTIVE_TASKS.set(self.active())
+            metrics.CLOSED_HELD.set(self.closed_held())
+            metrics.OUTBOX_BYTES.set(sum(o.txn.buffered_bytes for o in self.owners.values()))
+            held = self._held_by()
+            for limit in ("max_in_flight_tasks", "max_live_tasks", "max_rss_bytes", "max_loop_lag_seconds"):
+                metrics.CAPACITY_REACHED.labels(limit).set(1 if held == limit else 0)
 
     def _exit_code(self) -> int:
         exc = self._fatal
@@ -340,6 +420,7 @@ class Service:
                         max_poll_records=500,
                         session_timeout_ms=cfg.kafka.session_timeout_ms,
                         heartbeat_interval_ms=cfg.kafka.heartbeat_interval_ms,
+                        group_instance_id=cfg.kafka.group_instance_id,
                         **cfg.kafka.client_options(),
                     )
                     consumer.subscribe([cfg.kafka.commands_topic], listener=_Listener(self))
@@ -371,7 +452,7 @@ class Service:
                     continue
                 for r in records:
                     taker.on_command(r)
-            if self.admit():
+            if self._held_by() is None:
                 for p, owner in self.owners.items():
                     point = owner.offsets.rewind()
                     if point is not None:

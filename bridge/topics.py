@@ -24,12 +24,25 @@ from bridge.limits import MIN_RECORD_BYTES, RecordLimits
 log = logging.getLogger(__name__)
 
 
+# Checkpoints are a changelog: only the newest record per key matters, and a
+# closed Task's tombstone should take its key away in hours, not weeks. A
+# segment rolls every hour so the cleaner can reach it (it never compacts the
+# active segment); 10 % of superseded records is enough to start cleaning; a
+# tombstone is kept an hour (long enough for a restore that began before it).
+CHECKPOINTS_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "min.compaction.lag.ms": "60000",
+    "segment.ms": "3600000",
+    "min.cleanable.dirty.ratio": "0.1",
+    "delete.retention.ms": "3600000",
+}
+
+
 def wanted(config: Config) -> dict[str, dict[str, str]]:
     """Every topic the bridge uses, with its configs."""
     k = config.kafka
     out: dict[str, dict[str, str]] = {k.commands_topic: {}}
-    # Checkpoints are a changelog: only the newest record per key matters.
-    out[k.checkpoints_topic] = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
+    out[k.checkpoints_topic] = CHECKPOINTS_TOPIC_CONFIG
     for t in config.all_events_topics():
         out[t] = {}
     for t in config.all_dlq_topics():

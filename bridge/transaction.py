@@ -102,7 +102,7 @@ class TransactionFailed(BridgeError):
 class OutRecord:
     topic: str
     key: bytes | None
-    value: bytes
+    value: bytes | None  # None: a tombstone
     headers: Headers
     # What the record is, so a refused one can be replaced when it is made again:
     # "event:{eventId}", "dlq:{offset}", "checkpoint" or "partition".
@@ -115,8 +115,10 @@ class Outbox:
     """What one tick commits for one partition."""
 
     records: list[OutRecord] = field(default_factory=list)
-    bytes: int = 0
+    size: int = 0  # bytes of record values
     dirty: dict[str, TaskRecord] = field(default_factory=dict)
+    # Checkpoint keys of closed Tasks whose dedupe window passed.
+    tombstones: list[bytes] = field(default_factory=list)
 
 
 def transactional_id(config: Config, partition: int) -> str:
@@ -180,9 +182,9 @@ class PartitionTransactions:
     def add(self, record: OutRecord) -> None:
         box = self._outbox
         box.records.append(record)
-        box.bytes += len(record.value)
+        box.size += len(record.value or b"")
         cfg = self.config.bridge
-        if len(box.records) >= cfg.max_buffered_events or box.bytes >= cfg.max_buffered_bytes:
+        if len(box.records) >= cfg.max_buffered_events or box.size >= cfg.max_buffered_bytes:
             self._space.clear()
             self.wake.set()
 
@@ -190,13 +192,19 @@ class PartitionTransactions:
         """``record`` changed: its checkpoint goes into this tick's transaction."""
         self._outbox.dirty[record.task_key] = record
 
+    def tombstone(self, key: bytes) -> None:
+        """Delete a closed Task's checkpoint in this tick's transaction (before any
+        checkpoint a new Task of the same key writes in it)."""
+        self._outbox.dirty.pop(key.decode(), None)
+        self._outbox.tombstones.append(key)
+
     @property
     def buffered(self) -> int:
         return len(self._outbox.records)
 
     @property
     def buffered_bytes(self) -> int:
-        return self._outbox.bytes
+        return self._outbox.size
 
     async def space(self) -> None:
         """Wait while the outbox is full, so many readers cannot starve the committer."""
@@ -213,7 +221,8 @@ class PartitionTransactions:
            await in between: the three describe the same instant.
         2. Begin the transaction.
         3. Send the events and DLQ copies, in the order readers added them.
-        4. Send the checkpoint of each Task that changed.
+        4. Send tombstones of closed Tasks past their window, then the checkpoint
+           of each Task that changed.
         5. Send the partition record.
         6. Add the consumer offset to the transaction.
         7. Wait for every send's delivery; any failure aborts (nothing commits).
@@ -227,12 +236,13 @@ class PartitionTransactions:
         self._space.set()
         self.wake.clear()
         position = self._position()
-        if not outbox.records and not outbox.dirty and position == self._last:
+        if not outbox.records and not outbox.dirty and not outbox.tombstones and position == self._last:
             return 0
         cp_topic = self.config.kafka.checkpoints_topic
         budget = self._limits().budget(cp_topic)
         p = self.partition
-        staged = [
+        staged = [OutRecord(cp_topic, key, None, [], "tombstone", p) for key in outbox.tombstones]
+        staged += [
             OutRecord(
                 cp_topic, checkpoints.task_key_bytes(r.task_key), checkpoints.encode(r, budget), [], "checkpoint", p
             )

@@ -391,6 +391,9 @@ def test_checkpoints_are_co_partitioned_and_compacted(cfg: config_mod.Config) ->
     commands, checkpoints = found[cfg.kafka.commands_topic], found[cfg.kafka.checkpoints_topic]
     assert checkpoints["spec"]["partitions"] == commands["spec"]["partitions"]
     assert checkpoints["spec"]["config"]["cleanup.policy"] == "compact"
+    # The compaction settings `bridge topics` creates the topic with, so tombstones go in hours.
+    for name, value in topics.CHECKPOINTS_TOPIC_CONFIG.items():
+        assert str(checkpoints["spec"]["config"][name]) == value, name
     # `bridge topics` would create the same count.
     assert cfg.kafka.partitions == commands["spec"]["partitions"]
 

@@ -1,8 +1,12 @@
-"""Settings shared by the property tests: deterministic, no example database."""
+"""Settings and helpers shared by the property tests."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import HealthCheck, settings
+
+from bridge.lifecycle import TaskRecord
 
 FAST = settings(
     derandomize=True,
@@ -11,3 +15,23 @@ FAST = settings(
     max_examples=300,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+
+
+def kept(record: TaskRecord) -> TaskRecord:
+    """What a checkpoint keeps of ``record``: everything of a live Task but the caller's
+    metadata; of a closed one, what dedupe and `bridge inspect` need."""
+    record = dataclasses.replace(record, metadata=None)
+    if not record.closed:
+        return record
+    return dataclasses.replace(
+        record,
+        deadline=None,
+        cancel_pending=None,
+        status_digest=None,
+        artifacts={},
+        messages=[],
+        endpoint=None,
+        dialect=None,
+        agent_code=None,
+        events_topic=None,
+    )

@@ -188,3 +188,17 @@ async def test_a_checkpoint_is_written_as_it_is_at_the_commit() -> None:
     await t.commit()
     sent = [c.kwargs["value"] for c in fake.mock.send.call_args_list if c.args[0] == "cps"]
     assert orjson.loads(sent[0])["seq"] == 5
+
+
+async def test_tombstones_go_first_and_a_later_checkpoint_of_the_key_wins() -> None:
+    fake = Fake()
+    t = txn(POS, fake)
+    t.mark(record("gone"))
+    t.tombstone(b"gone")  # closed, and past its window in the same tick: only the tombstone
+    t.tombstone(b"again")
+    t.mark(record("again"))  # a new Task of the same key after the tombstone
+    await t.commit()
+    cps = [(c.kwargs["key"], c.kwargs["value"]) for c in fake.mock.send.call_args_list if c.args[0] == "cps"]
+    assert cps[0] == (b"gone", None) and cps[1] == (b"again", None)
+    assert cps[2][0] == b"again" and orjson.loads(cps[2][1])["taskKey"] == "again"
+    assert [k for k, _ in cps[3:]] == [checkpoints.PARTITION_KEY]

@@ -1,0 +1,161 @@
+"""Runs for months (issue 11): closed Tasks leave, restore never starves the group,
+capacity is visible and holds new starts back.
+
+Memory and speed at scale are measured by `make bench-scale`, not asserted here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from bridge.lifecycle import command_digest
+from tests.support import (
+    BridgeProcess,
+    Env,
+    bridge_config,
+    closed_keys,
+    ops_port,
+    read_topic,
+    run_cli,
+    send_commands,
+    start_command,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def metric(port: int, name: str) -> float | None:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+async def until(check: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
+async def test_closed_tasks_are_tombstoned_after_their_dedupe_window(env: Env, tmp_path: Path) -> None:
+    path, config = bridge_config(env, tmp_path, partitions=1, bridge={"closed_retention_seconds": 4})
+    assert run_cli(path, "topics").returncode == 0
+    bridge = BridgeProcess(path, env.log_dir, "bridge-retention")
+    try:
+        port = ops_port(bridge)
+        starts = [start_command(f"short-{i}", "gw-writer", "chunks=1 interval=0.01") for i in range(3)]
+        await send_commands(config, starts)
+        keys = {s["taskKey"] for s in starts}
+        await read_topic(config, config.kafka.events_topic, timeout=30, until=lambda c: closed_keys(c) >= keys)
+        await until(lambda: metric(port, "bridge_tasks_closed_held") == 3, 10, "three closed Tasks held")
+        # Inside the window, the same start again is a duplicate: no second Task.
+        await send_commands(config, [starts[0]])
+        await asyncio.sleep(1.5)
+        await until(lambda: metric(port, "bridge_tasks_closed_held") == 0, 15, "closed Tasks forgotten")
+        assert metric(port, "bridge_checkpoint_tombstones_total") == 3
+        cps = await read_topic(config, config.kafka.checkpoints_topic, timeout=10, settle=1.0, until=lambda c: True)
+        last = {r.key: r.value for r in cps.records}
+        for k in keys:
+            assert last[k.encode()] is None, f"{k}: its last checkpoint record is not a tombstone"
+        # After the window the commandId is new to the bridge: the start is sent again, with
+        # the same messageId. The seed gateway de-duplicates messageIds and answers with the
+        # Task it made the first time, so the bridge publishes that Task again: the same
+        # eventIds, which a consumer deduplicating by eventId drops (docs/delivery.md).
+        await send_commands(config, [starts[0]])
+        got = await read_topic(
+            config,
+            config.kafka.events_topic,
+            timeout=30,
+            until=lambda c: sum(1 for e in c.by_task_key()["short-0"] if e.get("terminal")) >= 2,
+            settle=1.0,
+        )
+        events = got.by_task_key()["short-0"]
+        first, again = events[: len(events) // 2], events[len(events) // 2 :]
+        assert [e["eventId"] for e in again] == [e["eventId"] for e in first]
+        assert sum(1 for e in got.events() if e.get("terminal")) == 4
+    finally:
+        bridge.stop()
+
+
+async def test_a_restore_longer_than_the_session_keeps_the_member_in_the_group(env: Env, tmp_path: Path) -> None:
+    """aiokafka sends no heartbeats while a rebalance listener runs: the restore happens
+    outside it, in steps, so the member stays while it reads 300,000 checkpoints."""
+    n = 300_000
+    path, config = bridge_config(env, tmp_path, partitions=1)
+    assert run_cli(path, "topics").returncode == 0
+    producer = AIOKafkaProducer(bootstrap_servers=config.kafka.bootstrap_servers, linger_ms=20, acks=1)
+    await producer.start()
+    try:
+        now = time.time()
+        for i in range(n):
+            doc = {
+                "v": 2,
+                "taskKey": f"old-{i}",
+                "agent": "gw-writer",
+                "taskId": f"t-{i}",
+                "state": "completed",
+                "seq": 4,
+                "commandIds": [command_digest(f"c-{i}")],
+                "closed": True,
+                "closedAt": now,
+            }
+            await producer.send(config.kafka.checkpoints_topic, orjson.dumps(doc), key=f"old-{i}".encode(), partition=0)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    path, config = bridge_config(
+        env, tmp_path, partitions=1, name=config.kafka.group_id[2:], bridge={"closed_retention_seconds": 3600}
+    )
+    text = path.read_text().replace("session_timeout_ms = 6000", "session_timeout_ms = 1000")
+    path.write_text(text.replace("heartbeat_interval_ms = 1000", "heartbeat_interval_ms = 300"))
+    bridge = BridgeProcess(path, env.log_dir, "bridge-long-restore")
+    try:
+        port = ops_port(bridge)
+        await until(lambda: metric(port, "bridge_partitions_assigned") == 1, 120, "the partition restored")
+        restore = metric(port, "bridge_restore_duration_seconds_sum") or 0.0
+        assert restore > 1.0, f"the restore took {restore:.2f}s, not longer than the 1 s session: nothing shown"
+        await asyncio.sleep(3)  # a member evicted meanwhile would be rebalanced by now
+        assert metric(port, "bridge_rebalances_total") == 1, bridge.log()[-3000:]
+        assert metric(port, "bridge_tasks_closed_held") == n
+        assert metric(port, "bridge_checkpoint_records_restored_total") == n
+        await send_commands(config, [start_command("fresh", "gw-writer", "chunks=1 interval=0.01")])
+        got = await read_topic(config, config.kafka.events_topic, timeout=30, until=lambda c: "fresh" in closed_keys(c))
+        assert "fresh" in closed_keys(got)
+    finally:
+        bridge.stop()
+
+
+async def test_capacity_holds_new_starts_back_and_says_so(env: Env, tmp_path: Path) -> None:
+    path, config = bridge_config(env, tmp_path, partitions=1, bridge={"max_live_tasks": 2})
+    assert run_cli(path, "topics").returncode == 0
+    bridge = BridgeProcess(path, env.log_dir, "bridge-capacity")
+    try:
+        port = ops_port(bridge)
+        keys = [f"cap-{uuid.uuid4().hex[:6]}" for _ in range(3)]
+        await send_commands(config, [start_command(k, "gw-sleeper", "ticks=16 interval=0.25") for k in keys])
+        await until(
+            lambda: metric(port, 'bridge_capacity_reached{limit="max_live_tasks"}') == 1, 15, "capacity reached"
+        )
+        ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+        assert ready.status_code == 200 and "waiting on max_live_tasks" in ready.text
+        got = await read_topic(
+            config, config.kafka.events_topic, timeout=60, until=lambda c: closed_keys(c) >= set(keys), settle=0.5
+        )
+        by_key = got.by_task_key()
+        spans = sorted((by_key[k][0]["time"], by_key[k][-1]["time"]) for k in keys)
+        assert spans[2][0] >= min(spans[0][1], spans[1][1])  # the third waited for a slot
+        assert all(by_key[k][-1]["state"] == "completed" for k in keys)
+        assert (metric(port, 'bridge_starts_deferred_total{reason="max_live_tasks"}') or 0) >= 1
+    finally:
+        bridge.stop()
