@@ -172,7 +172,9 @@ class AgentClient:
             async with self._http.stream(
                 "POST",
                 self.config.url,
-                content=orjson.dumps(req.body),
+                # A copy of exact size: orjson's output sits in a 4 KiB block, and httpx
+                # keeps the request body for as long as the stream is open.
+                content=bytes(memoryview(orjson.dumps(req.body))),
                 headers=self._headers(req, "text/event-stream"),
                 timeout=self._stream_timeout,
             ) as response:

@@ -138,6 +138,10 @@ class BridgeConfig:
     max_live_tasks: int = 20_000  # Tasks followed, paused ones included
     max_rss_bytes: int = 0  # resident memory of the process; 0: no limit
     max_loop_lag_seconds: float = 0.5  # event-loop lag past which intake pauses
+    # Per partition, starts waiting for capacity kept in memory (decoded once);
+    # beyond these they are read again from Kafka when capacity frees.
+    max_parked_starts: int = 10_000
+    max_parked_bytes: int = 32 * 1024 * 1024
     # Restored Tasks reconnect at this rate (with jitter), not all at once.
     resume_rate_per_second: float = 500.0
 

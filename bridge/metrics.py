@@ -95,6 +95,10 @@ LOOP_LAG_SECONDS = Histogram(
     "How late the event loop woke a timer.",
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+STARTS_WAITING = Gauge("bridge_starts_waiting", "Starts held back for capacity (parked or to be read again).")
+START_WINDOW = Gauge(
+    "bridge_start_window", "Starts that may await an agent's first answer at once (adapts to event-loop lag)."
+)
 REBALANCES = Counter("bridge_rebalances_total", "Partition assignments received from the group coordinator.")
 RESIDENT_BYTES = Gauge("bridge_resident_memory_bytes", "Resident memory of the process (for max_rss_bytes).")
 

@@ -114,6 +114,11 @@ class PartitionOffsets:
         return offset in self._flight
 
     @property
+    def starting(self) -> int:
+        """Starts sent to an agent and not answered yet."""
+        return sum(1 for c in self._flight.values() if c)
+
+    @property
     def deferred(self) -> int:
         return len(self._deferred)
 

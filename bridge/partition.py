@@ -77,6 +77,11 @@ class PartitionOwner:
         # Runners whose Task is not paused: what max_in_flight_tasks counts.
         self.active: set[str] = set()
         self.offsets = PartitionOffsets()
+        # Starts waiting for capacity (and later commands of their keys), in order.
+        self._parked: deque[tuple[Command, Raw]] = deque()
+        self._parked_keys: dict[str, int] = {}
+        self._parked_bytes = 0
+        self._deferred_keys: set[str] = set()
         self._resent: set[str] = set()
         self.txn = PartitionTransactions(config, partition, self._position, limits)
         self._committer: asyncio.Task[None] | None = None
@@ -244,8 +249,17 @@ class PartitionOwner:
         if cmd.type == "start" and cmd.agent not in self._clients:
             self.dead_letter(raw, "unknown-agent", f"no agent {cmd.agent!r} in the registry", cmd)
             return
+        key = cmd.task_key
+        if key in self._deferred_keys:
+            self.offsets.defer(raw.offset)  # behind a start of its key that waits: keep their order
+        elif self._parked_keys.get(key):
+            self._park(cmd, raw)
+        else:
+            self._dispatch_safely(cmd, raw)
+
+    def _dispatch_safely(self, cmd: Command, raw: Raw, admitted: bool = False) -> None:
         try:
-            self.dispatch(cmd, raw)
+            self.dispatch(cmd, raw, admitted)
         except Exception as exc:
             # A bug must not turn one command into a crash loop of the whole process.
             log.exception("partition %d: command at offset %d failed", self.partition, raw.offset)
@@ -254,7 +268,7 @@ class PartitionOwner:
             else:
                 self.failed = exc  # state may be half-changed: rebuild from Kafka
 
-    def dispatch(self, cmd: Command, raw: Raw) -> None:
+    def dispatch(self, cmd: Command, raw: Raw, admitted: bool = False) -> None:
         """A command in flight goes to its Task's runner, or by the rules of :func:`decide`."""
         runner = self.runners.get(cmd.task_key)
         if runner is not None:
@@ -269,9 +283,8 @@ class PartitionOwner:
             self.dead_letter(raw, decision.reason, decision.detail, cmd)
         else:
             assert isinstance(decision, Act) and cmd.type == "start" and cmd.agent is not None
-            if not self._admit():
-                # At capacity: read it again later; replies and cancels behind it go on.
-                self.offsets.defer(raw.offset)
+            if not admitted and not self._admit():
+                self._hold(cmd, raw)
                 return
             metrics.COMMANDS.labels("start", "accepted").inc()
             self.offsets.begin(raw.offset, cmd.command_id)
@@ -292,6 +305,55 @@ class PartitionOwner:
                 self.closed_held -= 1
             self.records[cmd.task_key] = fresh
             self._run(fresh, (cmd, raw))
+
+    # ------------------------------------------------------------- intake --
+    #
+    # A start that finds no capacity waits, and so does every later command of its
+    # taskKey (commands of one key keep their order); commands of other keys go on.
+    # Waiting starts are parked in memory, decoded once, up to max_parked_starts;
+    # past that, a start is dropped from memory and read again later from Kafka
+    # (bridge.offsets: deferred). Either way its offset holds the committed one.
+
+    def _hold(self, cmd: Command, raw: Raw) -> None:
+        cfg = self.config.bridge
+        if len(self._parked) < cfg.max_parked_starts and self._parked_bytes < cfg.max_parked_bytes:
+            self._park(cmd, raw)
+        else:
+            self.offsets.defer(raw.offset)
+            self._deferred_keys.add(cmd.task_key)
+
+    def _park(self, cmd: Command, raw: Raw) -> None:
+        self._parked.append((cmd, raw))
+        self._parked_keys[cmd.task_key] = self._parked_keys.get(cmd.task_key, 0) + 1
+        self._parked_bytes += len(raw.value or b"")
+
+    def release(self, admit: Callable[[], bool]) -> None:
+        """Take parked commands, oldest first, while ``admit`` lets starts in."""
+        while self._parked:
+            cmd, raw = self._parked[0]
+            if cmd.type == "start" and not admit():
+                return
+            self._parked.popleft()
+            left = self._parked_keys[cmd.task_key] - 1
+            if left:
+                self._parked_keys[cmd.task_key] = left
+            else:
+                del self._parked_keys[cmd.task_key]
+            self._parked_bytes -= len(raw.value or b"")
+            self._dispatch_safely(cmd, raw, admitted=True)
+
+    def rewind(self) -> int | None:
+        """Where to read deferred starts again from, once nothing is parked."""
+        if self._parked:
+            return None
+        point = self.offsets.rewind()
+        if point is not None:
+            self._deferred_keys.clear()  # re-read in order from here
+        return point
+
+    @property
+    def parked(self) -> int:
+        return len(self._parked)
 
     def _run(self, record: TaskRecord, start: tuple[Command, Raw] | None, delay: float = 0.0) -> None:
         if record.agent not in self._clients:

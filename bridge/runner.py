@@ -26,9 +26,8 @@ import contextlib
 import logging
 import random
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, Literal, Protocol
 
 from aiokafka.structs import ConsumerRecord
 
@@ -91,10 +90,12 @@ class TaskRunner:
         self.part = part
         self.record = record
         self.client = part.client(record)
-        self.inbox: deque[Incoming] = deque()
-        self._wake = asyncio.Event()
+        # Later commands, in order. Lists, not deques: a live Task costs memory for as
+        # long as it waits (a deque and an asyncio.Event are 600 bytes each).
+        self.inbox: list[Incoming] = []
+        self._waiter: asyncio.Future[None] | None = None
         self._follower: asyncio.Future[None] | None = None
-        self._background: set[asyncio.Future[None]] = set()
+        self._background: list[asyncio.Future[None]] = []
         self.task: asyncio.Future[None] | None = None
         # The start or reply sent to the agent and not yet answered.
         self._sending: Incoming | None = None
@@ -114,7 +115,7 @@ class TaskRunner:
     def deliver(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
         """A later command for this Task; taken in order by the main loop."""
         self.inbox.append((command, raw))
-        self._wake.set()
+        self._wake()
 
     async def stop(self) -> None:
         self._stopping = True
@@ -126,30 +127,51 @@ class TaskRunner:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
 
+    def _wake(self) -> None:
+        """Something for the main loop: a command, a change of the Task, an answer."""
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def _sleep(self, timeout: float | None) -> None:
+        """Until :meth:`_wake` (or ``timeout``): the main loop's only wait."""
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._waiter
+        except TimeoutError:
+            pass
+        finally:
+            self._waiter = None
+
     def _active(self) -> None:
         self.part.activity(self.record.task_key, not self.record.closed and not self.record.paused)
 
     def _apply(self, update: Update) -> None:
         self.part.publish(self.record, self.record.apply(update, self._cap))
         self._active()
-        self._wake.set()
+        self._wake()
 
     def _outcome(self, outcome: BridgeOutcome, reason: str | None = None, message: JSON | None = None) -> None:
         self.part.publish(self.record, [self.record.report(outcome, reason, message)])
         self._active()
-        self._wake.set()
+        self._wake()
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         t: asyncio.Future[None] = asyncio.ensure_future(coro)
-        self._background.add(t)
-        t.add_done_callback(self._background.discard)
+        self._background.append(t)
+        t.add_done_callback(self._background.remove)
         t.add_done_callback(self._crashed)
 
     def _follow(self, source: Awaitable[None]) -> None:
         if self._follower is not None:
             self._follower.cancel()
-        self._follower = asyncio.ensure_future(source)
-        self._follower.add_done_callback(self._crashed)
+        self._follower = follower = asyncio.ensure_future(source)
+        follower.add_done_callback(self._crashed)
+        follower.add_done_callback(self._followed)
+
+    def _followed(self, follower: asyncio.Future[None]) -> None:
+        if self._follower is follower:
+            self._follower = None  # a paused Task keeps no finished follower
 
     def _crashed(self, task: asyncio.Future[None]) -> None:
         """A follower that failed must not leave the Task or its command hanging:
@@ -175,7 +197,7 @@ class TaskRunner:
             return
         command, raw = self._sending
         self._sending = None
-        self._wake.set()
+        self._wake()
         if command.type == "start" or failure is None:
             self.part.absorb(raw.offset, self.record, command.command_id)
         else:
@@ -199,15 +221,13 @@ class TaskRunner:
                     self._follow(self._resume("restart"))
                 elif self.record.state == "auth-required":
                     self._follow(self._watch_auth())
+            del start  # not kept alive for the Task's whole life
             while not self.record.closed:
                 if self.inbox and self._sending is None:
-                    self._command(*self.inbox.popleft())
+                    self._command(*self.inbox.pop(0))
                     continue
-                self._wake.clear()
                 deadline = self.record.deadline
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(None if deadline is None else max(0.0, deadline - time.time())):
-                        await self._wake.wait()
+                await self._sleep(None if deadline is None else max(0.0, deadline - time.time()))
                 if self.record.closed:
                     break
                 if deadline is not None and time.time() >= deadline:
@@ -226,7 +246,7 @@ class TaskRunner:
             # the partition's rules (a start after the end is a new Task). On a
             # partition close they stay unabsorbed and are read again later.
             while not self._stopping and self.inbox:
-                self.part.dispatch(*self.inbox.popleft())
+                self.part.dispatch(*self.inbox.pop(0))
 
     def _command(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
         decision = decide(command, self.record)
@@ -275,13 +295,35 @@ class TaskRunner:
         self._answered()
 
     async def _send(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
-        """Send a start or a reply; the command is absorbed with the agent's first answer.
+        """Send a start or a reply, then follow what the agent streams back.
+
+        The command and its message are dropped once the agent has answered: a
+        Task that streams for hours does not keep its (possibly large) prompt.
+        """
+        rest = await self._answer(command, raw)
+        del command, raw
+        if rest == "poll":
+            await self._poll()
+            return
+        if rest is None:
+            return
+        with contextlib.suppress(AgentError):  # dropped after the answer: resumed below
+            await self._consume(rest)
+        await self._after_stream()
+
+    async def _answer(
+        self, command: Command, raw: ConsumerRecord[bytes, bytes]
+    ) -> AsyncIterator[Update] | Literal["poll"] | None:
+        """Send the command until the agent answers; the command is absorbed with the
+        agent's first answer. Returns the rest of the stream ("poll" for an agent
+        that does not stream; None when the command got its final answer here).
 
         Each attempt waits ``first_event_timeout_seconds`` for a first event;
         transient failures are re-sent with the same messageId (a gateway that
         de-duplicates attaches to the Task it already made) until
-        ``resume_deadline_seconds`` pass. Then a start is ``rejected``; a reply
-        goes to the DLQ and the Task stays paused.
+        ``resume_deadline_seconds`` pass. Then a start is closed with the outcome
+        :func:`bridge.policy.start_failure` names; a reply goes to the DLQ and the
+        Task stays paused.
         """
         if command.type == "start" and self.part.start_resent(command.command_id):
             metrics.START_RESENDS.inc()
@@ -296,18 +338,16 @@ class TaskRunner:
                     async with asyncio.timeout(cfg.first_event_timeout_seconds):
                         snap = await self.client.task(dialect.send("send", rpc_id("send"), message))
                     self._first(command, snap)
-                    await self._poll()
-                    return
-                req = dialect.send("stream", rpc_id("stream"), message)
-                await self._consume(
-                    self.client.stream(req),
-                    first=lambda u: self._first(command, u),
-                    first_timeout=cfg.first_event_timeout_seconds,
-                )
-                break
+                    return "poll"
+                it = aiter(self.client.stream(dialect.send("stream", rpc_id("stream"), message)))
+                try:
+                    self._first(command, await self._first_update(it, cfg.first_event_timeout_seconds))
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        await it.aclose()  # type: ignore[attr-defined]
+                    raise
+                return it
             except AgentNoTask as exc:
-                if self._sending is None:
-                    break
                 # The agent answered without a Task: that is the answer (seed: a
                 # start that never names a Task is closed, not left pending).
                 if command.type == "start":
@@ -316,10 +356,8 @@ class TaskRunner:
                 else:
                     self._answered(f"{exc.kind}: {exc.detail}")
                     self._active()
-                return
+                return None
             except (AgentError, TimeoutError) as exc:
-                if self._sending is None:
-                    break  # the stream failed after the agent answered: resume below
                 if policy.retryable(exc) and time.monotonic() + 0.2 < deadline:
                     await asyncio.sleep(min(backoff(attempt), max(0.0, deadline - time.monotonic())))
                     attempt += 1
@@ -331,31 +369,26 @@ class TaskRunner:
                 else:
                     self._answered(reason)
                     self._active()
-                return
-        await self._after_stream()
+                return None
 
-    async def _consume(
-        self,
-        updates: AsyncIterator[Update],
-        *,
-        first: Callable[[Update], None] | None = None,
-        first_timeout: float | None = None,
-    ) -> None:
-        """Apply a stream's updates until it ends; ``first`` takes the first one that
-        names the Task (Messages before it are what the agent said instead)."""
+    async def _first_update(self, it: AsyncIterator[Update], timeout: float) -> Update:
+        """The first update that names the Task; Messages before it are what the
+        agent said instead (:class:`AgentNoTask` if the stream ends there)."""
+        said: JSON | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                update = await anext(it)
+                while isinstance(update, MessageUpdate) and update.task_id is None:
+                    said = update.message
+                    update = await anext(it)
+        except StopAsyncIteration:
+            raise AgentNoTask(self.client.name, "stream", said) from None
+        return update
+
+    async def _consume(self, updates: AsyncIterator[Update]) -> None:
+        """Apply a stream's updates until it ends (or the Task closes)."""
         it = aiter(updates)
         try:
-            if first is not None:
-                said: JSON | None = None
-                try:
-                    async with asyncio.timeout(first_timeout):
-                        update = await anext(it)
-                        while isinstance(update, MessageUpdate) and update.task_id is None:
-                            said = update.message
-                            update = await anext(it)
-                except StopAsyncIteration:
-                    raise AgentNoTask(self.client.name, "stream", said) from None
-                first(update)
             n = 0
             async for update in it:
                 if self._reconcile_before(update):

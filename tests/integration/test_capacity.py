@@ -159,3 +159,28 @@ async def test_capacity_holds_new_starts_back_and_says_so(env: Env, tmp_path: Pa
         assert (metric(port, 'bridge_starts_deferred_total{reason="max_live_tasks"}') or 0) >= 1
     finally:
         bridge.stop()
+
+
+async def test_commands_of_a_waiting_start_keep_their_order(env: Env, tmp_path: Path) -> None:
+    """A start waiting for a slot holds the later commands of its taskKey behind it (a
+    cancel must not find `unknown-task-key`), while other keys' commands go on."""
+    path, config = bridge_config(env, tmp_path, partitions=1, bridge={"max_in_flight_tasks": 1})
+    assert run_cli(path, "topics").returncode == 0
+    bridge = BridgeProcess(path, env.log_dir, "bridge-order")
+    try:
+        busy, waiting = f"busy-{uuid.uuid4().hex[:6]}", f"wait-{uuid.uuid4().hex[:6]}"
+        await send_commands(config, [start_command(busy, "gw-sleeper", "ticks=12 interval=0.25")])
+        await read_topic(config, config.kafka.events_topic, timeout=30, until=lambda c: busy in c.by_task_key())
+        cancel = {"type": "cancel", "commandId": f"x-{uuid.uuid4().hex[:6]}", "taskKey": waiting}
+        await send_commands(config, [start_command(waiting, "gw-sleeper", "ticks=200 interval=0.25"), cancel])
+        got = await read_topic(
+            config, config.kafka.events_topic, timeout=60, until=lambda c: closed_keys(c) >= {busy, waiting}, settle=1.0
+        )
+        events = got.by_task_key()[waiting]
+        assert events[0]["time"] >= got.by_task_key()[busy][-1]["time"]  # it waited for the slot
+        assert [e.get("outcome") for e in events if e["kind"] == "bridge"] == ["cancel-requested"]
+        assert events[-1]["state"] == "canceled"
+        dlq = await read_topic(config, config.kafka.dlq_topic, timeout=3, settle=1.0, until=lambda c: True)
+        assert dlq.records == []
+    finally:
+        bridge.stop()
