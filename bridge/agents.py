@@ -6,10 +6,12 @@ what a dialect built and maps transport failures onto :mod:`bridge.errors`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import time
-from collections.abc import AsyncIterator
+import zlib
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx
@@ -30,6 +32,7 @@ from bridge.errors import (
 from bridge.lifecycle import MessageUpdate, TaskSnapshot, Update
 
 _rpc_ids = itertools.count(1)
+_metric_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 # An agent card is a small JSON document; anything larger is not one.
 CARD_BYTES = 1024 * 1024
 
@@ -44,13 +47,22 @@ def _source_seq(event_id: str | None) -> int | None:
 
 
 class AgentClient:
-    """One configured agent: its dialect, URL, token and timeouts."""
+    """One configured agent: its dialect, URL, token and timeouts.
 
-    def __init__(self, config: AgentConfig, http: httpx.AsyncClient) -> None:
+    ``http`` may be several clients (connection pools): a Task keeps to one of
+    them (:meth:`for_task`). httpcore scans every connection of a pool on each
+    request and each close, so one pool serving thousands of open streams costs
+    time in the square of their number; shards keep each pool small.
+    """
+
+    def __init__(self, config: AgentConfig, http: httpx.AsyncClient | Sequence[httpx.AsyncClient]) -> None:
         self.config = config
         self.dialect: Dialect = for_agent(config.name, config.dialect, config.agent_code)
-        self._http = http
+        self._pools = [http] if isinstance(http, httpx.AsyncClient) else list(http)
+        self._http = self._pools[0]
         self._routes: dict[tuple[str, str, str | None], AgentClient] = {}
+        self._shards: dict[int, AgentClient] = {}
+        self._root: AgentClient | None = None  # a shard's parent: one agent card answer for all
         self._streaming: bool | None = None
         token = config.token()
         self._auth = {"Authorization": f"Bearer {token.get()}"} if token else {}
@@ -66,6 +78,30 @@ class AgentClient:
     def name(self) -> str:
         return self.config.name
 
+    def for_task(self, task_key: str) -> AgentClient:
+        """This agent on the connection pool the Task keeps to."""
+        if len(self._pools) == 1:
+            return self
+        i = zlib.crc32(task_key.encode()) % len(self._pools)
+        shard = self._shards.get(i)
+        if shard is None:
+            shard = self._shards[i] = copy.copy(self)
+            shard._http = self._pools[i]
+            shard._shards = {}
+            shard._root = self
+        return shard
+
+    async def streaming(self) -> bool:
+        """Whether to stream: the configured mode, else the agent card's capability
+        (asked once per agent, whichever pool asks)."""
+        root = self._root or self
+        if root._streaming is None:
+            if self.config.mode != "auto" or self.config.dialect == "gateway":
+                root._streaming = self.config.mode != "poll"
+            else:
+                root._streaming = await self._card_streaming()
+        return root._streaming
+
     def routed(self, url: str, dialect: str, agent_code: str | None) -> AgentClient:
         """This agent as it was configured when a Task started: a config change must
         not re-route a live Task (its id means nothing to another endpoint)."""
@@ -74,17 +110,8 @@ class AgentClient:
         key = (url, dialect, agent_code)
         if key not in self._routes:
             config = dataclasses.replace(self.config, url=url, dialect=dialect, agent_code=agent_code)  # type: ignore[arg-type]
-            self._routes[key] = AgentClient(config, self._http)
+            self._routes[key] = AgentClient(config, self._pools)
         return self._routes[key]
-
-    async def streaming(self) -> bool:
-        """Whether to stream: the configured mode, else the agent card's capability."""
-        if self._streaming is None:
-            if self.config.mode != "auto" or self.config.dialect == "gateway":
-                self._streaming = self.config.mode != "poll"
-            else:
-                self._streaming = await self._card_streaming()
-        return self._streaming
 
     async def _card_streaming(self) -> bool:
         url = self.config.url.rstrip("/") + "/.well-known/agent-card.json"
@@ -107,8 +134,14 @@ class AgentClient:
             raise AgentHTTPError(self.name, req.method, response.status_code)
 
     def _observe(self, req: Request, result: str, started: float) -> None:
-        metrics.AGENT_REQUESTS.labels(self.name, req.op, result).inc()
-        metrics.AGENT_SECONDS.labels(self.name, req.op).observe(time.monotonic() - started)
+        children = _metric_children.get((self.name, req.op, result))
+        if children is None:  # labels() is a locked dict lookup: once per label set
+            children = _metric_children[(self.name, req.op, result)] = (
+                metrics.AGENT_REQUESTS.labels(self.name, req.op, result),
+                metrics.AGENT_SECONDS.labels(self.name, req.op),
+            )
+        children[0].inc()
+        children[1].observe(time.monotonic() - started)
 
     async def _read(self, response: httpx.Response, cap: int, what: str) -> bytes:
         """The body, or :class:`AgentOversize` as soon as it passes ``cap`` bytes."""

@@ -142,6 +142,10 @@ class BridgeConfig:
     # beyond these they are read again from Kafka when capacity frees.
     max_parked_starts: int = 10_000
     max_parked_bytes: int = 32 * 1024 * 1024
+    # HTTP connection pools to agents; a Task keeps to one. httpcore's per-request
+    # work grows with a pool's connections: 2,000 streams in one pool spent 40 % of
+    # the bridge's time there (bench/README.md).
+    http_pools: int = 32
     # Restored Tasks reconnect at this rate (with jitter), not all at once.
     resume_rate_per_second: float = 500.0
 

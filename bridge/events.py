@@ -24,8 +24,20 @@ ENVELOPE_RESERVE = 8192
 SOURCE_PREFIX = "a2a-kafka-bridge/agents/"
 
 
+_second: tuple[int, str] = (-1, "")
+
+
 def rfc3339(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """UTC with milliseconds, e.g. ``2026-01-01T00:00:00.123Z``. The part up to the
+    second is formatted once per second, not once per event."""
+    global _second  # noqa: PLW0603 - a one-entry cache on the per-event path
+    whole = int(ts)
+    micros = round((ts - whole) * 1e6)  # as datetime rounds a timestamp
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    if whole != _second[0]:
+        _second = (whole, datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+    return f"{_second[1]}.{micros // 1000:03d}Z"
 
 
 def ce_type(event: Event) -> str:

@@ -48,6 +48,7 @@ class PartitionOffsets:
         self._deferred: set[int] = set()
         self._next = committed
         self._rewind = False
+        self._starting = 0  # entries of _flight that name a start
 
     # --------------------------------------------------------------- reading --
 
@@ -69,19 +70,19 @@ class PartitionOffsets:
         self._check_open(offset)
         if offset not in self._flight:
             raise OffsetError(f"offset {offset} is not in flight")
+        if not self._flight[offset]:
+            self._starting += 1
         self._flight[offset] = start_command_id
 
     def absorb(self, offset: int) -> None:
         self._check_open(offset)
-        if self._flight.pop(offset, ...) is ...:
-            raise OffsetError(f"offset {offset} is not in flight")
+        self._leave_flight(offset)
         self._absorbed.add(offset)
 
     def defer(self, offset: int) -> None:
         """Hold a taken start back; it is read again after :meth:`rewind`."""
         self._check_open(offset)
-        if self._flight.pop(offset, ...) is ...:
-            raise OffsetError(f"offset {offset} is not in flight")
+        self._leave_flight(offset)
         self._deferred.add(offset)
         self._rewind = True
 
@@ -116,7 +117,14 @@ class PartitionOffsets:
     @property
     def starting(self) -> int:
         """Starts sent to an agent and not answered yet."""
-        return sum(1 for c in self._flight.values() if c)
+        return self._starting
+
+    def _leave_flight(self, offset: int) -> None:
+        start = self._flight.pop(offset, ...)
+        if start is ...:
+            raise OffsetError(f"offset {offset} is not in flight")
+        if start:
+            self._starting -= 1
 
     @property
     def deferred(self) -> int:

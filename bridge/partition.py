@@ -19,7 +19,7 @@ import hashlib
 import logging
 import random
 import time
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable
 from typing import TypeAlias
 
@@ -34,7 +34,7 @@ from bridge.lifecycle import ClosedTask, Dropped, Event, TaskRecord, new_task
 from bridge.limits import Headers, RecordLimits, record_size
 from bridge.offsets import PartitionOffsets, Position
 from bridge.runner import TaskRunner
-from bridge.transaction import OutRecord, PartitionTransactions
+from bridge.transaction import OutRecord, PartitionTransactions, partition_for
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ class PartitionOwner:
         limits: Callable[[], RecordLimits],
         refused: set[str] | None = None,
         admit: Callable[[], bool] = lambda: True,
+        partitions: Callable[[str], int | None] = lambda topic: None,
     ) -> None:
         self.config = config
         self.partition = partition
@@ -69,6 +70,8 @@ class PartitionOwner:
         # made again after a rebuild, they are written as stand-ins instead.
         self._refused = refused if refused is not None else set()
         self._admit = admit
+        # How many partitions a topic has (None: unknown, looked up at commit).
+        self._partitions = partitions
         self.records: dict[str, TaskRecord | ClosedTask] = {}
         self.runners: dict[str, TaskRunner] = {}
         # Closed Tasks in the order they closed: each is tombstoned a window later.
@@ -77,6 +80,8 @@ class PartitionOwner:
         # Runners whose Task is not paused: what max_in_flight_tasks counts.
         self.active: set[str] = set()
         self.offsets = PartitionOffsets()
+        # Events and dropped updates by kind/reason since the last tick (see _count).
+        self._counts: defaultdict[str, int] = defaultdict(int)
         # Starts waiting for capacity (and later commands of their keys), in order.
         self._parked: deque[tuple[Command, Raw]] = deque()
         self._parked_keys: dict[str, int] = {}
@@ -201,6 +206,7 @@ class PartitionOwner:
                 # after seeing it holds everything they produced.
                 closing = self._closing.is_set()
                 self._sweep(time.time())
+                self._count()
                 await self.txn.commit()
                 if closing:
                     return
@@ -210,6 +216,16 @@ class PartitionOwner:
             log.warning("%s; rebuilding it from its checkpoints", exc)
             self.failed = exc
             self.ready = False
+
+    def _count(self) -> None:
+        """Per-event counters go to Prometheus once a tick (a labelled inc per event
+        was a measurable share of the hot path)."""
+        for name, n in self._counts.items():
+            if n:
+                child = metrics.EVENTS_BY_KIND.get(name) or metrics.DROPPED_BY_REASON.get(name)
+                if child is not None:
+                    child.inc(n)
+        self._counts.clear()
 
     # --------------------------------------------------------------- offsets --
 
@@ -410,9 +426,9 @@ class PartitionOwner:
     def client(self, record: TaskRecord) -> AgentClient:
         """The agent client a Task started with (its stored route), whatever the config says now."""
         base = self._clients[record.agent]
-        if record.endpoint is None:
-            return base
-        return base.routed(record.endpoint, record.dialect or base.config.dialect, record.agent_code)
+        if record.endpoint is not None:
+            base = base.routed(record.endpoint, record.dialect or base.config.dialect, record.agent_code)
+        return base.for_task(record.task_key)
 
     def artifact_cap(self, agent: str) -> int:
         """Artifact parts per record: the configured cap, within the events budget."""
@@ -428,9 +444,11 @@ class PartitionOwner:
         budget = self._limits().budget(topic)
         if record.closed and record.closed_at is None:
             record.closed_at = now
+        partition = record.events_partition
+        counts = self._counts
         for r in results:
             if isinstance(r, Dropped):
-                metrics.DROPPED_BY_REASON[r.reason].inc()
+                counts[r.reason] += 1
                 continue
             origin = f"event:{r.task_id}:{r.seq}"
             key, value, headers, written = events.encode_within(r, record, now, budget, refused=origin in self._refused)
@@ -445,8 +463,10 @@ class PartitionOwner:
                     "replaced by an unpublishable marker" if replaced else "projected",
                     topic,
                 )
-            self.txn.add(OutRecord(topic, key, value, headers, origin))
-            metrics.EVENTS_BY_KIND[written.kind].inc()
+            if partition is None and (n := self._partitions(topic)):
+                partition = record.events_partition = partition_for(key, n)
+            self.txn.add(OutRecord(topic, key, value, headers, origin, partition))
+            counts[written.kind] += 1
             if r.seq == 1:
                 record.metadata = None  # published with the first event; not kept
         self.txn.mark(record)
@@ -473,7 +493,8 @@ class PartitionOwner:
             budget=self._limits().budget(topic),
             refused=origin in self._refused,
         )
-        self.txn.add(OutRecord(topic, key, value, headers, origin))
+        n = self._partitions(topic)
+        self.txn.add(OutRecord(topic, key, value, headers, origin, partition_for(key, n) if n else None))
         metrics.DLQ.labels(reason).inc()
         if command is not None:
             metrics.COMMANDS.labels(command.type, "dlq").inc()

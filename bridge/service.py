@@ -139,6 +139,7 @@ class Service:
         self.clients: dict[str, AgentClient] = {}
         self.limits = RecordLimits(config.kafka.max_request_size)
         self._refresh_limits = False
+        self._topic_partitions: dict[str, int] = {}
         # Per partition, records the broker refused (kept across rebuilds).
         self._refused: dict[int, set[str]] = defaultdict(set)
         self._assigned: set[int] = set()
@@ -301,6 +302,7 @@ class Service:
                         limits=lambda: self.limits,
                         refused=self._refused[p],
                         admit=self.admit,
+                        partitions=self._topic_partitions.get,
                     )
                     await owner.open()
                     await self._seek(p, owner.restored_offset)
@@ -370,8 +372,10 @@ class Service:
     async def run(self) -> int:
         cfg = self.config
         metrics.init()
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=200)
-        async with httpx.AsyncClient(limits=limits, http2=False) as http:
+        shards = cfg.bridge.http_pools
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=max(8, 256 // shards))
+        async with contextlib.AsyncExitStack() as pools:
+            http = [await pools.enter_async_context(httpx.AsyncClient(limits=limits)) for _ in range(shards)]
             self.clients.update({name: AgentClient(a, http) for name, a in cfg.agents.items()})
             ops = OpsServer(cfg.bridge.http_port, self.ready) if cfg.bridge.http_port >= 0 else None
             if ops:
@@ -463,7 +467,7 @@ class Service:
                 # is down; the preflight tells them apart (permanent: StartupError).
                 await check_kafka(cfg, PREFLIGHT_TIMEOUT_SECONDS)
                 async with topics.kafka_errors(cfg):
-                    await topics.ensure(cfg, create=False)
+                    self._topic_partitions = await topics.ensure(cfg, create=False)
                     self.limits = await topics.record_limits(cfg)
                     consumer = AIOKafkaConsumer(
                         group_id=cfg.kafka.group_id,

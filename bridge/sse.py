@@ -67,8 +67,26 @@ class Parser:
             raise EventTooLarge(f"an SSE line exceeds {self._max} bytes")
         self._buf = rest + held
         out: list[Frame] = []
+        # The per-event hot path: the common fields inline, the rest in _line.
+        data, size = self._data, self._size
         for line in lines:
-            self._line(line, out)
+            if not line:
+                if data:
+                    out.append(Frame(b"\n".join(data), self._id, self._last_id, self._event))
+                    data = []
+                size = 0
+                self._id = None
+                self._event = ""
+            elif line.startswith(b"data:"):
+                value = line[6:] if line[5:6] == b" " else line[5:]
+                size += len(value) + 1
+                if size > self._max:
+                    raise EventTooLarge(f"an SSE event exceeds {self._max} bytes")
+                data.append(value)
+            else:
+                self._data, self._size = data, size
+                self._line(line, out)
+        self._data, self._size = data, size
         return out
 
     def close(self) -> list[Frame]:

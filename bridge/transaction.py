@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailed,
 )
+from aiokafka.partitioner import murmur2
+from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.structs import OffsetAndMetadata
 
 from bridge import checkpoints, metrics
@@ -257,13 +260,18 @@ class PartitionTransactions:
                 # Bounded by construction (see bridge.checkpoints); a failure here is a bug.
                 raise TransactionFailed(self.partition, ValueError(f"checkpoint over {budget} bytes"))
         started = time.monotonic()
-        sent: list[tuple[str, asyncio.Future[object]]] = []
+        sent: list[tuple[tuple[str, ...], asyncio.Future[object]]] = []
         try:
             async with asyncio.timeout(_TRANSACTION_BOUND_S):
                 await self._send_all(producer, [*outbox.records, *staged], position, sent)
         except Exception as exc:
             metrics.TRANSACTIONS.labels("failed").inc()
-            refused = tuple(o for o, f in sent if o and f.done() and isinstance(_failure(f), _TOO_LARGE))
+            # Records a broker refused as too large. A batch of several may have been
+            # refused as a whole (the topic's limit lowered meanwhile): the limits are
+            # read again then; only a record refused on its own is replaced when made again.
+            refused = tuple(
+                o[0] if len(o) == 1 else "batch" for o, f in sent if f.done() and isinstance(_failure(f), _TOO_LARGE)
+            )
             await self._abort(producer, sent)
             raise TransactionFailed(self.partition, exc, refused=refused, open_for=time.monotonic() - started) from exc
         self._last = position
@@ -278,15 +286,17 @@ class PartitionTransactions:
         producer: AIOKafkaProducer,
         records: list[OutRecord],
         position: Position,
-        sent: list[tuple[str, asyncio.Future[object]]],
+        sent: list[tuple[tuple[str, ...], asyncio.Future[object]]],
     ) -> None:
-        """Steps 2 to 8 of :meth:`commit`; ``sent`` collects each record's delivery."""
+        """Steps 2 to 8 of :meth:`commit`; ``sent`` collects each batch's delivery
+        with the origins of its records."""
         # Step 2. Begin.
         await producer.begin_transaction()
-        # Steps 3-5. Events and DLQ copies; checkpoints; the partition record.
-        for r in records:
-            fut = await producer.send(r.topic, value=r.value, key=r.key, headers=r.headers, partition=r.partition)
-            sent.append((r.origin, fut))
+        # Steps 3-5. Events and DLQ copies; checkpoints; the partition record. Built
+        # into record batches per partition here (the partition of each record is
+        # known, computed once per Task): one future per batch, not per record.
+        for topic, partition, batch, origins in await self._batches(producer, records):
+            sent.append((origins, await producer.send_batch(batch, topic, partition=partition)))
         # Step 6. The consumer offset.
         if position.offset is not None:
             await producer.send_offsets_to_transaction(
@@ -300,13 +310,47 @@ class PartitionTransactions:
         # Step 8. Commit.
         await producer.commit_transaction()
 
-    async def _abort(self, producer: AIOKafkaProducer, sent: list[tuple[str, asyncio.Future[object]]]) -> None:
+    async def _batches(
+        self, producer: AIOKafkaProducer, records: list[OutRecord]
+    ) -> list[tuple[str, int, BatchBuilder, tuple[str, ...]]]:
+        """``records`` as full record batches, in order within each partition."""
+        out: list[tuple[str, int, BatchBuilder, tuple[str, ...]]] = []
+        open_: dict[tuple[str, int], tuple[BatchBuilder, list[str]]] = {}
+        for r in records:
+            partition = r.partition
+            if partition is None:  # a topic the bridge learnt no partition count for at start
+                await producer.client._wait_on_metadata(r.topic)
+                count = len(producer.client.cluster.partitions_for_topic(r.topic) or (0,))
+                partition = partition_for(r.key, count)
+            tp = (r.topic, partition)
+            current = open_.get(tp)
+            if current is None:
+                current = open_[tp] = (producer.create_batch(), [])
+            if current[0].append(timestamp=None, key=r.key, value=r.value, headers=r.headers) is None:
+                out.append((r.topic, partition, current[0], tuple(current[1])))
+                current = open_[tp] = (producer.create_batch(), [])
+                current[0].append(timestamp=None, key=r.key, value=r.value, headers=r.headers)
+            current[1].append(r.origin)
+        out += [(topic, p, batch, tuple(origins)) for (topic, p), (batch, origins) in open_.items()]
+        return out
+
+    async def _abort(
+        self, producer: AIOKafkaProducer, sent: list[tuple[tuple[str, ...], asyncio.Future[object]]]
+    ) -> None:
         metrics.TRANSACTION_ABORTS.inc()
         for _, fut in sent:
             # Deliveries that fail later are expected now: retrieve them, quietly.
             fut.add_done_callback(_failure)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(producer.abort_transaction(), _ABORT_TIMEOUT_S)
+
+
+def partition_for(key: bytes | None, partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for ``key`` (murmur2, as the
+    Java client and aiokafka do), so consumers and tools agree with the bridge."""
+    if key is None or partitions <= 1:
+        return 0 if partitions <= 1 else random.randrange(partitions)
+    return int((murmur2(key) & 0x7FFFFFFF) % partitions)
 
 
 def _failure(fut: asyncio.Future[object]) -> BaseException | None:

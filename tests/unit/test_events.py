@@ -207,3 +207,11 @@ def test_every_event_the_lifecycle_publishes_encodes_validly(stream: list[Update
         if isinstance(ev, Event):
             seqs.append(check(ev, rec, now)["seq"])
     assert seqs == list(range(1, len(seqs) + 1))
+
+
+@settings(derandomize=True, database=None, max_examples=2000)
+@given(st.floats(0, 4e9, allow_nan=False))
+def test_rfc3339_is_datetimes_own_formatting(ts: float) -> None:
+    from datetime import UTC, datetime
+
+    assert rfc3339(ts) == datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -111,6 +111,7 @@ def test_a_crash_after_any_commit_neither_loses_nor_repeats_a_command(steps: lis
     o = PartitionOffsets()
     absorbed_now: set[int] = set()
     state: dict[int, str] = {}  # offset -> "read" | "flight" | "deferred"
+    begun: set[int] = set()  # starts sent to an agent
     cursor = 0  # the consumer's next fetch
     for op, n in steps:
         if op == "read":
@@ -126,6 +127,7 @@ def test_a_crash_after_any_commit_neither_loses_nor_repeats_a_command(steps: lis
             if cands:
                 off = cands[n % len(cands)]
                 o.begin(off, f"s{off}")
+                begun.add(off)
         elif op == "absorb":
             cands = sorted(k for k, v in state.items() if v == "flight")
             if cands:
@@ -133,12 +135,14 @@ def test_a_crash_after_any_commit_neither_loses_nor_repeats_a_command(steps: lis
                 o.absorb(off)
                 absorbed_now.add(off)
                 del state[off]
+                begun.discard(off)
         elif op == "defer":
             cands = sorted(k for k, v in state.items() if v == "flight")
             if cands:
                 off = cands[n % len(cands)]
                 o.defer(off)
                 state[off] = "deferred"
+                begun.discard(off)
         elif op == "rewind":
             point = o.rewind()
             if point is not None:
@@ -156,7 +160,9 @@ def test_a_crash_after_any_commit_neither_loses_nor_repeats_a_command(steps: lis
             # Everything since the last commit is lost; restore from it.
             absorbed_now = set()
             state = {}
+            begun = set()
             o = PartitionOffsets(committed.offset, committed.absorbed)
             cursor = committed.offset or 0
+        assert o.starting == len(begun)
     # Whatever was committed as absorbed above the offset really was absorbed.
     assert set(committed.absorbed) <= done

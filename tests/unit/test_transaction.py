@@ -28,28 +28,48 @@ from bridge.transaction import TRANSACTION_TIMEOUT_MS, OutRecord, PartitionTrans
 CONFIG = Config(kafka=KafkaConfig(commands_topic="cmds", checkpoints_topic="cps", group_id="g"), bridge=BridgeConfig())
 
 
+class FakeBatch:
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes | None, bytes | None]] = []
+
+    def append(self, *, timestamp: Any, key: bytes | None, value: bytes | None, headers: Any) -> object:
+        self.records.append((key, value))
+        return object()
+
+
 class Fake:
-    """A producer that records calls; ``fail`` maps a record value to the error its delivery gets."""
+    """A producer that records calls; ``fail`` maps a record value to the error its delivery gets
+    (aiokafka fails the whole batch holding it)."""
 
     def __init__(self, fail: dict[bytes, BaseException] | None = None) -> None:
         self.fail = fail or {}
         self.mock = MagicMock(spec_set=AIOKafkaProducer)
-        self.mock.send.side_effect = self._send
+        self.mock.create_batch.side_effect = FakeBatch
+        self.mock.send_batch.side_effect = self._send_batch
 
-    async def _send(self, topic: str, value: bytes, key: bytes | None = None, **kw: Any) -> asyncio.Future[Any]:
+    async def _send_batch(self, batch: FakeBatch, topic: str, *, partition: int) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if value in self.fail:
-            fut.set_exception(self.fail[value])
+        failed = [self.fail[v] for _, v in batch.records if v in self.fail]
+        if failed:
+            fut.set_exception(failed[0])
         else:
             fut.set_result(None)
         return fut
 
+    def sends(self) -> list[tuple[str, int, bytes | None, bytes | None]]:
+        """(topic, partition, key, value) of every record sent, in order."""
+        out = []
+        for name, args, kwargs in self.mock.mock_calls:
+            if name == "send_batch":
+                out += [(args[1], kwargs["partition"], k, v) for k, v in args[0].records]
+        return out
+
     def calls(self) -> list[tuple[str, Any]]:
         out: list[tuple[str, Any]] = []
-        for name, args, kwargs in self.mock.mock_calls:
-            if name == "send":
-                out.append(("send", (args[0], kwargs["value"])))
-            elif name:
+        for name, args, _ in self.mock.mock_calls:
+            if name == "send_batch":
+                out += [("send", (args[1], v)) for _, v in args[0].records]
+            elif name and name != "create_batch":
                 out.append((name, args))
         return out
 
@@ -71,8 +91,8 @@ POS = Position(7, (9,), ("s1",))
 async def test_one_transaction_in_the_documented_order() -> None:
     fake = Fake()
     t = txn(POS, fake)
-    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1"))
-    t.add(OutRecord("dlq", b"k", b"bad", [], "dlq:8"))
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    t.add(OutRecord("dlq", b"k", b"bad", [], "dlq:8", 1))
     t.mark(record("a"))
     assert await t.commit() == 4
     partition = checkpoints.PartitionRecord(2, [9], ["s1"], 7).encode()
@@ -86,9 +106,10 @@ async def test_one_transaction_in_the_documented_order() -> None:
         ("commit_transaction", ()),
     ]
     # Checkpoints and the partition record go to the partition with the commands' number.
-    cp_sends = [c for c in fake.mock.send.call_args_list if c.args[0] == "cps"]
-    assert {c.kwargs["partition"] for c in cp_sends} == {2}
-    assert cp_sends[-1].kwargs["key"] == checkpoints.PARTITION_KEY
+    cp_sends = [x for x in fake.sends() if x[0] == "cps"]
+    assert {x[1] for x in cp_sends} == {2}
+    assert cp_sends[-1][2] == checkpoints.PARTITION_KEY
+    assert [(x[0], x[1]) for x in fake.sends()[:2]] == [("events", 0), ("dlq", 1)]
 
 
 async def test_nothing_changed_nothing_sent() -> None:
@@ -104,7 +125,7 @@ async def test_a_failed_delivery_aborts_and_commits_nothing() -> None:
     fake = Fake(fail={b"e2": MessageSizeTooLargeError()})
     t = txn(POS, fake)
     for n in (1, 2, 3):
-        t.add(OutRecord("events", b"t-a", f"e{n}".encode(), [], f"event:t-a:{n}"))
+        t.add(OutRecord("events", b"t-a", f"e{n}".encode(), [], f"event:t-a:{n}", n))  # one batch each
     t.mark(record("a"))
     with pytest.raises(TransactionFailed) as failed:
         await t.commit()
@@ -117,9 +138,9 @@ async def test_a_failed_delivery_aborts_and_commits_nothing() -> None:
 
 async def test_a_failed_send_call_aborts_too() -> None:
     fake = Fake()
-    fake.mock.send.side_effect = KafkaTimeoutError()
+    fake.mock.send_batch.side_effect = KafkaTimeoutError()
     t = txn(POS, fake)
-    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1"))
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
     with pytest.raises(TransactionFailed):
         await t.commit()
     names = [n for n, _ in fake.calls()]
@@ -156,26 +177,26 @@ async def test_an_abort_that_hangs_does_not_hang_the_partition(monkeypatch: pyte
 
     fake.mock.abort_transaction.side_effect = hang
     t = txn(POS, fake)
-    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1"))
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
     with pytest.raises(TransactionFailed):
         await asyncio.wait_for(t.commit(), 5)
 
 
 async def test_the_outbox_is_bounded_in_records_and_in_bytes() -> None:
     t = txn(POS, Fake(), max_buffered_events=3, max_buffered_bytes=100)
-    t.add(OutRecord("events", None, b"x" * 10, [], ""))
+    t.add(OutRecord("events", None, b"x" * 10, [], "", 0))
     assert not t.wake.is_set()
-    t.add(OutRecord("events", None, b"x" * 95, [], ""))
+    t.add(OutRecord("events", None, b"x" * 95, [], "", 0))
     assert t.wake.is_set()  # over 100 bytes: commit now
     waiter = asyncio.ensure_future(t.space())
     await asyncio.sleep(0)
     assert not waiter.done()  # readers wait for the commit
     await t.commit()
     await asyncio.wait_for(waiter, 1)
-    t.add(OutRecord("events", None, b"", [], ""))
-    t.add(OutRecord("events", None, b"", [], ""))
+    t.add(OutRecord("events", None, b"", [], "", 0))
+    t.add(OutRecord("events", None, b"", [], "", 0))
     assert not t.wake.is_set()
-    t.add(OutRecord("events", None, b"", [], ""))
+    t.add(OutRecord("events", None, b"", [], "", 0))
     assert t.wake.is_set()  # three records
 
 
@@ -186,8 +207,8 @@ async def test_a_checkpoint_is_written_as_it_is_at_the_commit() -> None:
     t.mark(r)
     r.seq = 5  # changed again before the tick ended
     await t.commit()
-    sent = [c.kwargs["value"] for c in fake.mock.send.call_args_list if c.args[0] == "cps"]
-    assert orjson.loads(sent[0])["seq"] == 5
+    sent = [v for topic, _, _, v in fake.sends() if topic == "cps"]
+    assert sent[0] is not None and orjson.loads(sent[0])["seq"] == 5
 
 
 async def test_tombstones_go_first_and_a_later_checkpoint_of_the_key_wins() -> None:
@@ -198,7 +219,7 @@ async def test_tombstones_go_first_and_a_later_checkpoint_of_the_key_wins() -> N
     t.tombstone(b"again")
     t.mark(record("again"))  # a new Task of the same key after the tombstone
     await t.commit()
-    cps = [(c.kwargs["key"], c.kwargs["value"]) for c in fake.mock.send.call_args_list if c.args[0] == "cps"]
+    cps = [(k, v) for topic, _, k, v in fake.sends() if topic == "cps"]
     assert cps[0] == (b"gone", None) and cps[1] == (b"again", None)
     assert cps[2][0] == b"again" and orjson.loads(cps[2][1])["taskKey"] == "again"
     assert [k for k, _ in cps[3:]] == [checkpoints.PARTITION_KEY]
