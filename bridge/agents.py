@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import orjson
 
-from bridge import metrics, sse
+from bridge import metrics, sse, tracing
 from bridge.config import AgentConfig
 from bridge.dialects import Dialect, Request, for_agent, unwrap
 from bridge.errors import (
@@ -157,17 +157,20 @@ class AgentClient:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def call(self, req: Request) -> dict[str, Any]:
-        """A non-streaming JSON-RPC call; returns ``result``."""
+    async def call(self, req: Request, trace: str | None = None) -> dict[str, Any]:
+        """A non-streaming JSON-RPC call; returns ``result``. ``trace``: the Task's
+        traceparent, continued on the request (bridge.tracing)."""
         started = time.monotonic()
         try:
-            async with self._http.stream(
-                "POST",
-                self.config.url,
-                content=orjson.dumps(req.body),
-                headers=self._headers(req, "application/json"),
-                timeout=self._timeout,
-            ) as response:
+            with tracing.agent_call(trace, req.method) as carrier:
+                request = self._http.stream(
+                    "POST",
+                    self.config.url,
+                    content=orjson.dumps(req.body),
+                    headers={**self._headers(req, "application/json"), **carrier},
+                    timeout=self._timeout,
+                )
+            async with request as response:
                 self._check_status(req, response)
                 body = await self._read(response, self.config.max_response_bytes, req.method)
             try:
@@ -184,15 +187,15 @@ class AgentClient:
         self._observe(req, "ok", started)
         return result
 
-    async def task(self, req: Request) -> TaskSnapshot:
+    async def task(self, req: Request, trace: str | None = None) -> TaskSnapshot:
         """get / cancel / send: the Task object the agent answers with."""
-        result = await self.call(req)
+        result = await self.call(req, trace)
         if result.get("kind") == "message" or ("message" in result and not {"status", "task"} & result.keys()):
             said = self.dialect.update(result)
             raise AgentNoTask(self.name, req.method, said.message if isinstance(said, MessageUpdate) else None)
         return self.dialect.task(result)
 
-    async def stream(self, req: Request) -> AsyncIterator[Update]:
+    async def stream(self, req: Request, trace: str | None = None) -> AsyncIterator[Update]:
         """Updates from a streaming call, in order; ends when the agent ends the stream.
 
         A JSON answer where SSE was expected is read as JSON-RPC: an error
@@ -202,15 +205,17 @@ class AgentClient:
         first = True
         metrics.OPEN_STREAMS.inc()
         try:
-            async with self._http.stream(
-                "POST",
-                self.config.url,
-                # A copy of exact size: orjson's output sits in a 4 KiB block, and httpx
-                # keeps the request body for as long as the stream is open.
-                content=bytes(memoryview(orjson.dumps(req.body))),
-                headers=self._headers(req, "text/event-stream"),
-                timeout=self._stream_timeout,
-            ) as response:
+            with tracing.agent_call(trace, req.method) as carrier:
+                request = self._http.stream(
+                    "POST",
+                    self.config.url,
+                    # A copy of exact size: orjson's output sits in a 4 KiB block, and httpx
+                    # keeps the request body for as long as the stream is open.
+                    content=bytes(memoryview(orjson.dumps(req.body))),
+                    headers={**self._headers(req, "text/event-stream"), **carrier},
+                    timeout=self._stream_timeout,
+                )
+            async with request as response:
                 self._check_status(req, response)
                 ctype = response.headers.get("content-type", "").partition(";")[0].strip().lower()
                 if ctype == "application/json":

@@ -93,6 +93,7 @@ def _document(record: TaskRecord, artifacts: dict[str, ArtifactProgress]) -> dic
         "statusDigest": record.status_digest,
         "artifacts": {k: {"parts": a.parts, "digest": a.digest, "done": a.done} for k, a in artifacts.items()},
         "messages": record.messages,
+        "traceparent": record.traceparent,
         "closedAt": record.closed_at,
     }
 
@@ -175,6 +176,7 @@ def _decode(value: bytes, *, slim_closed: bool) -> TaskRecord | ClosedTask:
             dialect=_opt_str(d.get("dialect")),
             agent_code=_opt_str(d.get("agentCode")),
             events_topic=_opt_str(d.get("eventsTopic")),
+            traceparent=_opt_str(d.get("traceparent")),
             closed_at=closed_at,
         )
     except CheckpointError:

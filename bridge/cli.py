@@ -53,6 +53,12 @@ def parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file (default: $BRIDGE_CONFIG)")
     common.add_argument("--log-level", default=argparse.SUPPRESS, help="debug, info, warning (default: info)")
+    common.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=argparse.SUPPRESS,
+        help="text, or one JSON object per line (default: $BRIDGE_LOG_FORMAT, else text)",
+    )
     p = argparse.ArgumentParser(prog="bridge", description=__doc__, parents=[common])
     p.add_argument("--version", action="version", version=f"bridge {bridge.__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -97,7 +103,7 @@ async def _produce(config: Config, cmd: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logs.setup(getattr(args, "log_level", "info"))
+    logs.setup(getattr(args, "log_level", "info"), getattr(args, "log_format", None))
     try:
         config = config_mod.load(getattr(args, "config", None))
         if args.cmd in ("run", "topics"):

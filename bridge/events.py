@@ -78,6 +78,8 @@ def encode(event: Event, record: TaskRecord, now: float, metadata: Any = ...) ->
         ("content-type", b"application/json"),
         ("seq", str(event.seq).encode()),
     ]
+    if record.traceparent:
+        headers.append(("ce_traceparent", record.traceparent.encode()))  # CloudEvents distributed tracing
     return event.task_id.encode(), orjson.dumps(value), headers
 
 

@@ -207,6 +207,8 @@ class TaskRecord:
     agent_code: str | None = None
     # The events topic its first event went to: all of a Task's events stay there.
     events_topic: str | None = None
+    # The W3C trace context of the start, continued to the agent and the events.
+    traceparent: str | None = None
     # Unix time the Task closed (a closed record is kept for a dedupe window).
     closed_at: float | None = None
     # The start's business record: published on the Task's first event, then

@@ -1,4 +1,13 @@
-"""Logging set-up: levels, and a rate limit on the Kafka client's repeated complaints.
+"""Logging: levels, text or JSON lines, the Task a line is about, and a rate limit
+on the Kafka client's repeated complaints.
+
+Each Task runner binds its keys (``taskKey``, ``taskId``, ``agent``,
+``partition``, ``commandId``) to its asyncio tasks through a context variable,
+so every line logged while following a Task says which one, without passing
+them around. ``--log-format json`` (or ``BRIDGE_LOG_FORMAT=json``) writes one
+JSON object per line, exceptions included (JSON escapes their newlines and any
+control character a caller put in a ``taskKey``); the text format appends the
+same keys, escaped, in brackets.
 
 While a broker is away aiokafka logs the same few errors thousands of times a
 minute (one per connection attempt, per node, per client). An operator needs
@@ -9,12 +18,25 @@ and says how many it held back.
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import os
 import sys
 import time
+from typing import Any
+
+import orjson
 
 # One line of each kind per this many seconds from a rate-limited logger.
 REPEAT_INTERVAL_S = 10.0
+
+_task: contextvars.ContextVar[dict[str, object] | None] = contextvars.ContextVar("bridge_task", default=None)
+
+
+def bind(fields: dict[str, object]) -> None:
+    """Log lines from this context (and tasks created in it) carry ``fields``; the dict
+    is shared, so keys learnt later (the taskId) show up from then on."""
+    _task.set(fields)
 
 
 class RateLimit(logging.Filter):
@@ -39,16 +61,48 @@ class RateLimit(logging.Filter):
         return True
 
 
-def setup(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, the Task's keys, exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        doc.update(_task.get() or {})
+        for key in ("rpcId", "method"):
+            if hasattr(record, key):
+                doc[key] = getattr(record, key)
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(doc, default=str).decode()
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields = _task.get()
+        if fields:
+            line += " [" + " ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in fields.items()) + "]"
+        return line
+
+
+def setup(level: str, fmt: str | None = None) -> None:
+    """Root logging to stderr: ``fmt`` "text" or "json" (default: $BRIDGE_LOG_FORMAT, else text)."""
+    fmt = (fmt or os.environ.get("BRIDGE_LOG_FORMAT") or "text").lower()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        JsonFormatter() if fmt == "json" else TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    logging.Formatter.converter = time.gmtime
     kafka = logging.getLogger("aiokafka")
     # aiokafka is chatty about retries that are part of normal operation.
     kafka.setLevel(logging.WARNING if level.upper() != "DEBUG" else logging.DEBUG)
     if level.upper() != "DEBUG":
-        for handler in logging.getLogger().handlers:
-            handler.addFilter(_KafkaOnly(RateLimit()))
+        handler.addFilter(_KafkaOnly(RateLimit()))
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 

@@ -13,19 +13,26 @@ from prometheus_client import Counter, Gauge, Histogram
 from bridge.lifecycle import DropReason, EventKind
 
 COMMANDS = Counter("bridge_commands_total", "Commands read, by type and what became of them.", ["type", "result"])
-DLQ = Counter("bridge_dlq_records_total", "Records sent to a DLQ topic, by reason.", ["reason"])
+DLQ = Counter(
+    "bridge_dlq_records_total",
+    "Records sent to a DLQ topic, by reason and agent ('none' if unknown).",
+    ["reason", "agent"],
+)
 EVENTS = Counter("bridge_events_published_total", "Events added to a transaction, by kind.", ["kind"])
 DROPPED = Counter(
     "bridge_events_dropped_total",
     "Agent updates not published: replayed SSE ids, repeated snapshots, after-terminal.",
     ["reason"],
 )
-OUTCOMES = Counter("bridge_task_outcomes_total", "Tasks that ended, by final state or bridge outcome.", ["outcome"])
+OUTCOMES = Counter(
+    "bridge_task_outcomes_total", "Tasks that ended, by final state or bridge outcome, and agent.", ["outcome", "agent"]
+)
 TRANSACTIONS = Counter("bridge_transactions_total", "Commit ticks, by result.", ["result"])
 TRANSACTION_SECONDS = Histogram(
     "bridge_transaction_duration_seconds",
     "One transaction from begin to commit.",
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    # Up past the 45 s a transaction may take before it is given up on (bridge.transaction).
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 TRANSACTION_RECORDS = Histogram(
     "bridge_transaction_records",
@@ -44,6 +51,9 @@ AGENT_SECONDS = Histogram(
     "bridge_agent_request_duration_seconds",
     "JSON-RPC calls to agents until the response (or first SSE event) arrived.",
     ["agent", "method"],
+    # Up past the longest wait measured: request_timeout_seconds and
+    # first_event_timeout_seconds default to 30 s.
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
 PARTITIONS = Gauge("bridge_partitions_assigned", "Commands partitions owned and restored.")
 RESTORE_SECONDS = Histogram(
@@ -108,9 +118,27 @@ EVENTS_BY_KIND = {k: EVENTS.labels(k) for k in get_args(EventKind)}
 DROPPED_BY_REASON = {r: DROPPED.labels(r) for r in get_args(DropReason)}
 
 
-def init() -> None:
+BUILD_INFO = Gauge(
+    "bridge_build_info", "1, labelled with the versions this process runs.", ["version", "python", "aiokafka"]
+)
+COMMANDS_LAG = Gauge(
+    "bridge_commands_lag",
+    "Commands not yet absorbed, per owned partition: the high-water mark minus the offset to commit.",
+    ["partition"],
+)
+
+
+def init(agents: list[str]) -> None:
     """Create the label values alerts watch, so a first increment is a visible change."""
+    import platform
+
+    import aiokafka
+
+    from bridge import __version__
+
+    BUILD_INFO.labels(__version__, platform.python_version(), aiokafka.__version__).set(1)
     for result in ("committed", "failed"):
         TRANSACTIONS.labels(result)
-    for outcome in ("completed", "failed", "canceled", "rejected", "timeout", "lost"):
-        OUTCOMES.labels(outcome)
+    for agent in agents:
+        for outcome in ("completed", "failed", "canceled", "rejected", "timeout", "lost"):
+            OUTCOMES.labels(outcome, agent)

@@ -108,6 +108,12 @@ class PartitionOffsets:
         return Position(low, tuple(sorted(self._absorbed)), starts)
 
     @property
+    def next_to_commit(self) -> int | None:
+        """The offset :meth:`position` would commit now (no bookkeeping changes)."""
+        held = self._flight.keys() | self._deferred
+        return min(held) if held else self._next
+
+    @property
     def in_flight(self) -> int:
         return len(self._flight)
 

@@ -26,7 +26,7 @@ from typing import TypeAlias
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from bridge import checkpoints, events, metrics
+from bridge import checkpoints, events, metrics, tracing
 from bridge.agents import AgentClient
 from bridge.commands import Act, Command, Duplicate, Invalid, Refuse, decide, decode
 from bridge.config import Config
@@ -317,6 +317,7 @@ class PartitionOwner:
             route = self._clients[cmd.agent].config
             fresh.endpoint, fresh.dialect, fresh.agent_code = route.url, route.dialect, route.agent_code
             fresh.events_topic = self.config.events_topic(cmd.agent)
+            fresh.traceparent = tracing.traceparent(raw.headers)
             if isinstance(record, ClosedTask):
                 self.closed_held -= 1
             self.records[cmd.task_key] = fresh
@@ -381,7 +382,7 @@ class PartitionOwner:
                 record.agent,
             )
             self.publish(record, [record.report("agent-removed", f"agent {record.agent!r} is no longer configured")])
-            metrics.OUTCOMES.labels("agent-removed").inc()
+            metrics.OUTCOMES.labels("agent-removed", record.agent).inc()
             self._closed(record)
             return
         runner = TaskRunner(self, record)
@@ -396,7 +397,7 @@ class PartitionOwner:
             self.active.discard(key)
             metrics.LIVE_TASKS.dec()
             if runner.record.closed:
-                metrics.OUTCOMES.labels(runner.record.ended_as or "unknown").inc()
+                metrics.OUTCOMES.labels(runner.record.ended_as or "unknown", runner.record.agent).inc()
                 self._closed(runner.record)
 
     def _closed(self, record: TaskRecord) -> None:
@@ -495,7 +496,7 @@ class PartitionOwner:
         )
         n = self._partitions(topic)
         self.txn.add(OutRecord(topic, key, value, headers, origin, partition_for(key, n) if n else None))
-        metrics.DLQ.labels(reason).inc()
+        metrics.DLQ.labels(reason, agent or "none").inc()
         if command is not None:
             metrics.COMMANDS.labels(command.type, "dlq").inc()
         log.info("command at %s/%d/%d to the DLQ: %s", raw.topic, raw.partition, raw.offset, reason)

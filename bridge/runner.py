@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import random
 import time
@@ -31,7 +32,7 @@ from typing import Any, Literal, Protocol
 
 from aiokafka.structs import ConsumerRecord
 
-from bridge import metrics, policy
+from bridge import logs, metrics, policy
 from bridge.agents import AgentClient, rpc_id
 from bridge.commands import Act, Command, Duplicate, Refuse, decide, message_id
 from bridge.config import Config
@@ -59,6 +60,7 @@ class Partition(Protocol):
     """What a runner needs from the partition that owns it."""
 
     config: Config
+    partition: int
 
     def publish(self, record: TaskRecord, results: list[Event | Dropped]) -> None: ...
     def absorb(self, offset: int, record: TaskRecord | None = None, command_id: str | None = None) -> None: ...
@@ -103,13 +105,29 @@ class TaskRunner:
         self._resumed = False
         self._stopping = False
         self._cap = part.artifact_cap(record.agent)
+        self._log: dict[str, object] = {}
 
     # ------------------------------------------------------------ plumbing --
 
+    @property
+    def _trace(self) -> str | None:
+        return self.record.traceparent
+
     def launch(self, start: Incoming | None, delay: float = 0.0) -> None:
-        """Run the Task; a restored one after ``delay`` seconds (resumes are paced)."""
+        """Run the Task; a restored one after ``delay`` seconds (resumes are paced).
+        Its tasks log with the Task's keys (bridge.logs)."""
         self._active()
-        self.task = asyncio.create_task(self._main(start, delay), name=f"task-runner-{self.record.task_key[:60]}")
+        r = self.record
+        self._log = {"taskKey": r.task_key, "agent": r.agent, "partition": self.part.partition}
+        if r.task_id:
+            self._log["taskId"] = r.task_id
+        if start is not None:
+            self._log["commandId"] = start[0].command_id
+        context = contextvars.copy_context()
+        context.run(logs.bind, self._log)
+        self.task = asyncio.create_task(
+            self._main(start, delay), name=f"task-runner-{r.task_key[:60]}", context=context
+        )
         self.task.add_done_callback(self._crashed)
 
     def deliver(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
@@ -238,6 +256,8 @@ class TaskRunner:
         finally:
             if self._follower is not None:
                 self._follower.cancel()
+            if self.record.closed:
+                log.info("the Task ended: %s", self.record.ended_as)
             if not self._stopping:
                 # The Task ended (deadline, say) before the agent answered the command in flight.
                 self._answered(f"the Task ended ({self.record.ended_as}) before the agent answered", "task-closed")
@@ -292,6 +312,8 @@ class TaskRunner:
         id, and the command is absorbed with them."""
         self.record.command_id = command.command_id
         self._apply(update)
+        self._log.update(taskId=self.record.task_id, commandId=command.command_id)
+        log.info("%s answered: the Task is %s", command.type, self.record.state)
         self._answered()
 
     async def _send(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
@@ -336,10 +358,10 @@ class TaskRunner:
             try:
                 if not await self.client.streaming():
                     async with asyncio.timeout(cfg.first_event_timeout_seconds):
-                        snap = await self.client.task(dialect.send("send", rpc_id("send"), message))
+                        snap = await self.client.task(dialect.send("send", rpc_id("send"), message), self._trace)
                     self._first(command, snap)
                     return "poll"
-                it = aiter(self.client.stream(dialect.send("stream", rpc_id("stream"), message)))
+                it = aiter(self.client.stream(dialect.send("stream", rpc_id("stream"), message), self._trace))
                 try:
                     self._first(command, await self._first_update(it, cfg.first_event_timeout_seconds))
                 except BaseException:
@@ -419,7 +441,9 @@ class TaskRunner:
     async def _reconcile(self) -> None:
         assert self.record.task_id is not None
         with contextlib.suppress(AgentError):
-            self._apply(await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id)))
+            self._apply(
+                await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id), self._trace)
+            )
 
     async def _after_stream(self) -> None:
         """The stream ended: done, paused, or dropped (then resume)."""
@@ -462,12 +486,14 @@ class TaskRunner:
             try:
                 if not dialect.sequenced:
                     # No ids to resume after: catch up from the snapshot first.
-                    self._apply(await self.client.task(dialect.get(rpc_id("get"), task_id)))
+                    self._apply(await self.client.task(dialect.get(rpc_id("get"), task_id), self._trace))
                     if self.record.closed or self.record.paused:
                         return
                 metrics.RECONNECTS.labels(why).inc()
                 await self._consume(
-                    self.client.stream(dialect.resubscribe(rpc_id("resubscribe"), task_id, self.record.after_seq))
+                    self.client.stream(
+                        dialect.resubscribe(rpc_id("resubscribe"), task_id, self.record.after_seq), self._trace
+                    )
                 )
             except AgentError as exc:
                 log.info("resume of %s on %s failed: %s", task_id, self.client.name, exc.kind)
@@ -480,7 +506,7 @@ class TaskRunner:
                 continue
             failed += 1
             try:
-                snap: TaskSnapshot | None = await self.client.task(dialect.get(rpc_id("get"), task_id))
+                snap: TaskSnapshot | None = await self.client.task(dialect.get(rpc_id("get"), task_id), self._trace)
                 got: AgentError | None = None
             except AgentError as exc:
                 snap, got = None, exc
@@ -519,7 +545,7 @@ class TaskRunner:
             await asyncio.sleep(random.uniform(delay / 2, delay))
             delay = min(cfg.poll_max_seconds, delay * 2)
             try:
-                snap = await self.client.task(dialect.get(rpc_id("get"), self.record.task_id))
+                snap = await self.client.task(dialect.get(rpc_id("get"), self.record.task_id), self._trace)
             except AgentError:
                 continue
             if snap.state == "auth-required":
@@ -533,7 +559,8 @@ class TaskRunner:
                 metrics.RECONNECTS.labels("auth").inc()
                 await self._consume(
                     self.client.stream(
-                        dialect.resubscribe(rpc_id("resubscribe"), self.record.task_id, self.record.after_seq)
+                        dialect.resubscribe(rpc_id("resubscribe"), self.record.task_id, self.record.after_seq),
+                        self._trace,
                     )
                 )
             except AgentError:
@@ -553,7 +580,7 @@ class TaskRunner:
             await asyncio.sleep(random.uniform(delay / 2, delay))
             snap: TaskSnapshot | None = None
             try:
-                snap = await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id))
+                snap = await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id), self._trace)
             except RpcError as exc:
                 if exc.code == RpcError.TASK_NOT_FOUND:
                     self._outcome("lost", f"tasks/get: JSON-RPC {exc.code}")
@@ -601,14 +628,14 @@ class TaskRunner:
         assert self.record.task_id is not None
         dialect = self.client.dialect
         try:
-            snap = await self.client.task(dialect.cancel(rpc_id("cancel"), self.record.task_id))
+            snap = await self.client.task(dialect.cancel(rpc_id("cancel"), self.record.task_id), self._trace)
         except RpcError as exc:
             if exc.code != RpcError.TASK_NOT_CANCELABLE:
                 raise
             snap = None
         if snap is None or not is_terminal(snap.state):
             # Ambiguous: the seed says confirm with tasks/get.
-            snap = await self.client.task(dialect.get(rpc_id("get"), self.record.task_id))
+            snap = await self.client.task(dialect.get(rpc_id("get"), self.record.task_id), self._trace)
         # Only a terminal snapshot is published from here: a non-terminal one
         # may be ahead of the open stream, which would then repeat its chunks.
         # The stream (or the poll) reports the rest as it comes.

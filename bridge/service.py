@@ -242,6 +242,8 @@ class Service:
         """Step 4: cancel openers, final commit, close."""
         for p in partitions:
             self._assigned.discard(p)
+            with contextlib.suppress(KeyError):
+                metrics.COMMANDS_LAG.remove(str(p))
         await asyncio.gather(*(self._close(p) for p in partitions))
         metrics.PARTITIONS.set(len(self.owners))
 
@@ -371,7 +373,7 @@ class Service:
 
     async def run(self) -> int:
         cfg = self.config
-        metrics.init()
+        metrics.init(list(cfg.agents))
         shards = cfg.bridge.http_pools
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=max(8, 256 // shards))
         async with contextlib.AsyncExitStack() as pools:
@@ -516,6 +518,11 @@ class Service:
                     if point is not None:
                         consumer.seek(self._tp(p), point)
             metrics.COMMIT_LAG.set(sum(o.txn.buffered for o in self.owners.values()))
+            for p, owner in self.owners.items():
+                high = consumer.highwater(self._tp(p))
+                low = owner.offsets.next_to_commit
+                if high is not None and low is not None:
+                    metrics.COMMANDS_LAG.labels(str(p)).set(max(0, high - low))
 
 
 async def serve(config: Config) -> int:

@@ -43,7 +43,14 @@ DASHBOARD_LABEL = {"grafana_dashboard": "1"}
 # Labels Prometheus (and the Prometheus Operator) attach to every scraped series.
 TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "container", "endpoint"}
 # Metrics from outside the bridge that the alerts may use, and where they come from.
-EXTERNAL_METRICS = {"up": "Prometheus", "kafka_consumergroup_lag": "Kafka Exporter (Strimzi kafkaExporter)"}
+EXTERNAL_METRICS = {
+    "up": "Prometheus",
+    "kafka_consumergroup_lag": "Kafka Exporter (Strimzi kafkaExporter)",
+    # prometheus_client's process collector, on the bridge's own /metrics.
+    "process_cpu_seconds_total": "the bridge (prometheus_client process collector)",
+    "process_resident_memory_bytes": "the bridge (prometheus_client process collector)",
+    "process_start_time_seconds": "the bridge (prometheus_client process collector)",
+}
 SEVERITIES = {"critical", "warning", "info"}
 
 

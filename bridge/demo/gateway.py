@@ -227,6 +227,8 @@ class TaskRecord:
     # True while a script turn is executing; streams end only once it is False.
     running: bool = False
     cancelable: bool = True
+    # W3C traceparent headers of the requests that created or continued the Task.
+    traceparents: list[str] = field(default_factory=list)
     runner: asyncio.Task[None] | None = None
     ended_at: float | None = None
     subscribers: set[_Subscriber] = field(default_factory=set)
@@ -269,6 +271,7 @@ class TaskRecord:
             "event_count": self.last_seq,
             "first_retained_seq": self.first_retained_seq,
             "duplicates_absorbed": self.duplicates_absorbed,
+            "traceparents": list(self.traceparents),
             "running": self.running,
             "open_streams": len(self.subscribers),
         }
@@ -327,6 +330,7 @@ class Gateway:
         self.tasks: dict[str, TaskRecord] = {}
         self.by_message: dict[tuple[str, str], str] = {}
         self.rng = random.Random(cfg.seed)
+        self._trace: str | None = None  # the traceparent of the request being handled
 
     # -- task log -----------------------------------------------------------
 
@@ -461,6 +465,12 @@ class Gateway:
 
     def accept_message(self, agent: str, message: JSON) -> tuple[TaskRecord, int, bool]:
         """Route a user message; returns (Task, stream cursor, is_duplicate)."""
+        rec, cursor, duplicate = self._accept(agent, message)
+        if self._trace:
+            rec.traceparents.append(self._trace)
+        return rec, cursor, duplicate
+
+    def _accept(self, agent: str, message: JSON) -> tuple[TaskRecord, int, bool]:
         mid: str = message["messageId"]
         known = self.by_message.get((agent, mid))
         if known is not None and known in self.tasks:
@@ -547,6 +557,7 @@ class Gateway:
             if not isinstance(params, dict):
                 raise RpcError(INVALID_PARAMS, "params must be an object")
             self.sweep()
+            self._trace = request.headers.get("traceparent")
             if method == "message/stream":
                 return self._message_stream(rpc_id, agent, params)
             if method == "message/send":

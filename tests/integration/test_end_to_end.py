@@ -220,8 +220,10 @@ async def test_ops_endpoints_report_readiness_and_metrics(env: Env, tmp_path: Pa
             text = (await http.get("/metrics")).text
         assert "bridge_partitions_assigned 2.0" in text
         assert 'bridge_events_published_total{kind="artifact"} 2.0' in text
-        assert 'bridge_task_outcomes_total{outcome="completed"} 1.0' in text
+        assert 'bridge_task_outcomes_total{agent="gw-writer",outcome="completed"} 1.0' in text
         assert 'bridge_transactions_total{result="committed"}' in text
+        assert "bridge_build_info{" in text and 'bridge_capacity_limit{limit="max_live_tasks"}' in text
+        assert 'bridge_commands_lag{partition="0"} 0.0' in text or 'bridge_commands_lag{partition="1"} 0.0' in text
         assert "m1" not in text  # no task keys or ids as labels
     finally:
         bridge.stop()

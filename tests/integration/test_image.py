@@ -134,7 +134,7 @@ def test_the_installed_bridge_runs_a_task_and_drains_on_sigterm(image_venv: Path
         assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
         assert events[-1]["state"] == "completed"
         assert (
-            'bridge_task_outcomes_total{outcome="completed"} 1.0'
+            'bridge_task_outcomes_total{agent="gw-writer",outcome="completed"} 1.0'
             in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
         )
 

@@ -50,7 +50,7 @@ class FakeClient:
     async def streaming(self) -> bool:
         return True
 
-    async def stream(self, req: Request) -> AsyncIterator[Update]:
+    async def stream(self, req: Request, trace: str | None = None) -> AsyncIterator[Update]:
         self.script.requests.append(req)
         q = self.script.streams[len(self.script.requests) - 1]
         self.script.opened.set()
@@ -62,13 +62,14 @@ class FakeClient:
                 raise item
             yield item
 
-    async def task(self, req: Request) -> Any:
+    async def task(self, req: Request, trace: str | None = None) -> Any:
         raise AssertionError("not scripted")
 
 
 @dataclass
 class FakePartition:
     script: Script
+    partition: int = 0
     config: Config = field(default_factory=lambda: Config(bridge=BridgeConfig(first_event_timeout_seconds=5)))
     events: list[dict[str, Any]] = field(default_factory=list)
     absorbed: list[tuple[int, str | None]] = field(default_factory=list)
