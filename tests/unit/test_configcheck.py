@@ -3,6 +3,8 @@ configuration as TOML, and secrets that never show."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 from bridge.config import load
 from bridge.configcheck import agent_name_pattern, check, render, suggest
 
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "hunter2-Zq81-never-print-me"
 
 GOOD = """
@@ -276,3 +279,21 @@ def test_suggestions() -> None:
     assert suggest("bootstrap_server", ["bootstrap_servers", "group_id"]) == " (did you mean 'bootstrap_servers'?)"
     assert suggest("scram-sha-512", ["PLAIN", "SCRAM-SHA-512"]) == " (did you mean 'SCRAM-SHA-512'?)"
     assert suggest("zzz", ["bootstrap_servers"]) == ""
+
+
+def test_the_command_exits_2_with_every_problem_and_0_with_the_config(good: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[bridge]\ncommit_interval_ms = 0\nhttp_port = -2\n[kafka]\nsasl_password = "' + SECRET + '"\n')
+    run = [sys.executable, "-m", "bridge", "config", "check", "--config"]
+    out = subprocess.run([*run, str(bad)], capture_output=True, text=True, cwd=ROOT, env={}, check=False)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    lines = out.stderr.splitlines()
+    assert lines[0] == f"bridge config: {bad}: 3 problems"
+    assert len(lines) == 4 and "Traceback" not in out.stderr and SECRET not in out.stderr
+    ok = subprocess.run(
+        [*run, str(good)], capture_output=True, text=True, cwd=ROOT, env={"EXPLORE_TOKEN": SECRET}, check=False
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert tomllib.loads(ok.stdout)["kafka"]["commands_topic"] == "orders.commands"
+    assert SECRET not in ok.stdout + ok.stderr
