@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,8 +46,6 @@ REPLAY_HEADER = "bridge_replay_of"
 # timestamp: room for a clock on the operator's machine (the replay's timestamp)
 # running behind the bridge's (the DLQ record's).
 REPLAY_SCAN_MARGIN_MS = 3600 * 1000
-
-Print = Callable[[str], None]
 
 
 def _err(text: str) -> None:
@@ -131,6 +129,9 @@ def line(e: DlqEntry) -> str:
         size += f" truncated (of {e.original_bytes()} B)"
     if e.header("dlq_key_bytes") is not None:
         size += f", key cut (of {escape(e.header('dlq_key_bytes'))} B)"
+    replayed = e.header(REPLAY_HEADER)  # an original header: this command was itself a replay
+    if replayed:
+        size += f", a replay of {escape(replayed)}"
     return (
         f"{escape(e.time)}  {escape(e.origin)}  {escape(e.reason)}  {ctype} {cid}  taskKey {key}  "
         f"from {escape(e.original)}  {size}  {escape(e.header('dlq_detail'))}"
@@ -223,7 +224,7 @@ async def _topic_partitions(config: Config, topics: list[str]) -> list[TopicPart
     return [TopicPartition(t, p) for t in topics for p in range(counts[t])]
 
 
-async def read_entries(
+async def entries(
     config: Config,
     topics: list[str],
     *,
@@ -231,15 +232,16 @@ async def read_entries(
     limit: int | None = None,
     partition: int | None = None,
     offset: int | None = None,
-) -> list[DlqEntry]:
-    """DLQ records of ``topics`` (topic, partition, offset order), bounded by the end
-    offsets; only ``reason``'s, at most ``limit``; at ``offset`` only (and ``partition``)."""
+) -> AsyncGenerator[DlqEntry, None]:
+    """DLQ records of ``topics`` as they are read (topic, partition, offset order),
+    bounded by the end offsets; only ``reason``'s, at most ``limit``; at ``offset``
+    only (and in ``partition``)."""
     tps = await _topic_partitions(config, topics)
     if partition is not None:
         tps = [tp for tp in tps if tp.partition == partition]
         if not tps:
             raise StartupError(f"no partition {partition} in topic(s) {topics}")
-    found: list[DlqEntry] = []
+    found = 0
     async with reading.consumer(config) as c:
         start: dict[TopicPartition, int] | None = None
         if offset is not None:
@@ -255,23 +257,25 @@ async def read_entries(
                         break
                     e = DlqEntry.of(r)
                     if matches(e, reason):
-                        found.append(e)
-                        if limit is not None and len(found) >= limit:
-                            return found
+                        yield e
+                        found += 1
+                        if limit is not None and found >= limit:
+                            return
                     if offset is not None:
                         break
-    return found
 
 
 async def dlq_list(
     config: Config, topics: list[str] | None, *, reason: str | None, limit: int | None, as_json_lines: bool
 ) -> int:
-    """Print the DLQ; 1 when nothing matches."""
+    """Print the DLQ as it is read (memory does not grow with it); 1 when nothing matches."""
     names = topics or config.all_dlq_topics()
-    entries = await read_entries(config, names, reason=reason, limit=limit)
-    for e in entries:
-        print(orjson.dumps(as_json(e)).decode() if as_json_lines else line(e), flush=True)
-    if not entries:
+    shown = 0
+    async with contextlib.aclosing(entries(config, names, reason=reason, limit=limit)) as found:
+        async for e in found:
+            print(orjson.dumps(as_json(e)).decode() if as_json_lines else line(e), flush=True)
+            shown += 1
+    if not shown:
         what = f" with reason {reason!r}" if reason else ""
         _err(f"no DLQ records{what} in {', '.join(names)}")
         return 1
@@ -311,7 +315,8 @@ async def dlq_replay(
     been, 1 when nothing matched, 2 when some were refused (the rest are replayed)."""
     names = topics or config.all_dlq_topics()
     commands = config.kafka.commands_topic
-    chosen = await read_entries(config, names, reason=reason, partition=partition, offset=offset)
+    async with contextlib.aclosing(entries(config, names, reason=reason, partition=partition, offset=offset)) as found:
+        chosen = [e async for e in found]
     if not chosen:
         where = f"at offset {offset}" if offset is not None else f"with reason {reason!r}"
         _err(f"no DLQ record {where} in {', '.join(names)}")
@@ -363,8 +368,11 @@ async def _produce(config: Config, todo: list[DlqEntry], route: dict[str, int], 
     producer = AIOKafkaProducer(acks="all", enable_idempotence=True, **config.kafka.client_options())
     try:
         await producer.start()
-        for e in todo:
-            meta = await producer.send_and_wait(commands, e.value, key=e.key, headers=replay_headers(e))
+        # Sent without waiting one by one (the idempotent producer keeps their order
+        # per partition), then reported in order as each is acknowledged.
+        sent = [(e, await producer.send(commands, e.value, key=e.key, headers=replay_headers(e))) for e in todo]
+        for e, delivery in sent:
+            meta = await delivery
             print(
                 f"replayed {escape(e.origin)}  {escape(e.reason)}  taskKey {escape(e.key)} "
                 f"-> {commands}/{meta.partition}/{meta.offset}{note.get(e.origin, '')}",

@@ -144,6 +144,8 @@ def test_replay_sends_the_original_headers_and_marks_the_replay() -> None:
     # Every dlq_* header goes (the bridge's, and any the producer named so), and an
     # earlier replay's mark gives way to this one's.
     assert replay_headers(e) == [("traceparent", b"00-abc-01"), (REPLAY_HEADER, b"orders.dlq/0/9")]
+    # A replay that came back to the DLQ says what it replayed.
+    assert f"{len(START)} B, a replay of orders.dlq/0/1  " in line(e)
     assert refusal(e, COMMANDS) is None
 
 
