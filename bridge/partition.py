@@ -26,7 +26,7 @@ from typing import TypeAlias
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from bridge import checkpoints, events, metrics, tracing
+from bridge import __version__, checkpoints, events, metrics, tracing
 from bridge.agents import AgentClient
 from bridge.commands import Act, Command, Duplicate, Invalid, Refuse, decide, decode
 from bridge.config import Config
@@ -519,6 +519,8 @@ def dlq_record(
         ("dlq_topic", raw.topic.encode()),
         ("dlq_partition", str(raw.partition).encode()),
         ("dlq_offset", str(raw.offset).encode()),
+        ("dlq_time", events.rfc3339(time.time()).encode()),
+        ("dlq_bridge_version", __version__.encode()),
     ]
     if command is not None:
         own.append(("dlq_command_id", command.command_id.encode()))

@@ -11,6 +11,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 
 from bridge.config import Config
+from bridge.display import escape
 from bridge.topics import partitions
 
 
@@ -51,36 +52,57 @@ def closes(event: dict[str, Any]) -> bool:
 
 
 def timeline_line(e: dict[str, Any]) -> str:
+    """One readable line; what came from callers or agents is escaped (see :func:`escape`)."""
     t = str(e.get("time", ""))[11:23]
-    head = f"{t}  {e.get('taskKey', '')[:18]:<18} {e.get('agent', '')[:12]:<12} #{e.get('seq'):<3}"
+    key, agent = escape(str(e.get("taskKey", "")))[:18], escape(str(e.get("agent", "")))[:12]
+    head = f"{t}  {key:<18} {agent:<12} #{e.get('seq'):<3}"
     kind = e.get("kind")
+    mark = "  (terminal)" if e.get("terminal") else ""
+    msg: dict[str, Any] = e["message"] if isinstance(e.get("message"), dict) else {}
+    text = ""
+    for part in msg.get("parts") or []:
+        if isinstance(part, dict) and part.get("text"):
+            text = f'  "{escape(str(part["text"])[:60])}"'
+            break
     if kind == "status":
-        text = ""
-        msg = e.get("message") or {}
-        for part in msg.get("parts") or []:
-            if isinstance(part, dict) and part.get("text"):
-                text = f'  "{str(part["text"])[:60]}"'
-                break
-        mark = "  (terminal)" if e.get("terminal") else ""
-        return f"{head} status   {e.get('state')}{text}{mark}"
+        return f"{head} status   {escape(str(e.get('state')))}{text}{mark}"
+    if kind == "message":
+        return f"{head} message  {escape(str(msg.get('role', '')))}{text}"
     if kind == "artifact":
         a = e.get("artifact") or {}
         size = len(orjson.dumps(a.get("parts", [])))
         flags = ("append " if a.get("append") else "") + ("last" if a.get("lastChunk") else "")
-        name = a.get("name") or a.get("artifactId")
+        name = escape(str(a.get("name") or a.get("artifactId")))
         return f"{head} artifact {name} +{len(a.get('parts', []))} parts ({size} B) {flags}"
-    mark = "  (terminal)" if e.get("terminal") else ""
-    return f"{head} bridge   {e.get('outcome')} {e.get('reason', '')}{mark}"
+    return f"{head} bridge   {e.get('outcome')} {escape(str(e.get('reason', '')))}{mark}"
+
+
+def wanted(event: dict[str, Any], task_keys: set[str] | None, agents: set[str] | None) -> bool:
+    """Whether ``event`` passes the ``--task-key`` and ``--agent`` filters (None: any)."""
+    if task_keys is not None and event.get("taskKey") not in task_keys:
+        return False
+    return agents is None or event.get("agent") in agents
 
 
 async def tail(
-    config: Config, *, timeline: bool, from_beginning: bool, until_closed: set[str] | None, timeout: float
+    config: Config,
+    *,
+    timeline: bool,
+    from_beginning: bool,
+    until_closed: set[str] | None,
+    timeout: float,
+    task_keys: set[str] | None = None,
+    agents: set[str] | None = None,
 ) -> int:
+    """Print events; with ``agents``, only those agents' events topics are read."""
     open_keys = set(until_closed or ())
     started = time.monotonic()
+    topics = sorted({config.events_topic(a) for a in agents}) if agents else config.all_events_topics()
 
     async def consume() -> None:
-        async for e in read_events(config, config.all_events_topics(), from_beginning=from_beginning):
+        async for e in read_events(config, topics, from_beginning=from_beginning):
+            if not wanted(e, task_keys, agents):
+                continue
             print(timeline_line(e) if timeline else orjson.dumps(e).decode(), flush=True)
             if until_closed is not None and closes(e):
                 open_keys.discard(e.get("taskKey", ""))

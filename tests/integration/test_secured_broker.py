@@ -194,3 +194,27 @@ def test_bad_credentials_fail_fast_with_one_line(
     assert lines[0].startswith("bridge: Kafka ") and says in lines[0], lines[0]
     assert out.stdout == ""
     assert_no_secret(secured, out.stdout, out.stderr)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("start", "--task-key", "k", "--agent", "gw-writer", "--text", "hi"),
+        ("cancel", "--task-key", "k"),
+        ("tail", "--timeout", "5"),
+        ("inspect", "k"),
+        ("dlq", "list"),
+        ("dlq", "replay", "--reason", "unknown-agent"),
+    ],
+)
+def test_one_shot_commands_tell_a_refused_password_from_a_broker_that_is_down(
+    env: Env, secured: Secured, tmp_path: Path, argv: tuple[str, ...]
+) -> None:
+    path, _ = secured_config(env, tmp_path, secured, password_file=secured.wrong_password)
+    out = run_cli(path, *argv, timeout=30)
+    assert out.returncode == 2, f"exit {out.returncode}\n{out.stdout}\n{out.stderr}"
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert lines[0].startswith("bridge: Kafka ") and "SASL SCRAM-SHA-512 login refused for user 'bridge'" in lines[0]
+    assert out.stdout == ""
+    assert_no_secret(secured, out.stdout, out.stderr)

@@ -1,0 +1,177 @@
+"""The pure parts of `bridge dlq` (bridge.dlq, bridge.display): reading a DLQ record
+as the bridge writes it (bridge.partition.dlq_record), printing it safely, and what a
+replay sends."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+import orjson
+import pytest
+from aiokafka.structs import ConsumerRecord
+
+from bridge.commands import Command
+from bridge.display import escape
+from bridge.dlq import REPLAY_HEADER, DlqEntry, as_json, line, refusal, replay_headers
+from bridge.partition import dlq_record
+
+COMMANDS = "orders.commands"
+START = orjson.dumps(
+    {
+        "type": "start",
+        "commandId": "c-1",
+        "taskKey": "order-17",
+        "agent": "late",
+        "message": {"role": "user", "parts": [{"kind": "text", "text": "hi"}]},
+    }
+)
+# 2026-01-02T03:04:05.678Z
+STAMP_MS = 1767323045678
+
+
+def raw(
+    value: bytes,
+    key: bytes | None = b"order-17",
+    headers: list[tuple[str, bytes]] | None = None,
+    *,
+    topic: str = COMMANDS,
+    partition: int = 2,
+    offset: int = 41,
+    timestamp: int = STAMP_MS,
+) -> ConsumerRecord[bytes, bytes]:
+    return ConsumerRecord(topic, partition, offset, timestamp, 0, key, value, None, 0, 0, headers or [])
+
+
+def dead_letter(
+    original: ConsumerRecord[bytes, bytes],
+    reason: str = "unknown-agent",
+    command: Command | None = None,
+    *,
+    budget: int = 1_000_000,
+    dlq_offset: int = 7,
+) -> DlqEntry:
+    """A DLQ record as the bridge writes it, as `bridge dlq` reads it back; its time is
+    the record's timestamp (a ``dlq_time`` header, once the bridge writes one, is
+    left out here so the expected lines stay fixed)."""
+    key, value, headers = dlq_record(original, reason, "no agent 'late' in the registry", command, budget=budget)
+    headers = [(k, v) for k, v in headers if k != "dlq_time"]
+    return DlqEntry.of(raw(value, key, headers, topic="orders.dlq", partition=0, offset=dlq_offset))
+
+
+CMD = Command(type="start", command_id="c-1", task_key="order-17", agent="late")
+
+
+def test_escape_shows_caller_input_on_one_unambiguous_line() -> None:
+    assert escape("order-17") == "order-17"
+    assert escape("日本語 🙂 ünïcode") == "日本語 🙂 ünïcode"
+    assert escape(b"a\nb\rc\x1b[31m\x7f") == "a\\x0ab\\x0dc\\x1b[31m\\x7f"
+    assert escape(b"bad \xff\xfe utf8") == "bad \\xff\\xfe utf8"
+    assert escape("right-to-left \u202e override, zero\u200bwidth, line\u2028sep") == (
+        "right-to-left \\u202e override, zero\\u200bwidth, line\\u2028sep"
+    )
+    # A backslash is doubled, so a key that spells "\x01" is told apart from byte 0x01.
+    assert escape("lit\\x01") == "lit\\\\x01" != escape("lit\x01")
+    assert escape("lone \ud800 surrogate") == "lone \\ud800 surrogate"
+    assert escape("\U000e0001 tag") == "\\U000e0001 tag"
+    assert escape(None) == ""
+
+
+def test_a_dead_letter_reads_back_with_its_reason_origin_and_command() -> None:
+    e = dead_letter(raw(START, headers=[("traceparent", b"00-abc-01")]), command=CMD)
+    assert (e.reason, e.original_topic, e.original, e.origin) == (
+        "unknown-agent",
+        COMMANDS,
+        f"{COMMANDS}/2/41",
+        "orders.dlq/0/7",
+    )
+    assert not e.truncated and e.value == START and e.key == b"order-17"
+    assert line(e) == (
+        "2026-01-02T03:04:05.678Z  orders.dlq/0/7  unknown-agent  start c-1  taskKey order-17  "
+        f"from {COMMANDS}/2/41  {len(START)} B  no agent 'late' in the registry"
+    )
+
+
+def test_dlq_time_header_is_preferred_to_the_record_timestamp() -> None:
+    e = dead_letter(raw(START), command=CMD)
+    stamped = DlqEntry.of(
+        raw(e.value, e.key, [*e.headers, ("dlq_time", b"2026-05-06T07:08:09.000Z")], topic="orders.dlq", offset=7)
+    )
+    assert e.time == "2026-01-02T03:04:05.678Z"
+    assert stamped.time == "2026-05-06T07:08:09.000Z"
+
+
+def test_the_bridges_own_headers_win_over_the_originals_of_the_same_name() -> None:
+    forged = [("dlq_reason", b"forged"), ("dlq_topic", b"elsewhere")]
+    e = dead_letter(raw(START, headers=forged), command=CMD)
+    assert e.reason == "unknown-agent" and e.original_topic == COMMANDS
+
+
+def test_a_hostile_key_is_escaped_in_the_line_and_exact_in_json() -> None:
+    key = "evil\x1b]0;pwned\x07\nkey"
+    e = dead_letter(raw(b"{not json", key=key.encode()), "not-json")
+    text = line(e)
+    assert "\n" not in text and "\x1b" not in text and "\x07" not in text
+    assert "taskKey evil\\x1b]0;pwned\\x07\\x0akey" in text
+    assert "  - -  " in text  # a record too broken to parse has no command type or id
+    doc = as_json(e)
+    assert doc["taskKey"] == key
+    assert doc["value"] == "{not json" and doc["valueEncoding"] == "utf-8"
+
+
+def test_json_lines_carry_the_value_as_text_or_base64() -> None:
+    binary = b"\x00\xff\x10 not utf-8"
+    e = dead_letter(raw(binary, key=b"\xffkey", headers=[("trace", b"\xfe\x01"), ("who", b"me")]), "not-json")
+    doc = as_json(e)
+    assert doc["valueEncoding"] == "base64" and base64.b64decode(doc["value"]) == binary
+    assert doc["taskKey"] is None and base64.b64decode(doc["keyBase64"]) == b"\xffkey"
+    assert doc["headers"] == [{"name": "trace", "base64": "/gE="}, {"name": "who", "text": "me"}]
+    assert doc["original"] == {"topic": COMMANDS, "partition": 2, "offset": 41}
+    assert (doc["topic"], doc["partition"], doc["offset"]) == ("orders.dlq", 0, 7)
+    assert (doc["reason"], doc["truncated"], doc["valueBytes"], doc["originalBytes"]) == (
+        "not-json",
+        False,
+        len(binary),
+        len(binary),
+    )
+    orjson.dumps(doc)  # serialisable as it is
+
+
+def test_replay_sends_the_original_headers_and_marks_the_replay() -> None:
+    original = [("traceparent", b"00-abc-01"), ("dlq_custom", b"x"), (REPLAY_HEADER, b"orders.dlq/0/1")]
+    e = dead_letter(raw(START, headers=original), command=CMD, dlq_offset=9)
+    assert any(k == "dlq_reason" for k, _ in e.headers)
+    # Every dlq_* header goes (the bridge's, and any the producer named so), and an
+    # earlier replay's mark gives way to this one's.
+    assert replay_headers(e) == [("traceparent", b"00-abc-01"), (REPLAY_HEADER, b"orders.dlq/0/9")]
+    # A replay that came back to the DLQ says what it replayed.
+    assert f"{len(START)} B, a replay of orders.dlq/0/1  " in line(e)
+    assert refusal(e, COMMANDS) is None
+
+
+def test_what_cannot_be_replayed_says_why() -> None:
+    big = START + b" " * 5000
+    cut = dead_letter(raw(big), command=CMD, budget=2000)
+    assert cut.truncated and len(cut.value) < len(big)
+    why = refusal(cut, COMMANDS)
+    assert why is not None and why.startswith(f"a truncated copy: the DLQ holds {len(cut.value)} of its {len(big)}")
+    assert hashlib.sha256(big).hexdigest()[:16] in why
+    assert line(cut).endswith(f"{len(cut.value)} B truncated (of {len(big)} B)  no agent 'late' in the registry")
+
+    long_key = dead_letter(raw(START, key=b"k" * 2000), command=CMD)
+    assert refusal(long_key, COMMANDS) == "its key was cut to 1024 of 2000 bytes"
+
+    elsewhere = dead_letter(raw(START, topic="other.commands"), command=CMD)
+    assert refusal(elsewhere, COMMANDS) == (
+        f"it came from topic 'other.commands', not this config's commands topic {COMMANDS!r}"
+    )
+    keyless = dead_letter(raw(START, key=None), "key-mismatch")
+    assert refusal(keyless, COMMANDS) is not None and "no key" in str(refusal(keyless, COMMANDS))
+
+    foreign = DlqEntry.of(raw(START, headers=[("dlq_reason", b"x")], topic="orders.dlq"))
+    assert refusal(foreign, COMMANDS) == "not a bridge DLQ record (no dlq_topic header)"
+
+
+@pytest.mark.parametrize("reason", ["not-json", "schema-violation", "unknown-agent"])
+def test_line_names_the_reason(reason: str) -> None:
+    assert f"  {reason}  " in line(dead_letter(raw(START), reason))
