@@ -77,6 +77,9 @@ class KafkaConfig:
     # session_timeout_ms takes its partitions back without a rebalance. Give each
     # replica a stable, unique id (the pod name); leave unset for dynamic members.
     group_instance_id: str | None = None
+    # The coordinator aborts a transaction open longer than this (a crashed owner's
+    # open transaction blocks its successor's reads until then).
+    transaction_timeout_ms: int = 30_000
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username: str | None = None

@@ -315,7 +315,7 @@ class Service:
                 except Exception as exc:
                     if owner is not None:
                         await owner.close(flush=False)
-                    if isinstance(exc, _FORBIDDEN | StartupError):
+                    if isinstance(exc, (*_FORBIDDEN, StartupError)):
                         self._fail(StartupError(f"partition {p}: {exc}"))
                         return
                     log.warning("partition %d: open failed (%s: %s), retrying", p, type(exc).__name__, exc)

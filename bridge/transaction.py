@@ -53,16 +53,14 @@ from bridge.offsets import Position
 
 log = logging.getLogger(__name__)
 
-# A transaction left open by a crash is aborted by the coordinator after this;
-# short, so that a restarted owner is not blocked long by its predecessor's.
-TRANSACTION_TIMEOUT_MS = 30_000
 # Aborting is best effort (a fenced producer cannot); the next owner's
 # init_transactions aborts whatever is left open.
 _ABORT_TIMEOUT_S = 10.0
 # aiokafka waits for an unreachable coordinator for ever. A transaction still
-# open this long after its timeout has been aborted by the coordinator, or its
-# outcome is unknown: either way the partition is rebuilt from what Kafka has.
-_TRANSACTION_BOUND_S = TRANSACTION_TIMEOUT_MS / 1000 + 15
+# open this long past its timeout (kafka.transaction_timeout_ms) has been aborted
+# by the coordinator, or its outcome is unknown: either way the partition is
+# rebuilt from what Kafka has.
+_TRANSACTION_GRACE_S = 15.0
 
 _TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
 _NOT_ALLOWED = (
@@ -90,12 +88,13 @@ class TransactionFailed(BridgeError):
         *,
         refused: tuple[str, ...] = (),
         open_for: float = 0.0,
+        timeout_ms: int = 30_000,
     ) -> None:
         self.partition = partition
         self.cause = cause
         self.refused = refused
         self.fenced = isinstance(cause, ProducerFenced)
-        self.timed_out = self.fenced and open_for * 1000 >= TRANSACTION_TIMEOUT_MS
+        self.timed_out = self.fenced and open_for * 1000 >= timeout_ms
         self.forbidden = isinstance(cause, _NOT_ALLOWED)
         what = "refused as too large: " + ", ".join(refused[:3]) if refused else type(cause).__name__
         super().__init__(f"partition {partition}: transaction aborted ({what})")
@@ -163,7 +162,9 @@ class PartitionTransactions:
             # max.message.bytes can refuse a batch of records that each fit.
             max_batch_size=min(256 * 1024, self._limits().smallest),
             max_request_size=self.config.kafka.max_request_size,
-            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+            # A transaction left open by a crash is aborted by the coordinator after
+            # this: short, so a restarted owner is not blocked long by its predecessor's.
+            transaction_timeout_ms=self.config.kafka.transaction_timeout_ms,
             **self.config.kafka.client_options(),
         )
         try:
@@ -262,7 +263,7 @@ class PartitionTransactions:
         started = time.monotonic()
         sent: list[tuple[tuple[str, ...], asyncio.Future[object]]] = []
         try:
-            async with asyncio.timeout(_TRANSACTION_BOUND_S):
+            async with asyncio.timeout(self.config.kafka.transaction_timeout_ms / 1000 + _TRANSACTION_GRACE_S):
                 await self._send_all(producer, [*outbox.records, *staged], position, sent)
         except Exception as exc:
             metrics.TRANSACTIONS.labels("failed").inc()
@@ -273,7 +274,13 @@ class PartitionTransactions:
                 o[0] if len(o) == 1 else "batch" for o, f in sent if f.done() and isinstance(_failure(f), _TOO_LARGE)
             )
             await self._abort(producer, sent)
-            raise TransactionFailed(self.partition, exc, refused=refused, open_for=time.monotonic() - started) from exc
+            raise TransactionFailed(
+                self.partition,
+                exc,
+                refused=refused,
+                open_for=time.monotonic() - started,
+                timeout_ms=self.config.kafka.transaction_timeout_ms,
+            ) from exc
         self._last = position
         count = len(outbox.records) + len(staged)
         metrics.TRANSACTIONS.labels("committed").inc()

@@ -23,7 +23,7 @@ from bridge.config import BridgeConfig, Config, KafkaConfig
 from bridge.lifecycle import TaskRecord
 from bridge.limits import RecordLimits
 from bridge.offsets import Position
-from bridge.transaction import TRANSACTION_TIMEOUT_MS, OutRecord, PartitionTransactions, TransactionFailed
+from bridge.transaction import OutRecord, PartitionTransactions, TransactionFailed
 
 CONFIG = Config(kafka=KafkaConfig(commands_topic="cmds", checkpoints_topic="cps", group_id="g"), bridge=BridgeConfig())
 
@@ -159,8 +159,8 @@ async def test_a_failed_commit_aborts_and_the_next_commit_sends_the_position_aga
 
 
 def test_fenced_after_the_transaction_timeout_is_a_coordinator_timeout_not_a_takeover() -> None:
-    late = TransactionFailed(0, ProducerFenced(), open_for=TRANSACTION_TIMEOUT_MS / 1000 + 1)
-    early = TransactionFailed(0, ProducerFenced(), open_for=1.0)
+    late = TransactionFailed(0, ProducerFenced(), open_for=31.0, timeout_ms=30_000)
+    early = TransactionFailed(0, ProducerFenced(), open_for=1.0, timeout_ms=30_000)
     assert late.fenced and late.timed_out
     assert early.fenced and not early.timed_out
     assert TransactionFailed(0, TopicAuthorizationFailedError()).forbidden
