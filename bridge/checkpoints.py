@@ -51,33 +51,10 @@ def task_key_bytes(task_key: str) -> bytes:
 
 
 def _document(record: TaskRecord, artifacts: dict[str, ArtifactProgress]) -> dict[str, Any]:
-    if record.closed:
-        # A closed Task's checkpoint only serves dedupe (and `bridge inspect`) for the
-        # rest of its window: no per-artifact or per-message state.
-        return {
-            "v": VERSION,
-            "taskKey": record.task_key,
-            "agent": record.agent,
-            "taskId": record.task_id,
-            "contextId": record.context_id,
-            "state": record.state,
-            "outcome": record.outcome,
-            "afterSeq": record.after_seq,
-            "seq": record.seq,
-            "commandIds": record.command_ids,
-            "commandId": record.command_id,
-            "startCommandId": record.start_command_id,
-            "closed": True,
-            "closedAt": record.closed_at,
-        }
-    return {
+    doc: dict[str, Any] = {
         "v": VERSION,
         "taskKey": record.task_key,
         "agent": record.agent,
-        "endpoint": record.endpoint,
-        "dialect": record.dialect,
-        "agentCode": record.agent_code,
-        "eventsTopic": record.events_topic,
         "taskId": record.task_id,
         "contextId": record.context_id,
         "state": record.state,
@@ -87,15 +64,26 @@ def _document(record: TaskRecord, artifacts: dict[str, ArtifactProgress]) -> dic
         "commandIds": record.command_ids,
         "commandId": record.command_id,
         "startCommandId": record.start_command_id,
-        "deadline": record.deadline,
         "closed": record.closed,
-        "cancelPending": record.cancel_pending,
-        "statusDigest": record.status_digest,
-        "artifacts": {k: {"parts": a.parts, "digest": a.digest, "done": a.done} for k, a in artifacts.items()},
-        "messages": record.messages,
-        "traceparent": record.traceparent,
         "closedAt": record.closed_at,
     }
+    if record.closed:
+        # A closed Task's checkpoint only serves dedupe (and `bridge inspect`) for the
+        # rest of its window: no route, per-artifact or per-message state.
+        return doc
+    doc.update(
+        endpoint=record.endpoint,
+        dialect=record.dialect,
+        agentCode=record.agent_code,
+        eventsTopic=record.events_topic,
+        deadline=record.deadline,
+        cancelPending=record.cancel_pending,
+        statusDigest=record.status_digest,
+        artifacts={k: {"parts": a.parts, "digest": a.digest, "done": a.done} for k, a in artifacts.items()},
+        messages=record.messages,
+        traceparent=record.traceparent,
+    )
+    return doc
 
 
 def encode(record: TaskRecord, budget: int | None = None) -> bytes:

@@ -337,6 +337,13 @@ def kcat_read(bootstrap: str, topic: str) -> Collected:
     return got
 
 
+def gapless(events: list[dict[str, Any]]) -> None:
+    """One Task's events as downstream must see them: seq 1..N, one taskId, terminal last and only last."""
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1)), [e["seq"] for e in events]
+    assert len({e["taskId"] for e in events}) == 1
+    assert [i for i, e in enumerate(events) if e.get("terminal")] == [len(events) - 1]
+
+
 def closed_keys(c: Collected) -> set[str]:
     return {e["taskKey"] for e in c.events() if e.get("terminal") and e["kind"] in ("status", "bridge")}
 

@@ -25,6 +25,7 @@ from tests.support import (
     bridge_config,
     closed_keys,
     create_topics,
+    gapless,
     read_topic,
     reassemble,
     run_cli,
@@ -33,12 +34,6 @@ from tests.support import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-def gapless(events: list[dict[str, Any]]) -> None:
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1)), [e["seq"] for e in events]
-    assert len({e["taskId"] for e in events}) == 1
-    assert [i for i, e in enumerate(events) if e.get("terminal")] == [len(events) - 1]
 
 
 async def finished(config: Config, keys: set[str], timeout: float = 60) -> dict[str, list[dict[str, Any]]]:

@@ -23,6 +23,7 @@ from tests.support import (
     Server,
     bridge_config,
     closed_keys,
+    gapless,
     read_topic,
     reassemble,
     run_cli,
@@ -101,12 +102,6 @@ async def running(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncIt
 
 def key(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
-
-
-def gapless(events: list[dict[str, Any]]) -> None:
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    assert len({e["taskId"] for e in events}) == 1
-    assert [i for i, e in enumerate(events) if e.get("terminal")] == [len(events) - 1]
 
 
 def text_of(message: dict[str, Any] | None) -> str:

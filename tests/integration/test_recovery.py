@@ -19,6 +19,7 @@ from tests.support import (
     Server,
     bridge_config,
     closed_keys,
+    gapless,
     kafka_script,
     ops_port,
     read_topic,
@@ -29,12 +30,6 @@ from tests.support import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-def assert_exactly_once(events: list[dict[str, Any]]) -> None:
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1)), [e["seq"] for e in events]
-    assert len({e["taskId"] for e in events}) == 1
-    assert [i for i, e in enumerate(events) if e.get("terminal")] == [len(events) - 1]
 
 
 async def wait_events(config: Any, key: str, n: int, timeout: float = 30) -> None:
@@ -68,7 +63,7 @@ async def test_sigterm_drains_and_a_successor_resumes(env: Env, tmp_path: Path) 
             config, config.kafka.events_topic, timeout=40, until=lambda c: "drain" in closed_keys(c), settle=1.0
         )
         events = got.by_task_key()["drain"]
-        assert_exactly_once(events)
+        gapless(events)
         assert events[-1]["state"] == "completed"
         assert events[: len(before)] == before  # what was committed at the drain stays as it was
         assert len(events) > len(before)
@@ -106,7 +101,7 @@ async def test_a_paused_zombie_is_fenced_and_writes_nothing(env: Env, tmp_path: 
             config, config.kafka.events_topic, timeout=60, until=lambda c: "z" in closed_keys(c), settle=3.0
         )
         events = got.by_task_key()["z"]
-        assert_exactly_once(events)
+        gapless(events)
         assert events[-1]["state"] == "completed"
         # Woken, the zombie either learns it lost the partition (and owns nothing) or
         # is fenced by the successor's producer and exits with code 3: never a second owner.
@@ -150,7 +145,7 @@ async def test_a_broker_crash_of_35_seconds_mid_run_loses_nothing(env: Env, tmp_
         )
         by_key = got.by_task_key()
         for k in keys:
-            assert_exactly_once(by_key[k])
+            gapless(by_key[k])
             assert by_key[k][-1]["state"] == "completed", bridge.log()[-3000:]
             assert sum(1 for e in by_key[k] if e["kind"] == "artifact") == 300
         assert bridge.alive and bridge.starts == 1, bridge.log()[-3000:]
@@ -186,7 +181,7 @@ async def test_a_bridge_started_while_the_broker_is_down_waits_and_becomes_ready
             config, config.kafka.events_topic, timeout=60, until=lambda c: closed_keys(c) >= keys, settle=1.0
         )
         for k in keys:
-            assert_exactly_once(got.by_task_key()[k])
+            gapless(got.by_task_key()[k])
         assert bridge.alive and bridge.starts == 1
     finally:
         bridge.stop()
@@ -227,7 +222,7 @@ async def test_restart_resumes_standard_a2a_tasks_from_snapshots(env: Env, tmp_p
         by_key = got.by_task_key()
         for k, agent in keys.items():
             events = by_key[k]
-            assert_exactly_once(events)
+            gapless(events)
             assert events[-1]["state"] == "completed"
             task_id = events[0]["taskId"]
             if agent.startswith("gw"):
@@ -272,7 +267,7 @@ async def test_a_vanished_task_is_lost(env: Env, tmp_path: Path) -> None:
             config, config.kafka.events_topic, timeout=60, until=lambda c: closed_keys(c) >= {"gone"}, settle=1.0
         )
         gone = got.by_task_key()["gone"]
-        assert_exactly_once(gone)
+        gapless(gone)
         assert (gone[-1]["kind"], gone[-1]["outcome"]) == ("bridge", "lost")
     finally:
         bridge.stop()
@@ -300,7 +295,7 @@ async def test_retention_expired_resume_polls_snapshots(env: Env, tmp_path: Path
             config, config.kafka.events_topic, timeout=60, until=lambda c: "exp" in closed_keys(c), settle=1.0
         )
         events = got.by_task_key()["exp"]
-        assert_exactly_once(events)
+        gapless(events)
         assert events[-1]["state"] == "completed"
         truth = agent_truth(f"{gateway.url}/newmoi/agents/a2a", events[0]["taskId"], agent_code="writer")
         assert reassemble(events) == {a["artifactId"]: a["parts"] for a in truth["artifacts"]}
@@ -335,7 +330,7 @@ async def test_a_start_resent_after_a_crash_is_absorbed_by_the_gateway_and_count
             config, config.kafka.events_topic, timeout=60, until=lambda c: "resend" in closed_keys(c), settle=1.0
         )
         events = got.by_task_key()["resend"]
-        assert_exactly_once(events)
+        gapless(events)
         assert events[-1]["state"] == "completed"
         task = httpx.get(f"{env.gateway}/_control/tasks/{mine[0]['id']}", timeout=5).json()
         assert task["duplicates_absorbed"] == 1  # one agent Task, the re-sent start attached to it

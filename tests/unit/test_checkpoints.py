@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge import checkpoints
@@ -23,15 +23,7 @@ from bridge.checkpoints import (
 from bridge.lifecycle import ArtifactProgress, StatusUpdate, TaskRecord, command_digest, new_task
 from bridge.limits import record_size
 from bridge.schemas import validator
-from tests.unit.common import kept
-
-FAST = settings(
-    derandomize=True,
-    database=None,
-    deadline=None,
-    max_examples=300,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+from tests.unit.common import FAST, kept
 
 ids = st.text(min_size=1, max_size=20)
 

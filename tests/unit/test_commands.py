@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.commands import (
@@ -23,14 +23,8 @@ from bridge.commands import (
 )
 from bridge.dialects import Dialect, GatewayDialect, V1Dialect
 from bridge.lifecycle import StatusUpdate, TaskRecord, new_task
+from tests.unit.common import FAST
 
-FAST = settings(
-    derandomize=True,
-    database=None,
-    deadline=None,
-    max_examples=300,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
 LIMIT = 100_000
 SECRET = "s3cr3t-Tok3n-9f8e7d"
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge import checkpoints
@@ -37,15 +37,7 @@ from bridge.lifecycle import (
     new_task,
     roll,
 )
-from tests.unit.common import kept
-
-FAST = settings(
-    derandomize=True,
-    database=None,
-    deadline=None,
-    max_examples=300,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+from tests.unit.common import FAST, kept
 
 TASK = "task-1"
 CTX = "ctx-1"
