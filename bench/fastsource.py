@@ -513,7 +513,10 @@ class Source:
         finally:
             self.open[kind] -= 1
             task.holders.discard(released)
+            # The read must be over before the connection's next request is read.
             gone.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                await gone
 
     async def resubscribe(
         self, params: dict[str, Any], rid: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
