@@ -57,11 +57,12 @@ async def measure(
     saturated_events_per_second: float,
     run_dir: Any,
     pids: dict[str, int],
+    fraction: float = 0.5,
 ) -> dict[str, Any]:
     per_task = records.events_per_task(chunks)
     frames_per_task = chunks + 3
-    # Half the saturated rate, in the source's unit: frames (events minus the history message).
-    frame_rate = 0.5 * saturated_events_per_second * frames_per_task / per_task
+    # A fraction (half) of the saturated rate, in the source's unit: frames (events minus the history message).
+    frame_rate = fraction * saturated_events_per_second * frames_per_task / per_task
     params = Params(
         bootstrap=bootstrap,
         source_url=source.a2a_url,
@@ -100,7 +101,8 @@ async def measure(
         "chunks": chunks,
         "size": size,
         "frames": len(ms),
-        "target_events_per_second": round(0.5 * saturated_events_per_second, 1),
+        "fraction_of_saturated": fraction,
+        "target_events_per_second": round(fraction * saturated_events_per_second, 1),
         "saturated_events_per_second": round(saturated_events_per_second, 1),
         "source_frames_per_second": round(frame_rate, 1),
         "achieved_events_per_second": result["events_per_second"],

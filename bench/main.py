@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from aiokafka.admin import AIOKafkaAdminClient
 
 from bench import latency, scale, suite
 from bench.bridge_bench import BenchFailure, Params, run_round
@@ -54,11 +55,12 @@ async def _latency(
             broker.bootstrap, source.a2a_url, case.tasks, case.chunks, case.size, partitions, 100, log_dir, log_dir
         )
         rate = (await run_round(params, f"bench-{run_id}-lat-cal", pids))["events_per_second"]
+    fraction = suite.env_float("BENCH_LATENCY_FRACTION", 0.5)
     out: dict[str, Any] = {"saturated_events_per_second": rate, "saturated_rate_from": how, "runs": []}
     for interval in latency.intervals("50,100,200" if suite.size_mode() == "full" else "100"):
         print(
             f"bench: latency at commit_interval_ms={interval}: {case.describe()}, source paced at "
-            f"{0.5 * rate:,.0f} events/s (half of {rate:,.0f})",
+            f"{fraction * rate:,.0f} events/s ({fraction} x {rate:,.0f})",
             flush=True,
         )
         r = await latency.measure(
@@ -73,6 +75,7 @@ async def _latency(
             saturated_events_per_second=rate,
             run_dir=log_dir,
             pids=pids,
+            fraction=fraction,
         )
         lat = r["latency_ms"]
         print(
@@ -139,9 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         errors.append(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     finally:
-        if bench_suite is not None:
-            with contextlib.suppress(Exception):
-                asyncio.run(asyncio.wait_for(bench_suite.delete_topics(), 30))
+        with contextlib.suppress(Exception):
+            asyncio.run(asyncio.wait_for(_delete_topics(broker.bootstrap, f"bench-{run_id}"), 30))
         if source is not None:
             source.stop()
         broker.down_if_started()
@@ -187,6 +189,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  wall time {time.monotonic() - started:.0f} s")
     failed_scale = scaled is not None and any(not r.get("ok") for r in scaled.results.values())
     return 0 if not errors and not failed_scale else 1
+
+
+async def _delete_topics(bootstrap: str, prefix: str) -> None:
+    """This run's throughput and latency topics (each scale measure deletes its own)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        mine = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if mine:
+            await admin.delete_topics(mine)
+    finally:
+        await admin.close()
 
 
 def _bridge_version() -> dict[str, Any]:

@@ -71,8 +71,8 @@ SIZES: dict[str, tuple[str, int, int]] = {
     "resume": ("BENCH_SCALE_RESUME", 1_000, 200),
     "closed": ("BENCH_SCALE_CLOSED", 1_000_000, 20_000),
     "rebalance_live": ("BENCH_SCALE_REBALANCE_LIVE", 10_000, 200),
-    "churn": ("BENCH_SCALE_CHURN", 1_000_000, 20_000),
-    "held": ("BENCH_SCALE_HELD", 100_000, 10_000),
+    "churn": ("BENCH_SCALE_CHURN", 1_000_000, 5_000),
+    "held": ("BENCH_SCALE_HELD", 100_000, 4_000),
     "burst": ("BENCH_SCALE_BURST", 20_000, 2_000),
 }
 TARGETS = {
@@ -93,7 +93,9 @@ NEW_METRICS = (
 KAFKA_DEFAULTS = {"session_timeout_ms": 10_000, "heartbeat_interval_ms": 3_000}
 SHORT = "chunks=0 size=40"
 # Short Tasks unfinished at a time in churn and held (BENCH_SCALE_WINDOW): a steady load, not a burst.
-WINDOW = 200  # start -> completed: message, submitted, working, completed
+WINDOW = 200
+# Live Tasks are started this many at a time (each batch settled before the next).
+BATCH = 500  # start -> completed: message, submitted, working, completed
 RESTORED = re.compile(r"partition (\d+) restored")
 TROUBLE = re.compile(r"Heartbeat session expired|rebalanc|[Ff]enced|Too many open files|Traceback", re.IGNORECASE)
 
@@ -478,29 +480,43 @@ class Scale:
                 try:
                     # Warm-up: short Tasks and a few streams held and released, so pools and
                     # code paths exist before the baseline.
-                    # As many at once as the paused phase will start (up to 2,000), so that
-                    # connection pools and allocator arenas are grown before the baseline.
-                    warm = min(2_000, max(300, half)) + 20
-                    await self.send(producer, topic, self.starts(name, 0, warm - 20, "chunks=3 size=200"))
-                    await self.send(producer, topic, self.starts(name, warm - 20, 20, "mode=hold"))
+                    warm = 2_000
+                    await self._push(Pusher(producer, topic, name, tail, bridge, WINDOW), 0, warm)
+                    await self.send(producer, topic, self.starts(name, warm, 20, "mode=hold"))
                     await wait_for("warm-up streams", lambda: _stat(source, http, "hold", 20), 120, bridge)
                     await source.post(http, "/_release", {})
+                    warm += 20
                     await wait_for("warm-up Tasks", lambda: _ge(lambda: tail.terminals, warm), 600, bridge)
                     base = await rss_settled(bridge.pid)
+                    # Started in batches: a burst of thousands of starts stalls this bridge's event
+                    # loop (see burst), and a rebalance meanwhile would blur what is measured here.
                     # Paused: working -> input-required, stream ended.
                     t0 = time.monotonic()
-                    await self.send(producer, topic, self.starts(name, warm, half, "mode=pause"))
-                    await wait_for(f"{half} paused Tasks", lambda: _ge(lambda: tail.input_required, half), 600, bridge)
+                    paused0 = tail.input_required
+                    for first in range(0, half, BATCH):
+                        k = min(BATCH, half - first)
+                        await self.send(producer, topic, self.starts(name, warm + first, k, "mode=pause"))
+                        await wait_for(
+                            f"{first + k} paused Tasks",
+                            lambda t=first + k: _ge(lambda: tail.input_required - paused0, t),
+                            600,
+                            bridge,
+                        )
                     paused_s = time.monotonic() - t0
                     await wait_for("the paused Tasks' commit", lambda: _uncommitted_zero(bridge, http), 60, bridge)
                     with_paused = await rss_settled(bridge.pid)
                     # Streaming: an open, quiet stream each.
                     t0 = time.monotonic()
                     events = tail.records
-                    await self.send(producer, topic, self.starts(name, warm + half, n - half, "mode=hold"))
-                    await wait_for(
-                        f"{n - half} open streams", lambda: _stat(source, http, "hold", n - half), 600, bridge
-                    )
+                    for first in range(0, n - half, BATCH):
+                        k = min(BATCH, n - half - first)
+                        await self.send(producer, topic, self.starts(name, warm + half + first, k, "mode=hold"))
+                        await wait_for(
+                            f"{first + k} open streams",
+                            lambda t=first + k: _stat(source, http, "hold", t),
+                            600,
+                            bridge,
+                        )
                     # message, submitted, working: three events each
                     await wait_for(
                         "their events", lambda: _ge(lambda: tail.records, events + 3 * (n - half)), 120, bridge
@@ -516,6 +532,8 @@ class Scale:
             per_live = (with_all - base) / n
             return {
                 "live_tasks": n,
+                "started_in_batches_of": BATCH,
+                "rebalanced": log_facts(bridge.log_text()).restored_lines > self.partitions,
                 "paused": half,
                 "streaming": n - half,
                 "rss_kib": {"baseline_after_warmup": base, "with_paused": with_paused, "with_all_live": with_all},
@@ -550,10 +568,14 @@ class Scale:
             out: dict[str, Any] = {"live_tasks": n, "target_seconds": 5.0}
             async with httpx.AsyncClient(timeout=30) as http:
                 try:
-                    await self.send(producer, config.kafka.commands_topic, self.starts(name, 0, n, "mode=hold"))
+                    for first in range(0, n, BATCH):
+                        k = min(BATCH, n - first)
+                        await self.send(producer, config.kafka.commands_topic, self.starts(name, first, k, "mode=hold"))
+                        await wait_for(
+                            f"{first + k} open streams", lambda t=first + k: _stat(source, http, "hold", t), 300, bridge
+                        )
                 finally:
                     await producer.stop()
-                await wait_for(f"{n} open streams", lambda: _stat(source, http, "hold", n), 300, bridge)
                 await wait_for("their events", lambda: _ge(lambda: tail.records, 3 * n), 120, bridge)
                 await wait_for("their commit", lambda: _uncommitted_zero(bridge, http), 60, bridge)
                 await asyncio.sleep(0.5)  # one more tick: offsets and checkpoints of the last events

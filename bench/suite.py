@@ -330,16 +330,6 @@ class Suite:
                 got["N"].append(n)
                 self.progress("N naive", n)
 
-    async def delete_topics(self) -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.broker.bootstrap)
-        await admin.start()
-        try:
-            mine = [t for t in await admin.list_topics() if t.startswith(self.prefix)]
-            if mine:
-                await admin.delete_topics(mine)
-        finally:
-            await admin.close()
-
     # ---------------------------------------------------------- summary --
 
     def summary(self) -> dict[str, Any]:
