@@ -6,13 +6,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
-.PHONY: help venv lint unit integration test chaos demo bench kafka-up kafka-down clean lock monitoring
+.PHONY: help venv lint unit integration test chaos demo bench bench-scale kafka-up kafka-down clean lock monitoring
 
 help:
 	@echo "make demo    - the bridge end to end on a local broker with demo agents"
 	@echo "make test    - lint, type-check, unit and integration tests (starts Kafka itself)"
 	@echo "make chaos   - the long exactly-once chaos run"
-	@echo "make bench   - benchmarks, JSON results in .bench/"
+	@echo "make bench   - benchmarks (throughput, latency, quick scale), JSON results in .bench/"
+	@echo "make bench-scale - the scale section alone at the issue's sizes (long), .bench/scale.json"
 	@echo "make kafka-up / kafka-down - a local broker on 127.0.0.1:19092"
 	@echo "make lock    - regenerate requirements.lock (the image's hashed runtime deps)"
 	@echo "make monitoring - regenerate deploy/monitoring/prometheusrule.yaml from the alerts"
@@ -57,8 +58,13 @@ demo: venv
 	BRIDGE_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:$${KAFKA_PORT:-19092} $(VENV)/bin/bridge --log-level warning demo; rc=$$?; \
 	if [ $$started = 1 ]; then scripts/kafka.sh down; fi; exit $$rc
 
+# Throughput and latency (issue 14), then the scale section at quick sizes (issue 11); see bench/README.md.
 bench: venv
 	$(PY) -m bench
+
+# The scale section alone, at the issue's sizes (1,000,000 Tasks: the better part of an hour or more).
+bench-scale: venv
+	$(PY) -m bench scale
 
 # The image installs requirements.lock with --require-hashes; regenerate it
 # after changing constraints.txt or the dependencies in pyproject.toml.

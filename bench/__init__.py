@@ -1,5 +1,8 @@
-"""Benchmarks: the bridge against a bare transactional producer and a minimal SSE→Kafka pipeline.
+"""Benchmarks of the bridge: throughput and latency (issue 14), scale (issue 11).
 
-``python -m bench`` (``make bench``) runs all three side by side, interleaved
-round by round, and writes ``.bench/results.json``. See ``bench/README.md``.
+``python -m bench`` (``make bench``) runs the throughput section (the bridge
+against a lean SSE→Kafka pipeline, a bare transactional producer and a naive
+a2a-sdk peer, on a fast raw-asyncio source), the latency measure and the
+scale section at quick sizes; ``python -m bench scale`` (``make
+bench-scale``) the scale section at the issue's sizes. See bench/README.md.
 """

@@ -1,7 +1,7 @@
-"""``python -m bench`` (``make bench``): see :mod:`bench.suite` and bench/README.md."""
+"""``python -m bench`` (``make bench``, ``make bench-scale``): see :mod:`bench.main` and bench/README.md."""
 
 import sys
 
-from bench.suite import main
+from bench.main import main
 
 sys.exit(main())

@@ -70,7 +70,7 @@ def main() -> int:
     ap.add_argument("--topic", required=True)
     ap.add_argument("--tasks", type=int, required=True)
     ap.add_argument("--chunks", type=int, required=True)
-    ap.add_argument("--size", type=int, default=0, help="artifact chunk text size, as the writer's size=")
+    ap.add_argument("--size", type=int, required=True, help="bytes of each chunk's text")
     ap.add_argument("--name", required=True, help="taskKey/commandId prefix, as long as the bridge run's")
     ap.add_argument("--txn-records", type=int, required=True)
     ap.add_argument("--transactional-id", required=True)

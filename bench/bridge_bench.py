@@ -4,7 +4,7 @@ Per round: fresh topics, one ``bridge run`` process (ready before the clock
 starts), a read_committed consumer already tailing the events topic. The clock
 runs from writing the ``start`` commands until the consumer has seen every
 Task's terminal event. Then the run is checked: every Task has exactly
-``chunks + 3`` events with ``seq`` 1, 2, 3, … and no repeats (a short settle
+``chunks + 4`` events with ``seq`` 1, 2, 3, … and no repeats (a short settle
 after the last terminal event catches late duplicates), and nothing went to
 the DLQ. A broken run fails the benchmark; it is never reported as a number.
 """
@@ -38,7 +38,7 @@ class BenchFailure(RuntimeError):
 @dataclass
 class Params:
     bootstrap: str
-    gateway_url: str
+    source_url: str
     tasks: int
     chunks: int
     size: int
@@ -48,29 +48,46 @@ class Params:
     log_dir: Path
 
 
-def write_config(p: Params, name: str) -> Path:
-    kafka = {
-        "bootstrap_servers": p.bootstrap,
+# What every benchmark bridge runs with, unless a measure says otherwise.
+BRIDGE_DEFAULTS: dict[str, Any] = {
+    "http_port": 0,
+    "default_deadline_seconds": 600,
+    "resume_deadline_seconds": 60,
+    "first_event_timeout_seconds": 30,
+}
+
+
+def write_config(
+    run_dir: Path,
+    name: str,
+    *,
+    bootstrap: str,
+    source_url: str,
+    partitions: int,
+    commit_interval_ms: int = 100,
+    bridge: dict[str, Any] | None = None,
+    kafka: dict[str, Any] | None = None,
+    agent: dict[str, Any] | None = None,
+) -> Path:
+    """A ``bridge run`` config with fresh topic names (``{name}.commands`` ...) and one
+    agent, ``writer``, on the fast source (dialect gateway, agent_code writer)."""
+    kafka_ = {
+        "bootstrap_servers": bootstrap,
         "group_id": f"{name}-g",
         "commands_topic": f"{name}.commands",
         "events_topic": f"{name}.events",
         "checkpoints_topic": f"{name}.checkpoints",
         "dlq_topic": f"{name}.dlq",
         "transactional_id_prefix": f"{name}-tx",
-        "partitions": p.partitions,
+        "partitions": partitions,
         "session_timeout_ms": 6000,
         "heartbeat_interval_ms": 1000,
+        **(kafka or {}),
     }
-    bridge = {
-        "commit_interval_ms": p.commit_interval_ms,
-        "http_port": 0,
-        "default_deadline_seconds": 600,
-        "resume_deadline_seconds": 60,
-        "first_event_timeout_seconds": 30,
-    }
-    agent = {"url": p.gateway_url, "dialect": "gateway", "agent_code": "writer", "mode": "stream"}
-    lines = ["[kafka]", *_toml(kafka), "", "[bridge]", *_toml(bridge), "", "[agents.writer]", *_toml(agent)]
-    path = p.run_dir / f"{name}.toml"
+    bridge_ = {"commit_interval_ms": commit_interval_ms, **BRIDGE_DEFAULTS, **(bridge or {})}
+    agent_ = {"url": source_url, "dialect": "gateway", "agent_code": "writer", "mode": "stream", **(agent or {})}
+    lines = ["[kafka]", *_toml(kafka_), "", "[bridge]", *_toml(bridge_), "", "[agents.writer]", *_toml(agent_)]
+    path = run_dir / f"{name}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -79,18 +96,21 @@ def _toml(values: dict[str, Any]) -> list[str]:
     return [f"{k} = {orjson.dumps(v).decode()}" for k, v in values.items()]
 
 
+def command(name: str, i: int, text: str) -> tuple[bytes, bytes]:
+    """A ``start`` command for the writer agent, as (key, value); taskKey ``{name}-k{i}``."""
+    cmd: dict[str, Any] = {
+        "type": "start",
+        "commandId": f"{name}-c{i}",
+        "taskKey": f"{name}-k{i}",
+        "agent": "writer",
+        "message": {"role": "user", "parts": [{"kind": "text", "text": text}]},
+    }
+    return cmd["taskKey"].encode(), orjson.dumps(cmd)
+
+
 def commands(name: str, tasks: int, chunks: int, size: int) -> list[tuple[bytes, bytes]]:
-    out = []
-    for i in range(tasks):
-        cmd: dict[str, Any] = {
-            "type": "start",
-            "commandId": f"{name}-c{i}",
-            "taskKey": f"{name}-k{i}",
-            "agent": "writer",
-            "message": {"role": "user", "parts": [{"kind": "text", "text": records.writer_text(chunks, size)}]},
-        }
-        out.append((cmd["taskKey"].encode(), orjson.dumps(cmd)))
-    return out
+    text = records.writer_text(chunks, size)
+    return [command(name, i, text) for i in range(tasks)]
 
 
 @dataclass
@@ -101,9 +121,14 @@ class Seen:
     terminals: int = 0
     records: int = 0
     value_bytes: int = 0
+    # With track: when each (taskId, sourceSeq) first became visible (time.monotonic()).
+    track: bool = False
+    arrivals: dict[tuple[str, int], float] = field(default_factory=dict)
 
-    def add(self, value: bytes) -> None:
+    def add(self, value: bytes, now: float = 0.0) -> None:
         doc = orjson.loads(value)
+        if self.track and doc.get("sourceSeq") is not None:
+            self.arrivals.setdefault((doc["taskId"], doc["sourceSeq"]), now)
         self.events[doc["taskKey"]].append(
             {"seq": doc["seq"], "kind": doc["kind"], "state": doc.get("state") or doc.get("outcome")}
         )
@@ -116,7 +141,8 @@ class Seen:
 def verify(seen: Seen, name: str, tasks: int, chunks: int) -> list[str]:
     """Every Task exactly once, in order, complete; returns what is wrong."""
     problems: list[str] = []
-    expected_seqs = list(range(1, chunks + 4))
+    per_task = records.events_per_task(chunks)
+    expected_seqs = list(range(1, per_task + 1))
     keys = {f"{name}-k{i}" for i in range(tasks)}
     missing = keys - set(seen.events)
     if missing:
@@ -128,13 +154,13 @@ def verify(seen: Seen, name: str, tasks: int, chunks: int) -> list[str]:
         evs = seen.events[key]
         seqs = [e["seq"] for e in evs]
         if seqs != expected_seqs:
-            problems.append(f"{key}: seq {_describe(seqs)} != 1..{chunks + 3}")
+            problems.append(f"{key}: seq {_describe(seqs)} != 1..{per_task}")
         elif evs[-1]["state"] != "completed":
             problems.append(f"{key}: last event is {evs[-1]['kind']}/{evs[-1]['state']}, not completed")
         elif sum(e["kind"] == "artifact" for e in evs) != chunks:
             problems.append(f"{key}: {sum(e['kind'] == 'artifact' for e in evs)} artifact events, not {chunks}")
-    if seen.records != tasks * (chunks + 3):
-        problems.append(f"{seen.records} events in total, expected {tasks * (chunks + 3)}")
+    if seen.records != tasks * per_task:
+        problems.append(f"{seen.records} events in total, expected {tasks * per_task}")
     return problems[:20]
 
 
@@ -147,9 +173,10 @@ def _describe(seqs: list[int]) -> str:
 async def _consume(consumer: AIOKafkaConsumer, seen: Seen, until: float) -> None:
     while time.monotonic() < until:
         batch = await consumer.getmany(timeout_ms=50)
+        now = time.monotonic()
         for recs in batch.values():
             for r in recs:
-                seen.add(r.value)
+                seen.add(r.value, now)
 
 
 async def _dlq_records(config: Config) -> int:
@@ -176,14 +203,28 @@ async def _dlq_records(config: Config) -> int:
         await consumer.stop()
 
 
-async def run_round(p: Params, name: str, extra_pids: dict[str, int]) -> dict[str, Any]:
-    """One measured bridge run; raises :class:`BenchFailure` or ServiceError if it was not right."""
-    config_path = write_config(p, name)
+async def run_round(
+    p: Params, name: str, extra_pids: dict[str, int], *, track: bool = False, fetch_max_wait_ms: int = 500
+) -> dict[str, Any]:
+    """One measured bridge run; raises :class:`BenchFailure` or ServiceError if it was not right.
+
+    ``track``: also return ``arrivals``, when each (taskId, sourceSeq) became visible."""
+    config_path = write_config(
+        p.run_dir,
+        name,
+        bootstrap=p.bootstrap,
+        source_url=p.source_url,
+        partitions=p.partitions,
+        commit_interval_ms=p.commit_interval_ms,
+    )
     config = config_mod.load(config_path, env={})
     await topics.ensure(config, create=True)
     bridge = BridgeProcess(config_path, p.log_dir / f"{name}.bridge.log")
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=p.bootstrap, isolation_level="read_committed", enable_auto_commit=False
+        bootstrap_servers=p.bootstrap,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        fetch_max_wait_ms=fetch_max_wait_ms,
     )
     producer = AIOKafkaProducer(bootstrap_servers=p.bootstrap, enable_idempotence=True, acks="all", linger_ms=5)
     try:
@@ -196,9 +237,10 @@ async def run_round(p: Params, name: str, extra_pids: dict[str, int]) -> dict[st
             await producer.start()
             cmds = commands(name, p.tasks, p.chunks, p.size)
             before = await bridge.metrics(http)
-            seen = Seen()
+            seen = Seen(track=track)
             window = proc.CpuWindow({"bridge": bridge.pid, "bench": os.getpid(), **extra_pids})
-            timeout = 120 + p.tasks * (p.chunks + 3) / 200  # generous: even 200 events/s finishes
+            # Generous: even 200 events/s finishes.
+            timeout = 120 + p.tasks * records.events_per_task(p.chunks) / 200
 
             window.start()
             started = time.monotonic()
@@ -209,9 +251,10 @@ async def run_round(p: Params, name: str, extra_pids: dict[str, int]) -> dict[st
             first_event: float | None = None
             while seen.terminals < p.tasks and time.monotonic() < deadline:
                 batch = await consumer.getmany(timeout_ms=50)
+                now = time.monotonic()
                 for recs in batch.values():
                     for r in recs:
-                        seen.add(r.value)
+                        seen.add(r.value, now)
                 if first_event is None and seen.records:
                     first_event = time.monotonic() - started
                 if bridge.proc.poll() is not None:
@@ -270,6 +313,7 @@ async def run_round(p: Params, name: str, extra_pids: dict[str, int]) -> dict[st
         "cpu_seconds_window": round(window.cpu_seconds.get("bridge", 0.0), 2),
         "cpu_seconds_total": cpu_total and round(cpu_total, 2),
         "window": window.as_dict(),
+        **({"arrivals": seen.arrivals} if track else {}),
     }
 
 

@@ -1,10 +1,15 @@
-"""Event-shaped Kafka records for the baselines (A and B).
+"""Event-shaped Kafka records for the baselines (A, B and the naive peer).
 
 The baselines write what the bridge writes, minus the bridge's own state: a
 JSON value with the event's identity fields and body, keyed by Task id, with
 the same CloudEvents binary-mode headers. So the ratios measure the bridge's
 extra work (command handling, lifecycle, dedupe, checkpoints, offsets), not a
 difference in what goes over the wire; each run reports its mean value size.
+
+A Task of the fast source (:mod:`bench.fastsource`, mode ``run``) is K + 3
+SSE frames (the Task object, ``working``, K chunks, ``completed``) and
+K + 4 events: the bridge publishes the user message in the Task object's
+history as a ``message`` event before its ``submitted`` status.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from bridge.demo import scripts
+from bench.fastsource import chunk_text
 
 Headers = list[tuple[str, bytes]]
 Record = tuple[bytes, bytes, Headers]
@@ -23,6 +28,7 @@ Record = tuple[bytes, bytes, Headers]
 _SPEC = b"1.0"
 _JSON = b"application/json"
 _SOURCE = b"a2a-kafka-bridge/agents/writer"
+_CE_TYPES = {k: f"a2a.task.{k}".encode() for k in ("status", "artifact", "message")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,16 +41,21 @@ class Ids:
     command_id: str
 
 
-def writer_text(chunks: int, size: int) -> str:
-    """The user message that makes the writer agent stream ``chunks`` chunks at once."""
-    return f"chunks={chunks} interval=0" + (f" size={size}" if size else "")
+def events_per_task(chunks: int) -> int:
+    """Events the bridge publishes for one ``run`` Task of ``chunks`` chunks."""
+    return chunks + 4
+
+
+def writer_text(chunks: int, size: int, mode: str = "run") -> str:
+    """The user message that asks the fast source for this Task shape."""
+    return f"chunks={chunks} size={size}" + ("" if mode == "run" else f" mode={mode}")
 
 
 def now_rfc3339() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def encode(ids: Ids, seq: int, kind: str, body: dict[str, Any], time: str) -> Record:
+def encode(ids: Ids, seq: int, kind: str, body: dict[str, Any], time: str, *, src: int | None = None) -> Record:
     """One record: (key, value, headers). One ``orjson.dumps`` per event, like the bridge."""
     event_id = f"{ids.task_id}:{seq}"
     value = orjson.dumps(
@@ -58,7 +69,7 @@ def encode(ids: Ids, seq: int, kind: str, body: dict[str, Any], time: str) -> Re
             "commandId": ids.command_id,
             "kind": kind,
             "time": time,
-            "sourceSeq": seq,
+            "sourceSeq": src,
             **body,
         }
     )
@@ -66,7 +77,7 @@ def encode(ids: Ids, seq: int, kind: str, body: dict[str, Any], time: str) -> Re
         ("ce_specversion", _SPEC),
         ("ce_id", event_id.encode()),
         ("ce_source", _SOURCE),
-        ("ce_type", f"a2a.task.{kind}".encode()),
+        ("ce_type", _CE_TYPES[kind]),
         ("ce_subject", ids.task_id.encode()),
         ("ce_time", time.encode()),
         ("content-type", _JSON),
@@ -75,37 +86,54 @@ def encode(ids: Ids, seq: int, kind: str, body: dict[str, Any], time: str) -> Re
     return ids.task_id.encode(), value, headers
 
 
-def writer_task(name: str, index: int, chunks: int, size: int = 0) -> list[Record]:
-    """The records of one writer Task (submitted, working, ``chunks`` artifact chunks,
-    completed), shaped like the bridge's events of the same Task."""
-    ids = Ids(f"task_{index:016x}", f"ctx_{index:016x}", f"{name}-k{index}", f"{name}-c{index}")
+def status_body(status: dict[str, Any]) -> dict[str, Any]:
+    """The bridge's status event body for an agent status."""
+    state = status.get("state")
+    terminal = state in ("completed", "failed", "canceled", "rejected")
+    return {"state": state, "terminal": terminal, "message": status.get("message")}
+
+
+def artifact_body(event: dict[str, Any]) -> dict[str, Any]:
+    art = event["artifact"]
+    return {
+        "artifact": {
+            "artifactId": art.get("artifactId"),
+            "name": art.get("name"),
+            "parts": art.get("parts"),
+            "append": event.get("append") is True,
+            "lastChunk": event.get("lastChunk") is True,
+        }
+    }
+
+
+def writer_task(name: str, index: int, chunks: int, size: int) -> list[Record]:
+    """The records of one ``run`` Task (message, submitted, working, ``chunks``
+    artifact chunks, completed), shaped like the bridge's events of the same Task."""
+    ids = Ids(f"task-{index:08x}", f"ctx-{index:08x}", f"{name}-k{index}", f"{name}-c{index}")
     time = now_rfc3339()
-    bodies: list[tuple[str, dict[str, Any]]] = [
-        ("status", _status("submitted", None, ids)),
-        ("status", _status("working", "writing", ids)),
+    user = {
+        "kind": "message",
+        "role": "user",
+        "messageId": f"m-{ids.task_id}",
+        "taskId": ids.task_id,
+        "contextId": ids.context_id,
+        "parts": [{"kind": "text", "text": writer_text(chunks, size)}],
+    }
+    bodies: list[tuple[str, dict[str, Any], int]] = [
+        ("message", {"message": user}, 1),
+        ("status", status_body({"state": "submitted"}), 1),
+        ("status", status_body({"state": "working"}), 2),
     ]
     for i in range(chunks):
-        artifact = {
-            "artifactId": "result",
-            "name": "result",
-            "parts": [{"kind": "text", "text": scripts.chunk_text(i, chunks, size)}],
+        event = {
+            "artifact": {
+                "artifactId": "result",
+                "name": "result",
+                "parts": [{"kind": "text", "text": chunk_text(i, chunks, size)}],
+            },
             "append": i > 0,
             "lastChunk": i == chunks - 1,
         }
-        bodies.append(("artifact", {"artifact": artifact}))
-    bodies.append(("status", _status("completed", None, ids)))
-    return [encode(ids, seq, kind, body, time) for seq, (kind, body) in enumerate(bodies, start=1)]
-
-
-def _status(state: str, text: str | None, ids: Ids) -> dict[str, Any]:
-    message = None
-    if text is not None:
-        message = {
-            "kind": "message",
-            "role": "agent",
-            "messageId": f"msg_{ids.task_id[-16:]}",
-            "taskId": ids.task_id,
-            "contextId": ids.context_id,
-            "parts": [{"kind": "text", "text": text}],
-        }
-    return {"state": state, "terminal": state == "completed", "message": message}
+        bodies.append(("artifact", artifact_body(event), i + 3))
+    bodies.append(("status", status_body({"state": "completed"}), chunks + 3))
+    return [encode(ids, seq, kind, body, time, src=src) for seq, (kind, body, src) in enumerate(bodies, start=1)]

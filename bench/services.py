@@ -1,4 +1,4 @@
-"""The processes a benchmark run needs: the broker, the seed gateway, `bridge run`.
+"""The processes a benchmark run needs: the broker, the fast source, `bridge run`.
 
 Each is a real process started here (the broker only if none is running) and
 stopped here; logs go to the run's log directory.
@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 
@@ -80,22 +81,12 @@ class Broker:
             self.started = False
 
 
-class Gateway:
-    """The seed gateway (``python -m bridge.demo.gateway --port 0``)."""
+class FastSource:
+    """The fast source (``python -m bench.fastsource --port 0``), see :mod:`bench.fastsource`."""
 
-    def __init__(self, log_dir: Path, retention: int, task_ttl: float) -> None:
-        self.argv = [
-            sys.executable,
-            "-m",
-            "bridge.demo.gateway",
-            "--port",
-            "0",
-            "--retention",
-            str(retention),
-            "--task-ttl",
-            str(task_ttl),
-        ]
-        self.log_path = log_dir / "gateway.log"
+    def __init__(self, log_dir: Path, keep: int = 50_000, name: str = "fastsource") -> None:
+        self.argv = [sys.executable, "-m", "bench.fastsource", "--port", "0", "--keep", str(keep)]
+        self.log_path = log_dir / f"{name}.log"
         try:
             self.proc, self.url = start_listening(self.argv, self.log_path, cwd=ROOT)
         except ServerDidNotStart as exc:
@@ -111,7 +102,19 @@ class Gateway:
 
     def check(self) -> None:
         if self.proc.poll() is not None:
-            raise ServiceError(f"the gateway exited ({self.proc.returncode}); {self.log_path}:\n{_tail(self.log_path)}")
+            raise ServiceError(f"the source exited ({self.proc.returncode}); {self.log_path}:\n{_tail(self.log_path)}")
+
+    async def stats(self, http: httpx.AsyncClient) -> dict[str, Any]:
+        doc: dict[str, Any] = (await http.get(f"{self.url}/_stats")).json()
+        return doc
+
+    async def post(self, http: httpx.AsyncClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        doc: dict[str, Any] = (await http.post(f"{self.url}{path}", json=body)).json()
+        return doc
+
+    async def stamps(self, http: httpx.AsyncClient) -> dict[str, list[float]]:
+        doc: dict[str, list[float]] = (await http.get(f"{self.url}/_stamps", timeout=60)).json()
+        return doc
 
     def stop(self) -> None:
         stop_group(self.proc, 10)
@@ -120,15 +123,19 @@ class Gateway:
 class BridgeProcess:
     """One ``python -m bridge --config X run``; its ops port is read from its log."""
 
-    def __init__(self, config_path: Path, log_path: Path) -> None:
+    def __init__(self, config_path: Path, log_path: Path, env: dict[str, str] | None = None) -> None:
         self.log_path = log_path
-        log: IO[bytes] = log_path.open("wb")
+        # A restarted bridge appends to the same log: this process's lines start here.
+        self.log_offset = log_path.stat().st_size if log_path.exists() else 0
+        log: IO[bytes] = log_path.open("ab")
+        self.started = time.monotonic()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bridge", "--config", str(config_path), "--log-level", "info", "run"],
             stdout=log,
             stderr=log,
             cwd=ROOT,
             start_new_session=True,
+            env={**os.environ, **(env or {})},
         )
         log.close()
         self.ops = ""
@@ -149,9 +156,9 @@ class BridgeProcess:
         while time.monotonic() < deadline:
             self.check()
             if not self.ops:
-                m = re.search(r"ops endpoints on :(\d+)", _tail(self.log_path, 100_000))
-                if m:
-                    self.ops = f"http://127.0.0.1:{m.group(1)}"
+                found = re.findall(r"ops endpoints on :(\d+)", self.log_text())
+                if found:
+                    self.ops = f"http://127.0.0.1:{found[-1]}"
             if self.ops:
                 try:
                     if (await http.get(f"{self.ops}/readyz")).status_code == 200:
@@ -177,6 +184,21 @@ class BridgeProcess:
 
     def stop(self) -> int:
         return _stop(self.proc, 30)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def log_text(self) -> str:
+        """This process's part of the log."""
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(self.log_offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def log_tail(self) -> str:
         return _tail(self.log_path)

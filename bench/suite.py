@@ -1,11 +1,17 @@
-"""``python -m bench``: A, B and C side by side, interleaved, medians and ratios.
+"""The throughput section (issue 14): C, B, A and the naive peer, per case, interleaved.
 
-Each round runs C (the bridge), then B (minimal pipeline), then A (bare
-producer), so machine noise lands on all three alike. A warm-up round (small,
-not counted) goes first: it checks that everything works and warms the
-broker's coordinators and the gateway. A's transaction size is what one
-partition's 100 ms tick holds at the bridge's rate measured in round 1's C
-run (or BENCH_TXN_RECORDS).
+Cases (``BENCH_SIZE=full``, the issue's sizes; 6 partitions):
+
+1. 100 Tasks x 300 chunks of 200 B
+2. 100 Tasks x 30 chunks of 20 KB (20,000 B)
+3. 2,000 Tasks x 12 chunks of 200 B
+
+``BENCH_SIZE=quick`` (the default of ``make bench``) runs the same shapes
+with fewer Tasks. Every round runs, for each case, C (the bridge), B (the
+lean pipeline), A (the bare producer) and N (the naive a2a-sdk peer), so
+machine noise lands on all of them alike; a small warm-up round (not counted)
+goes first. A's transaction size is what one partition's 100 ms tick holds
+at the bridge's rate measured in that case's round 1 (or BENCH_TXN_RECORDS).
 """
 
 from __future__ import annotations
@@ -15,11 +21,9 @@ import contextlib
 import importlib.metadata
 import os
 import platform
-import secrets
 import statistics
 import sys
-import time
-import traceback
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +32,37 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench import bridge_bench, proc, records
 from bench.bridge_bench import BenchFailure, Params
-from bench.services import ROOT, Broker, Gateway, ServiceError
+from bench.services import ROOT, Broker, FastSource, ServiceError
 
 OUT_DIR = ROOT / ".bench"
-# 100 concurrent streams x 303 events: a round (C, B, A) takes 10-20 s on a 2-core machine.
-DEFAULT_TASKS = 100
-DEFAULT_CHUNKS = 300
-NAMES = {"A": "bare transactional producer", "B": "minimal SSE→Kafka pipeline", "C": "the bridge"}
+KEYS = ("C", "B", "A", "N")
+NAMES = {
+    "A": "bare transactional producer",
+    "B": "lean SSE→Kafka pipeline",
+    "C": "the bridge",
+    "N": "naive a2a-sdk peer (send_and_wait per event)",
+}
+WORKER = {"A": "bare", "B": "pipeline", "C": "bridge", "N": "naive"}
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    name: str
+    tasks: int
+    chunks: int
+    size: int
+
+    @property
+    def events(self) -> int:
+        return self.tasks * records.events_per_task(self.chunks)
+
+    def describe(self) -> str:
+        return f"{self.tasks} Tasks x {self.chunks} chunks of {self.size} B"
+
+
+FULL_CASES = (Case("1", 100, 300, 200), Case("2", 100, 30, 20_000), Case("3", 2_000, 12, 200))
+# The same shapes with a quarter of the Tasks: a run of 3 rounds takes a few minutes.
+QUICK_CASES = (Case("1", 25, 300, 200), Case("2", 25, 30, 20_000), Case("3", 500, 12, 200))
 
 
 def env_int(name: str, default: int, minimum: int = 1) -> int:
@@ -50,54 +78,85 @@ def env_int(name: str, default: int, minimum: int = 1) -> int:
     return value
 
 
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise SystemExit(f"bench: {name} must be a number, got {raw!r}") from None
+
+
+def size_mode() -> str:
+    mode = os.environ.get("BENCH_SIZE", "quick") or "quick"
+    if mode not in ("quick", "full"):
+        raise SystemExit(f"bench: BENCH_SIZE must be quick or full, got {mode!r}")
+    return mode
+
+
+def cases() -> list[Case]:
+    """The cases of this run: BENCH_SIZE's, or one custom case from BENCH_TASKS/CHUNKS/CHUNK_SIZE."""
+    if any(os.environ.get(k) for k in ("BENCH_TASKS", "BENCH_CHUNKS", "BENCH_CHUNK_SIZE")):
+        base = (FULL_CASES if size_mode() == "full" else QUICK_CASES)[0]
+        return [
+            Case(
+                "custom",
+                env_int("BENCH_TASKS", base.tasks),
+                env_int("BENCH_CHUNKS", base.chunks),
+                env_int("BENCH_CHUNK_SIZE", base.size),
+            )
+        ]
+    chosen = (os.environ.get("BENCH_CASES") or "1,2,3").replace(" ", "").split(",")
+    table = {c.name: c for c in (FULL_CASES if size_mode() == "full" else QUICK_CASES)}
+    unknown = [c for c in chosen if c not in table]
+    if unknown:
+        raise SystemExit(f"bench: BENCH_CASES names unknown cases {unknown} (1, 2, 3)")
+    return [table[c] for c in chosen]
+
+
 class Suite:
-    def __init__(self, run_id: str, log_dir: Path, broker: Broker, gateway: Gateway) -> None:
+    def __init__(self, run_id: str, log_dir: Path, broker: Broker, source: FastSource) -> None:
         self.run_id = run_id
         self.prefix = f"bench-{run_id}"
         self.log_dir = log_dir
         self.broker = broker
-        self.gateway = gateway
-        self.tasks = env_int("BENCH_TASKS", DEFAULT_TASKS)
-        self.chunks = env_int("BENCH_CHUNKS", DEFAULT_CHUNKS)
-        self.rounds = env_int("BENCH_ROUNDS", 5)
-        self.partitions = env_int("BENCH_PARTITIONS", 3)
-        self.size = env_int("BENCH_CHUNK_SIZE", 0, minimum=0)
+        self.source = source
+        self.cases = cases()
+        self.rounds = env_int("BENCH_ROUNDS", 3)
+        self.partitions = env_int("BENCH_PARTITIONS", 6)
         self.commit_interval_ms = 100
         fixed = os.environ.get("BENCH_TXN_RECORDS")
-        self.txn_records: int | None = env_int("BENCH_TXN_RECORDS", 1) if fixed else None
-        self.txn_records_source = (
-            "BENCH_TXN_RECORDS" if fixed else "round 1 of C: events/s x commit interval / partitions"
-        )
+        self.fixed_txn_records: int | None = env_int("BENCH_TXN_RECORDS", 1) if fixed else None
+        self.txn_records: dict[str, int] = {}
         self.broker_pid = broker.pid()
-        self.results: dict[str, list[dict[str, Any]]] = {"A": [], "B": [], "C": []}
+        self.results: dict[str, dict[str, list[dict[str, Any]]]] = {c.name: {k: [] for k in KEYS} for c in self.cases}
         self.warmup: dict[str, Any] = {}
-
-    @property
-    def events(self) -> int:
-        return self.tasks * (self.chunks + 3)
 
     def parameters(self) -> dict[str, Any]:
         return {
-            "tasks": self.tasks,
-            "chunks": self.chunks,
-            "events_per_run": self.events,
-            "events_per_task": self.chunks + 3,
+            "size": size_mode(),
+            "cases": [
+                {**asdict(c), "events_per_run": c.events, "message": records.writer_text(c.chunks, c.size)}
+                for c in self.cases
+            ],
+            "events_per_task": "chunks + 4 (message, submitted, working, chunks, completed)",
             "rounds": self.rounds,
-            "order_per_round": ["C", "B", "A"],
+            "order_per_round": [f"case {c.name}: " + ", ".join(KEYS) for c in self.cases],
             "partitions": self.partitions,
             "commit_interval_ms": self.commit_interval_ms,
-            "chunk_size": self.size,
-            "agent_message": records.writer_text(self.chunks, self.size),
             "A_transaction_records": self.txn_records,
-            "A_transaction_records_source": self.txn_records_source,
-            "gateway_argv": self.gateway.argv[1:],
+            "A_transaction_records_source": "BENCH_TXN_RECORDS"
+            if self.fixed_txn_records
+            else "round 1 of C: events/s x commit interval / partitions",
+            "source_argv": self.source.argv[1:],
             "bootstrap": self.broker.bootstrap,
             "topic_prefix": self.prefix,
             "env": {k: v for k, v in os.environ.items() if k.startswith(("BENCH_", "BRIDGE_"))},
         }
 
     def pids(self) -> dict[str, int]:
-        out = {"gateway": self.gateway.pid}
+        out = {"source": self.source.pid}
         if self.broker_pid is not None:
             out["broker"] = self.broker_pid
         return out
@@ -117,13 +176,7 @@ class Suite:
         log_path = self.log_dir / f"{label}.log"
         with log_path.open("wb") as log:
             p = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                f"bench.{module}",
-                *args,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=log,
-                cwd=ROOT,
+                sys.executable, "-m", f"bench.{module}", *args, stdout=asyncio.subprocess.PIPE, stderr=log, cwd=ROOT
             )
         assert p.stdout is not None
         window = proc.CpuWindow({module: p.pid, "bench": os.getpid(), **self.pids()})
@@ -143,21 +196,26 @@ class Suite:
         result["cpu_seconds_window"] = round(window.cpu_seconds.get(module, 0.0), 2)
         return result
 
-    async def run_a(self, label: str, tasks: int, chunks: int, txn_records: int) -> dict[str, Any]:
+    def _common(self, case: Case, label: str) -> list[str]:
+        return [
+            "--bootstrap",
+            self.broker.bootstrap,
+            "--tasks",
+            str(case.tasks),
+            "--chunks",
+            str(case.chunks),
+            "--size",
+            str(case.size),
+        ]
+
+    async def run_a(self, case: Case, label: str, txn_records: int) -> dict[str, Any]:
         return await self.child(
             "bare",
             label,
             [
-                "--bootstrap",
-                self.broker.bootstrap,
+                *self._common(case, label),
                 "--topic",
                 f"{self.prefix}-a",
-                "--tasks",
-                str(tasks),
-                "--chunks",
-                str(chunks),
-                "--size",
-                str(self.size),
                 "--name",
                 f"{self.prefix}-{label}",
                 "--txn-records",
@@ -167,46 +225,61 @@ class Suite:
             ],
         )
 
-    async def run_b(self, label: str, tasks: int, chunks: int) -> dict[str, Any]:
+    async def run_b(self, case: Case, label: str) -> dict[str, Any]:
         result = await self.child(
             "pipeline",
             label,
             [
+                *self._common(case, label),
                 "--url",
-                self.gateway.a2a_url,
-                "--bootstrap",
-                self.broker.bootstrap,
+                self.source.a2a_url,
                 "--topic",
                 f"{self.prefix}-b",
-                "--tasks",
-                str(tasks),
-                "--chunks",
-                str(chunks),
-                "--size",
-                str(self.size),
                 "--transactional-id",
                 f"{self.prefix}-{label}",
                 "--run-id",
-                f"{self.run_id}-{label}",
+                f"{self.prefix}-{label}",
                 "--commit-interval-ms",
                 str(self.commit_interval_ms),
+                "--partitions",
+                str(self.partitions),
             ],
         )
-        expected = tasks * (chunks + 3)
-        if result["events"] != expected or result["tasks_with_wrong_seqs"] or result["tasks_seen"] != tasks:
+        if result["events"] != case.events or result["tasks_with_wrong_seqs"] or result["tasks_seen"] != case.tasks:
             raise BenchFailure(
-                f"{label}: the minimal pipeline saw {result['events']} events of {result['tasks_seen']} Tasks "
-                f"({result['tasks_with_wrong_seqs']} with wrong seqs), expected {expected} of {tasks}"
+                f"{label}: the lean pipeline saw {result['events']} events of {result['tasks_seen']} Tasks "
+                f"({result['tasks_with_wrong_seqs']} with wrong SSE ids), expected {case.events} of {case.tasks}"
             )
         return result
 
-    async def run_c(self, label: str, tasks: int, chunks: int) -> dict[str, Any]:
+    async def run_n(self, case: Case, label: str) -> dict[str, Any]:
+        result = await self.child(
+            "naive",
+            label,
+            [
+                *self._common(case, label),
+                "--url",
+                self.source.a2a_url,
+                "--topic",
+                f"{self.prefix}-n",
+                "--run-id",
+                f"{self.prefix}-{label}",
+            ],
+        )
+        if result["events"] != case.events or result["tasks_with_wrong_counts"] or result["tasks_seen"] != case.tasks:
+            raise BenchFailure(
+                f"{label}: the naive peer wrote {result['events']} events of {result['tasks_seen']} Tasks "
+                f"({result['tasks_with_wrong_counts']} with wrong counts), expected {case.events} of {case.tasks}"
+            )
+        return result
+
+    async def run_c(self, case: Case, label: str) -> dict[str, Any]:
         params = Params(
             bootstrap=self.broker.bootstrap,
-            gateway_url=self.gateway.a2a_url,
-            tasks=tasks,
-            chunks=chunks,
-            size=self.size,
+            source_url=self.source.a2a_url,
+            tasks=case.tasks,
+            chunks=case.chunks,
+            size=case.size,
             partitions=self.partitions,
             commit_interval_ms=self.commit_interval_ms,
             run_dir=self.log_dir,
@@ -218,129 +291,141 @@ class Suite:
         cores = result["window"]["cores_busy"]
         busy = ", ".join(f"{k} {v:.2f}" for k, v in sorted(cores.items()))
         print(
-            f"  {label:<10} {result['events_per_second']:>9,.0f} events/s  {result['seconds']:6.2f} s"
+            f"    {label:<11} {result['events_per_second']:>9,.0f} events/s  {result['seconds']:6.2f} s"
             f"   cores busy: {busy}, other processes {result['window']['other_cores_busy']:.2f};"
             f" machine {result['window']['machine_busy_fraction']:.0%}",
             flush=True,
         )
-        self.gateway.check()
+        self.source.check()
 
     async def run(self) -> None:
-        await self.create_topics([f"{self.prefix}-a", f"{self.prefix}-b"])
-        w_tasks, w_chunks = min(5, self.tasks), min(10, self.chunks)
-        print(f"bench: warm-up ({w_tasks} Tasks x {w_chunks} chunks, not counted)", flush=True)
-        self.warmup["C"] = await self.run_c("warmup-c", w_tasks, w_chunks)
-        self.warmup["B"] = await self.run_b("warmup-b", w_tasks, w_chunks)
-        self.warmup["A"] = await self.run_a("warmup-a", w_tasks, w_chunks, 10)
+        await self.create_topics([f"{self.prefix}-a", f"{self.prefix}-b", f"{self.prefix}-n"])
+        warm = Case("warmup", min(5, self.cases[0].tasks), min(10, self.cases[0].chunks), self.cases[0].size)
+        print(f"bench: warm-up ({warm.describe()}, not counted)", flush=True)
+        self.warmup["C"] = await self.run_c(warm, "warmup-c")
+        self.warmup["B"] = await self.run_b(warm, "warmup-b")
+        self.warmup["A"] = await self.run_a(warm, "warmup-a", 10)
+        self.warmup["N"] = await self.run_n(warm, "warmup-n")
         for r in range(1, self.rounds + 1):
             print(f"bench: round {r}/{self.rounds}", flush=True)
-            c = await self.run_c(f"r{r}-c", self.tasks, self.chunks)
-            self.results["C"].append(c)
-            self.progress("C bridge", c)
-            if self.txn_records is None:
-                # What one partition's 100 ms tick holds at the bridge's measured rate.
-                tick = self.commit_interval_ms / 1000
-                self.txn_records = max(1, round(c["events_per_second"] * tick / self.partitions))
-            b = await self.run_b(f"r{r}-b", self.tasks, self.chunks)
-            self.results["B"].append(b)
-            self.progress("B pipeline", b)
-            a = await self.run_a(f"r{r}-a", self.tasks, self.chunks, self.txn_records)
-            self.results["A"].append(a)
-            self.progress("A producer", a)
-
-    async def delete_topics(self) -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.broker.bootstrap)
-        await admin.start()
-        try:
-            mine = [t for t in await admin.list_topics() if t.startswith(self.prefix)]
-            if mine:
-                await admin.delete_topics(mine)
-        finally:
-            await admin.close()
+            for case in self.cases:
+                print(f"  case {case.name}: {case.describe()}", flush=True)
+                got = self.results[case.name]
+                c = await self.run_c(case, f"r{r}-{case.name}-c")
+                got["C"].append(c)
+                self.progress("C bridge", c)
+                if case.name not in self.txn_records:
+                    # What one partition's tick holds at the bridge's measured rate.
+                    tick = self.commit_interval_ms / 1000
+                    self.txn_records[case.name] = self.fixed_txn_records or max(
+                        1, round(c["events_per_second"] * tick / self.partitions)
+                    )
+                b = await self.run_b(case, f"r{r}-{case.name}-b")
+                got["B"].append(b)
+                self.progress("B pipeline", b)
+                a = await self.run_a(case, f"r{r}-{case.name}-a", self.txn_records[case.name])
+                got["A"].append(a)
+                self.progress("A producer", a)
+                n = await self.run_n(case, f"r{r}-{case.name}-n")
+                got["N"].append(n)
+                self.progress("N naive", n)
 
     # ---------------------------------------------------------- summary --
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for key, rounds in self.results.items():
-            rates = [r["events_per_second"] for r in rounds]
-            entry: dict[str, Any] = {
-                "name": NAMES[key],
-                "unit": "events/s",
-                "rounds": rates,
-                "median": _median(rates),
-                "min": min(rates) if rates else None,
-                "max": max(rates) if rates else None,
-                "seconds": [r["seconds"] for r in rounds],
-                "cpu_us_per_event": _median(
-                    [r["cpu_seconds_window"] * 1e6 / r["events"] for r in rounds if r["events"]]
-                ),
-                "peak_rss_mib": [r.get("peak_rss_mib") for r in rounds],
-                "cores_busy_median": _median_dicts([r["window"]["cores_busy"] for r in rounds]),
-                "machine_busy_median": _median([r["window"]["machine_busy_fraction"] for r in rounds]),
-                "other_cores_busy_median": _median([r["window"]["other_cores_busy"] for r in rounds]),
-                "details": rounds,
+        for case in self.cases:
+            entries: dict[str, Any] = {}
+            for key, rounds in self.results[case.name].items():
+                entries[key] = _entry(key, rounds)
+            complete = all(entries[k]["median"] is not None for k in KEYS)
+            out[case.name] = {
+                "case": {**asdict(case), "events_per_run": case.events},
+                "benchmarks": entries,
+                "ratios": ratios(entries, case) if complete else {},
+                "limiting": limiting(entries) if complete else {},
             }
-            if key == "C":
-                entry["peak_rss_mib_median"] = _median([r["peak_rss_mib"] for r in rounds if r["peak_rss_mib"]])
-                entry["cpu_seconds_window"] = [r["cpu_seconds_window"] for r in rounds]
-                entry["cpu_seconds_process_total"] = [r["cpu_seconds_total"] for r in rounds]
-                entry["events_per_transaction_median"] = _median([r["events_per_transaction"] for r in rounds])
-                entry["transaction_seconds_mean_median"] = _median([r["transaction_seconds_mean"] for r in rounds])
-                entry["first_event_seconds_median"] = _median([r["first_event_seconds"] for r in rounds])
-            out[key] = entry
         return out
 
-    def ratios(self, summary: dict[str, Any]) -> dict[str, Any]:
-        def ratio(x: str, y: str) -> float | None:
-            a, b = summary[x]["median"], summary[y]["median"]
-            return round(a / b, 3) if a and b else None
 
-        def paired(x: str, y: str) -> float | None:
-            pairs = zip(summary[x]["rounds"], summary[y]["rounds"], strict=False)
-            return _median([a / b for a, b in pairs if b])
+def _entry(key: str, rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    rates = [r["events_per_second"] for r in rounds]
+    entry: dict[str, Any] = {
+        "name": NAMES[key],
+        "unit": "events/s",
+        "rounds": rates,
+        "median": _median(rates),
+        "min": min(rates) if rates else None,
+        "max": max(rates) if rates else None,
+        "seconds": [r["seconds"] for r in rounds],
+        "cpu_us_per_event": _median([r["cpu_seconds_window"] * 1e6 / r["events"] for r in rounds if r["events"]]),
+        "cpu_us_per_event_rounds": [round(r["cpu_seconds_window"] * 1e6 / r["events"], 1) for r in rounds],
+        "peak_rss_mib": [r.get("peak_rss_mib") for r in rounds],
+        "peak_rss_mib_median": _median([r.get("peak_rss_mib") for r in rounds]),
+        "cores_busy_median": _median_dicts([r["window"]["cores_busy"] for r in rounds]),
+        "machine_busy_median": _median([r["window"]["machine_busy_fraction"] for r in rounds]),
+        "other_cores_busy_median": _median([r["window"]["other_cores_busy"] for r in rounds]),
+        "details": rounds,
+    }
+    if key == "C":
+        entry["cpu_seconds_window"] = [r["cpu_seconds_window"] for r in rounds]
+        entry["cpu_seconds_process_total"] = [r["cpu_seconds_total"] for r in rounds]
+        entry["events_per_transaction_median"] = _median([r["events_per_transaction"] for r in rounds])
+        entry["transaction_seconds_mean_median"] = _median([r["transaction_seconds_mean"] for r in rounds])
+        entry["first_event_seconds_median"] = _median([r["first_event_seconds"] for r in rounds])
+    return entry
 
-        def cpu(x: str, y: str) -> float | None:
-            a, b = summary[x]["cpu_us_per_event"], summary[y]["cpu_us_per_event"]
-            return round(a / b, 2) if a and b else None
 
-        return {
-            "C/B": ratio("C", "B"),
-            "C/A": ratio("C", "A"),
-            "B/A": ratio("B", "A"),
-            "paired_median": {"C/B": paired("C", "B"), "C/A": paired("C", "A"), "B/A": paired("B", "A")},
-            "cpu_per_event": {"C/B": cpu("C", "B"), "C/A": cpu("C", "A")},
-        }
+def ratios(s: dict[str, Any], case: Case) -> dict[str, Any]:
+    def ratio(x: str, y: str) -> float | None:
+        a, b = s[x]["median"], s[y]["median"]
+        return round(a / b, 3) if a and b else None
 
-    def limiting(self, summary: dict[str, Any]) -> dict[str, str]:
-        """Which process was the bottleneck, read from median cores busy (1.0 = one full core)."""
-        out: dict[str, str] = {}
-        worker = {"A": "bare", "B": "pipeline", "C": "bridge"}
-        for key in ("B", "C"):
-            cores: dict[str, float] = summary[key]["cores_busy_median"]
-            machine = summary[key]["machine_busy_median"] or 0.0
-            others = summary[key]["other_cores_busy_median"] or 0.0
-            if not cores:
-                continue
-            gw, own = cores.get("gateway", 0.0), cores.get(worker[key], 0.0)
-            facts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(cores.items()))
-            facts += f", processes outside the benchmark {others:.2f}; machine {machine:.0%} busy"
-            if gw >= 0.85 and gw >= own:
-                verdict = "the gateway (a single-threaded Python server at ~one full core)"
-            elif own >= 0.85:
-                verdict = f"the {NAMES[key]} process itself (one Python event loop at ~one full core)"
-            elif machine >= 0.9 and others >= 0.3:
-                verdict = "CPU taken by processes outside the benchmark (the machine was busy; numbers are noisy)"
-            elif machine >= 0.9:
-                verdict = "the machine's CPU (all cores busy: gateway, broker and client share them)"
-            else:
-                name, load = max(((k, v) for k, v in cores.items() if k != "bench"), key=lambda kv: kv[1])
-                verdict = (
-                    f"no process saturated (busiest: {name} at {load:.2f} cores); the rest of the window"
-                    " is waiting on commit ticks, Kafka and HTTP round-trips"
-                )
-            out[key] = f"{verdict} [cores busy: {facts}]"
-        return out
+    def paired(x: str, y: str) -> float | None:
+        pairs = zip(s[x]["rounds"], s[y]["rounds"], strict=False)
+        return _median([a / b for a, b in pairs if b])
+
+    def cpu(x: str, y: str) -> float | None:
+        a, b = s[x]["cpu_us_per_event"], s[y]["cpu_us_per_event"]
+        return round(a / b, 2) if a and b else None
+
+    pairs = [("C", "B"), ("C", "A"), ("C", "N"), ("B", "A"), ("N", "A")]
+    return {
+        **{f"{x}/{y}": ratio(x, y) for x, y in pairs},
+        "paired_median": {f"{x}/{y}": paired(x, y) for x, y in pairs},
+        "cpu_per_event": {f"{x}/{y}": cpu(x, y) for x, y in (("C", "B"), ("C", "A"), ("C", "N"))},
+        "note": "C/A is the issue's ratio for case 1; it is given for every case",
+    }
+
+
+def limiting(s: dict[str, Any]) -> dict[str, str]:
+    """Which process was the bottleneck, read from median cores busy (1.0 = one full core)."""
+    out: dict[str, str] = {}
+    for key in ("B", "C", "N"):
+        cores: dict[str, float] = s[key]["cores_busy_median"]
+        machine = s[key]["machine_busy_median"] or 0.0
+        others = s[key]["other_cores_busy_median"] or 0.0
+        if not cores:
+            continue
+        src, own = cores.get("source", 0.0), cores.get(WORKER[key], 0.0)
+        facts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(cores.items()))
+        facts += f", processes outside the benchmark {others:.2f}; machine {machine:.0%} busy"
+        if src >= 0.85 and src >= own:
+            verdict = "the source (a single-threaded Python server at ~one full core)"
+        elif own >= 0.85:
+            verdict = f"the {WORKER[key]} process itself (one Python event loop at ~one full core)"
+        elif machine >= 0.9 and others >= 0.3:
+            verdict = "CPU taken by processes outside the benchmark (the machine was busy; numbers are noisy)"
+        elif machine >= 0.9:
+            verdict = "the machine's CPU (all cores busy: source, broker and client share them)"
+        else:
+            name, load = max(((k, v) for k, v in cores.items() if k != "bench"), key=lambda kv: kv[1])
+            verdict = (
+                f"no process saturated (busiest: {name} at {load:.2f} cores); the rest of the window"
+                " is waiting on commit ticks, Kafka and HTTP round-trips"
+            )
+        out[key] = f"{verdict} [cores busy: {facts}]"
+    return out
 
 
 def _median(values: list[Any]) -> float | None:
@@ -373,101 +458,56 @@ def machine_info(broker: Broker) -> dict[str, Any]:
         "kafka": broker.version(),
         "aiokafka": importlib.metadata.version("aiokafka"),
         "httpx": importlib.metadata.version("httpx"),
+        "a2a_sdk": importlib.metadata.version("a2a-sdk"),
         "loadavg_at_start": os.getloadavg(),
     }
 
 
+def table(throughput: dict[str, Any]) -> list[str]:
+    """The results as a markdown table (the one bench/README.md shows)."""
+    lines = [
+        "| case | C bridge | B lean | A bare | N naive | C/B | C/A | C/N | CPU µs/event C / B / A / N "
+        "| peak RSS MiB C / B / A / N |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for name, doc in throughput.items():
+        b, r, c = doc["benchmarks"], doc["ratios"], doc["case"]
+        rate = " | ".join(f"{b[k]['median']:,.0f}" if b[k]["median"] else "-" for k in KEYS)
+        cpu = " / ".join(f"{b[k]['cpu_us_per_event']:.0f}" if b[k]["cpu_us_per_event"] else "-" for k in KEYS)
+        rss = " / ".join(f"{b[k]['peak_rss_mib_median']:.0f}" if b[k]["peak_rss_mib_median"] else "-" for k in KEYS)
+        label = f"{name}: {c['tasks']} x {c['chunks']} x {c['size']} B"
+        lines.append(f"| {label} | {rate} | {r.get('C/B')} | {r.get('C/A')} | {r.get('C/N')} | {cpu} | {rss} |")
+    return lines
+
+
 def print_summary(doc: dict[str, Any]) -> None:
     p = doc["parameters"]
+    if not doc.get("throughput"):
+        return
     print()
     print(
-        f"A2A Kafka Bridge benchmark: {p['rounds']} rounds x {p['tasks']} Tasks x {p['chunks']} chunks "
-        f"= {p['events_per_run']} events per run, {p['partitions']} partitions, {p['commit_interval_ms']} ms ticks"
+        f"Throughput ({p.get('size')}): {p.get('rounds')} rounds, {p.get('partitions')} partitions, "
+        f"{p.get('commit_interval_ms')} ms ticks; events/s, medians"
     )
-    for key in ("A", "B", "C"):
-        s = doc["benchmarks"].get(key)
-        if not s or s["median"] is None:
-            continue
-        rounds = ", ".join(f"{v:,.0f}" for v in s["rounds"])
-        print(f"  {key} {s['name']:<28} median {s['median']:>9,.0f} events/s   rounds: {rounds}")
-    r = doc.get("ratios") or {}
-    if r:
-        print(f"  ratios of medians: C/B {r['C/B']}   C/A {r['C/A']}   B/A {r['B/A']}")
-        print(f"  CPU per event: C/B {r['cpu_per_event']['C/B']}   C/A {r['cpu_per_event']['C/A']}")
-    c = doc["benchmarks"].get("C")
-    if c and c["median"] is not None:
-        print(
-            f"  bridge: peak RSS {c['peak_rss_mib_median']} MiB, CPU {c['cpu_us_per_event']} us/event "
-            f"(pipeline {doc['benchmarks']['B']['cpu_us_per_event']}, bare producer "
-            f"{doc['benchmarks']['A']['cpu_us_per_event']})"
-        )
-        print(
-            f"  bridge transactions: {c['events_per_transaction_median']} events and "
-            f"{c['transaction_seconds_mean_median']} s each (median of per-round means); first event visible "
-            f"after {c['first_event_seconds_median']} s; A used {p['A_transaction_records']} records/transaction"
-        )
-    for key, verdict in (doc.get("limiting") or {}).items():
-        print(f"  {key} limited by {verdict}")
-    for err in doc["errors"]:
-        print(f"  FAILED: {err}")
-    print(f"  wall time {doc['wall_seconds']:.0f} s; results in {OUT_DIR / 'results.json'}")
-
-
-def main() -> int:
-    started_wall = time.time()
-    started = time.monotonic()
-    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-    log_dir = OUT_DIR / "logs" / run_id
-    log_dir.mkdir(parents=True, exist_ok=True)
-    errors: list[str] = []
-    broker = Broker()
-    gateway: Gateway | None = None
-    suite: Suite | None = None
-    try:
-        broker.ensure()
-        retention = max(1000, env_int("BENCH_CHUNKS", DEFAULT_CHUNKS) + 10)
-        gateway = Gateway(log_dir, retention=retention, task_ttl=60)
-        suite = Suite(run_id, log_dir, broker, gateway)
-        print(
-            f"bench: {suite.rounds} rounds of C, B, A; {suite.tasks} Tasks x {suite.chunks} chunks "
-            f"= {suite.events} events each; logs in {log_dir}",
-            flush=True,
-        )
-        asyncio.run(suite.run())
-    except (BenchFailure, ServiceError) as exc:
-        errors.append(str(exc))
-    except KeyboardInterrupt:
-        errors.append("interrupted")
-    except Exception as exc:
-        errors.append(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-    finally:
-        if suite is not None:
-            with contextlib.suppress(Exception):
-                asyncio.run(asyncio.wait_for(suite.delete_topics(), 30))
-        if gateway is not None:
-            gateway.stop()
-        broker.down_if_started()
-
-    doc: dict[str, Any] = {
-        "ok": not errors,
-        "errors": errors,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started_wall)),
-        "wall_seconds": round(time.monotonic() - started, 1),
-        "machine": machine_info(broker),
-        "parameters": suite.parameters() if suite else {},
-        "logs": str(log_dir),
-    }
-    if suite is not None:
-        summary = suite.summary()
-        doc["benchmarks"] = summary
-        complete = all(summary[k]["median"] is not None for k in summary)
-        doc["ratios"] = suite.ratios(summary) if complete else {}
-        doc["limiting"] = suite.limiting(summary) if complete else {}
-        doc["warmup"] = suite.warmup
-    else:
-        doc["benchmarks"] = {}
-    body = orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
-    (OUT_DIR / "results.json").write_bytes(body)
-    (log_dir / "results.json").write_bytes(body)  # history: one copy per run beside its logs
-    print_summary(doc)
-    return 0 if not errors else 1
+    for name, case in (doc.get("throughput") or {}).items():
+        c = case["case"]
+        shape = f"{c['tasks']} Tasks x {c['chunks']} chunks of {c['size']} B"
+        print(f"  case {name}: {shape} = {c['events_per_run']} events")
+        for key in KEYS:
+            s = case["benchmarks"].get(key)
+            if not s or s["median"] is None:
+                continue
+            rounds = ", ".join(f"{v:,.0f}" for v in s["rounds"])
+            print(
+                f"    {key} {s['name']:<44} median {s['median']:>9,.0f}   rounds: {rounds}"
+                f"   CPU {s['cpu_us_per_event']} us/event, peak RSS {s['peak_rss_mib_median']} MiB"
+            )
+        r = case.get("ratios") or {}
+        if r:
+            print(f"    ratios of medians: C/B {r['C/B']}  C/A {r['C/A']}  C/N {r['C/N']}  B/A {r['B/A']}")
+            print(f"    CPU per event: C/B {r['cpu_per_event']['C/B']}  C/N {r['cpu_per_event']['C/N']}")
+        for key, verdict in (case.get("limiting") or {}).items():
+            print(f"    {key} limited by {verdict}")
+    if doc.get("throughput"):
+        print()
+        print("\n".join(table(doc["throughput"])))

@@ -1,0 +1,221 @@
+"""``python -m bench [throughput|latency|scale ...]``: run sections, write results.
+
+Without arguments (``make bench``): the throughput section, the latency
+measure, then the scale section at its quick sizes (``BENCH_SECTIONS``
+picks others). ``python -m bench scale`` (``make bench-scale``) runs the
+scale section alone, at the issue's sizes unless ``BENCH_SCALE_SIZE=quick``.
+
+Results: ``.bench/results.json`` (throughput and latency) and
+``.bench/scale.json`` (scale), with a copy of each beside the logs of the
+run in ``.bench/logs/<run id>/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka.admin import AIOKafkaAdminClient
+
+from bench import latency, scale, suite
+from bench.bridge_bench import BenchFailure, Params, run_round
+from bench.services import Broker, FastSource, ServiceError
+
+OUT_DIR = suite.OUT_DIR
+SECTIONS = ("throughput", "latency", "scale")
+
+
+def _write(name: str, doc: dict[str, Any], log_dir: Path) -> Path:
+    body = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
+    (OUT_DIR / name).write_bytes(body)
+    (log_dir / name).write_bytes(body)  # history: one copy per run beside its logs
+    return OUT_DIR / name
+
+
+async def _latency(
+    run_id: str, log_dir: Path, broker: Broker, source: FastSource, saturated: float | None
+) -> dict[str, Any]:
+    case = (suite.FULL_CASES if suite.size_mode() == "full" else suite.QUICK_CASES)[0]
+    partitions = suite.env_int("BENCH_PARTITIONS", 6)
+    pids = {"source": source.pid, **({"broker": p} if (p := broker.pid()) else {})}
+    rate = suite.env_float("BENCH_LATENCY_RATE", 0.0) or saturated
+    how = "BENCH_LATENCY_RATE" if os.environ.get("BENCH_LATENCY_RATE") else "case 1's C median of this run"
+    if not rate:
+        how = "a calibration run of the bridge on case 1 (unpaced)"
+        print(f"bench: latency: calibrating the saturated rate ({case.describe()})", flush=True)
+        params = Params(
+            broker.bootstrap, source.a2a_url, case.tasks, case.chunks, case.size, partitions, 100, log_dir, log_dir
+        )
+        rate = (await run_round(params, f"bench-{run_id}-lat-cal", pids))["events_per_second"]
+    fraction = suite.env_float("BENCH_LATENCY_FRACTION", 0.5)
+    out: dict[str, Any] = {"saturated_events_per_second": rate, "saturated_rate_from": how, "runs": []}
+    for interval in latency.intervals("50,100,200" if suite.size_mode() == "full" else "100"):
+        print(
+            f"bench: latency at commit_interval_ms={interval}: {case.describe()}, source paced at "
+            f"{fraction * rate:,.0f} events/s ({fraction} x {rate:,.0f})",
+            flush=True,
+        )
+        r = await latency.measure(
+            source=source,
+            bootstrap=broker.bootstrap,
+            name=f"bench-{run_id}-lat-{interval}",
+            tasks=case.tasks,
+            chunks=case.chunks,
+            size=case.size,
+            partitions=partitions,
+            commit_interval_ms=interval,
+            saturated_events_per_second=rate,
+            run_dir=log_dir,
+            pids=pids,
+            fraction=fraction,
+        )
+        lat = r["latency_ms"]
+        print(
+            f"    p50 {lat['p50']} ms, p90 {lat['p90']} ms, p99 {lat['p99']} ms, max {lat['max']} ms "
+            f"({r['frames']} frames, {r['achieved_events_per_second']:,.0f} events/s)",
+            flush=True,
+        )
+        out["runs"].append(r)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    sections = args or (os.environ.get("BENCH_SECTIONS") or ",".join(SECTIONS)).replace(" ", "").split(",")
+    unknown = [s for s in sections if s not in SECTIONS]
+    if unknown:
+        raise SystemExit(f"bench: unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}")
+    # `python -m bench scale` (make bench-scale) means the issue's sizes; inside a whole run, quick ones.
+    scale_size = os.environ.get("BENCH_SCALE_SIZE") or ("full" if args == ["scale"] else "quick")
+    if scale_size not in ("quick", "full"):
+        raise SystemExit(f"bench: BENCH_SCALE_SIZE must be quick or full, got {scale_size!r}")
+
+    started_wall = time.time()
+    started = time.monotonic()
+    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+    log_dir = OUT_DIR / "logs" / run_id
+    log_dir.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    broker = Broker()
+    source: FastSource | None = None
+    bench_suite: suite.Suite | None = None
+    lat: dict[str, Any] | None = None
+    scaled: scale.Scale | None = None
+    try:
+        broker.ensure()
+        source = FastSource(log_dir)
+        if "throughput" in sections:
+            bench_suite = suite.Suite(run_id, log_dir, broker, source)
+            print(
+                f"bench: throughput ({suite.size_mode()}): {bench_suite.rounds} rounds of C, B, A, N over "
+                f"{len(bench_suite.cases)} case(s); logs in {log_dir}",
+                flush=True,
+            )
+            asyncio.run(bench_suite.run())
+        if "latency" in sections:
+            saturated = None
+            if bench_suite is not None:
+                first = bench_suite.results.get("1", {}).get("C") or []
+                saturated = suite._median([r["events_per_second"] for r in first])
+            lat = asyncio.run(_latency(run_id, log_dir, broker, source, saturated))
+        if "scale" in sections:
+            source.stop()  # each scale measure starts its own
+            source = None
+            scaled = scale.Scale(broker.bootstrap, run_id, log_dir, scale_size, suite.env_int("BENCH_PARTITIONS", 6))
+            print(f"bench: scale ({scale_size}); logs in {log_dir}", flush=True)
+            asyncio.run(scaled.run(scale.measures_from_env()))
+    except (BenchFailure, ServiceError) as exc:
+        errors.append(str(exc))
+    except KeyboardInterrupt:
+        errors.append("interrupted")
+    except Exception as exc:
+        errors.append(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    finally:
+        with contextlib.suppress(Exception):
+            asyncio.run(asyncio.wait_for(_delete_topics(broker.bootstrap, f"bench-{run_id}"), 30))
+        if source is not None:
+            source.stop()
+        broker.down_if_started()
+
+    common: dict[str, Any] = {
+        "ok": not errors,
+        "errors": errors,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started_wall)),
+        "wall_seconds": round(time.monotonic() - started, 1),
+        "machine": suite.machine_info(broker),
+        "bridge_under_test": _bridge_version(),
+        "logs": str(log_dir),
+    }
+    if bench_suite is not None or lat is not None:
+        doc = {
+            **common,
+            "parameters": bench_suite.parameters() if bench_suite else {},
+            "throughput": bench_suite.summary() if bench_suite else {},
+            "warmup": bench_suite.warmup if bench_suite else {},
+            "latency": lat,
+        }
+        path = _write("results.json", doc, log_dir)
+        suite.print_summary(doc)
+        if lat:
+            for r in lat["runs"]:
+                m = r["latency_ms"]
+                print(
+                    f"  latency at {r['commit_interval_ms']} ms ticks, "
+                    f"{r['achieved_events_per_second']:,.0f} events/s: "
+                    f"p50 {m['p50']} ms, p99 {m['p99']} ms (p99 = {r['p99_over_interval']} x the interval)"
+                )
+        print(f"  results in {path}")
+    if scaled is not None:
+        doc = {**common, "size": scale_size, "partitions": scaled.partitions, "scale": scaled.results}
+        path = _write("scale.json", doc, log_dir)
+        print()
+        print(f"Scale ({scale_size}):")
+        for m, r in scaled.results.items():
+            print(f"  {m:<10} {scale.headline(m, r)}")
+        print(f"  results in {path}")
+    for err in errors:
+        print(f"  FAILED: {err}")
+    print(f"  wall time {time.monotonic() - started:.0f} s")
+    failed_scale = scaled is not None and any(not r.get("ok") for r in scaled.results.values())
+    return 0 if not errors and not failed_scale else 1
+
+
+async def _delete_topics(bootstrap: str, prefix: str) -> None:
+    """This run's throughput and latency topics (each scale measure deletes its own)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        mine = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if mine:
+            await admin.delete_topics(mine)
+    finally:
+        await admin.close()
+
+
+def _bridge_version() -> dict[str, Any]:
+    """Which bridge was measured: its version and the commit of this worktree."""
+    import subprocess
+
+    import bridge
+
+    out: dict[str, Any] = {"version": getattr(bridge, "__version__", None)}
+    with contextlib.suppress(Exception):
+        root = Path(__file__).resolve().parent.parent
+        out["commit"] = subprocess.run(
+            ["git", "-C", str(root), "log", "-1", "--format=%h %s", "--", "bridge"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+    return out
