@@ -197,11 +197,20 @@ class PartitionOwner:
 
     async def _commit_loop(self) -> None:
         interval = self.config.bridge.commit_interval_ms / 1000
+        began = time.monotonic()
         try:
             while self.failed is None:
-                if not self._closing.is_set():
+                # Ticks start ``interval`` apart, not ``interval`` after the last commit
+                # ended: a slow commit under load does not stretch every event's wait.
+                wait = began + interval - time.monotonic()
+                if self._closing.is_set():
+                    pass
+                elif wait > 0:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.txn.wake.wait(), interval)
+                        await asyncio.wait_for(self.txn.wake.wait(), wait)
+                else:
+                    await asyncio.sleep(0)  # behind: commit at once, yet never without yielding
+                began = time.monotonic()
                 # Runners are stopped before closing is set: a commit that starts
                 # after seeing it holds everything they produced.
                 closing = self._closing.is_set()

@@ -167,7 +167,11 @@ class TaskRunner:
     def _apply(self, update: Update) -> None:
         self.part.publish(self.record, self.record.apply(update, self._cap))
         self._active()
-        self._wake()
+        if self.record.closed:
+            # The main loop waits on commands, the deadline and the end: an event
+            # that does not close the Task changes none of them (a wake per event
+            # would cost a loop step per event).
+            self._wake()
 
     def _outcome(self, outcome: BridgeOutcome, reason: str | None = None, message: JSON | None = None) -> None:
         self.part.publish(self.record, [self.record.report(outcome, reason, message)])

@@ -376,8 +376,12 @@ class Service:
         metrics.init(list(cfg.agents))
         shards = cfg.bridge.http_pools
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=max(8, 256 // shards))
+        # One TLS context for every shard: each default one loads the CA store again (~20 ms, ~1 MB).
+        tls = httpx.create_ssl_context()
         async with contextlib.AsyncExitStack() as pools:
-            http = [await pools.enter_async_context(httpx.AsyncClient(limits=limits)) for _ in range(shards)]
+            http = [
+                await pools.enter_async_context(httpx.AsyncClient(limits=limits, verify=tls)) for _ in range(shards)
+            ]
             self.clients.update({name: AgentClient(a, http) for name, a in cfg.agents.items()})
             ops = OpsServer(cfg.bridge.http_port, self.ready) if cfg.bridge.http_port >= 0 else None
             if ops:
