@@ -6,6 +6,7 @@ what a dialect built and maps transport failures onto :mod:`bridge.errors`.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import itertools
@@ -265,3 +266,31 @@ class AgentClient:
             raise
         finally:
             metrics.OPEN_STREAMS.dec()
+
+
+# Stream closes still running after their caller was cancelled (asyncio keeps only
+# weak references to tasks).
+_closing: set[asyncio.Future[None]] = set()
+
+
+async def close_stream(updates: AsyncIterator[Update]) -> None:
+    """Close an agent stream to the end, even when the caller is cancelled meanwhile.
+
+    Closing awaits inside httpcore (a lock, then the socket); a cancellation that
+    lands there leaves the connection open and its request in the pool for the
+    life of the process: one socket and ~10 KB per finished Task. So the close
+    runs shielded in its own task; a failure to close is nothing to report.
+    """
+    close = getattr(updates, "aclose", None)
+    if close is None:
+        return
+    closing = asyncio.ensure_future(close())
+    _closing.add(closing)
+    closing.add_done_callback(_closed)
+    await asyncio.shield(closing)
+
+
+def _closed(closing: asyncio.Future[None]) -> None:
+    _closing.discard(closing)
+    if not closing.cancelled():
+        closing.exception()  # retrieved: a stream that fails to close is already over

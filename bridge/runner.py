@@ -33,7 +33,7 @@ from typing import Any, Literal, Protocol
 from aiokafka.structs import ConsumerRecord
 
 from bridge import logs, metrics, policy
-from bridge.agents import AgentClient, rpc_id
+from bridge.agents import AgentClient, close_stream, rpc_id
 from bridge.commands import Act, Command, Duplicate, Refuse, decide, message_id
 from bridge.config import Config
 from bridge.errors import AgentError, AgentNoTask, AgentOversize, RpcError
@@ -370,7 +370,7 @@ class TaskRunner:
                     self._first(command, await self._first_update(it, cfg.first_event_timeout_seconds))
                 except BaseException:
                     with contextlib.suppress(Exception):
-                        await it.aclose()  # type: ignore[attr-defined]
+                        await close_stream(it)
                     raise
                 return it
             except AgentNoTask as exc:
@@ -429,8 +429,10 @@ class TaskRunner:
                     # the committer and the other readers in now and then.
                     await asyncio.sleep(0)
         finally:
+            # The main loop cancels this follower as soon as the Task closes: often
+            # while this close is under way (close_stream says why that matters).
             with contextlib.suppress(Exception):
-                await it.aclose()  # type: ignore[attr-defined]
+                await close_stream(it)
 
     def _reconcile_before(self, update: Update) -> bool:
         """Dialects without SSE ids may have missed chunks during a gap: before

@@ -7,6 +7,8 @@ Memory and speed at scale are measured by `make bench-scale`, not asserted here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
 import time
 import uuid
@@ -182,5 +184,42 @@ async def test_commands_of_a_waiting_start_keep_their_order(env: Env, tmp_path: 
         assert events[-1]["state"] == "canceled"
         dlq = await read_topic(config, config.kafka.dlq_topic, timeout=3, settle=1.0, until=lambda c: True)
         assert dlq.records == []
+    finally:
+        bridge.stop()
+
+
+def sockets(pid: int) -> int:
+    """Open sockets of a process (its file descriptors that are sockets)."""
+    n = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            n += os.readlink(fd).startswith("socket:")
+    return n
+
+
+async def test_finished_tasks_leave_no_connection_open(env: Env, tmp_path: Path) -> None:
+    """Each finished Task's agent connection is closed or back in the pool: a Task
+    that ended while its stream was being closed used to leave its socket (and
+    ~10 KB) behind for the life of the process, until "Too many open files"."""
+    rounds, per_round = 5, 20
+    # One HTTP pool: its idle connections are reused round after round, so what a
+    # correct bridge holds is bounded by one round's concurrency.
+    path, config = bridge_config(env, tmp_path, partitions=2, bridge={"http_pools": 1})
+    assert run_cli(path, "topics").returncode == 0
+    bridge = BridgeProcess(path, env.log_dir, "bridge-sockets")
+    try:
+        ops_port(bridge)
+        assert bridge.proc is not None
+        before = sockets(bridge.proc.pid)
+        done: set[str] = set()
+        for r in range(rounds):
+            starts = [start_command(f"s{r}-{i}", "gw-writer", "chunks=2 interval=0.01") for i in range(per_round)]
+            await send_commands(config, starts)
+            done |= {s["taskKey"] for s in starts}
+            want = frozenset(done)
+            await read_topic(config, config.kafka.events_topic, timeout=60, until=lambda c, w=want: closed_keys(c) >= w)
+        await asyncio.sleep(1.0)  # the last closes finish
+        grown = sockets(bridge.proc.pid) - before
+        assert grown <= per_round + 10, f"{grown} sockets more after {rounds * per_round} finished Tasks"
     finally:
         bridge.stop()

@@ -9,6 +9,7 @@ whatever the Task does meanwhile.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 
 from aiokafka.structs import ConsumerRecord
 
+from bridge.agents import close_stream
 from bridge.commands import Command
 from bridge.config import AgentConfig, BridgeConfig, Config
 from bridge.dialects import GatewayDialect, Request
@@ -221,3 +223,28 @@ async def test_an_event_over_the_cap_closes_the_task_as_unreadable() -> None:
     await settle()
     assert part.events[-1]["outcome"] == "unreadable" and part.events[-1]["terminal"] is True
     assert (2, "r-1") in part.absorbed and part.dlq == []
+
+
+async def test_a_stream_close_runs_to_its_end_when_its_caller_is_cancelled() -> None:
+    """The Task's main loop cancels its follower as soon as the Task closes, often
+    while the follower is closing the agent stream: that close must still finish
+    (a close cut short leaves the connection open for good)."""
+    closed = asyncio.Event()
+    entered = asyncio.Event()
+
+    async def stream() -> AsyncIterator[Update]:
+        try:
+            yield StatusUpdate(task_id="t", context_id="c", state="working", source_seq=1)
+        finally:
+            entered.set()
+            await asyncio.sleep(0.05)  # httpcore awaits a lock, then the socket
+            closed.set()
+
+    it = stream()
+    await anext(it)
+    follower = asyncio.ensure_future(close_stream(it))
+    await entered.wait()
+    follower.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await follower
+    await asyncio.wait_for(closed.wait(), 1)
