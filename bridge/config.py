@@ -149,7 +149,8 @@ class BridgeConfig:
     # work grows with a pool's connections: 2,000 streams in one pool spent 40 % of
     # the bridge's time there (bench/README.md).
     http_pools: int = 32
-    # Restored Tasks reconnect at this rate (with jitter), not all at once.
+    # Restored Tasks reconnect at most this many a second per process (with jitter),
+    # and not while the event loop lags: not all at once.
     resume_rate_per_second: float = 500.0
 
 

@@ -17,10 +17,9 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import random
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -61,6 +60,7 @@ class PartitionOwner:
         refused: set[str] | None = None,
         admit: Callable[[], bool] = lambda: True,
         partitions: Callable[[str], int | None] = lambda topic: None,
+        resume_turn: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.config = config
         self.partition = partition
@@ -70,6 +70,7 @@ class PartitionOwner:
         # made again after a rebuild, they are written as stand-ins instead.
         self._refused = refused if refused is not None else set()
         self._admit = admit
+        self._resume_turn = resume_turn
         # How many partitions a topic has (None: unknown, looked up at commit).
         self._partitions = partitions
         self.records: dict[str, TaskRecord | ClosedTask] = {}
@@ -104,8 +105,8 @@ class PartitionOwner:
         The restore keeps only each key's newest record and decodes them one at a
         time, yielding to the event loop every :data:`_RESTORE_STEP` records, so a
         partition with a million closed Tasks does not starve heartbeats. Live
-        Tasks resume at ``resume_rate_per_second`` with jitter, so a thousand of
-        them do not stampede their agent at once.
+        Tasks reconnect in turn (:meth:`resume_turn`), so ten thousand of them
+        stampede neither their agent nor this process's event loop.
         """
         started = time.monotonic()
         await self.txn.start()
@@ -143,9 +144,8 @@ class PartitionOwner:
                 "partition %d: %d checkpoint record(s) could not be decoded and were skipped", self.partition, rejected
             )
         self._sweep(now)
-        rate = self.config.bridge.resume_rate_per_second
-        for i, record in enumerate(live):
-            self._run(record, None, delay=i / rate + random.uniform(0, 1 / rate))
+        for record in live:
+            self._run(record, None)
         self._committer = asyncio.create_task(self._commit_loop(), name=f"committer-{self.partition}")
         metrics.RESTORE_SECONDS.observe(time.monotonic() - started)
         self.ready = True
@@ -381,7 +381,7 @@ class PartitionOwner:
     def parked(self) -> int:
         return len(self._parked)
 
-    def _run(self, record: TaskRecord, start: tuple[Command, Raw] | None, delay: float = 0.0) -> None:
+    def _run(self, record: TaskRecord, start: tuple[Command, Raw] | None) -> None:
         if record.agent not in self._clients:
             # Restored, but its agent left the registry: say so once and let it go.
             log.warning(
@@ -397,7 +397,12 @@ class PartitionOwner:
         runner = TaskRunner(self, record)
         self.runners[record.task_key] = runner
         metrics.LIVE_TASKS.inc()
-        runner.launch(start, delay)
+        runner.launch(start)
+
+    async def resume_turn(self) -> None:
+        """Wait for a restored Task's turn to reconnect (paced by the service)."""
+        if self._resume_turn is not None:
+            await self._resume_turn()
 
     def runner_done(self, runner: TaskRunner) -> None:
         key = runner.record.task_key

@@ -70,6 +70,7 @@ class Partition(Protocol):
         self, raw: ConsumerRecord[bytes, bytes], reason: str, detail: str, command: Command | None = None
     ) -> None: ...
     def space(self) -> Awaitable[None]: ...
+    def resume_turn(self) -> Awaitable[None]: ...
     def client(self, record: TaskRecord) -> AgentClient: ...
     def runner_done(self, runner: TaskRunner) -> None: ...
     def start_resent(self, command_id: str) -> bool: ...
@@ -113,9 +114,10 @@ class TaskRunner:
     def _trace(self) -> str | None:
         return self.record.traceparent
 
-    def launch(self, start: Incoming | None, delay: float = 0.0) -> None:
-        """Run the Task; a restored one after ``delay`` seconds (resumes are paced).
-        Its tasks log with the Task's keys (bridge.logs)."""
+    def launch(self, start: Incoming | None) -> None:
+        """Run the Task (a restored one reconnects in its turn: see
+        :meth:`bridge.service.Service.resume_turn`). Its tasks log with the Task's
+        keys (bridge.logs)."""
         self._active()
         r = self.record
         self._log = {"taskKey": r.task_key, "agent": r.agent, "partition": self.part.partition}
@@ -125,9 +127,7 @@ class TaskRunner:
             self._log["commandId"] = start[0].command_id
         context = contextvars.copy_context()
         context.run(logs.bind, self._log)
-        self.task = asyncio.create_task(
-            self._main(start, delay), name=f"task-runner-{r.task_key[:60]}", context=context
-        )
+        self.task = asyncio.create_task(self._main(start), name=f"task-runner-{r.task_key[:60]}", context=context)
         self.task.add_done_callback(self._crashed)
 
     def deliver(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
@@ -227,10 +227,8 @@ class TaskRunner:
 
     # ---------------------------------------------------------------- main --
 
-    async def _main(self, start: Incoming | None, delay: float = 0.0) -> None:
+    async def _main(self, start: Incoming | None) -> None:
         try:
-            if delay:
-                await asyncio.sleep(delay)
             if start is not None:
                 self._sending = start
                 self._follow(self._send(*start))
@@ -240,6 +238,7 @@ class TaskRunner:
                 if self.record.cancel_pending:
                     self._spawn(self._cancel())
                 if not self.record.paused:
+                    await self.part.resume_turn()
                     self._follow(self._resume("restart"))
                 elif self.record.state == "auth-required":
                     self._follow(self._watch_auth())
@@ -502,7 +501,7 @@ class TaskRunner:
                     )
                 )
             except AgentError as exc:
-                log.info("resume of %s on %s failed: %s", task_id, self.client.name, exc.kind)
+                log.info("resume of %s failed: %s", task_id, exc)
                 failure = exc
             if self.record.closed or self.record.paused:
                 return

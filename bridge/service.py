@@ -40,7 +40,7 @@ import logging
 import os
 import random
 import signal
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 
 import httpx
@@ -158,6 +158,9 @@ class Service:
         # keeps up and halves when it lags (AIMD), so a flood of starts is taken in
         # at the rate this process (and its agents) can carry, and heartbeats flow.
         self._start_window = _START_WINDOW_MIN
+        # Restored Tasks waiting for their turn to reconnect (see resume_turn).
+        self._resume_queue: deque[asyncio.Future[None]] = deque()
+        self._resumer: asyncio.Task[None] | None = None
 
     # ----------------------------------------------------------- readiness --
 
@@ -210,6 +213,35 @@ class Service:
         if self._lag >= b.max_loop_lag_seconds:
             return "max_loop_lag_seconds"
         return None
+
+    async def resume_turn(self) -> None:
+        """A restored Task's turn to reconnect to its agent.
+
+        One queue for the whole process: at most ``resume_rate_per_second`` turns a
+        second (with jitter), none while the event loop lags past half of
+        ``max_loop_lag_seconds`` (the signal that holds new starts back). Per
+        partition pacing let six partitions of 1,700 live Tasks reconnect at six
+        times the rate; the loop stalled, connects timed out, the member's session
+        expired and Tasks that were fine were given up as lost.
+        """
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._resume_queue.append(turn)
+        if self._resumer is None or self._resumer.done():
+            self._resumer = asyncio.create_task(self._hand_out_turns(), name="resume-turns")
+        await turn
+
+    async def _hand_out_turns(self) -> None:
+        b = self.config.bridge
+        gap = 1 / b.resume_rate_per_second
+        while self._resume_queue:
+            if self._lag >= b.max_loop_lag_seconds / 2:
+                await asyncio.sleep(_LAG_SAMPLE_S)
+                continue
+            turn = self._resume_queue.popleft()
+            if turn.done():  # its runner was stopped meanwhile (partition released)
+                continue
+            turn.set_result(None)
+            await asyncio.sleep(random.uniform(0.5, 1.5) * gap)
 
     def admit(self) -> bool:
         """Room for one more Task; counts why not."""
@@ -308,6 +340,7 @@ class Service:
                         refused=self._refused[p],
                         admit=self.admit,
                         partitions=self._topic_partitions.get,
+                        resume_turn=self.resume_turn,
                     )
                     await owner.open()
                     await self._seek(p, owner.restored_offset)
@@ -409,6 +442,8 @@ class Service:
                 if ops:
                     await ops.stop()
                 watch.cancel()
+                if self._resumer is not None:
+                    self._resumer.cancel()
         return self._exit_code()
 
     async def _watch(self) -> None:

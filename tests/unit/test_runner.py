@@ -101,6 +101,9 @@ class FakePartition:
     async def space(self) -> None:
         pass
 
+    async def resume_turn(self) -> None:
+        pass
+
     def client(self, agent: str) -> Any:
         return FakeClient(self.script)
 
