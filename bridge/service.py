@@ -75,6 +75,8 @@ _LAG_CALM_S = 0.05
 # Freed heap pages go back to the OS every this many samples (10 s): a few ms of
 # work that took a 1,000-Task burst from 70 to 40 KB of RSS per live Task.
 _TRIM_EVERY = 40
+# While the loop lags, restored Tasks wait for their turn at most this long each.
+_RESUME_HOLD_MAX_S = 1.0
 # The command poll's timeout; shorter while starts wait for room.
 _POLL_MS = 100
 _POLL_WAITING_MS = 5
@@ -233,10 +235,13 @@ class Service:
     async def _hand_out_turns(self) -> None:
         b = self.config.bridge
         gap = 1 / b.resume_rate_per_second
+        held = 0.0
         while self._resume_queue:
-            if self._lag >= b.max_loop_lag_seconds / 2:
+            if self._lag >= b.max_loop_lag_seconds / 2 and held < _RESUME_HOLD_MAX_S:
                 await asyncio.sleep(_LAG_SAMPLE_S)
+                held += _LAG_SAMPLE_S
                 continue
+            held = 0.0  # a loop that stays behind still lets one through a second: no Task waits for ever
             turn = self._resume_queue.popleft()
             if turn.done():  # its runner was stopped meanwhile (partition released)
                 continue

@@ -44,3 +44,9 @@ async def test_no_turn_while_the_event_loop_lags_and_a_cancelled_wait_takes_none
     svc._lag = 0.0
     await asyncio.wait_for(waiting, 2)
     assert gone.cancelled()
+
+
+async def test_a_loop_that_stays_behind_still_lets_restored_tasks_through() -> None:
+    svc = service(rate=1000)
+    svc._lag = 1.0  # and it never recovers
+    await asyncio.wait_for(svc.resume_turn(), 3)
