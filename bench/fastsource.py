@@ -63,6 +63,8 @@ from typing import Any
 
 import orjson
 
+from bridge.demo.scripts import params
+
 PATH = b"/newmoi/agents/a2a"
 AGENT_CODES = ("writer",)
 # Placeholders in pre-rendered frames; never produced by orjson for our values.
@@ -85,15 +87,6 @@ def chunk_text(i: int, n: int, size: int) -> str:
     return text[: max(size, len(head))]
 
 
-def words(text: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for word in text.split():
-        key, sep, value = word.partition("=")
-        if sep and key:
-            out[key] = value
-    return out
-
-
 @dataclass(frozen=True, slots=True)
 class Shape:
     mode: str  # run | hold | pause
@@ -102,7 +95,7 @@ class Shape:
 
     @staticmethod
     def parse(text: str) -> Shape:
-        w = words(text)
+        w = params(text)
         mode = w.get("mode", "run")
         if mode not in ("run", "hold", "pause"):
             mode = "run"

@@ -622,10 +622,8 @@ class Scale:
                             with contextlib.suppress(httpx.HTTPError):
                                 if (await http.get(f"{bridge.ops}/readyz")).status_code == 200:
                                     ready_s = time.monotonic() - t_spawn
-                        elif not bridge.ops:
-                            found = re.findall(r"ops endpoints on :(\d+)", bridge.log_text())
-                            if found:
-                                bridge.ops = f"http://127.0.0.1:{found[-1]}"
+                        else:
+                            bridge.find_ops()
                         if (await source.stats(http))["open"].get("resubscribe", 0) >= n:
                             all_s = time.monotonic() - t_spawn
                             break
@@ -716,10 +714,8 @@ class Scale:
                 deadline = t_spawn + REBALANCE_DEADLINE_S
                 while time.monotonic() < deadline:
                     bridge.check()
-                    if not bridge.ops:
-                        found = re.findall(r"ops endpoints on :(\d+)", bridge.log_text())
-                        if found:
-                            bridge.ops = f"http://127.0.0.1:{found[-1]}"
+                    if probe is None:
+                        if bridge.find_ops():
                             probe = OpsProbe(bridge)
                             probe.start()
                     elif ready_s is None:

@@ -150,16 +150,20 @@ class BridgeProcess:
                 f"`bridge run` exited ({self.proc.returncode}); {self.log_path}:\n{_tail(self.log_path)}"
             )
 
+    def find_ops(self) -> bool:
+        """Whether the ops port is known: read from the log once the bridge has logged it."""
+        if not self.ops:
+            found = re.findall(r"ops endpoints on :(\d+)", self.log_text())
+            if found:
+                self.ops = f"http://127.0.0.1:{found[-1]}"
+        return bool(self.ops)
+
     async def ready(self, http: httpx.AsyncClient, timeout: float = 90) -> None:
         """Wait for the ops port in the log, then for /readyz (partitions assigned and restored)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.check()
-            if not self.ops:
-                found = re.findall(r"ops endpoints on :(\d+)", self.log_text())
-                if found:
-                    self.ops = f"http://127.0.0.1:{found[-1]}"
-            if self.ops:
+            if self.find_ops():
                 try:
                     if (await http.get(f"{self.ops}/readyz")).status_code == 200:
                         return
