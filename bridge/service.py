@@ -53,7 +53,7 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
 )
 
-from bridge import metrics, topics
+from bridge import metrics, sockets, topics
 from bridge.agents import AgentClient
 from bridge.config import Config, ConfigError
 from bridge.errors import BridgeError, KafkaUnreachable, StartupError
@@ -420,8 +420,12 @@ class Service:
         # One TLS context for every shard: each default one loads the CA store again (~20 ms, ~1 MB).
         tls = httpx.create_ssl_context()
         async with contextlib.AsyncExitStack() as pools:
+            # verify= still serves proxies from the environment (httpx builds their transports).
             http = [
-                await pools.enter_async_context(httpx.AsyncClient(limits=limits, verify=tls)) for _ in range(shards)
+                await pools.enter_async_context(
+                    httpx.AsyncClient(limits=limits, verify=tls, transport=sockets.Transport(limits, tls))
+                )
+                for _ in range(shards)
             ]
             self.clients.update({name: AgentClient(a, http) for name, a in cfg.agents.items()})
             ops = OpsServer(cfg.bridge.http_port, self.ready) if cfg.bridge.http_port >= 0 else None

@@ -1,0 +1,239 @@
+"""bridge.sockets against real local servers: what httpx users rely on still holds.
+
+Each test serves raw HTTP/1.1 from an asyncio server on 127.0.0.1 (so the bytes
+on the wire, the timing and the closes are exactly what the test says) and
+talks to it through an ``httpx.AsyncClient`` on :class:`bridge.sockets.Transport`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bridge import sockets
+from tests import tls
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=8)
+
+
+@contextlib.asynccontextmanager
+async def serve(handler: Handler, ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[tuple[str, list[int]]]:
+    """A server on a free port; yields its base URL and a list that counts connections."""
+    connections: list[int] = []
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        try:
+            await handler(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0, ssl=ssl_context)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"{'https' if ssl_context else 'http'}://127.0.0.1:{port}", connections
+    finally:
+        server.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(server.wait_closed(), 2)
+
+
+@contextlib.asynccontextmanager
+async def client(verify: ssl.SSLContext | None = None, **kw: float) -> AsyncIterator[httpx.AsyncClient]:
+    ctx = verify or httpx.create_ssl_context()
+    async with httpx.AsyncClient(
+        transport=sockets.Transport(LIMITS, ctx), timeout=httpx.Timeout(kw.get("timeout", 5.0))
+    ) as http:
+        yield http
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """One request: its head and its Content-Length body."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return head, await reader.readexactly(length)
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+async def test_trickled_stream_arrives_in_order_and_the_connection_is_reused() -> None:
+    frames = [b'id: %d\ndata: {"n": %d}\n\n' % (i, i) for i in range(1, 51)]
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(2):  # two requests on one keep-alive connection
+            await read_request(reader)
+            writer.write(SSE_HEAD)
+            for f in frames:
+                writer.write(chunk(f))
+                await writer.drain()
+                await asyncio.sleep(0.001)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+
+    async with serve(handler) as (url, connections), client() as http:
+        for _ in range(2):
+            async with http.stream("POST", url + "/rpc", content=b"{}") as response:
+                assert response.status_code == 200
+                assert response.headers["content-type"] == "text/event-stream"
+                got = b"".join([c async for c in response.aiter_bytes()])
+            assert got == b"".join(frames)
+        assert len(connections) == 1
+
+
+async def test_silence_past_the_read_timeout_is_a_read_timeout() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + chunk(b"data: 1\n\n"))
+        await writer.drain()
+        await asyncio.sleep(10)
+
+    async with serve(handler) as (url, _), client() as http:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(httpx.ReadTimeout):
+            async with http.stream("POST", url, content=b"{}", timeout=httpx.Timeout(5.0, read=0.3)) as response:
+                async for _ in response.aiter_bytes():
+                    pass
+        assert 0.25 < asyncio.get_running_loop().time() - started < 3
+
+
+async def test_a_stream_cut_mid_body_is_a_transport_error() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + chunk(b"data: 1\n\n"))
+        await writer.drain()
+        writer.transport.abort()  # no terminating chunk: the agent process died
+
+    async with serve(handler) as (url, _), client() as http:
+        got: list[bytes] = []
+        with pytest.raises(httpx.TransportError) as caught:
+            async with http.stream("POST", url, content=b"{}") as response:
+                async for c in response.aiter_bytes():
+                    got.append(c)
+        assert isinstance(caught.value, httpx.RemoteProtocolError | httpx.ReadError)
+        assert b"".join(got) == b"data: 1\n\n"
+
+
+async def test_nothing_listening_is_a_connect_error() -> None:
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    async with client() as http:
+        with pytest.raises(httpx.ConnectError):
+            await http.post(f"http://127.0.0.1:{port}/", content=b"{}")
+
+
+async def test_an_idle_connection_the_server_closed_is_not_reused() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        # keep-alive promised, then the server closes the idle connection
+
+    async with serve(handler) as (url, connections), client() as http:
+        assert (await http.post(url, content=b"{}")).text == "ok"
+        await asyncio.sleep(0.2)
+        assert (await http.post(url, content=b"{}")).text == "ok"
+        assert len(connections) == 2
+
+
+async def test_large_bodies_both_ways_arrive_whole() -> None:
+    """A body larger than the kernel's buffers waits for the peer, both ways."""
+    request_body = bytes(range(256)) * (12 * 4096)  # 12 MiB
+    response_body = b"x" * (5 << 20) + b"end"
+    seen: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        body = b""
+        while len(body) < length:  # a slow reader
+            body += await reader.read(1 << 18)
+            await asyncio.sleep(0.002)
+        seen.append(body)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(response_body))
+        writer.write(response_body)
+        await writer.drain()
+
+    async with serve(handler) as (url, _), client() as http:
+        async with http.stream("POST", url, content=request_body) as response:
+            parts = []
+            async for part in response.aiter_raw():
+                parts.append(part)
+                await asyncio.sleep(0.001)  # a slow consumer: the socket pauses and resumes reading
+        assert seen == [request_body]
+        assert b"".join(parts) == response_body
+
+
+async def test_a_peer_that_never_reads_is_a_write_timeout() -> None:
+    release = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await release.wait()
+
+    async with serve(handler) as (url, _), client() as http:
+        with pytest.raises(httpx.WriteTimeout):
+            await http.post(url, content=b"x" * (64 << 20), timeout=httpx.Timeout(5.0, write=0.5))
+        release.set()
+
+
+async def test_tls_to_an_agent_with_a_private_ca(tmp_path: Path) -> None:
+    ca = tls.make_ca("agents-test-ca")
+    keystore = tls.write_private(tmp_path / "agent.pem", tls.server_keystore_pem(ca, ["127.0.0.1"]))
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(keystore)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(SSE_HEAD + chunk(b"data: secure\n\n") + b"0\r\n\r\n")
+            await writer.drain()
+
+    trusted = ssl.create_default_context(cadata=ca.pem().decode())
+    async with serve(handler, server_ctx) as (url, _):
+        async with client(trusted) as http, http.stream("POST", url, content=b"{}") as response:
+            assert b"".join([c async for c in response.aiter_bytes()]) == b"data: secure\n\n"
+        async with client() as http:  # the system CAs do not know this one
+            with pytest.raises(httpx.ConnectError):
+                await http.post(url, content=b"{}")
+
+
+async def test_an_unread_response_holds_the_sender_back_instead_of_filling_memory() -> None:
+    """Bytes nobody reads yet stay in the kernel (the agent waits), not in the bridge."""
+    body = b"y" * (48 << 20)
+    sent = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body))
+        writer.write(body)
+        await writer.drain()
+        sent.set()
+
+    async with serve(handler) as (url, _), client() as http:
+        async with http.stream("POST", url, content=b"{}") as response:
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(sent.wait(), 1.0)
+            n = 0
+            async for part in response.aiter_raw():
+                n += len(part)
+        assert n == len(body)
+        assert sent.is_set()
