@@ -228,7 +228,8 @@ class PartitionTransactions:
         4. Send tombstones of closed Tasks past their window, then the checkpoint
            of each Task that changed.
         5. Send the partition record.
-        6. Add the consumer offset to the transaction.
+        6. Add the consumer offset to the transaction, unless the last committed
+           transaction of this object already holds it.
         7. Wait for every send's delivery; any failure aborts (nothing commits).
         8. Commit.
         """
@@ -304,8 +305,11 @@ class PartitionTransactions:
         # known, computed once per Task): one future per batch, not per record.
         for topic, partition, batch, origins in await self._batches(producer, records):
             sent.append((origins, await producer.send_batch(batch, topic, partition=partition)))
-        # Step 6. The consumer offset.
-        if position.offset is not None:
+        # Step 6. The consumer offset, when it moved: re-committing the offset of the
+        # last transaction changes nothing, and costs two round trips (AddOffsetsToTxn,
+        # TxnOffsetCommit) and a marker on __consumer_offsets in every tick of a
+        # partition whose Tasks stream while no command arrives.
+        if position.offset is not None and (self._last is None or self._last.offset != position.offset):
             await producer.send_offsets_to_transaction(
                 {self._commands_tp: OffsetAndMetadata(position.offset, "")}, self.config.kafka.group_id
             )

@@ -223,3 +223,43 @@ async def test_tombstones_go_first_and_a_later_checkpoint_of_the_key_wins() -> N
     assert cps[0] == (b"gone", None) and cps[1] == (b"again", None)
     assert cps[2][0] == b"again" and orjson.loads(cps[2][1])["taskKey"] == "again"
     assert [k for k, _ in cps[3:]] == [checkpoints.PARTITION_KEY]
+
+
+async def test_an_offset_already_committed_is_not_sent_again() -> None:
+    """Tasks streaming while no command arrives: the ticks hold events, not the offset."""
+    position = POS
+    fake = Fake()
+    t = PartitionTransactions(CONFIG, 2, lambda: position, lambda: RecordLimits(1_000_000))
+    t._producer = fake.mock
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    await t.commit()
+    fake.mock.reset_mock()
+    t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))
+    await t.commit()
+    names = [n for n, _ in fake.calls()]
+    assert names[:2] == ["begin_transaction", "send"] and names[-1] == "commit_transaction"
+    assert "send_offsets_to_transaction" not in names
+    # The next command absorbed moves the offset: it goes into that tick's transaction.
+    fake.mock.reset_mock()
+    position = Position(8, (), ())
+    t.add(OutRecord("events", b"t-b", b"e1", [], "event:t-b:1", 0))
+    await t.commit()
+    assert ("send_offsets_to_transaction", ({TopicPartition("cmds", 2): OffsetAndMetadata(8, "")}, "g")) in fake.calls()
+
+
+async def test_an_offset_moved_by_an_aborted_transaction_goes_into_the_next_one() -> None:
+    position = POS
+    fake = Fake(fail={b"e2": MessageSizeTooLargeError()})
+    t = PartitionTransactions(CONFIG, 2, lambda: position, lambda: RecordLimits(1_000_000))
+    t._producer = fake.mock
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    await t.commit()
+    position = Position(8, (), ())
+    t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))
+    with pytest.raises(TransactionFailed):
+        await t.commit()
+    fake.mock.reset_mock()
+    fake.fail.clear()
+    t.add(OutRecord("events", b"t-a", b"e3", [], "event:t-a:3", 0))
+    await t.commit()
+    assert ("send_offsets_to_transaction", ({TopicPartition("cmds", 2): OffsetAndMetadata(8, "")}, "g")) in fake.calls()
