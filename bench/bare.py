@@ -17,7 +17,6 @@ import sys
 import time
 from typing import Any
 
-import orjson
 from aiokafka import AIOKafkaProducer
 
 from bench import proc, records
@@ -87,7 +86,7 @@ def main() -> int:
             txn_id=a.transactional_id,
         )
     )
-    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    proc.report(result)
     return 0
 
 

@@ -11,6 +11,8 @@ the DLQ. A broken run fails the benchmark; it is never reported as a number.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import time
 from collections import defaultdict
@@ -20,7 +22,7 @@ from typing import Any
 
 import httpx
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench import proc, records
 from bench.services import BridgeProcess, ServiceError
@@ -168,6 +170,58 @@ def _describe(seqs: list[int]) -> str:
     if len(seqs) > 12:
         return f"[{len(seqs)} values: {seqs[:5]}…{seqs[-5:]}]"
     return str(seqs)
+
+
+class Visibility:
+    """A ``read_committed`` consumer tailing a topic from its end, in the background,
+    as C's clock reads the bridge's events: when the first record and the
+    ``expected``-th became visible (``loop.time()``, the monotonic clock)."""
+
+    def __init__(self, consumer: AIOKafkaConsumer, expected: int) -> None:
+        self.consumer = consumer
+        self.expected = expected
+        self.count = 0
+        self.first: float | None = None
+        self.done = asyncio.Event()
+        self.done_at: float | None = None
+        self._task = asyncio.create_task(self._tail())
+
+    @classmethod
+    async def open(cls, bootstrap: str, topic: str, partitions: int, expected: int) -> Visibility:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
+        )
+        await consumer.start()
+        tps = [TopicPartition(topic, i) for i in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_end(*tps)
+        for tp in tps:
+            await consumer.position(tp)  # resolved now, not after the child's first records
+        return cls(consumer, expected)
+
+    async def _tail(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await self.consumer.getmany(timeout_ms=50)
+            n = sum(len(recs) for recs in batch.values())
+            if n:
+                now = loop.time()
+                self.count += n
+                self.first = self.first or now
+                if self.count >= self.expected and self.done_at is None:
+                    self.done_at = now
+                    self.done.set()
+
+    async def until(self, timeout: float) -> float | None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.done.wait(), timeout)
+        return self.done_at
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._task
+        await self.consumer.stop()
 
 
 async def _consume(consumer: AIOKafkaConsumer, seen: Seen, until: float) -> None:

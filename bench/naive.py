@@ -175,7 +175,7 @@ def main() -> int:
             run_id=a.run_id,
         )
     )
-    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    proc.report(result)
     return 0
 
 

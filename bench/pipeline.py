@@ -219,7 +219,7 @@ def main() -> int:
             partitions=a.partitions,
         )
     )
-    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    proc.report(result)
     return 0
 
 

@@ -171,27 +171,60 @@ class Suite:
         finally:
             await admin.close()
 
-    async def child(self, module: str, label: str, args: list[str]) -> dict[str, Any]:
-        """Run ``python -m bench.<module>``; measure /proc CPU between its start and stop marks."""
+    async def child(self, module: str, label: str, args: list[str], topic: str, expected: int) -> dict[str, Any]:
+        """Run ``python -m bench.<module>``, timed as C is: from its start mark until a
+        ``read_committed`` consumer in this process has seen its ``expected`` records on
+        ``topic``. The CPU window runs from the start mark until both that and the
+        child's own stop mark happened, so the harness's reading costs every contestant
+        alike (C's clock and verification need that consumer; B, A and N are read the
+        same way). The child's own clock is kept as ``own_seconds``."""
         log_path = self.log_dir / f"{label}.log"
-        with log_path.open("wb") as log:
-            p = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", f"bench.{module}", *args, stdout=asyncio.subprocess.PIPE, stderr=log, cwd=ROOT
-            )
-        assert p.stdout is not None
-        window = proc.CpuWindow({module: p.pid, "bench": os.getpid(), **self.pids()})
-        result: dict[str, Any] | None = None
-        async for line in p.stdout:
-            word = line.strip()
-            if word == b"start":
-                window.start()
-            elif word == b"stop":
-                window.stop()
-            elif word.startswith(b"{"):
-                result = orjson.loads(word)
-        code = await p.wait()
-        if code != 0 or result is None:
-            raise ServiceError(f"bench.{module} ({label}) exited {code}; {log_path}:\n{log_path.read_text()[-3000:]}")
+        watch = await bridge_bench.Visibility.open(self.broker.bootstrap, topic, self.partitions, expected)
+        try:
+            with log_path.open("wb") as log:
+                p = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    f"bench.{module}",
+                    *args,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=log,
+                    cwd=ROOT,
+                )
+            assert p.stdout is not None and p.stdin is not None
+            window = proc.CpuWindow({module: p.pid, "bench": os.getpid(), **self.pids()})
+            result: dict[str, Any] | None = None
+            started: float | None = None
+            stopped = False
+            seen_at: float | None = None
+            async for line in p.stdout:
+                word = line.strip()
+                if word == b"start":
+                    window.start()
+                    started = asyncio.get_running_loop().time()
+                elif word == b"stop":
+                    stopped = True
+                elif word.startswith(b"{"):
+                    result = orjson.loads(word)
+                    # The child waits for its stdin to close: its CPU is still readable.
+                    seen_at = await watch.until(timeout=60)
+                    window.stop()
+                    p.stdin.close()
+            code = await p.wait()
+            if code != 0 or result is None or started is None or not stopped:
+                raise ServiceError(
+                    f"bench.{module} ({label}) exited {code}; {log_path}:\n{log_path.read_text()[-3000:]}"
+                )
+        finally:
+            await watch.close()
+        if seen_at is None:
+            raise BenchFailure(f"{label}: only {watch.count} of {expected} records became visible on {topic}")
+        result["own_seconds"] = result["seconds"]
+        result["own_events_per_second"] = result["events_per_second"]
+        result["seconds"] = round(seen_at - started, 4)
+        result["events_per_second"] = round(result["events"] / result["seconds"], 1)
+        result["first_event_seconds"] = round(watch.first - started, 4) if watch.first else None
         result["window"] = window.as_dict()
         result["cpu_seconds_window"] = round(window.cpu_seconds.get(module, 0.0), 2)
         return result
@@ -223,6 +256,8 @@ class Suite:
                 "--transactional-id",
                 f"{self.prefix}-{label}",
             ],
+            f"{self.prefix}-a",
+            case.events,
         )
 
     async def run_b(self, case: Case, label: str) -> dict[str, Any]:
@@ -244,6 +279,8 @@ class Suite:
                 "--partitions",
                 str(self.partitions),
             ],
+            f"{self.prefix}-b",
+            case.events,
         )
         if result["events"] != case.events or result["tasks_with_wrong_seqs"] or result["tasks_seen"] != case.tasks:
             raise BenchFailure(
@@ -265,6 +302,8 @@ class Suite:
                 "--run-id",
                 f"{self.prefix}-{label}",
             ],
+            f"{self.prefix}-n",
+            case.events,
         )
         if result["events"] != case.events or result["tasks_with_wrong_counts"] or result["tasks_seen"] != case.tasks:
             raise BenchFailure(
