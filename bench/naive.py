@@ -6,7 +6,9 @@ streams each Task from the fast source, and every event it yields becomes
 event-shaped records (:mod:`bench.records`; the SDK's own JSON of each
 object via ``MessageToDict``) written one at a time with
 ``producer.send_and_wait``: idempotent, ``acks=all``, no transactions, no
-batching beyond what concurrent Tasks give the producer. The source wants the
+batching beyond what concurrent Tasks give the producer. Two shapes: all Tasks
+at once (N in the results), or ``--sequential``, one Task to its end before the
+next, as a loop over commands would run them (S). The source wants the
 gateway's ``agent_code`` beside ``jsonrpc``, which the SDK does not send: an
 httpx transport adds it to each request body (one small JSON rewrite per
 Task, not per event).
@@ -118,7 +120,7 @@ class Naive:
 
 
 async def run(
-    *, url: str, bootstrap: str, topic: str, tasks: int, chunks: int, size: int, run_id: str
+    *, url: str, bootstrap: str, topic: str, tasks: int, chunks: int, size: int, run_id: str, sequential: bool
 ) -> dict[str, Any]:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all")
     await producer.start()
@@ -136,7 +138,11 @@ async def run(
             client = ClientFactory(ClientConfig(httpx_client=http, streaming=True)).create(card)
             proc.mark("start")
             started = time.monotonic()
-            await asyncio.gather(*(naive.task(client, i, run_id, text) for i in range(tasks)))
+            if sequential:  # a command loop: each Task to its end before the next
+                for i in range(tasks):
+                    await naive.task(client, i, run_id, text)
+            else:
+                await asyncio.gather(*(naive.task(client, i, run_id, text) for i in range(tasks)))
             elapsed = time.monotonic() - started
             proc.mark("stop")
     finally:
@@ -162,6 +168,7 @@ def main() -> int:
     ap.add_argument("--chunks", type=int, required=True)
     ap.add_argument("--size", type=int, required=True)
     ap.add_argument("--run-id", required=True)
+    ap.add_argument("--sequential", action="store_true", help="one Task at a time, not all at once")
     a = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     result = asyncio.run(
@@ -173,6 +180,7 @@ def main() -> int:
             chunks=a.chunks,
             size=a.size,
             run_id=a.run_id,
+            sequential=a.sequential,
         )
     )
     proc.report(result)

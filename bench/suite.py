@@ -35,14 +35,15 @@ from bench.bridge_bench import BenchFailure, Params
 from bench.services import ROOT, Broker, FastSource, ServiceError
 
 OUT_DIR = ROOT / ".bench"
-KEYS = ("C", "B", "A", "N")
+KEYS = ("C", "B", "A", "N", "S")
 NAMES = {
     "A": "bare transactional producer",
     "B": "lean SSE→Kafka pipeline",
     "C": "the bridge",
     "N": "naive a2a-sdk peer (send_and_wait per event)",
+    "S": "naive peer, one Task at a time",
 }
-WORKER = {"A": "bare", "B": "pipeline", "C": "bridge", "N": "naive"}
+WORKER = {"A": "bare", "B": "pipeline", "C": "bridge", "N": "naive", "S": "naive"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,7 +290,7 @@ class Suite:
             )
         return result
 
-    async def run_n(self, case: Case, label: str) -> dict[str, Any]:
+    async def run_n(self, case: Case, label: str, *, sequential: bool = False) -> dict[str, Any]:
         result = await self.child(
             "naive",
             label,
@@ -301,6 +302,7 @@ class Suite:
                 f"{self.prefix}-n",
                 "--run-id",
                 f"{self.prefix}-{label}",
+                *(["--sequential"] if sequential else []),
             ],
             f"{self.prefix}-n",
             case.events,
@@ -345,6 +347,7 @@ class Suite:
         self.warmup["B"] = await self.run_b(warm, "warmup-b")
         self.warmup["A"] = await self.run_a(warm, "warmup-a", 10)
         self.warmup["N"] = await self.run_n(warm, "warmup-n")
+        self.warmup["S"] = await self.run_n(warm, "warmup-s", sequential=True)
         for r in range(1, self.rounds + 1):
             print(f"bench: round {r}/{self.rounds}", flush=True)
             for case in self.cases:
@@ -368,6 +371,9 @@ class Suite:
                 n = await self.run_n(case, f"r{r}-{case.name}-n")
                 got["N"].append(n)
                 self.progress("N naive", n)
+                seq = await self.run_n(case, f"r{r}-{case.name}-s", sequential=True)
+                got["S"].append(seq)
+                self.progress("S naive 1x1", seq)
 
     # ---------------------------------------------------------- summary --
 
@@ -428,11 +434,11 @@ def ratios(s: dict[str, Any], case: Case) -> dict[str, Any]:
         a, b = s[x]["cpu_us_per_event"], s[y]["cpu_us_per_event"]
         return round(a / b, 2) if a and b else None
 
-    pairs = [("C", "B"), ("C", "A"), ("C", "N"), ("B", "A"), ("N", "A")]
+    pairs = [("C", "B"), ("C", "A"), ("C", "N"), ("C", "S"), ("B", "A"), ("N", "A")]
     return {
         **{f"{x}/{y}": ratio(x, y) for x, y in pairs},
         "paired_median": {f"{x}/{y}": paired(x, y) for x, y in pairs},
-        "cpu_per_event": {f"{x}/{y}": cpu(x, y) for x, y in (("C", "B"), ("C", "A"), ("C", "N"))},
+        "cpu_per_event": {f"{x}/{y}": cpu(x, y) for x, y in (("C", "B"), ("C", "A"), ("C", "N"), ("C", "S"))},
         "note": "C/A is the issue's ratio for case 1; it is given for every case",
     }
 
@@ -440,7 +446,7 @@ def ratios(s: dict[str, Any], case: Case) -> dict[str, Any]:
 def limiting(s: dict[str, Any]) -> dict[str, str]:
     """Which process was the bottleneck, read from median cores busy (1.0 = one full core)."""
     out: dict[str, str] = {}
-    for key in ("B", "C", "N"):
+    for key in ("B", "C", "N", "S"):
         cores: dict[str, float] = s[key]["cores_busy_median"]
         machine = s[key]["machine_busy_median"] or 0.0
         others = s[key]["other_cores_busy_median"] or 0.0
@@ -505,9 +511,9 @@ def machine_info(broker: Broker) -> dict[str, Any]:
 def table(throughput: dict[str, Any]) -> list[str]:
     """The results as a markdown table (the one bench/README.md shows)."""
     lines = [
-        "| case | C bridge | B lean | A bare | N naive | C/B | C/A | C/N | CPU µs/event C / B / A / N "
-        "| peak RSS MiB C / B / A / N |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| case | C bridge | B lean | A bare | N naive | S naive 1x1 | C/B | C/A | C/N | C/S "
+        "| CPU µs/event C / B / A / N / S | peak RSS MiB C / B / A / N / S |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for name, doc in throughput.items():
         b, r, c = doc["benchmarks"], doc["ratios"], doc["case"]
@@ -515,7 +521,8 @@ def table(throughput: dict[str, Any]) -> list[str]:
         cpu = " / ".join(f"{b[k]['cpu_us_per_event']:.0f}" if b[k]["cpu_us_per_event"] else "-" for k in KEYS)
         rss = " / ".join(f"{b[k]['peak_rss_mib_median']:.0f}" if b[k]["peak_rss_mib_median"] else "-" for k in KEYS)
         label = f"{name}: {c['tasks']} x {c['chunks']} x {c['size']} B"
-        lines.append(f"| {label} | {rate} | {r.get('C/B')} | {r.get('C/A')} | {r.get('C/N')} | {cpu} | {rss} |")
+        ratio = " | ".join(str(r.get(k)) for k in ("C/B", "C/A", "C/N", "C/S"))
+        lines.append(f"| {label} | {rate} | {ratio} | {cpu} | {rss} |")
     return lines
 
 
@@ -543,7 +550,9 @@ def print_summary(doc: dict[str, Any]) -> None:
             )
         r = case.get("ratios") or {}
         if r:
-            print(f"    ratios of medians: C/B {r['C/B']}  C/A {r['C/A']}  C/N {r['C/N']}  B/A {r['B/A']}")
+            print(
+                f"    ratios of medians: C/B {r['C/B']}  C/A {r['C/A']}  C/N {r['C/N']}  C/S {r['C/S']}  B/A {r['B/A']}"
+            )
             print(f"    CPU per event: C/B {r['cpu_per_event']['C/B']}  C/N {r['cpu_per_event']['C/N']}")
         for key, verdict in (case.get("limiting") or {}).items():
             print(f"    {key} limited by {verdict}")
