@@ -420,10 +420,9 @@ class Service:
         # One TLS context for every shard: each default one loads the CA store again (~20 ms, ~1 MB).
         tls = httpx.create_ssl_context()
         async with contextlib.AsyncExitStack() as pools:
-            # verify= still serves proxies from the environment (httpx builds their transports).
             http = [
                 await pools.enter_async_context(
-                    httpx.AsyncClient(limits=limits, verify=tls, transport=sockets.Transport(limits, tls))
+                    httpx.AsyncClient(limits=limits, verify=tls, transport=sockets.unless_proxied(limits, tls))
                 )
                 for _ in range(shards)
             ]

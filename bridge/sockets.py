@@ -10,6 +10,10 @@ httpcore (HTTP/1.1 via h11, the connection pool, keep-alive), and replaces only
 the bottom: a socket is an :class:`asyncio.Protocol` whose received bytes wait
 in a list until httpcore reads them.
 
+httpx honours ``HTTP(S)_PROXY`` / ``ALL_PROXY`` / ``NO_PROXY`` only when it
+builds its own transport: :func:`unless_proxied` keeps httpx's own when any of
+them is set, so a proxied deployment behaves as before.
+
 Built only on public interfaces: :class:`httpcore.AsyncNetworkBackend`,
 :class:`httpcore.AsyncNetworkStream`, ``httpcore.AsyncConnectionPool(network_backend=)``
 and :class:`httpx.AsyncBaseTransport`. Errors keep their meaning: httpcore's
@@ -21,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import urllib.request
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
@@ -272,3 +277,9 @@ class Transport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._pool.aclose()
+
+
+def unless_proxied(limits: httpx.Limits, ssl_context: ssl.SSLContext) -> Transport | None:
+    """A :class:`Transport`, or None (httpx's own, which reads the proxy
+    variables) when the environment configures a proxy."""
+    return None if urllib.request.getproxies() else Transport(limits, ssl_context)

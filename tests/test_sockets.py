@@ -237,3 +237,26 @@ async def test_an_unread_response_holds_the_sender_back_instead_of_filling_memor
                 n += len(part)
         assert n == len(body)
         assert sent.is_set()
+
+
+async def test_a_proxy_in_the_environment_is_still_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpx reads HTTP(S)_PROXY only on its own transport: a proxied deployment keeps it."""
+    ctx = httpx.create_ssl_context()
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    assert isinstance(sockets.unless_proxied(LIMITS, ctx), sockets.Transport)
+    heads: list[bytes] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head, _ = await read_request(reader)
+        heads.append(head)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\nconnection: close\r\n\r\nvia proxy")
+        await writer.drain()
+
+    async with serve(proxy) as (url, _):
+        monkeypatch.setenv("HTTP_PROXY", url)
+        async with httpx.AsyncClient(transport=sockets.unless_proxied(LIMITS, ctx)) as http:
+            response = await http.post("http://agent.invalid/rpc", content=b"{}")
+    assert response.text == "via proxy"
+    assert heads and heads[0].startswith(b"POST http://agent.invalid/rpc HTTP/1.1")
