@@ -33,7 +33,7 @@ from bridge.lifecycle import ClosedTask, Dropped, Event, TaskRecord, new_task
 from bridge.limits import Headers, RecordLimits, record_size
 from bridge.offsets import PartitionOffsets, Position
 from bridge.runner import TaskRunner
-from bridge.transaction import OutRecord, PartitionTransactions, partition_for
+from bridge.transaction import OutRecord, PartitionTransactions, ProducerLoop, partition_for
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ class PartitionOwner:
         admit: Callable[[], bool] = lambda: True,
         partitions: Callable[[str], int | None] = lambda topic: None,
         resume_turn: Callable[[], Awaitable[None]] | None = None,
+        producers: ProducerLoop | None = None,
     ) -> None:
         self.config = config
         self.partition = partition
@@ -89,7 +90,7 @@ class PartitionOwner:
         self._parked_bytes = 0
         self._deferred_keys: set[str] = set()
         self._resent: set[str] = set()
-        self.txn = PartitionTransactions(config, partition, self._position, limits)
+        self.txn = PartitionTransactions(config, partition, self._position, limits, producers)
         self._committer: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self.failed: BaseException | None = None

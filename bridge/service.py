@@ -61,7 +61,7 @@ from bridge.http import OpsServer
 from bridge.limits import RecordLimits
 from bridge.partition import PartitionOwner
 from bridge.preflight import PREFLIGHT_TIMEOUT_SECONDS, check_kafka
-from bridge.transaction import TransactionFailed
+from bridge.transaction import ProducerLoop, TransactionFailed
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +144,8 @@ class Service:
         self.clients: dict[str, AgentClient] = {}
         self.limits = RecordLimits(config.kafka.max_request_size)
         self._refresh_limits = False
+        # The partition producers' own event loop (started by run()): see ProducerLoop.
+        self._producers = ProducerLoop.inline()
         self._topic_partitions: dict[str, int] = {}
         # Per partition, records the broker refused (kept across rebuilds).
         self._refused: dict[int, set[str]] = defaultdict(set)
@@ -346,6 +348,7 @@ class Service:
                         admit=self.admit,
                         partitions=self._topic_partitions.get,
                         resume_turn=self.resume_turn,
+                        producers=self._producers,
                     )
                     await owner.open()
                     await self._seek(p, owner.restored_offset)
@@ -419,6 +422,7 @@ class Service:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=max(8, 256 // shards))
         # One TLS context for every shard: each default one loads the CA store again (~20 ms, ~1 MB).
         tls = httpx.create_ssl_context()
+        self._producers = ProducerLoop.threaded()
         async with contextlib.AsyncExitStack() as pools:
             http = [
                 await pools.enter_async_context(
@@ -452,6 +456,7 @@ class Service:
                 watch.cancel()
                 if self._resumer is not None:
                     self._resumer.cancel()
+                self._producers.close()
         return self._exit_code()
 
     async def _watch(self) -> None:

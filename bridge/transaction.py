@@ -25,9 +25,12 @@ import asyncio
 import contextlib
 import logging
 import random
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import (
@@ -123,6 +126,60 @@ class Outbox:
     tombstones: list[bytes] = field(default_factory=list)
 
 
+_T = TypeVar("_T")
+
+
+class ProducerLoop:
+    """Where the partition producers run and their transactions wait on Kafka.
+
+    :meth:`inline`: the caller's event loop. :meth:`threaded`: an event loop of
+    their own in a thread. A transaction is three round trips (AddPartitionsToTxn,
+    Produce, EndTxn; plus the offset when it moved), and on the main loop each
+    round trip's answer waits for its turn behind every stream reader with data:
+    at 10,000 events/s from 100 streams a transaction took 55-120 ms, most of it
+    waiting for turns, and every event's latency with it. In its own thread the
+    answer is read as it arrives (the GIL changes hands at the main loop's next
+    system call or within the switch interval). Everything a transaction decides
+    (the outbox swap, the position, the checkpoints) still happens on the main
+    loop before it is handed over; this loop only talks to Kafka.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None, thread: threading.Thread | None = None) -> None:
+        self._loop = loop
+        self._thread = thread
+
+    @classmethod
+    def inline(cls) -> ProducerLoop:
+        return cls()
+
+    @classmethod
+    def threaded(cls) -> ProducerLoop:
+        # A thread waiting for the GIL gets it at the holder's next system call or
+        # after the switch interval: 5 ms by default, several times per transaction.
+        # Measured at 10,000 events/s: p99 latency 223-281 ms at 1 ms, 300-351 at 5 ms.
+        sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="kafka-producers", daemon=True)
+        thread.start()
+        return cls(loop, thread)
+
+    async def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        """``coro`` to its end on this loop (cancelling the caller cancels it)."""
+        if self._loop is None:
+            return await coro
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    def close(self) -> None:
+        """Stop the thread; its producers must have been stopped already."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        if not thread.is_alive():
+            loop.close()
+
+
 def transactional_id(config: Config, partition: int) -> str:
     return f"{config.kafka.transactional_id_prefix}-{config.kafka.commands_topic}-{partition}"
 
@@ -136,9 +193,11 @@ class PartitionTransactions:
         partition: int,
         position: Callable[[], Position],
         limits: Callable[[], RecordLimits],
+        producers: ProducerLoop | None = None,
     ) -> None:
         self.config = config
         self.partition = partition
+        self._producers = producers or ProducerLoop.inline()
         self._position = position
         self._limits = limits
         self._outbox = Outbox()
@@ -153,6 +212,9 @@ class PartitionTransactions:
 
     async def start(self) -> None:
         """Create the producer; its init_transactions fences any older owner."""
+        self._producer = await self._producers.run(self._started_producer())
+
+    async def _started_producer(self) -> AIOKafkaProducer:
         producer = AIOKafkaProducer(
             transactional_id=transactional_id(self.config, self.partition),
             enable_idempotence=True,
@@ -173,13 +235,13 @@ class PartitionTransactions:
             with contextlib.suppress(Exception):
                 await producer.stop()
             raise
-        self._producer = producer
+        return producer
 
     async def stop(self) -> None:
         if self._producer is not None:
             producer, self._producer = self._producer, None
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(producer.stop(), _ABORT_TIMEOUT_S)
+                await self._producers.run(asyncio.wait_for(producer.stop(), _ABORT_TIMEOUT_S))
 
     # ------------------------------------------------------------ readers --
 
@@ -262,10 +324,22 @@ class PartitionTransactions:
                 # Bounded by construction (see bridge.checkpoints); a failure here is a bug.
                 raise TransactionFailed(self.partition, ValueError(f"checkpoint over {budget} bytes"))
         started = time.monotonic()
+        await self._producers.run(self._transact(producer, [*outbox.records, *staged], position, started))
+        self._last = position
+        count = len(outbox.records) + len(staged)
+        metrics.TRANSACTIONS.labels("committed").inc()
+        metrics.TRANSACTION_SECONDS.observe(time.monotonic() - started)
+        metrics.TRANSACTION_RECORDS.observe(count)
+        return count
+
+    async def _transact(
+        self, producer: AIOKafkaProducer, records: list[OutRecord], position: Position, started: float
+    ) -> None:
+        """Steps 2 to 8 on the producer loop; any failure aborts and raises :class:`TransactionFailed`."""
         sent: list[tuple[tuple[str, ...], asyncio.Future[object]]] = []
         try:
             async with asyncio.timeout(self.config.kafka.transaction_timeout_ms / 1000 + _TRANSACTION_GRACE_S):
-                await self._send_all(producer, [*outbox.records, *staged], position, sent)
+                await self._send_all(producer, records, position, sent)
         except Exception as exc:
             metrics.TRANSACTIONS.labels("failed").inc()
             # Records a broker refused as too large. A batch of several may have been
@@ -282,12 +356,6 @@ class PartitionTransactions:
                 open_for=time.monotonic() - started,
                 timeout_ms=self.config.kafka.transaction_timeout_ms,
             ) from exc
-        self._last = position
-        count = len(outbox.records) + len(staged)
-        metrics.TRANSACTIONS.labels("committed").inc()
-        metrics.TRANSACTION_SECONDS.observe(time.monotonic() - started)
-        metrics.TRANSACTION_RECORDS.observe(count)
-        return count
 
     async def _send_all(
         self,

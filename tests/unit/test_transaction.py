@@ -9,6 +9,7 @@ otherwise commit the rest of the transaction).
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 from unittest.mock import MagicMock
 
@@ -23,7 +24,7 @@ from bridge.config import BridgeConfig, Config, KafkaConfig
 from bridge.lifecycle import TaskRecord
 from bridge.limits import RecordLimits
 from bridge.offsets import Position
-from bridge.transaction import OutRecord, PartitionTransactions, TransactionFailed
+from bridge.transaction import OutRecord, PartitionTransactions, ProducerLoop, TransactionFailed
 
 CONFIG = Config(kafka=KafkaConfig(commands_topic="cmds", checkpoints_topic="cps", group_id="g"), bridge=BridgeConfig())
 
@@ -263,3 +264,35 @@ async def test_an_offset_moved_by_an_aborted_transaction_goes_into_the_next_one(
     t.add(OutRecord("events", b"t-a", b"e3", [], "event:t-a:3", 0))
     await t.commit()
     assert ("send_offsets_to_transaction", ({TopicPartition("cmds", 2): OffsetAndMetadata(8, "")}, "g")) in fake.calls()
+
+
+async def test_on_a_producer_thread_the_transaction_is_the_same() -> None:
+    """ProducerLoop.threaded: the producer is created and driven on its own loop; what
+    is sent, in which order, and a failure's abort are as on the caller's loop."""
+    producers = ProducerLoop.threaded()
+    try:
+        fake = Fake(fail={b"e2": MessageSizeTooLargeError()})
+        threads: list[str] = []
+        fake.mock.begin_transaction.side_effect = lambda: threads.append(threading.current_thread().name)
+        t = PartitionTransactions(CONFIG, 2, lambda: POS, lambda: RecordLimits(1_000_000), producers)
+        t._producer = fake.mock
+        t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+        t.mark(record("a"))
+        assert await t.commit() == 3
+        assert [n for n, _ in fake.calls()] == [
+            "begin_transaction",
+            "send",
+            "send",
+            "send",
+            "send_offsets_to_transaction",
+            "commit_transaction",
+        ]
+        t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))
+        with pytest.raises(TransactionFailed) as failed:
+            await t.commit()
+        assert failed.value.refused == ("event:t-a:2",)
+        assert [n for n, _ in fake.calls()][-1] == "abort_transaction"
+        assert threads == ["kafka-producers", "kafka-producers"]
+    finally:
+        producers.close()
+    assert not any(th.name == "kafka-producers" for th in threading.enumerate())
