@@ -260,3 +260,35 @@ async def test_a_proxy_in_the_environment_is_still_used(monkeypatch: pytest.Monk
             response = await http.post("http://agent.invalid/rpc", content=b"{}")
     assert response.text == "via proxy"
     assert heads and heads[0].startswith(b"POST http://agent.invalid/rpc HTTP/1.1")
+
+
+class _Transport:
+    """Records what the socket asks of its transport."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def pause_reading(self) -> None:
+        self.calls.append("pause")
+
+    def resume_reading(self) -> None:
+        self.calls.append("resume")
+
+
+def test_a_socket_stops_reading_past_its_high_water() -> None:
+    """A reader that waits (its Task's outbox is full) must not make the bridge hold
+    what the agent keeps sending: past the high water the socket stops reading."""
+    sock = sockets._Socket()
+    transport = _Transport()
+    sock.transport = transport  # type: ignore[assignment]
+    piece = b"x" * 4096
+    for _ in range(sockets._HIGH_WATER // len(piece)):
+        sock.data_received(piece)
+    assert transport.calls == []
+    sock.data_received(b"y")
+    assert transport.calls == ["pause"]
+    assert sock.buffered == sockets._HIGH_WATER + 1
+    while sock.buffered >= sockets._HIGH_WATER // 2:
+        assert transport.calls == ["pause"]
+        sock.take(65536)
+    assert transport.calls == ["pause", "resume"]
