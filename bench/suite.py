@@ -8,8 +8,10 @@ Cases (``BENCH_SIZE=full``, the issue's sizes; 6 partitions):
 
 ``BENCH_SIZE=quick`` (the default of ``make bench``) runs the same shapes
 with fewer Tasks. Every round runs, for each case, C (the bridge), B (the
-lean pipeline), A (the bare producer) and N (the naive a2a-sdk peer), so
-machine noise lands on all of them alike; a small warm-up round (not counted)
+lean pipeline), A (the bare producer), N (the naive a2a-sdk peer, all Tasks
+at once) and S (the same, one Task at a time), so machine noise lands on all
+of them alike; each is timed until its records are visible to a read_committed
+reader (:meth:`Suite.child`); a small warm-up round (not counted)
 goes first. A's transaction size is what one partition's 100 ms tick holds
 at the bridge's rate measured in that case's round 1 (or BENCH_TXN_RECORDS).
 """
