@@ -323,8 +323,14 @@ class PartitionTransactions:
             if record_size(r.key, r.value, r.headers) > budget:
                 # Bounded by construction (see bridge.checkpoints); a failure here is a bug.
                 raise TransactionFailed(self.partition, ValueError(f"checkpoint over {budget} bytes"))
+        # Re-committing the offset of the last committed transaction changes nothing,
+        # and costs two round trips (AddOffsetsToTxn, TxnOffsetCommit) and a marker on
+        # __consumer_offsets in every tick of a partition whose Tasks stream while no
+        # command arrives. An offset an aborted transaction moved differs from _last.
+        moved = self._last is None or self._last.offset != position.offset
+        offset = position.offset if moved else None
         started = time.monotonic()
-        await self._producers.run(self._transact(producer, [*outbox.records, *staged], position, started))
+        await self._producers.run(self._transact(producer, [*outbox.records, *staged], offset, started))
         self._last = position
         count = len(outbox.records) + len(staged)
         metrics.TRANSACTIONS.labels("committed").inc()
@@ -333,13 +339,13 @@ class PartitionTransactions:
         return count
 
     async def _transact(
-        self, producer: AIOKafkaProducer, records: list[OutRecord], position: Position, started: float
+        self, producer: AIOKafkaProducer, records: list[OutRecord], offset: int | None, started: float
     ) -> None:
         """Steps 2 to 8 on the producer loop; any failure aborts and raises :class:`TransactionFailed`."""
         sent: list[tuple[tuple[str, ...], asyncio.Future[object]]] = []
         try:
             async with asyncio.timeout(self.config.kafka.transaction_timeout_ms / 1000 + _TRANSACTION_GRACE_S):
-                await self._send_all(producer, records, position, sent)
+                await self._send_all(producer, records, offset, sent)
         except Exception as exc:
             metrics.TRANSACTIONS.labels("failed").inc()
             # Records a broker refused as too large. A batch of several may have been
@@ -361,7 +367,7 @@ class PartitionTransactions:
         self,
         producer: AIOKafkaProducer,
         records: list[OutRecord],
-        position: Position,
+        offset: int | None,
         sent: list[tuple[tuple[str, ...], asyncio.Future[object]]],
     ) -> None:
         """Steps 2 to 8 of :meth:`commit`; ``sent`` collects each batch's delivery
@@ -373,13 +379,10 @@ class PartitionTransactions:
         # known, computed once per Task): one future per batch, not per record.
         for topic, partition, batch, origins in await self._batches(producer, records):
             sent.append((origins, await producer.send_batch(batch, topic, partition=partition)))
-        # Step 6. The consumer offset, when it moved: re-committing the offset of the
-        # last transaction changes nothing, and costs two round trips (AddOffsetsToTxn,
-        # TxnOffsetCommit) and a marker on __consumer_offsets in every tick of a
-        # partition whose Tasks stream while no command arrives.
-        if position.offset is not None and (self._last is None or self._last.offset != position.offset):
+        # Step 6. The consumer offset, when it moved (see commit).
+        if offset is not None:
             await producer.send_offsets_to_transaction(
-                {self._commands_tp: OffsetAndMetadata(position.offset, "")}, self.config.kafka.group_id
+                {self._commands_tp: OffsetAndMetadata(offset, "")}, self.config.kafka.group_id
             )
         # Step 7. Every send delivered, or nothing commits.
         results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
