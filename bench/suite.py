@@ -175,13 +175,14 @@ class Suite:
             await admin.close()
 
     async def child(self, module: str, label: str, args: list[str], topic: str, expected: int) -> dict[str, Any]:
-        """Run ``python -m bench.<module>``, timed as C is: from its start mark until a
+        """Run ``python -m bench.<module> --topic <topic>``, timed as C is: from its start mark until a
         ``read_committed`` consumer in this process has seen its ``expected`` records on
         ``topic``. The CPU window runs from the start mark until both that and the
         child's own stop mark happened, so the harness's reading costs every contestant
         alike (C's clock and verification need that consumer; B, A and N are read the
         same way). The child's own clock is kept as ``own_seconds``."""
         log_path = self.log_dir / f"{label}.log"
+        args = [*args, "--topic", topic]
         watch = await bridge_bench.Visibility.open(self.broker.bootstrap, topic, self.partitions, expected)
         try:
             with log_path.open("wb") as log:
@@ -250,8 +251,6 @@ class Suite:
             label,
             [
                 *self._common(case, label),
-                "--topic",
-                f"{self.prefix}-a",
                 "--name",
                 f"{self.prefix}-{label}",
                 "--txn-records",
@@ -271,8 +270,6 @@ class Suite:
                 *self._common(case, label),
                 "--url",
                 self.source.a2a_url,
-                "--topic",
-                f"{self.prefix}-b",
                 "--transactional-id",
                 f"{self.prefix}-{label}",
                 "--run-id",
@@ -300,8 +297,6 @@ class Suite:
                 *self._common(case, label),
                 "--url",
                 self.source.a2a_url,
-                "--topic",
-                f"{self.prefix}-n",
                 "--run-id",
                 f"{self.prefix}-{label}",
                 *(["--sequential"] if sequential else []),

@@ -43,8 +43,9 @@ _HIGH_WATER = 256 * 1024
 class _Socket(asyncio.Protocol):
     """Received bytes and the socket's state, for one :class:`_Stream`."""
 
+    transport: asyncio.Transport  # set by connection_made, before any other callback
+
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
         self.chunks: list[bytes] = []
         self.buffered = 0
         self.eof = False
@@ -60,7 +61,7 @@ class _Socket(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.chunks.append(data)
         self.buffered += len(data)
-        if self.buffered > _HIGH_WATER and not self.paused and self.transport is not None:
+        if self.buffered > _HIGH_WATER and not self.paused:
             self.paused = True
             self.transport.pause_reading()
         self._wake_reader()
@@ -74,9 +75,7 @@ class _Socket(asyncio.Protocol):
         self.eof = True
         self.error = exc
         self._wake_reader()
-        writer, self.writer = self.writer, None
-        if writer is not None and not writer.done():
-            writer.set_result(None)
+        self.resume_writing()  # a writer waiting for room learns of the close
 
     def pause_writing(self) -> None:
         if self.writer is None:
@@ -102,7 +101,7 @@ class _Socket(asyncio.Protocol):
         else:
             self.chunks = []
             self.buffered = 0
-        if self.paused and self.buffered < _HIGH_WATER // 2 and self.transport is not None:
+        if self.paused and self.buffered < _HIGH_WATER // 2:
             self.paused = False
             self.transport.resume_reading()
         return data
