@@ -51,9 +51,10 @@ class AgentClient:
     """One configured agent: its dialect, URL, token and timeouts.
 
     ``http`` may be several clients (connection pools): a Task keeps to one of
-    them (:meth:`for_task`). httpcore scans every connection of a pool on each
-    request and each close, so one pool serving thousands of open streams costs
-    time in the square of their number; shards keep each pool small.
+    them (:meth:`for_task`). Behind a proxy httpx's own pool is used, which scans
+    every connection on each request and each close, so one pool serving
+    thousands of open streams costs time in the square of their number; shards
+    keep each pool small.
     """
 
     def __init__(self, config: AgentConfig, http: httpx.AsyncClient | Sequence[httpx.AsyncClient]) -> None:
@@ -276,10 +277,11 @@ _closing: set[asyncio.Future[None]] = set()
 async def close_stream(updates: AsyncIterator[Update]) -> None:
     """Close an agent stream to the end, even when the caller is cancelled meanwhile.
 
-    Closing awaits inside httpcore (a lock, then the socket); a cancellation that
-    lands there leaves the connection open and its request in the pool for the
-    life of the process: one socket and ~10 KB per finished Task. So the close
-    runs shielded in its own task; a failure to close is nothing to report.
+    Behind a proxy, closing awaits inside httpcore (a lock, then the socket); a
+    cancellation that lands there leaves the connection open and its request in
+    the pool for the life of the process: one socket and ~10 KB per finished
+    Task. So the close runs shielded in its own task; a failure to close is
+    nothing to report.
     """
     close = getattr(updates, "aclose", None)
     if close is None:

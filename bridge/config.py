@@ -145,9 +145,10 @@ class BridgeConfig:
     # beyond these they are read again from Kafka when capacity frees.
     max_parked_starts: int = 10_000
     max_parked_bytes: int = 32 * 1024 * 1024
-    # HTTP connection pools to agents; a Task keeps to one. httpcore's per-request
-    # work grows with a pool's connections: 2,000 streams in one pool spent 40 % of
-    # the bridge's time there (bench/README.md).
+    # HTTP connection pools to agents; a Task keeps to one. bridge.sockets' pool
+    # costs the same per request at any size; httpx's own (used behind a proxy)
+    # scans every connection per request: 2,000 streams in one spent 40 % of the
+    # bridge's time there (bench/README.md).
     http_pools: int = 32
     # Restored Tasks reconnect at most this many a second per process (with jitter),
     # and not while the event loop lags: not all at once.

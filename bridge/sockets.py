@@ -1,38 +1,51 @@
-"""The agents' sockets: httpx over httpcore over plain asyncio protocols.
+"""The agents' connections: httpx over h11 over plain asyncio protocols.
 
-httpx's default network layer reads through anyio: every read of an SSE
-stream enters a cancel scope, asks sniffio which event loop runs and resumes
-the transport's reading. An agent that streams tokens sends one small frame
-per read, so that overhead is paid per event; it was the largest single cost
-of a bridge following trickling streams (see bench/README.md). This module
-keeps httpx (requests, headers, timeouts, proxies from the environment) and
-httpcore (HTTP/1.1 via h11, the connection pool, keep-alive), and replaces only
-the bottom: a socket is an :class:`asyncio.Protocol` whose received bytes wait
-in a list until httpcore reads them.
+httpx's default transport reads a response body through three layers per
+read: httpcore (a pool byte stream, a connection byte stream, an exception
+map and a timeout object on every read), then anyio (a cancel scope, a sniffio
+lookup, a resume of the transport's reading). An agent that streams tokens
+sends one small SSE frame per read, so all of that is paid per event: it was
+the largest cost of a bridge following trickling streams (bench/README.md).
+
+:class:`Transport` keeps httpx (requests, headers, timeouts, the Response API
+:mod:`bridge.agents` uses) and h11 (HTTP/1.1 framing: chunked, length- and
+close-delimited bodies, keep-alive rules), the same HTTP/1.1 engine httpcore
+drives, and replaces what lies between them:
+
+- a socket is an :class:`asyncio.Protocol` whose received bytes wait in a list
+  until the body reads them (:class:`_Socket`), and stops reading past a
+  high-water mark;
+- one read of a body is one h11 ``next_event`` and, when h11 needs data, one
+  read of that list;
+- the keep-alive pool is a stack of idle connections per origin: taking and
+  returning one costs the same with 10 or 10,000 open streams (httpcore's
+  pool scans every connection on each request and close).
+
+A connection goes back to the pool only when both sides finished the exchange
+by h11's rules and neither asked to close; anything else (an error, a body
+left unread, a cancellation) closes it.
 
 httpx honours ``HTTP(S)_PROXY`` / ``ALL_PROXY`` / ``NO_PROXY`` only when it
 builds its own transport: :func:`unless_proxied` keeps httpx's own when any of
 them is set, so a proxied deployment behaves as before.
 
-Built only on public interfaces: :class:`httpcore.AsyncNetworkBackend`,
-:class:`httpcore.AsyncNetworkStream`, ``httpcore.AsyncConnectionPool(network_backend=)``
-and :class:`httpx.AsyncBaseTransport`. Errors keep their meaning: httpcore's
-exceptions become the httpx ones of the same name, as httpx's own transport does.
+Errors keep httpx's meaning: connect, read and write failures and timeouts
+raise the httpx exception of that name, a malformed response
+:class:`httpx.RemoteProtocolError`; all are :class:`httpx.TransportError`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
+import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator
 
-import httpcore
+import h11
 import httpx
 
-# Past this many unread bytes a socket stops reading until httpcore catches up, so
+# Past this many unread bytes a socket stops reading until its reader catches up, so
 # a Task whose reader waits (a full outbox) leaves the rest in the kernel's buffer,
 # not in this process. asyncio reads at most 256 KiB at a time; anyio held one such
 # read per connection. 64 KiB cost 8 % of throughput on 20 KB events (bench case 2:
@@ -109,15 +122,18 @@ class _Socket(asyncio.Protocol):
 
 def _expire(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
-        waiter.set_exception(httpcore.ReadTimeout("read timed out"))
+        waiter.set_exception(httpx.ReadTimeout("read timed out"))
 
 
-class _Stream(httpcore.AsyncNetworkStream):
+class _Stream:
+    """One TCP (or TLS) connection: reads with a timeout, writes with back-pressure."""
+
     def __init__(self, transport: asyncio.Transport, sock: _Socket) -> None:
         self._transport = transport
         self._sock = sock
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        """Up to ``max_bytes`` received bytes; ``b""`` at the peer's end of stream."""
         sock = self._sock
         if not sock.chunks:
             if not sock.eof:
@@ -132,7 +148,7 @@ class _Stream(httpcore.AsyncNetworkStream):
                         expiry.cancel()
             if not sock.chunks:
                 if sock.error is not None:
-                    raise httpcore.ReadError(str(sock.error) or type(sock.error).__name__)
+                    raise httpx.ReadError(str(sock.error) or type(sock.error).__name__)
                 return b""
         return sock.take(max_bytes)
 
@@ -140,26 +156,25 @@ class _Stream(httpcore.AsyncNetworkStream):
         if not buffer:
             return
         if self._transport.is_closing():
-            raise httpcore.WriteError("the connection is closed")
+            raise httpx.WriteError("the connection is closed")
         self._transport.write(buffer)
         writer = self._sock.writer
         if writer is not None:  # the kernel buffer is full: wait, as a blocking write would
             try:
                 await asyncio.wait_for(asyncio.shield(writer), timeout)
             except TimeoutError:
-                raise httpcore.WriteTimeout("write timed out") from None
+                raise httpx.WriteTimeout("write timed out") from None
             if self._transport.is_closing():
-                raise httpcore.WriteError("the connection closed while writing")
+                raise httpx.WriteError("the connection closed while writing")
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         self._transport.close()
 
-    async def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+    def readable(self) -> bool:
+        """Whether an idle connection has news: bytes nobody asked for, or its close."""
+        return self._sock.eof or bool(self._sock.chunks)
+
+    async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str, timeout: float | None) -> _Stream:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
@@ -168,118 +183,218 @@ class _Stream(httpcore.AsyncNetworkStream):
                 )
         except TimeoutError:
             self._transport.close()
-            raise httpcore.ConnectTimeout("TLS handshake timed out") from None
+            raise httpx.ConnectTimeout("TLS handshake timed out") from None
         except (OSError, ssl.SSLError) as exc:
             self._transport.close()
-            raise httpcore.ConnectError(str(exc) or type(exc).__name__) from None
+            raise httpx.ConnectError(str(exc) or type(exc).__name__) from None
         if transport is None:
-            raise httpcore.ConnectError("the connection closed during the TLS handshake")
+            raise httpx.ConnectError("the connection closed during the TLS handshake")
         assert isinstance(transport, asyncio.Transport)
         self._sock.transport = transport
         return _Stream(transport, self._sock)
 
-    def get_extra_info(self, info: str) -> Any:
-        if info == "is_readable":  # httpcore: has an idle keep-alive connection been closed?
-            return self._sock.eof or bool(self._sock.chunks)
-        key = {"client_addr": "sockname", "server_addr": "peername"}.get(info, info)
-        if key in ("ssl_object", "sockname", "peername", "socket"):
-            return self._transport.get_extra_info(key)
-        return None
 
-
-class Backend(httpcore.AsyncNetworkBackend):
-    """TCP connections as :class:`_Stream` objects (TLS is httpcore's ``start_tls``)."""
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(timeout):
-                transport, sock = await loop.create_connection(
-                    _Socket, host, port, local_addr=(local_address, 0) if local_address else None
-                )
-        except TimeoutError:
-            raise httpcore.ConnectTimeout("connect timed out") from None
-        except OSError as exc:
-            raise httpcore.ConnectError(str(exc) or type(exc).__name__) from None
-        raw = transport.get_extra_info("socket")
-        for option in socket_options or ():
-            raw.setsockopt(*option)
-        assert isinstance(transport, asyncio.Transport)
-        return _Stream(transport, sock)
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
-@contextlib.contextmanager
-def _httpx_errors() -> Iterator[None]:
-    """httpcore's exceptions as the httpx ones of the same name."""
+async def connect(host: str, port: int, timeout: float | None) -> _Stream:
+    loop = asyncio.get_running_loop()
     try:
-        yield
-    except Exception as exc:
-        for cls in type(exc).__mro__:
-            if cls.__module__.startswith("httpcore"):
-                mapped = getattr(httpx, cls.__name__, None)
-                if isinstance(mapped, type) and issubclass(mapped, httpx.TransportError):
-                    raise mapped(str(exc)) from exc
-        raise
+        async with asyncio.timeout(timeout):
+            transport, sock = await loop.create_connection(_Socket, host, port)
+    except TimeoutError:
+        raise httpx.ConnectTimeout("connect timed out") from None
+    except OSError as exc:
+        raise httpx.ConnectError(str(exc) or type(exc).__name__) from None
+    assert isinstance(transport, asyncio.Transport)
+    return _Stream(transport, sock)
+
+
+# ------------------------------------------------------------------ HTTP/1.1 --
+
+# Bytes asked of a socket per read: a body read takes what has arrived, up to this.
+_READ_BYTES = 64 * 1024
+# A response head (status line and headers) larger than this is refused, as httpcore does.
+_MAX_HEAD_BYTES = 100 * 1024
+# Request bytes gathered before a write: a small request is one write, a large body streams.
+_WRITE_BYTES = 64 * 1024
+
+Origin = tuple[bytes, bytes, int]
+
+
+def _protocol_error(exc: h11.ProtocolError) -> httpx.TransportError:
+    if isinstance(exc, h11.RemoteProtocolError):
+        return httpx.RemoteProtocolError(str(exc))
+    return httpx.LocalProtocolError(str(exc))
+
+
+class _Connection:
+    """One HTTP/1.1 connection to an origin: its socket and its h11 state."""
+
+    def __init__(self, origin: Origin, stream: _Stream) -> None:
+        self.origin = origin
+        self.stream = stream
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD_BYTES)
+        self.idle_since = 0.0
+
+    async def next_event(self, timeout: float | None) -> object:
+        """h11's next event, reading from the socket while h11 needs data."""
+        h = self.h11
+        while True:
+            try:
+                event = h.next_event()
+            except h11.ProtocolError as exc:
+                raise _protocol_error(exc) from None
+            if event is not h11.NEED_DATA:
+                return event
+            h.receive_data(await self.stream.read(_READ_BYTES, timeout))
+
+    def _bytes(self, event: h11.Request | h11.Data | h11.EndOfMessage) -> bytes:
+        try:
+            return self.h11.send(event) or b""  # None only for a ConnectionClosed, never sent
+        except h11.ProtocolError as exc:
+            raise _protocol_error(exc) from None
+
+    async def send(self, request: httpx.Request, timeout: float | None) -> None:
+        raw = request.headers.raw
+        out = self._bytes(h11.Request(method=request.method, target=request.url.raw_path, headers=raw))
+        async for part in request.stream:  # type: ignore[union-attr]
+            out += self._bytes(h11.Data(data=part))
+            if len(out) >= _WRITE_BYTES:
+                await self.stream.write(out, timeout)
+                out = b""
+        await self.stream.write(out + self._bytes(h11.EndOfMessage()), timeout)
+
+    async def response(self, timeout: float | None) -> h11.Response:
+        while True:
+            event = await self.next_event(timeout)
+            if isinstance(event, h11.Response):
+                return event
+            if isinstance(event, h11.ConnectionClosed):
+                raise httpx.RemoteProtocolError("the server closed the connection without a response")
+            # an InformationalResponse (1xx): the final one follows
+
+    def reusable(self) -> bool:
+        return self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE
+
+    def close(self) -> None:
+        self.stream.close()
 
 
 class _Body(httpx.AsyncByteStream):
-    def __init__(self, stream: Any) -> None:  # httpcore's response stream: async-iterable, closeable
-        self._stream = stream
+    """A response body, read straight from h11; its close hands the connection back."""
+
+    def __init__(self, pool: Transport, conn: _Connection, timeout: float | None) -> None:
+        self._pool = pool
+        self._conn: _Connection | None = conn
+        self._timeout = timeout
+        self._ended = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        with _httpx_errors():
-            async for part in self._stream:
-                yield part
+        conn = self._conn
+        if conn is None:
+            raise httpx.StreamClosed()
+        try:
+            while True:
+                event = await conn.next_event(self._timeout)
+                if type(event) is h11.Data:
+                    yield bytes(event.data)
+                elif type(event) is h11.EndOfMessage:
+                    self._ended = True
+                    return
+                else:  # ConnectionClosed before the end of the body
+                    raise httpx.RemoteProtocolError("the server closed the connection before the body ended")
+        except BaseException:
+            conn.close()  # mid-body (an error, a cancellation, a reader that stopped): unusable
+            raise
 
     async def aclose(self) -> None:
-        with _httpx_errors():
-            await self._stream.aclose()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._pool.release(conn, self._ended)
 
 
 class Transport(httpx.AsyncBaseTransport):
-    """httpx's HTTP/1.1 transport on :class:`Backend`."""
+    """httpx's transport for HTTP/1.1 agents, on :class:`_Socket` connections.
+
+    Keeps up to ``limits.max_keepalive_connections`` idle connections (each for
+    ``limits.keepalive_expiry`` seconds); does not cap open connections, so
+    ``limits.max_connections`` must be None (the bridge bounds Tasks instead).
+    """
 
     def __init__(self, limits: httpx.Limits, ssl_context: ssl.SSLContext) -> None:
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=True,
-            http2=False,
-            network_backend=Backend(),
-        )
+        if limits.max_connections is not None:
+            raise ValueError("bridge.sockets.Transport does not cap connections: pass max_connections=None")
+        self._ssl = ssl_context
+        self._ssl.set_alpn_protocols(["http/1.1"])
+        self._keep = limits.max_keepalive_connections or 0
+        self._expiry = limits.keepalive_expiry
+        self._idle: dict[Origin, list[_Connection]] = {}
+        self._idle_count = 0
+
+    def _take(self, origin: Origin) -> _Connection | None:
+        """The most recently used idle connection to ``origin`` still fit for a request."""
+        idle = self._idle.get(origin)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            self._idle_count -= 1
+            if (self._expiry is None or now - conn.idle_since < self._expiry) and not conn.stream.readable():
+                return conn
+            conn.close()  # expired, or the server closed it (or sent what nobody asked for)
+        return None
+
+    def release(self, conn: _Connection, ended: bool) -> None:
+        """Back to the pool if the exchange ended cleanly and room is left; else closed."""
+        if not ended or not conn.reusable() or self._idle_count >= self._keep:
+            conn.close()
+            return
+        conn.h11.start_next_cycle()
+        conn.idle_since = time.monotonic()
+        self._idle.setdefault(conn.origin, []).append(conn)
+        self._idle_count += 1
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        core = httpcore.Request(
-            method=request.method,
-            url=httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path),
-            headers=request.headers.raw,
-            content=request.stream,
-            extensions=request.extensions,
-        )
-        with _httpx_errors():
-            response = await self._pool.handle_async_request(core)
+        if url.raw_scheme not in (b"http", b"https"):
+            raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
+        tls = url.raw_scheme == b"https"
+        origin = (url.raw_scheme, url.raw_host, url.port or (443 if tls else 80))
+        timeouts = request.extensions.get("timeout", {})
+        conn = self._take(origin)
+        try:
+            if conn is None:
+                host = url.raw_host.decode("ascii")
+                stream = await connect(host, origin[2], timeouts.get("connect"))
+                if tls:
+                    stream = await stream.start_tls(self._ssl, host, timeouts.get("connect"))
+                conn = _Connection(origin, stream)
+            try:
+                await conn.send(request, timeouts.get("write"))
+            except httpx.WriteError as exc:
+                # A server may answer (a 413, a 401) and close before reading the whole
+                # body: its answer is worth more than the write error, if it sent one.
+                # (A write timeout is not that: the peer is there and does not read.)
+                try:
+                    head = await conn.response(timeouts.get("read"))
+                except httpx.TransportError:
+                    raise exc from None
+            else:
+                head = await conn.response(timeouts.get("read"))
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
         return httpx.Response(
-            status_code=response.status,
-            headers=response.headers,
-            stream=_Body(response.stream),
-            extensions=response.extensions,
+            status_code=head.status_code,
+            headers=head.headers,
+            stream=_Body(self, conn, timeouts.get("read")),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason},
         )
 
     async def aclose(self) -> None:
-        await self._pool.aclose()
+        for conns in self._idle.values():
+            for conn in conns:
+                conn.close()
+        self._idle.clear()
+        self._idle_count = 0
 
 
 def unless_proxied(limits: httpx.Limits, ssl_context: ssl.SSLContext) -> Transport | None:

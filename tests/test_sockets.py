@@ -48,10 +48,12 @@ async def serve(handler: Handler, ssl_context: ssl.SSLContext | None = None) -> 
 
 
 @contextlib.asynccontextmanager
-async def client(verify: ssl.SSLContext | None = None, **kw: float) -> AsyncIterator[httpx.AsyncClient]:
+async def client(
+    verify: ssl.SSLContext | None = None, limits: httpx.Limits = LIMITS, **kw: float
+) -> AsyncIterator[httpx.AsyncClient]:
     ctx = verify or httpx.create_ssl_context()
     async with httpx.AsyncClient(
-        transport=sockets.Transport(LIMITS, ctx), timeout=httpx.Timeout(kw.get("timeout", 5.0))
+        transport=sockets.Transport(limits, ctx), timeout=httpx.Timeout(kw.get("timeout", 5.0))
     ) as http:
         yield http
 
@@ -71,6 +73,20 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
+def answering(response: bytes, linger: float = 0.0) -> Handler:
+    """Reads one request, writes ``response`` as it is, and closes the connection
+    ``linger`` seconds later."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(response)
+        await writer.drain()
+        await asyncio.sleep(linger)
+
+    return handler
+
+
+OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
 SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
@@ -142,17 +158,142 @@ async def test_nothing_listening_is_a_connect_error() -> None:
 
 
 async def test_an_idle_connection_the_server_closed_is_not_reused() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-        await writer.drain()
-        # keep-alive promised, then the server closes the idle connection
-
-    async with serve(handler) as (url, connections), client() as http:
+    # keep-alive promised, then the server closes the idle connection
+    async with serve(answering(OK)) as (url, connections), client() as http:
         assert (await http.post(url, content=b"{}")).text == "ok"
         await asyncio.sleep(0.2)
         assert (await http.post(url, content=b"{}")).text == "ok"
         assert len(connections) == 2
+
+
+async def echo(writer: asyncio.StreamWriter, body: bytes) -> None:
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+    await writer.drain()
+
+
+async def keep_alive_server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answers every request on a connection with its body, until the client closes."""
+    while True:
+        try:
+            _, body = await read_request(reader)
+        except asyncio.IncompleteReadError:
+            return
+        await echo(writer, body)
+
+
+def stalling_on(marker: bytes, started: asyncio.Event | None = None) -> Handler:
+    """:func:`keep_alive_server`, except that a request whose body is ``marker`` gets
+    one SSE frame and then silence: a stream the client leaves before its end."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        _, body = await read_request(reader)
+        if body == marker:
+            writer.write(SSE_HEAD + chunk(b"data: 1\n\n"))
+            await writer.drain()
+            if started is not None:
+                started.set()
+            await asyncio.sleep(5)
+            return
+        await echo(writer, body)
+        await keep_alive_server(reader, writer)
+
+    return handler
+
+
+async def test_a_response_that_asks_to_close_is_not_reused() -> None:
+    # the server keeps the socket open: the client, not the server, has to honour the close
+    closing = OK.replace(b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n")
+    async with serve(answering(closing, linger=1)) as (url, connections), client() as http:
+        for _ in range(2):
+            assert (await http.post(url, content=b"{}")).text == "ok"
+        assert len(connections) == 2
+
+
+async def test_a_body_delimited_by_the_close_is_read_to_the_end() -> None:
+    body = b"data: x\n\n" * 5000
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n" + body)
+        await writer.drain()
+        writer.close()
+
+    async with serve(handler) as (url, connections), client() as http:
+        for _ in range(2):
+            async with http.stream("POST", url, content=b"{}") as response:
+                assert b"".join([c async for c in response.aiter_bytes()]) == body
+        assert len(connections) == 2
+
+
+async def test_a_body_left_unread_closes_its_connection_and_the_next_request_is_clean() -> None:
+    async with serve(stalling_on(b"first")) as (url, connections), client() as http:
+        async with http.stream("POST", url, content=b"first") as response:
+            async for c in response.aiter_bytes():
+                assert c == b"data: 1\n\n"
+                break
+        # Its connection still has the rest of that stream coming: never handed out again.
+        assert (await http.post(url, content=b"second")).content == b"second"
+        assert (await http.post(url, content=b"third")).content == b"third"
+        assert len(connections) == 2
+
+
+async def _read_all(http: httpx.AsyncClient, url: str, body: bytes) -> bytes:
+    async with http.stream("POST", url, content=body) as response:
+        return b"".join([c async for c in response.aiter_bytes()])
+
+
+async def test_a_cancelled_read_closes_the_connection() -> None:
+    started = asyncio.Event()
+    async with serve(stalling_on(b"slow", started)) as (url, connections), client() as http:
+        reader = asyncio.ensure_future(_read_all(http, url, b"slow"))
+        await asyncio.wait_for(started.wait(), 2)
+        reader.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reader
+        assert (await http.post(url, content=b"next")).content == b"next"
+        assert len(connections) == 2  # the cancelled stream's connection was not reused
+
+
+async def test_an_answer_before_the_body_is_read_is_the_response() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 413 Content Too Large\r\ncontent-length: 3\r\nconnection: close\r\n\r\nbig")
+        await writer.drain()
+        writer.transport.abort()  # without reading the body: the client's write fails
+
+    async with serve(handler) as (url, _), client() as http:
+        response = await http.post(url, content=b"x" * (32 << 20))
+        assert (response.status_code, response.content) == (413, b"big")
+
+
+async def test_a_malformed_response_is_a_remote_protocol_error() -> None:
+    async with serve(answering(b"HTTP/1.1 OK-ish\r\n\r\n")) as (url, _), client() as http:
+        with pytest.raises(httpx.RemoteProtocolError):
+            await http.post(url, content=b"{}")
+
+
+async def test_an_informational_response_is_skipped() -> None:
+    async with serve(answering(b"HTTP/1.1 100 Continue\r\n\r\n" + OK)) as (url, _), client() as http:
+        response = await http.post(url, content=b"{}")
+        assert (response.status_code, response.text) == (200, "ok")
+
+
+async def test_idle_connections_are_kept_up_to_the_limit_and_until_they_expire() -> None:
+    async with serve(keep_alive_server) as (url, connections):
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=1, keepalive_expiry=0.3)
+        async with client(limits=limits) as http:
+            await asyncio.gather(http.post(url, content=b"a"), http.post(url, content=b"b"))
+            assert len(connections) == 2
+            await asyncio.gather(http.post(url, content=b"a"), http.post(url, content=b"b"))
+            assert len(connections) == 3  # one of the two was kept, the other closed
+            await asyncio.sleep(0.4)
+            assert (await http.post(url, content=b"c")).content == b"c"
+            assert len(connections) == 4  # the kept one expired
+
+
+def test_the_transport_does_not_pretend_to_cap_connections() -> None:
+    with pytest.raises(ValueError, match="max_connections"):
+        sockets.Transport(httpx.Limits(max_connections=10), httpx.create_ssl_context())
 
 
 async def test_large_bodies_both_ways_arrive_whole() -> None:
