@@ -1,11 +1,11 @@
-"""``python -m bench [throughput|latency|scale ...]``: run sections, write results.
+"""``python -m bench [throughput|latency|transport|scale ...]``: run sections, write results.
 
 Without arguments (``make bench``): the throughput section, the latency
-measure, then the scale section at its quick sizes (``BENCH_SECTIONS``
-picks others). ``python -m bench scale`` (``make bench-scale``) runs the
+measure, the transport measure, then the scale section at its quick sizes
+(``BENCH_SECTIONS`` picks others). ``python -m bench scale`` (``make bench-scale``) runs the
 scale section alone, at the issue's sizes unless ``BENCH_SCALE_SIZE=quick``.
 
-Results: ``.bench/results.json`` (throughput and latency) and
+Results: ``.bench/results.json`` (throughput, latency, transport) and
 ``.bench/scale.json`` (scale), with a copy of each beside the logs of the
 run in ``.bench/logs/<run id>/``.
 """
@@ -25,12 +25,12 @@ from typing import Any
 import orjson
 from aiokafka.admin import AIOKafkaAdminClient
 
-from bench import latency, scale, suite
+from bench import latency, scale, suite, transport
 from bench.bridge_bench import BenchFailure, Params, run_round
 from bench.services import Broker, FastSource, ServiceError
 
 OUT_DIR = suite.OUT_DIR
-SECTIONS = ("throughput", "latency", "scale")
+SECTIONS = ("throughput", "latency", "transport", "scale")
 
 
 def _write(name: str, doc: dict[str, Any], log_dir: Path) -> Path:
@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     source: FastSource | None = None
     bench_suite: suite.Suite | None = None
     lat: dict[str, Any] | None = None
+    trans: dict[str, Any] | None = None
     scaled: scale.Scale | None = None
     try:
         broker.ensure()
@@ -129,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                 first = bench_suite.results.get("1", {}).get("C") or []
                 saturated = suite._median([r["events_per_second"] for r in first])
             lat = asyncio.run(_latency(run_id, log_dir, broker, source, saturated))
+        if "transport" in sections:
+            trans = asyncio.run(_transport(source))
         if "scale" in sections:
             source.stop()  # each scale measure starts its own
             source = None
@@ -157,13 +160,14 @@ def main(argv: list[str] | None = None) -> int:
         "bridge_under_test": _bridge_version(),
         "logs": str(log_dir),
     }
-    if bench_suite is not None or lat is not None:
+    if bench_suite is not None or lat is not None or trans is not None:
         doc = {
             **common,
             "parameters": bench_suite.parameters() if bench_suite else {},
             "throughput": bench_suite.summary() if bench_suite else {},
             "warmup": bench_suite.warmup if bench_suite else {},
             "latency": lat,
+            "transport": trans,
         }
         path = _write("results.json", doc, log_dir)
         suite.print_summary(doc)
@@ -175,6 +179,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"{r['achieved_events_per_second']:,.0f} events/s: "
                     f"p50 {m['p50']} ms, p99 {m['p99']} ms (p99 = {r['p99_over_interval']} x the interval)"
                 )
+        if trans:
+            m = trans["cpu_us_per_frame_median"]
+            print(
+                f"  transport, CPU µs per trickled SSE frame: bridge.sockets {m['B']}, httpx's own {m['H']} "
+                f"(B/H {trans['B_over_H_cpu']}, paired {trans['B_over_H_cpu_paired']})"
+            )
         print(f"  results in {path}")
     if scaled is not None:
         doc = {**common, "size": scale_size, "partitions": scaled.partitions, "scale": scaled.results}
@@ -189,6 +199,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  wall time {time.monotonic() - started:.0f} s")
     failed_scale = scaled is not None and any(not r.get("ok") for r in scaled.results.values())
     return 0 if not errors and not failed_scale else 1
+
+
+async def _transport(source: FastSource) -> dict[str, Any]:
+    full = suite.size_mode() == "full"
+    streams, chunks, rate = (100, 300, 10_000.0) if full else (25, 300, 5_000.0)
+    rounds = suite.env_int("BENCH_TRANSPORT_ROUNDS", 5 if full else 3)
+    print(
+        f"bench: transport: {rounds} rounds of bridge.sockets and httpx's own, {streams} streams x {chunks} "
+        f"frames trickled at {rate:,.0f} frames/s",
+        flush=True,
+    )
+    return await transport.run(source, rounds=rounds, streams=streams, chunks=chunks, size=200, rate=rate)
 
 
 async def _delete_topics(bootstrap: str, prefix: str) -> None:
