@@ -12,7 +12,7 @@ help:
 	@echo "make demo    - the bridge end to end on a local broker with demo agents"
 	@echo "make test    - lint, type-check, unit and integration tests (starts Kafka itself)"
 	@echo "make chaos   - the long exactly-once chaos run"
-	@echo "make bench   - benchmarks (throughput, latency, quick scale), JSON results in .bench/"
+	@echo "make bench   - benchmarks (throughput, latency, transport, quick scale), JSON results in .bench/"
 	@echo "make bench-scale - the scale section alone at the issue's sizes (long), .bench/scale.json"
 	@echo "make kafka-up / kafka-down - a local broker on 127.0.0.1:19092"
 	@echo "make lock    - regenerate requirements.lock (the image's hashed runtime deps)"
@@ -58,7 +58,7 @@ demo: venv
 	BRIDGE_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:$${KAFKA_PORT:-19092} $(VENV)/bin/bridge --log-level warning demo; rc=$$?; \
 	if [ $$started = 1 ]; then scripts/kafka.sh down; fi; exit $$rc
 
-# Throughput and latency (issue 14), then the scale section at quick sizes (issue 11); see bench/README.md.
+# Throughput, latency and the transport (issue 14), then the scale section at quick sizes (issue 11); see bench/README.md.
 bench: venv
 	$(PY) -m bench
 
