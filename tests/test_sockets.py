@@ -358,6 +358,23 @@ async def test_tls_to_an_agent_with_a_private_ca(tmp_path: Path) -> None:
                 await http.post(url, content=b"{}")
 
 
+async def test_a_request_cancelled_during_the_tls_handshake_closes_its_socket() -> None:
+    closed = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # a ClientHello, never answered; then the client's close
+        closed.set()
+
+    async with serve(handler) as (url, connections), client() as http:
+        request = asyncio.ensure_future(http.get(url.replace("http://", "https://")))
+        await asyncio.sleep(0.2)
+        assert connections and not request.done()
+        request.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        await asyncio.wait_for(closed.wait(), 2)
+
+
 async def test_an_unread_response_holds_the_sender_back_instead_of_filling_memory() -> None:
     """Bytes nobody reads yet stay in the kernel (the agent waits), not in the bridge."""
     body = b"y" * (48 << 20)
