@@ -198,20 +198,21 @@ class PartitionOwner:
 
     async def _commit_loop(self) -> None:
         interval = self.config.bridge.commit_interval_ms / 1000
-        began = time.monotonic()
+        clock = asyncio.get_running_loop().time
+        deadline = clock() + interval * tick_phase(self.partition)
         try:
             while self.failed is None:
-                # Ticks start ``interval`` apart, not ``interval`` after the last commit
-                # ended: a slow commit under load does not stretch every event's wait.
-                wait = began + interval - time.monotonic()
                 if self._closing.is_set():
                     pass
-                elif wait > 0:
+                elif deadline > clock():
+                    # One loop turn from the deadline to the commit (asyncio.wait_for
+                    # took three or four, each a busy loop's full round of readers).
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.txn.wake.wait(), wait)
+                        async with asyncio.timeout_at(deadline):
+                            await self.txn.wake.wait()
                 else:
                     await asyncio.sleep(0)  # behind: commit at once, yet never without yielding
-                began = time.monotonic()
+                deadline = next_tick(deadline, clock(), interval)
                 # Runners are stopped before closing is set: a commit that starts
                 # after seeing it holds everything they produced.
                 closing = self._closing.is_set()
@@ -516,6 +517,31 @@ class PartitionOwner:
             metrics.COMMANDS.labels(command.type, "dlq").inc()
         log.info("command at %s/%d/%d to the DLQ: %s", raw.topic, raw.partition, raw.offset, reason)
         self.absorb(raw.offset)
+
+
+# The golden ratio's fractional part: multiples of it spread any set of partitions
+# evenly over an interval.
+_GOLDEN = 0.6180339887498949
+
+
+def tick_phase(partition: int) -> float:
+    """Where in the commit interval ``partition`` ticks, in [0, 1). Partitions that
+    ticked at the same instant ran their transactions at once and each took longer
+    (bench/README.md); spread, they take turns."""
+    return (partition * _GOLDEN) % 1.0
+
+
+def next_tick(deadline: float, started: float, interval: float) -> float:
+    """The deadline after a tick that began at ``started`` (its own deadline was
+    ``deadline``). Ticks keep to a grid ``interval`` apart, so a busy loop's late
+    wake-up is not added to every later tick (they ran 115 ms apart at 100 ms when
+    each tick restarted the count from its own start); a tick begun early (a full
+    outbox) keeps the grid's deadline; one begun more than an interval late restarts
+    the grid from there instead of committing every tick it missed."""
+    if started < deadline:
+        return deadline
+    deadline += interval
+    return deadline if deadline > started else started + interval
 
 
 def dlq_record(
