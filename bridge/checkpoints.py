@@ -82,6 +82,7 @@ def _document(record: TaskRecord, artifacts: dict[str, ArtifactProgress]) -> dic
         artifacts={k: {"parts": a.parts, "digest": a.digest, "done": a.done} for k, a in artifacts.items()},
         messages=record.messages,
         traceparent=record.traceparent,
+        snapshotsOnly=record.snapshots_only,
     )
     return doc
 
@@ -166,6 +167,7 @@ def _decode(value: bytes, *, slim_closed: bool) -> TaskRecord | ClosedTask:
             events_topic=_opt_str(d.get("eventsTopic")),
             traceparent=_opt_str(d.get("traceparent")),
             closed_at=closed_at,
+            snapshots_only=d.get("snapshotsOnly") is True,
         )
     except CheckpointError:
         raise

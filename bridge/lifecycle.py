@@ -211,6 +211,10 @@ class TaskRecord:
     traceparent: str | None = None
     # Unix time the Task closed (a closed record is kept for a dedupe window).
     closed_at: float | None = None
+    # A sequenced Task whose snapshot (tasks/get) published what its SSE replay had
+    # not yet delivered: replay after ``after_seq`` would repeat it, so from then on
+    # the Task is followed by snapshots only, in this process and after a restore.
+    snapshots_only: bool = False
     # The start's business record: published on the Task's first event, then
     # dropped (never in the shared checkpoints topic: workspace data stays routed).
     metadata: JSON | None = None

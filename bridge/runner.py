@@ -476,6 +476,11 @@ class TaskRunner:
         task_id = self.record.task_id
         dialect = self.client.dialect
         self._resumed = True
+        if self.record.snapshots_only:
+            # Replay would repeat what a snapshot published (see below), restored or not.
+            metrics.RECONNECTS.labels("poll").inc()
+            await self._poll()
+            return
         budget = self.part.config.bridge.resume_deadline_seconds
         deadline = time.monotonic() + budget
         attempt = failed = 0
@@ -523,6 +528,11 @@ class TaskRunner:
                 if refused or ends or (dialect.sequenced and failed >= _FAILED_RESUBSCRIBES):
                     seq = self.record.seq
                     self._apply(snap)
+                    if dialect.sequenced and self.record.seq != seq:
+                        # The snapshot published what replay had not delivered: replay
+                        # after afterSeq would repeat it. Set before any await, so the
+                        # checkpoint committed with these events says so.
+                        self.record.snapshots_only = True
                     if self.record.closed or self.record.paused:
                         return
                     if refused or (dialect.sequenced and self.record.seq != seq):

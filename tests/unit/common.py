@@ -34,4 +34,5 @@ def kept(record: TaskRecord) -> TaskRecord:
         dialect=None,
         agent_code=None,
         events_topic=None,
+        snapshots_only=False,
     )

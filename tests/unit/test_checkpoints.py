@@ -70,6 +70,7 @@ records = st.builds(
     agent_code=maybe(ids),
     events_topic=maybe(ids),
     closed_at=maybe(st.floats(0, 4e9, allow_nan=False)),
+    snapshots_only=st.booleans(),
 )
 partition_records = st.builds(
     PartitionRecord,

@@ -10,19 +10,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from aiokafka.structs import ConsumerRecord
 
+from bridge import runner as runner_module
 from bridge.agents import close_stream
 from bridge.commands import Command
 from bridge.config import AgentConfig, BridgeConfig, Config
 from bridge.dialects import GatewayDialect, Request
 from bridge.errors import AgentOversize
-from bridge.lifecycle import Dropped, Event, StatusUpdate, TaskRecord, Update, new_task
+from bridge.lifecycle import (
+    ArtifactProgress,
+    Dropped,
+    Event,
+    StatusUpdate,
+    TaskRecord,
+    TaskSnapshot,
+    Update,
+    artifact_key,
+    new_task,
+    roll,
+)
 from bridge.runner import TaskRunner
 
 AGENT = AgentConfig(name="gw", url="http://agent.invalid/a2a", dialect="gateway", agent_code="writer")
@@ -251,3 +265,80 @@ async def test_a_stream_close_runs_to_its_end_when_its_caller_is_cancelled() -> 
     with contextlib.suppress(asyncio.CancelledError):
         await follower
     await asyncio.wait_for(closed.wait(), 1)
+
+
+# ------------------------------------------------ followed by snapshots only --
+
+FAST_POLL = AgentConfig(
+    name="gw", url="http://agent.invalid/a2a", dialect="gateway", agent_code="writer", poll_initial_seconds=0.01
+)
+
+
+class SnapshotClient(FakeClient):
+    """Streams as scripted; tasks/get answers the next of ``snapshots``."""
+
+    def __init__(self, script: Script, snapshots: list[TaskSnapshot]) -> None:
+        super().__init__(script)
+        self.config = FAST_POLL
+        self.snapshots = snapshots
+        self.gets = 0
+
+    async def task(self, req: Request, trace: str | None = None) -> Any:
+        self.gets += 1
+        return self.snapshots.pop(0)
+
+
+def snapshot(state: str, parts: int) -> TaskSnapshot:
+    art = {"artifactId": "a", "parts": [{"kind": "text", "text": f"p{i}"} for i in range(parts)]}
+    return TaskSnapshot("t-1", "ctx", state, artifacts=(art,))
+
+
+async def test_a_snapshot_that_published_what_replay_had_not_makes_the_task_snapshots_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Replay brought nothing three times, then tasks/get showed parts the bridge had
+    not seen: replay after afterSeq would repeat them, so the checkpoint says so."""
+    monkeypatch.setattr(runner_module, "backoff", lambda attempt: 0.0)
+    script = Script()
+    part = FakePartition(script)
+    # tasks/get after each fruitless resubscribe; the third is published, then polling
+    gets = [snapshot("working", 3)] * 3 + [snapshot("completed", 5)]
+    client = SnapshotClient(script, gets)
+    part.client = lambda agent: client  # type: ignore[method-assign]
+    record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
+    runner = TaskRunner(part, record)
+    first = script.next_stream()
+    for _ in range(3):
+        script.next_stream().put_nowait(None)  # resubscribes that bring nothing
+    runner.launch(start())
+    await first.put(status("working", 1))
+    await first.put(None)  # the stream drops
+    await asyncio.wait_for(part.done.wait(), 5)
+    assert record.snapshots_only and record.closed
+    assert [r.body["method"] for r in script.requests] == ["message/stream"] + ["tasks/resubscribe"] * 3
+    parts = [p["text"] for e in part.events if e["kind"] == "artifact" for p in e["artifact"]["parts"]]
+    assert parts == ["p0", "p1", "p2", "p3", "p4"]
+
+
+async def test_a_restored_snapshots_only_task_is_never_replayed() -> None:
+    script = Script()
+    part = FakePartition(script)
+    client = SnapshotClient(script, [snapshot("completed", 4)])
+    part.client = lambda agent: client  # type: ignore[method-assign]
+    published = ArtifactProgress(3, roll("", [{"kind": "text", "text": f"p{i}"} for i in range(3)]), False)
+    record = dataclasses.replace(
+        new_task("k", "gw", "c-start", deadline=None, metadata=None),
+        task_id="t-1",
+        context_id="ctx",
+        state="working",
+        after_seq=3,
+        seq=5,
+        artifacts={artifact_key("a"): published},
+        snapshots_only=True,
+    )
+    runner = TaskRunner(part, record)
+    runner.launch(None)
+    await asyncio.wait_for(part.done.wait(), 5)
+    assert script.requests == [] and client.gets == 1  # no tasks/resubscribe after afterSeq 3
+    parts = [p["text"] for e in part.events if e["kind"] == "artifact" for p in e["artifact"]["parts"]]
+    assert parts == ["p3"] and record.closed
