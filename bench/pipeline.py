@@ -66,25 +66,11 @@ class Pipeline:
             self.wake.set()
 
     async def stream(self, http: httpx.AsyncClient, url: str, index: int, run_id: str, text: str) -> None:
-        body = {
-            "jsonrpc": "2.0",
-            "id": f"bench-{index}",
-            "agent_code": "writer",
-            "method": "message/stream",
-            "params": {
-                "message": {
-                    "kind": "message",
-                    "role": "user",
-                    "messageId": f"bench-{run_id}-{index}",
-                    "parts": [{"kind": "text", "text": text}],
-                }
-            },
-        }
-        headers = {"Accept": "text/event-stream", "Content-Type": "application/json"}
+        body = records.writer_stream(f"bench-{index}", f"bench-{run_id}-{index}", text)
         ids: records.Ids | None = None
         seq = 0
         seen: list[int] = []
-        async with http.stream("POST", url, content=orjson.dumps(body), headers=headers) as response:
+        async with http.stream("POST", url, content=body, headers=records.STREAM_HEADERS) as response:
             response.raise_for_status()
             async for sse in EventSource(response).aiter_sse():
                 if not sse.data:

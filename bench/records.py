@@ -51,6 +51,30 @@ def writer_text(chunks: int, size: int, mode: str = "run") -> str:
     return f"chunks={chunks} size={size}" + ("" if mode == "run" else f" mode={mode}")
 
 
+# Headers of a message/stream POST to the fast source.
+STREAM_HEADERS = {"Accept": "text/event-stream", "Content-Type": "application/json"}
+
+
+def writer_stream(rpc_id: str, message_id: str, text: str) -> bytes:
+    """The JSON-RPC ``message/stream`` body that opens one Task of the fast source's writer."""
+    return orjson.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": rpc_id,
+            "agent_code": "writer",
+            "method": "message/stream",
+            "params": {
+                "message": {
+                    "kind": "message",
+                    "role": "user",
+                    "messageId": message_id,
+                    "parts": [{"kind": "text", "text": text}],
+                }
+            },
+        }
+    )
+
+
 def now_rfc3339() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 

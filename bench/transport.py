@@ -19,7 +19,6 @@ import time
 from typing import Any
 
 import httpx
-import orjson
 
 from bench import records
 from bench.services import FastSource
@@ -35,24 +34,11 @@ def _transport(kind: str, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
 
 
 async def _stream(http: httpx.AsyncClient, url: str, index: int, text: str) -> int:
-    body = {
-        "jsonrpc": "2.0",
-        "id": f"transport-{index}",
-        "agent_code": "writer",
-        "method": "message/stream",
-        "params": {
-            "message": {
-                "kind": "message",
-                "role": "user",
-                "messageId": f"transport-{os.getpid()}-{time.monotonic_ns()}-{index}",
-                "parts": [{"kind": "text", "text": text}],
-            }
-        },
-    }
-    headers = {"Accept": "text/event-stream", "Content-Type": "application/json"}
+    message_id = f"transport-{os.getpid()}-{time.monotonic_ns()}-{index}"
+    body = records.writer_stream(f"transport-{index}", message_id, text)
     parser = sse.Parser(1 << 20)
     frames = 0
-    async with http.stream("POST", url, content=orjson.dumps(body), headers=headers) as response:
+    async with http.stream("POST", url, content=body, headers=records.STREAM_HEADERS) as response:
         response.raise_for_status()
         async for chunk in response.aiter_bytes():
             frames += len(parser.feed(chunk))
