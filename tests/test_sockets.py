@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -323,6 +324,55 @@ async def test_large_bodies_both_ways_arrive_whole() -> None:
                 await asyncio.sleep(0.001)  # a slow consumer: the socket pauses and resumes reading
         assert seen == [request_body]
         assert b"".join(parts) == response_body
+
+
+async def test_concurrent_streams_each_read_their_own_bytes() -> None:
+    """Sockets share a receive buffer (one per thread): each stream still gets its own bytes."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        _, tag = await read_request(reader)
+        writer.write(SSE_HEAD)
+        for i in range(100):
+            writer.write(chunk(tag * 40 + b"%d\n" % i))
+            await writer.drain()
+            if i % 10 == 0:
+                await asyncio.sleep(0)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    async def one(http: httpx.AsyncClient, url: str, tag: bytes) -> bytes:
+        async with http.stream("POST", url, content=tag) as response:
+            return b"".join([c async for c in response.aiter_bytes()])
+
+    tags = [b"<%02d>" % n for n in range(20)]
+    async with serve(handler) as (url, _), client() as http:
+        got = await asyncio.gather(*(one(http, url, t) for t in tags))
+    for tag, body in zip(tags, got, strict=True):
+        assert body == b"".join(tag * 40 + b"%d\n" % i for i in range(100))
+
+
+def test_loops_in_two_threads_each_read_their_own_bytes() -> None:
+    """A receive is filled with the GIL released: threads must not share the buffer."""
+    size = 8 << 20
+
+    async def fetch(fill: bytes) -> bytes:
+        head = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size
+        async with serve(answering(head + fill * size)) as (url, _), client() as http:
+            response = await http.post(url, content=b"x")
+            return response.content
+
+    got: dict[bytes, bytes] = {}
+
+    def run(fill: bytes) -> None:
+        got[fill] = asyncio.run(fetch(fill))
+
+    threads = [threading.Thread(target=run, args=(fill,)) for fill in (b"a", b"b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for fill in (b"a", b"b"):
+        assert got[fill] == fill * size
 
 
 async def test_a_peer_that_never_reads_is_a_write_timeout() -> None:
