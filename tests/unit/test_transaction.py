@@ -9,6 +9,7 @@ otherwise commit the rest of the transaction).
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from typing import Any
 from unittest.mock import MagicMock
@@ -264,6 +265,18 @@ async def test_an_offset_moved_by_an_aborted_transaction_goes_into_the_next_one(
     t.add(OutRecord("events", b"t-a", b"e3", [], "event:t-a:3", 0))
     await t.commit()
     assert ("send_offsets_to_transaction", ({TopicPartition("cmds", 2): OffsetAndMetadata(8, "")}, "g")) in fake.calls()
+
+
+def test_a_producer_thread_shortens_the_gil_switch_interval() -> None:
+    """Readers and producers each wait at most this long for the other's GIL turn."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)  # Python's default
+    producers = ProducerLoop.threaded()
+    try:
+        assert sys.getswitchinterval() == pytest.approx(0.0002)
+    finally:
+        producers.close()
+        sys.setswitchinterval(before)
 
 
 async def test_on_a_producer_thread_the_transaction_is_the_same() -> None:
