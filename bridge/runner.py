@@ -535,7 +535,7 @@ class TaskRunner:
                         self.record.snapshots_only = True
                     if self.record.closed or self.record.paused:
                         return
-                    if refused or (dialect.sequenced and self.record.seq != seq):
+                    if refused or self.record.snapshots_only:
                         # Replay is gone, or would repeat what the snapshot showed:
                         # snapshots are the only safe source now.
                         metrics.RECONNECTS.labels("poll").inc()
