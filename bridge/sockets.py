@@ -15,8 +15,10 @@ drives, and replaces what lies between them:
 - a socket is an :class:`asyncio.BufferedProtocol` whose received bytes wait in
   a list until the body reads them (:class:`_Socket`), and stops reading past a
   high-water mark;
-- one read of a body is one h11 ``next_event`` and, when h11 needs data, one
-  read of that list;
+- one read of a chunked body (every SSE stream) is one read of that list,
+  decoded by :mod:`bridge.chunked` into one piece of body however many chunks it
+  holds; h11 reads the response head, the last chunk and its trailers, and any
+  other body, and keeps the connection's state;
 - the keep-alive pool is a stack of idle connections per origin: taking and
   returning one costs the same with 10 or 10,000 open streams (httpcore's
   pool scans every connection on each request and close).
@@ -37,6 +39,7 @@ raise the httpx exception of that name, a malformed response
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 import threading
 import time
@@ -45,6 +48,8 @@ from collections.abc import AsyncIterator
 
 import h11
 import httpx
+
+from bridge import chunked
 
 # Past this many unread bytes a socket stops reading until its reader catches up, so
 # a Task whose reader waits (a full outbox) leaves the rest in the kernel's buffer,
@@ -244,6 +249,30 @@ _WRITE_BYTES = 64 * 1024
 Origin = tuple[bytes, bytes, int]
 
 
+_BLANK_LINE = re.compile(rb"\n\r?\n")
+
+
+def _head_end(seen: bytes, data: bytes) -> int | None:
+    """Where in ``data`` the response head ends, as h11 reads it (at the first blank
+    line; a head that begins with one is empty), once h11 was given ``seen``, the
+    head's last bytes so far (at most two)."""
+    if not seen:
+        if data[:1] == b"\n":
+            return 1
+        if data[:2] == b"\r\n":
+            return 2
+    match = _BLANK_LINE.search(seen + data)
+    return None if match is None or match.end() <= len(seen) else match.end() - len(seen)
+
+
+def _chunked(method: str, head: h11.Response) -> bool:
+    """Whether the body is chunked, by h11's rules (it has checked that a
+    Transfer-Encoding is ``chunked``, and lowercased the names)."""
+    if head.status_code in (204, 304) or method in ("HEAD", "CONNECT"):
+        return False
+    return any(name == b"transfer-encoding" for name, _ in head.headers)
+
+
 def _protocol_error(exc: h11.ProtocolError) -> httpx.TransportError:
     if isinstance(exc, h11.RemoteProtocolError):
         return httpx.RemoteProtocolError(str(exc))
@@ -258,18 +287,19 @@ class _Connection:
         self.stream = stream
         self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD_BYTES)
         self.idle_since = 0.0
+        self.unread = b""  # read past the response head; not yet given to h11
+
+    def _next(self) -> object:
+        try:
+            return self.h11.next_event()
+        except h11.ProtocolError as exc:
+            raise _protocol_error(exc) from None
 
     async def next_event(self, timeout: float | None) -> object:
         """h11's next event, reading from the socket while h11 needs data."""
-        h = self.h11
-        while True:
-            try:
-                event = h.next_event()
-            except h11.ProtocolError as exc:
-                raise _protocol_error(exc) from None
-            if event is not h11.NEED_DATA:
-                return event
-            h.receive_data(await self.stream.read(_READ_BYTES, timeout))
+        while (event := self._next()) is h11.NEED_DATA:
+            self.h11.receive_data(await self.stream.read(_READ_BYTES, timeout))
+        return event
 
     def _bytes(self, event: h11.Request | h11.Data | h11.EndOfMessage) -> bytes:
         try:
@@ -288,28 +318,47 @@ class _Connection:
         await self.stream.write(out + self._bytes(h11.EndOfMessage()), timeout)
 
     async def response(self, timeout: float | None) -> h11.Response:
+        """The final response's head. h11 is given the head's bytes only: what
+        follows it waits in ``unread`` for the body's reader (see :class:`_Body`)."""
+        seen = b""  # the head's last bytes given to h11 so far
         while True:
-            event = await self.next_event(timeout)
+            event = self._next()
             if isinstance(event, h11.Response):
                 return event
             if isinstance(event, h11.ConnectionClosed):
                 raise httpx.RemoteProtocolError("the server closed the connection without a response")
-            # an InformationalResponse (1xx): the final one follows
+            if event is not h11.NEED_DATA:  # an InformationalResponse (1xx): the final one follows
+                seen = b""
+                continue
+            data, self.unread = self.unread or await self.stream.read(_READ_BYTES, timeout), b""
+            if data:
+                end = _head_end(seen, data)
+                if end is not None:
+                    data, self.unread = data[:end], data[end:]
+                seen = (seen + data)[-2:]
+            self.h11.receive_data(data)  # b"": the peer's end of stream, which h11 judges
 
     def reusable(self) -> bool:
-        return self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE
+        # Bytes past the response's end were sent unasked: the next request would read them as its answer.
+        return self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE and not self.h11.trailing_data[0]
 
     def close(self) -> None:
         self.stream.close()
 
 
 class _Body(httpx.AsyncByteStream):
-    """A response body, read straight from h11; its close hands the connection back."""
+    """A response body; its close hands the connection back.
 
-    def __init__(self, pool: Transport, conn: _Connection, timeout: float | None) -> None:
+    A chunked body's chunks are decoded here (:mod:`bridge.chunked`), as many
+    as each read brought in one piece; from the last chunk on, and for any
+    other body, h11 reads it.
+    """
+
+    def __init__(self, pool: Transport, conn: _Connection, timeout: float | None, is_chunked: bool) -> None:
         self._pool = pool
         self._conn: _Connection | None = conn
         self._timeout = timeout
+        self._chunked = is_chunked
         self._ended = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -317,6 +366,27 @@ class _Body(httpx.AsyncByteStream):
         if conn is None:
             raise httpx.StreamClosed()
         try:
+            if self._chunked:
+                decoder = chunked.Decoder(_MAX_HEAD_BYTES)
+                data, conn.unread = conn.unread, b""
+                while not decoder.done:
+                    if not data:
+                        data = await conn.stream.read(_READ_BYTES, self._timeout)
+                        if not data:
+                            raise httpx.RemoteProtocolError("the server closed the connection before the body ended")
+                    try:
+                        body = decoder.feed(data)
+                    except chunked.ChunkedError as exc:
+                        if exc.body:
+                            yield exc.body  # what came before the fault, as h11 would give it
+                        raise httpx.RemoteProtocolError(str(exc)) from None
+                    data = b""
+                    if body:
+                        yield body
+                conn.h11.receive_data(decoder.rest)  # the last chunk on: h11's
+            elif conn.unread:
+                data, conn.unread = conn.unread, b""
+                conn.h11.receive_data(data)
             while True:
                 event = await conn.next_event(self._timeout)
                 if type(event) is h11.Data:
@@ -410,7 +480,7 @@ class Transport(httpx.AsyncBaseTransport):
         return httpx.Response(
             status_code=head.status_code,
             headers=head.headers,
-            stream=_Body(self, conn, timeouts.get("read")),
+            stream=_Body(self, conn, timeouts.get("read"), _chunked(request.method, head)),
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason},
         )
 

@@ -279,6 +279,103 @@ async def test_an_informational_response_is_skipped() -> None:
         assert (response.status_code, response.text) == (200, "ok")
 
 
+async def test_an_informational_response_and_a_chunked_answer_in_one_write() -> None:
+    answer = b"HTTP/1.1 100 Continue\r\n\r\n" + SSE_HEAD + chunk(b"data: 1\n\n") + chunk(b"data: 2\n\n") + b"0\r\n\r\n"
+    async with serve(answering(answer)) as (url, _), client() as http:
+        assert await _read_all(http, url, b"{}") == b"data: 1\n\ndata: 2\n\n"
+
+
+async def test_a_chunked_body_with_trailers_is_read_whole_and_the_connection_reused() -> None:
+    frames = [b"data: %d\n\n" % i for i in range(300)]
+    answer = SSE_HEAD + b"".join(chunk(f) for f in frames) + b"0;done\r\nx-checksum: 1\r\n\r\n"
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(2):
+            await read_request(reader)
+            writer.write(answer)  # head, every chunk and the trailers in one write
+            await writer.drain()
+        await keep_alive_server(reader, writer)
+
+    async with serve(handler) as (url, connections), client() as http:
+        for _ in range(2):
+            assert await _read_all(http, url, b"{}") == b"".join(frames)
+        assert (await http.post(url, content=b"third")).content == b"third"
+        assert len(connections) == 1
+
+
+async def test_a_head_and_chunks_split_anywhere_across_reads_arrive_whole() -> None:
+    answer = SSE_HEAD + chunk(b"data: one\n\n") + chunk(b"data: two\n\n") + b"0\r\n\r\n"
+    cuts = [len(SSE_HEAD) - 1, len(SSE_HEAD) + 1, len(SSE_HEAD) + 4, len(answer) - 3]
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        for a, b in zip([0, *cuts], [*cuts, len(answer)], strict=True):
+            writer.write(answer[a:b])
+            await writer.drain()
+            await asyncio.sleep(0.02)  # each piece its own read
+        await keep_alive_server(reader, writer)
+
+    async with serve(handler) as (url, connections), client() as http:
+        assert await _read_all(http, url, b"{}") == b"data: one\n\ndata: two\n\n"
+        assert (await http.post(url, content=b"next")).content == b"next"
+        assert len(connections) == 1
+
+
+async def test_a_malformed_chunk_is_a_remote_protocol_error_and_its_connection_is_closed() -> None:
+    sent: list[int] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not sent:  # the first connection's answer breaks its chunks
+            sent.append(1)
+            await read_request(reader)
+            writer.write(SSE_HEAD + chunk(b"data: 1\n\n") + b"5\r\nhelloXX")  # no CRLF after the data
+            await writer.drain()
+        await keep_alive_server(reader, writer)
+
+    async with serve(handler) as (url, connections), client() as http:
+        got: list[bytes] = []
+        with pytest.raises(httpx.RemoteProtocolError, match="chunk footer"):
+            async with http.stream("POST", url, content=b"{}") as response:
+                async for c in response.aiter_bytes():
+                    got.append(c)
+        assert b"".join(got) == b"data: 1\n\nhello"
+        assert (await http.post(url, content=b"next")).content == b"next"
+        assert len(connections) == 2
+
+
+async def test_a_chunked_answer_to_head_has_no_body() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD)  # a HEAD answer's framing headers describe a body it does not send
+        await writer.drain()
+        await keep_alive_server(reader, writer)
+
+    async with serve(handler) as (url, connections), client(timeout=2.0) as http:
+        response = await http.head(url)
+        assert (response.status_code, response.content) == (200, b"")
+        assert (await http.post(url, content=b"next")).content == b"next"
+        assert len(connections) == 1
+
+
+async def test_bytes_past_the_end_of_an_answer_are_not_read_as_the_next_answer() -> None:
+    stale = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale"
+
+    sent: list[int] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not sent:  # the first connection answers once and, unasked, again
+            sent.append(1)
+            await read_request(reader)
+            writer.write(OK + stale)
+            await writer.drain()
+        await keep_alive_server(reader, writer)
+
+    async with serve(handler) as (url, connections), client() as http:
+        assert (await http.post(url, content=b"{}")).text == "ok"
+        assert (await http.post(url, content=b"fresh")).content == b"fresh"
+        assert len(connections) == 2
+
+
 async def test_idle_connections_are_kept_up_to_the_limit_and_until_they_expire() -> None:
     async with serve(keep_alive_server) as (url, connections):
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=1, keepalive_expiry=0.3)
