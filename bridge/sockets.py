@@ -85,6 +85,10 @@ class _Socket(asyncio.BufferedProtocol):
         self.reader: asyncio.Future[None] | None = None
         self.writer: asyncio.Future[None] | None = None  # set while the kernel buffer is full
         self.paused = False
+        # The waiting reader's deadline (loop time; None: no timeout), and the timer
+        # that enforces it (see wait_until).
+        self.deadline: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -117,8 +121,36 @@ class _Socket(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.eof = True
         self.error = exc
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._wake_reader()
         self.resume_writing()  # a writer waiting for room learns of the close
+
+    def wait_until(self, loop: asyncio.AbstractEventLoop, deadline: float | None) -> None:
+        """Time the reader about to wait out at ``deadline``.
+
+        One timer serves many reads: a timer per read (set, then cancelled when
+        the bytes came) cost two heap operations and a cancelled handle per
+        trickled frame. The timer stays set across reads; when it fires, a deadline
+        that later reads moved past it sets it again, for then.
+        """
+        self.deadline = deadline
+        timer = self._timer
+        if deadline is not None and (timer is None or deadline < timer.when()):
+            if timer is not None:
+                timer.cancel()
+            self._timer = loop.call_at(deadline, self._expire, loop)
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        reader, deadline = self.reader, self.deadline
+        if reader is None or reader.done() or deadline is None:
+            return  # nobody waits (the next read sets a timer), or without a timeout
+        if deadline > loop.time() + 0.001:
+            self._timer = loop.call_at(deadline, self._expire, loop)
+        else:
+            reader.set_exception(httpx.ReadTimeout("read timed out"))
 
     def pause_writing(self) -> None:
         if self.writer is None:
@@ -150,11 +182,6 @@ class _Socket(asyncio.BufferedProtocol):
         return data
 
 
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(httpx.ReadTimeout("read timed out"))
-
-
 class _Stream:
     """One TCP (or TLS) connection: reads with a timeout, writes with back-pressure."""
 
@@ -169,13 +196,11 @@ class _Stream:
             if not sock.eof:
                 loop = asyncio.get_running_loop()
                 sock.reader = waiter = loop.create_future()
-                expiry = None if timeout is None else loop.call_later(timeout, _expire, waiter)
+                sock.wait_until(loop, None if timeout is None else loop.time() + timeout)
                 try:
                     await waiter
                 finally:
                     sock.reader = None
-                    if expiry is not None:
-                        expiry.cancel()
             if not sock.chunks:
                 if sock.error is not None:
                     raise httpx.ReadError(str(sock.error) or type(sock.error).__name__)

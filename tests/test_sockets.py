@@ -131,6 +131,48 @@ async def test_silence_past_the_read_timeout_is_a_read_timeout() -> None:
         assert 0.25 < asyncio.get_running_loop().time() - started < 3
 
 
+async def test_frames_within_the_read_timeout_keep_a_stream_alive_for_longer_than_it() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD)
+        for i in range(12):  # 1.2 s of frames 0.1 s apart, then silence
+            writer.write(chunk(b"data: %d\n\n" % i))
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(10)
+
+    loop = asyncio.get_running_loop()
+    got: list[bytes] = []
+    async with serve(handler) as (url, _), client() as http:
+        with pytest.raises(httpx.ReadTimeout):
+            async with http.stream("POST", url, content=b"{}", timeout=httpx.Timeout(5.0, read=0.35)) as response:
+                async for c in response.aiter_bytes():
+                    got.append(c)
+                    last = loop.time()
+        assert b"".join(got) == b"".join(b"data: %d\n\n" % i for i in range(12))
+        assert 0.3 < loop.time() - last < 1.5
+
+
+async def test_a_shorter_read_timeout_after_a_longer_one_on_the_same_connection_holds() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD + chunk(b"data: 1\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+        await read_request(reader)
+        await asyncio.sleep(10)  # the second request gets no answer
+
+    loop = asyncio.get_running_loop()
+    async with serve(handler) as (url, connections), client() as http:
+        long, short = httpx.Timeout(5.0, read=8.0), httpx.Timeout(5.0, read=0.3)
+        async with http.stream("POST", url, content=b"{}", timeout=long) as response:
+            assert b"".join([c async for c in response.aiter_bytes()]) == b"data: 1\n\n"
+        started = loop.time()
+        with pytest.raises(httpx.ReadTimeout):
+            await http.post(url, content=b"{}", timeout=short)
+        assert 0.25 < loop.time() - started < 2
+        assert len(connections) == 1
+
+
 async def test_a_stream_cut_mid_body_is_a_transport_error() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
