@@ -13,7 +13,7 @@ import orjson
 from jsonschema.exceptions import ValidationError, best_match
 
 from bridge.lifecycle import ClosedTask, TaskRecord
-from bridge.schemas import validator
+from bridge.schemas import check, validator
 
 DlqReason = Literal[
     "not-json",
@@ -65,9 +65,10 @@ def decode(value: bytes | None, key: bytes | None, *, max_bytes: int) -> Command
         return Invalid("not-an-object", f"a command is a JSON object, not {type(doc).__name__}")
     command_id = doc.get("commandId") if isinstance(doc.get("commandId"), str) else None
     agent = doc.get("agent") if isinstance(doc.get("agent"), str) else None
-    error = best_match(validator("command").iter_errors(doc))
-    if error is not None:
-        return Invalid("schema-violation", describe(error), command_id, agent)
+    if not check("command")(doc):  # the fast verdict; why it fails is jsonschema's to say
+        error = best_match(validator("command").iter_errors(doc))
+        if error is not None:
+            return Invalid("schema-violation", describe(error), command_id, agent)
     if key is None or key.decode("utf-8", "replace") != doc["taskKey"]:
         # Kafka routed this record by its key; a missing key (any partition) or a
         # different taskKey would put the Task on a partition that does not own it.
