@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 
 from bridge.lifecycle import TaskRecord
 
@@ -14,6 +15,17 @@ FAST = settings(
     deadline=None,
     max_examples=300,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+# Any JSON value orjson reads back as it was written.
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=20,
 )
 
 

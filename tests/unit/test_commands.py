@@ -23,7 +23,7 @@ from bridge.commands import (
 )
 from bridge.dialects import Dialect, GatewayDialect, V1Dialect
 from bridge.lifecycle import StatusUpdate, TaskRecord, new_task
-from tests.unit.common import FAST
+from tests.unit.common import FAST, json_values
 
 LIMIT = 100_000
 SECRET = "s3cr3t-Tok3n-9f8e7d"
@@ -216,15 +216,6 @@ def test_key_mismatch_detail_names_neither_key() -> None:
     assert "s3cr3t" not in out.detail.lower()
 
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**63), 2**63 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
-    max_leaves=20,
-)
 secret_values = st.one_of(
     st.just(SECRET),
     st.just([SECRET]),

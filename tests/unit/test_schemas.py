@@ -17,16 +17,8 @@ from jsonschema import Draft202012Validator
 
 from bridge import schemas
 from bridge.schemas import check, validator
+from tests.unit.common import json_values
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**63), 2**63 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
-    max_leaves=8,
-)
 ids = st.one_of(
     st.text(min_size=1, max_size=4),
     st.text(max_size=0),
