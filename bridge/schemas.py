@@ -80,6 +80,8 @@ def _compile(node: Any, root: dict[str, Any], refs: tuple[str, ...]) -> Check:
         raise _Unsupported(repr(node)[:40])
     checks: list[Check] = []
     for key, value in node.items():
+        if key == "$id" and node is not root:
+            raise _Unsupported("$id below the root")  # a new base for the $refs under it
         if key in _ANNOTATIONS or key in ("then", "else"):
             continue
         compiler = _KEYWORDS.get(key)

@@ -166,6 +166,9 @@ def test_a_schema_with_a_keyword_it_does_not_know_is_left_to_jsonschema(monkeypa
     recursive = {"$defs": {"node": {"items": {"$ref": "#/$defs/node"}}}, "$ref": "#/$defs/node"}
     with pytest.raises(schemas._Unsupported):
         schemas._compile(recursive, recursive, ())
+    rebased = {"$defs": {"a": {"type": "string"}}, "properties": {"x": {"$id": "other.json", "$ref": "#/$defs/a"}}}
+    with pytest.raises(schemas._Unsupported):
+        schemas._compile(rebased, rebased, ())
     monkeypatch.setattr(schemas, "load", lambda name: schema)
     check.cache_clear()
     validator.cache_clear()
