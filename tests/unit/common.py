@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -27,6 +28,13 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
     max_leaves=20,
 )
+
+
+def cuts(data: bytes, points: list[int]) -> list[bytes]:
+    """``data`` cut at ``points`` (taken modulo its length + 1): the pieces a reader
+    might receive it in, none empty."""
+    marks = sorted({0, len(data), *(p % (len(data) + 1) for p in points)})
+    return [data[a:b] for a, b in itertools.pairwise(marks)]
 
 
 def kept(record: TaskRecord) -> TaskRecord:

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge.chunked import ChunkedError, Decoder
+from tests.unit.common import cuts
 
 MAX_LINE = 64
 
@@ -28,11 +29,6 @@ def feed_all(pieces: list[bytes], max_line: int = MAX_LINE) -> tuple[bytes, Deco
         else:
             out += decoder.feed(piece)
     return out, decoder
-
-
-def split(data: bytes, cuts: list[int]) -> list[bytes]:
-    points = sorted({c % (len(data) + 1) for c in cuts})
-    return [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True) if b > a]
 
 
 def encode(payloads: list[bytes], size_line: str = "%x\r\n") -> bytes:
@@ -118,9 +114,9 @@ cut_lists = st.lists(st.integers(min_value=0), max_size=12)
 
 
 @given(payload_lists, cut_lists, st.sampled_from(["%x\r\n", "%X\r\n", "%04x;e=1\r\n", "%x \r\n"]))
-def test_any_body_in_any_pieces_is_decoded_whole(payloads: list[bytes], cuts: list[int], size_line: str) -> None:
+def test_any_body_in_any_pieces_is_decoded_whole(payloads: list[bytes], points: list[int], size_line: str) -> None:
     end = b"0\r\ntrailer: 1\r\n\r\n"
-    body, decoder = feed_all(split(encode(payloads, size_line) + end, cuts))
+    body, decoder = feed_all(cuts(encode(payloads, size_line) + end, points))
     assert body == b"".join(payloads)
     assert decoder.done
     assert decoder.rest == end
@@ -203,13 +199,13 @@ last_chunks = st.sampled_from([b"0\r\n\r\n", b"0\r\nx: 1\r\n\r\n", b"0\r\nbad\r\
 @settings(max_examples=600)
 @given(payload_lists, edit_lists, cut_lists, last_chunks)
 def test_h11_and_the_decoder_agree_on_any_bytes(
-    payloads: list[bytes], edits: list[tuple[int, int, bytes]], cuts: list[int], end: bytes
+    payloads: list[bytes], edits: list[tuple[int, int, bytes]], points: list[int], end: bytes
 ) -> None:
-    pieces = split(_mutate(encode(payloads) + end, edits), cuts)
+    pieces = cuts(_mutate(encode(payloads) + end, edits), points)
     assert decoder_then_h11_reads(pieces) == h11_reads(pieces)
 
 
 @given(st.binary(max_size=120), cut_lists)
-def test_h11_and_the_decoder_agree_on_noise(data: bytes, cuts: list[int]) -> None:
-    pieces = split(data, cuts)
+def test_h11_and_the_decoder_agree_on_noise(data: bytes, points: list[int]) -> None:
+    pieces = cuts(data, points)
     assert decoder_then_h11_reads(pieces) == h11_reads(pieces)

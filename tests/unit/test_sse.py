@@ -6,15 +6,13 @@ random places, gives the same events (data and the carried-over last id).
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.sse import EventTooLarge, Frame, Parser
-from tests.unit.common import FAST
+from tests.unit.common import FAST, cuts
 
 
 def parse(chunks: list[bytes], cap: int = 1 << 20) -> list[Frame]:
@@ -33,11 +31,6 @@ def oracle(stream: bytes) -> list[tuple[str, str]]:
         if sse is not None and sse.data:
             out.append((sse.data, sse.id))
     return out
-
-
-def cuts(data: bytes, points: list[int]) -> list[bytes]:
-    marks = sorted({0, len(data), *(p % (len(data) + 1) for p in points)})
-    return [data[a:b] for a, b in itertools.pairwise(marks)]
 
 
 fields = st.sampled_from(["data", "id", "event", "retry", ":comment", "other", "data:", "id:"])
