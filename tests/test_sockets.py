@@ -224,6 +224,22 @@ async def keep_alive_server(reader: asyncio.StreamReader, writer: asyncio.Stream
         await echo(writer, body)
 
 
+def first_answer(response: bytes) -> Handler:
+    """:func:`keep_alive_server`, except that the first request of the first
+    connection gets ``response`` as it is; later connections are answered normally."""
+    sent: list[int] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not sent:
+            sent.append(1)
+            await read_request(reader)
+            writer.write(response)
+            await writer.drain()
+        await keep_alive_server(reader, writer)
+
+    return handler
+
+
 def stalling_on(marker: bytes, started: asyncio.Event | None = None) -> Handler:
     """:func:`keep_alive_server`, except that a request whose body is ``marker`` gets
     one SSE frame and then silence: a stream the client leaves before its end."""
@@ -364,17 +380,8 @@ async def test_a_head_and_chunks_split_anywhere_across_reads_arrive_whole() -> N
 
 
 async def test_a_malformed_chunk_is_a_remote_protocol_error_and_its_connection_is_closed() -> None:
-    sent: list[int] = []
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not sent:  # the first connection's answer breaks its chunks
-            sent.append(1)
-            await read_request(reader)
-            writer.write(SSE_HEAD + chunk(b"data: 1\n\n") + b"5\r\nhelloXX")  # no CRLF after the data
-            await writer.drain()
-        await keep_alive_server(reader, writer)
-
-    async with serve(handler) as (url, connections), client() as http:
+    broken = SSE_HEAD + chunk(b"data: 1\n\n") + b"5\r\nhelloXX"  # no CRLF after the data
+    async with serve(first_answer(broken)) as (url, connections), client() as http:
         got: list[bytes] = []
         with pytest.raises(httpx.RemoteProtocolError, match="chunk footer"):
             async with http.stream("POST", url, content=b"{}") as response:
@@ -402,17 +409,7 @@ async def test_a_chunked_answer_to_head_has_no_body() -> None:
 async def test_bytes_past_the_end_of_an_answer_are_not_read_as_the_next_answer() -> None:
     stale = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale"
 
-    sent: list[int] = []
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not sent:  # the first connection answers once and, unasked, again
-            sent.append(1)
-            await read_request(reader)
-            writer.write(OK + stale)
-            await writer.drain()
-        await keep_alive_server(reader, writer)
-
-    async with serve(handler) as (url, connections), client() as http:
+    async with serve(first_answer(OK + stale)) as (url, connections), client() as http:
         assert (await http.post(url, content=b"{}")).text == "ok"
         assert (await http.post(url, content=b"fresh")).content == b"fresh"
         assert len(connections) == 2
