@@ -295,6 +295,7 @@ async def run_round(
             window = proc.CpuWindow({"bridge": bridge.pid, "bench": os.getpid(), **extra_pids})
             # Generous: even 200 events/s finishes.
             timeout = 120 + p.tasks * records.events_per_task(p.chunks) / 200
+            settled = await proc.settle(extra_pids.get("broker"))
 
             window.start()
             started = time.monotonic()
@@ -367,6 +368,7 @@ async def run_round(
         "cpu_seconds_window": round(window.cpu_seconds.get("bridge", 0.0), 2),
         "cpu_seconds_total": cpu_total and round(cpu_total, 2),
         "window": window.as_dict(),
+        "broker_settle_seconds": settled,
         **({"arrivals": seen.arrivals} if track else {}),
     }
 

@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     broker = Broker()
     source: FastSource | None = None
     bench_suite: suite.Suite | None = None
+    warmup: dict[str, Any] = {}
     lat: dict[str, Any] | None = None
     trans: dict[str, Any] | None = None
     scaled: scale.Scale | None = None
@@ -130,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
             if bench_suite is not None:
                 first = bench_suite.results.get("1", {}).get("C") or []
                 saturated = suite._median([r["events_per_second"] for r in first])
+            else:
+                warmer = suite.Suite(run_id, log_dir, broker, source)
+                asyncio.run(warmer.warm_broker())
+                warmup = warmer.warmup
             lat = asyncio.run(_latency(run_id, log_dir, broker, source, saturated))
         if "transport" in sections:
             trans = asyncio.run(_transport(source))
@@ -166,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             **common,
             "parameters": bench_suite.parameters() if bench_suite else {},
             "throughput": bench_suite.summary() if bench_suite else {},
-            "warmup": bench_suite.warmup if bench_suite else {},
+            "warmup": bench_suite.warmup if bench_suite else warmup,
             "latency": lat,
             "transport": trans,
         }

@@ -6,6 +6,7 @@ Linux only, no psutil. CPU is counted in clock ticks (``SC_CLK_TCK``, usually
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import sys
@@ -28,6 +29,31 @@ def cpu_seconds(pid: int | str = "self") -> float | None:
     rest = raw[raw.rindex(")") + 2 :].split()
     utime, stime = int(rest[11]), int(rest[12])  # fields 14 and 15 of proc(5)
     return (utime + stime) / CLK_TCK
+
+
+def thread_cpu_seconds(pid: int, prefixes: tuple[str, ...]) -> float:
+    """User + system CPU seconds of ``pid``'s threads whose name starts with one of ``prefixes``."""
+    total = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0.0
+    for task in tasks:
+        try:
+            name = (task / "comm").read_text()
+            raw = (task / "stat").read_text()
+        except OSError:
+            continue  # the thread ended
+        if name.startswith(prefixes):
+            rest = raw[raw.rindex(")") + 2 :].split()
+            total += int(rest[11]) + int(rest[12])
+    return total / CLK_TCK
+
+
+# The broker's JVM threads that are not its requests: the JIT compiling code the
+# broker has not run much yet, and the garbage collector. Reported per window, so a
+# contestant's window that paid the broker's warm-up or a GC cycle can be seen.
+JVM_THREADS = {"jit": ("C1 CompilerThre", "C2 CompilerThre"), "gc": ("GC Thread", "G1 ")}
 
 
 def status_mib(pid: int | str, key: str) -> float | None:
@@ -60,8 +86,10 @@ class CpuWindow:
     cpu_seconds: dict[str, float] = field(default_factory=dict)
     machine_busy: float = 0.0  # fraction of all cores busy
     other_cores: float = 0.0  # cores busy with processes not named in pids (other load on the machine)
+    broker_threads: dict[str, float] = field(default_factory=dict)  # JVM_THREADS of "broker", in cores
     _t0: float = 0.0
     _cpu0: dict[str, float] = field(default_factory=dict)
+    _jvm0: dict[str, float] = field(default_factory=dict)
     _ticks0: tuple[int, int] = (0, 0)
 
     def start(self) -> None:
@@ -72,6 +100,9 @@ class CpuWindow:
             c = cpu_seconds(pid)
             if c is not None:
                 self._cpu0[name] = c
+        broker = self.pids.get("broker")
+        if broker is not None:
+            self._jvm0 = {k: thread_cpu_seconds(broker, v) for k, v in JVM_THREADS.items()}
 
     def stop(self) -> None:
         self.wall = time.monotonic() - self._t0
@@ -83,6 +114,11 @@ class CpuWindow:
             if c is not None and name in self._cpu0:
                 self.cpu_seconds[name] = c - self._cpu0[name]
                 self.cores[name] = self.cpu_seconds[name] / self.wall if self.wall > 0 else 0.0
+        broker = self.pids.get("broker")
+        if broker is not None and self._jvm0 and self.wall > 0:
+            self.broker_threads = {
+                k: (thread_cpu_seconds(broker, v) - self._jvm0[k]) / self.wall for k, v in JVM_THREADS.items()
+            }
         ncpu = len(os.sched_getaffinity(0))
         self.other_cores = max(0.0, self.machine_busy * ncpu - sum(self.cores.values()))
 
@@ -93,7 +129,39 @@ class CpuWindow:
             "cores_busy": {k: round(v, 3) for k, v in self.cores.items()},
             "machine_busy_fraction": round(self.machine_busy, 3),
             "other_cores_busy": round(self.other_cores, 3),
+            "broker_threads_cores_busy": {k: round(v, 3) for k, v in self.broker_threads.items()},
         }
+
+
+# A process using less than this over SETTLE_SPAN_S is idle for settle(): the broker
+# idles at 0.04-0.12 cores (its timers, the log cleaner's checks).
+SETTLE_CORES = 0.2
+SETTLE_SPAN_S = 0.5
+
+
+async def settle(pid: int | None, timeout: float = 10.0) -> float | None:
+    """Wait until ``pid`` is idle (see SETTLE_CORES), at most ``timeout`` seconds;
+    return how long that took (None if it never was, or there is no such process).
+
+    A contestant's clock starts with the broker idle. Otherwise the broker's work
+    from the setup before it (creating a round's topics, a consumer group joining,
+    producers registering) and the JIT compiling the code that setup ran land in
+    the window: 0.2-1.2 cores of broker CPU measured in C's windows when the
+    broker was not yet warm, where B, whose topics were made once, had little.
+    """
+    if pid is None:
+        return None
+    loop = asyncio.get_running_loop()
+    begun = loop.time()
+    while loop.time() - begun < timeout:
+        before = cpu_seconds(pid)
+        await asyncio.sleep(SETTLE_SPAN_S)
+        after = cpu_seconds(pid)
+        if before is None or after is None:
+            return None
+        if (after - before) / SETTLE_SPAN_S < SETTLE_CORES:
+            return round(loop.time() - begun, 2)
+    return None
 
 
 def self_usage() -> dict[str, float | None]:
