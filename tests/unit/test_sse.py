@@ -87,6 +87,19 @@ def test_a_line_over_the_cap_raises_even_without_a_newline() -> None:
         p.feed(b"x" * 30)
 
 
+def test_a_long_line_read_in_small_pieces_is_one_event() -> None:
+    """Reads that end no line are kept aside and joined once the line ends."""
+    text = bytes(range(32, 127)) * 200
+    stream = b"id: 7\r\ndata: " + text + b"\r\ndata: " + text + b"\r\n\r\ndata: end\r"
+    for size in (1, 7, 4096):
+        frames = parse([stream[i : i + size] for i in range(0, len(stream), size)])
+        assert [(f.data, f.id) for f in frames] == [(text + b"\n" + text, "7")]
+        p = Parser(len(text))
+        with pytest.raises(EventTooLarge):  # and the cap holds, read by read
+            for i in range(0, len(stream), size):
+                p.feed(stream[i : i + size])
+
+
 def test_the_cap_is_per_event() -> None:
     p = Parser(100)
     for _ in range(50):
