@@ -36,14 +36,14 @@ class Frame:
 
 
 class Parser:
-    __slots__ = ("_buf", "_data", "_event", "_id", "_last_id", "_max", "_parts", "_parts_size", "_size", "_started")
+    __slots__ = ("_data", "_event", "_id", "_last_id", "_max", "_open", "_open_size", "_size", "_started")
 
     def __init__(self, max_event_bytes: int) -> None:
         self._max = max_event_bytes
-        self._buf = b""
-        # Reads that ended no line, after _buf: joined once, when a line ends.
-        self._parts: list[bytes] = []
-        self._parts_size = 0
+        # The line not yet ended, in the pieces it came in: joined once, when it ends.
+        # Only the last piece may end in CR (maybe the first half of a CRLF).
+        self._open: list[bytes] = []
+        self._open_size = 0
         self._data: list[bytes] = []
         self._size = 0
         self._id: str | None = None
@@ -53,24 +53,24 @@ class Parser:
 
     def feed(self, chunk: bytes) -> list[Frame]:
         """The events completed by ``chunk``, in order."""
-        if self._started and b"\n" not in chunk and b"\r" not in chunk and not self._buf.endswith(b"\r"):
+        pieces = self._open
+        if self._started and b"\n" not in chunk and b"\r" not in chunk and not (pieces and pieces[-1][-1:] == b"\r"):
             # Still inside a line: keep the read aside. Joining and splitting the whole
             # line again on every read made a long line quadratic in its reads (1 MiB
             # trickled in 1 KiB reads: 285 ms of the event loop; 8 MiB, the default cap,
             # ~18 s).
-            self._parts.append(chunk)
-            self._parts_size += len(chunk)
-            if len(self._buf) + self._parts_size > self._max:
+            pieces.append(chunk)
+            self._open_size += len(chunk)
+            if self._open_size > self._max:
                 raise EventTooLarge(f"an SSE line exceeds {self._max} bytes")
             return []
-        if self._parts:
-            chunk = b"".join([*self._parts, chunk])
-            self._parts.clear()
-            self._parts_size = 0
-        buf = self._buf + chunk if self._buf else chunk
+        buf = b"".join([*pieces, chunk]) if pieces else chunk
+        pieces.clear()
+        self._open_size = 0
         if not self._started:
             if len(buf) < len(_BOM) and _BOM.startswith(buf):
-                self._buf = buf
+                pieces.append(buf)
+                self._open_size = len(buf)
                 return []
             self._started = True
             if buf.startswith(_BOM):
@@ -84,7 +84,9 @@ class Parser:
         rest = lines.pop()
         if len(rest) > self._max:
             raise EventTooLarge(f"an SSE line exceeds {self._max} bytes")
-        self._buf = rest + held
+        if rest or held:
+            pieces.append(rest + held)
+            self._open_size = len(rest)
         out: list[Frame] = []
         # The per-event hot path: the common fields inline, the rest in _line.
         data, size = self._data, self._size
@@ -112,12 +114,11 @@ class Parser:
         """End of stream: a last line without its newline still counts; an
         event without its blank line is incomplete and is not dispatched."""
         out: list[Frame] = []
-        line = b"".join([self._buf, *self._parts]).rstrip(b"\r")
+        line = b"".join(self._open).rstrip(b"\r")
         if line:
             self._line(line, out)
-        self._buf = b""
-        self._parts.clear()
-        self._parts_size = 0
+        self._open.clear()
+        self._open_size = 0
         return out
 
     def _line(self, line: bytes, out: list[Frame]) -> None:
