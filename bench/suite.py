@@ -333,9 +333,8 @@ class Suite:
 
     def progress(self, label: str, result: dict[str, Any]) -> None:
         cores = result["window"]["cores_busy"]
-        busy = ", ".join(f"{k} {v:.2f}" for k, v in sorted(cores.items()))
-        threads = result["window"].get("broker_threads_cores_busy", {})
-        jvm = ", ".join(f"{k} {v:.2f}" for k, v in sorted(threads.items())) or "-"
+        busy = _cores(cores)
+        jvm = _cores(result["window"].get("broker_threads_cores_busy", {})) or "-"
         print(
             f"    {label:<11} {result['events_per_second']:>9,.0f} events/s  {result['seconds']:6.2f} s"
             f"   cores busy: {busy} (broker's {jvm}), other processes {result['window']['other_cores_busy']:.2f};"
@@ -483,10 +482,10 @@ def limiting(s: dict[str, Any]) -> dict[str, str]:
         if not cores:
             continue
         src, own = cores.get("source", 0.0), cores.get(WORKER[key], 0.0)
-        facts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(cores.items()))
-        jvm = s[key].get("broker_threads_cores_busy_median") or {}
+        facts = _cores(cores)
+        jvm = _cores(s[key].get("broker_threads_cores_busy_median") or {})
         if jvm:
-            facts += " (of the broker's: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(jvm.items())) + ")"
+            facts += f" (of the broker's: {jvm})"
         facts += f", processes outside the benchmark {others:.2f}; machine {machine:.0%} busy"
         if src >= 0.85 and src >= own:
             verdict = "the source (a single-threaded Python server at ~one full core)"
@@ -504,6 +503,11 @@ def limiting(s: dict[str, Any]) -> dict[str, str]:
             )
         out[key] = f"{verdict} [cores busy: {facts}]"
     return out
+
+
+def _cores(cores: dict[str, float]) -> str:
+    """``name 0.12, other 0.34``: cores busy per name, sorted."""
+    return ", ".join(f"{k} {v:.2f}" for k, v in sorted(cores.items()))
 
 
 def _median(values: list[Any]) -> float | None:
