@@ -31,9 +31,13 @@ import httpx
 from bench import bridge_bench, records
 from bench.bridge_bench import BenchFailure, Params
 from bench.services import FastSource
+from bench.suite import _median
 
 # Frames written this long after the first are "after the start".
 START_WINDOW_S = 1.0
+# The latencies are also summarised per this much of write time (`timeline`): where in
+# the run the tail is.
+TIMELINE_STEP_S = 0.25
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -50,6 +54,30 @@ def intervals(default: str) -> list[int]:
         return [int(v) for v in raw.replace(" ", "").split(",") if v]
     except ValueError:
         raise SystemExit(f"bench: BENCH_LATENCY_INTERVALS must be integers, got {raw!r}") from None
+
+
+def by_interval(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per ``commit_interval_ms``: each run's p50 and p99 (whole run, and after the
+    start), and their medians; a single run on a shared host is one draw of its noise."""
+    out: dict[str, dict[str, Any]] = {}
+    for interval in sorted({r["commit_interval_ms"] for r in runs}):
+        mine = [r for r in runs if r["commit_interval_ms"] == interval]
+        p50 = [r["latency_ms"]["p50"] for r in mine]
+        p99 = [r["latency_ms"]["p99"] for r in mine]
+        after = [r["latency_ms_after_start"]["p99"] for r in mine if "p99" in r["latency_ms_after_start"]]
+        p99_median, after_median = _median(p99), _median(after)
+        out[str(interval)] = {
+            "runs": len(mine),
+            "p50": p50,
+            "p99": p99,
+            "p99_after_start": after,
+            "p50_median": _median(p50),
+            "p99_median": p99_median,
+            "p99_after_start_median": after_median,
+            "p99_over_interval_median": None if p99_median is None else round(p99_median / interval, 2),
+            "p99_after_start_over_interval_median": None if after_median is None else round(after_median / interval, 2),
+        }
+    return out
 
 
 def summary(ms: list[float]) -> dict[str, float | int | None]:
@@ -118,6 +146,9 @@ async def measure(
         raise BenchFailure(f"{name}: latency for {len(frames)} frames, expected {expected} ({missing} unmatched)")
     ms = sorted(v for _, v in frames)
     first = min(w for w, _ in frames)
+    timeline: dict[int, list[float]] = {}
+    for w, v in frames:
+        timeline.setdefault(int((w - first) / TIMELINE_STEP_S), []).append(v)
     start = sorted(v for w, v in frames if w - first < START_WINDOW_S)
     after = sorted(v for w, v in frames if w - first >= START_WINDOW_S)
     return {
@@ -138,6 +169,10 @@ async def measure(
         "latency_ms_start": summary(start),
         "latency_ms_after_start": summary(after),
         "p99_after_start_over_interval": round(percentile(after, 99) / commit_interval_ms, 2) if after else None,
+        "timeline_step_seconds": TIMELINE_STEP_S,
+        "timeline": [
+            {"from_seconds": round(i * TIMELINE_STEP_S, 2), **summary(sorted(timeline[i]))} for i in sorted(timeline)
+        ],
         "bridge": {k: v for k, v in result.items() if k != "window"},
         "window": result["window"],
     }
