@@ -12,7 +12,7 @@ import asyncio
 import sys
 import threading
 from typing import Any
-from unittest.mock import MagicMock
+from unittest.mock import AsyncMock, MagicMock
 
 import orjson
 import pytest
@@ -25,7 +25,7 @@ from bridge.config import BridgeConfig, Config, KafkaConfig
 from bridge.lifecycle import TaskRecord
 from bridge.limits import RecordLimits
 from bridge.offsets import Position
-from bridge.transaction import OutRecord, PartitionTransactions, ProducerLoop, TransactionFailed
+from bridge.transaction import OutRecord, PartitionTransactions, ProducerLoop, TransactionFailed, partition_for
 
 CONFIG = Config(kafka=KafkaConfig(commands_topic="cmds", checkpoints_topic="cps", group_id="g"), bridge=BridgeConfig())
 
@@ -43,9 +43,12 @@ class Fake:
     """A producer that records calls; ``fail`` maps a record value to the error its delivery gets
     (aiokafka fails the whole batch holding it)."""
 
-    def __init__(self, fail: dict[bytes, BaseException] | None = None) -> None:
+    def __init__(self, fail: dict[bytes, BaseException] | None = None, client: Any = None) -> None:
         self.fail = fail or {}
         self.mock = MagicMock(spec_set=AIOKafkaProducer)
+        if client is not None:  # an instance attribute, which the class spec does not know
+            self.mock = MagicMock(spec=AIOKafkaProducer)
+            self.mock.client = client
         self.mock.create_batch.side_effect = FakeBatch
         self.mock.send_batch.side_effect = self._send_batch
 
@@ -309,3 +312,48 @@ async def test_on_a_producer_thread_the_transaction_is_the_same() -> None:
     finally:
         producers.close()
     assert not any(th.name == "kafka-producers" for th in threading.enumerate())
+
+
+async def test_batches_are_filled_by_the_caller_and_only_sent_by_the_producer_thread() -> None:
+    """Filled on the producer thread, the two threads traded the GIL every switch
+    interval while it ran; the caller (the main loop) fills them at the tick instead."""
+    producers = ProducerLoop.threaded()
+    try:
+        fake = Fake()
+        filled: list[str] = []
+        sent: list[str] = []
+
+        def batch() -> FakeBatch:
+            filled.append(threading.current_thread().name)
+            return FakeBatch()
+
+        async def send_batch(batch: FakeBatch, topic: str, *, partition: int) -> asyncio.Future[Any]:
+            sent.append(threading.current_thread().name)
+            return await fake._send_batch(batch, topic, partition=partition)
+
+        fake.mock.create_batch.side_effect = batch
+        fake.mock.send_batch.side_effect = send_batch
+        t = PartitionTransactions(CONFIG, 2, lambda: POS, lambda: RecordLimits(1_000_000), producers)
+        t._producer = fake.mock
+        t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+        assert await t.commit() == 2
+        assert filled and set(filled) == {threading.current_thread().name}
+        assert sent and set(sent) == {"kafka-producers"}
+    finally:
+        producers.close()
+
+
+async def test_a_record_without_a_known_partition_gets_the_one_its_key_hashes_to() -> None:
+    """A topic whose partition count the bridge did not learn at start: the producer's
+    metadata says how many, and the record goes where Kafka's partitioner puts its key."""
+    client = MagicMock()
+    client._wait_on_metadata = AsyncMock()
+    client.cluster.partitions_for_topic.return_value = {0, 1, 2, 3, 4}
+    fake = Fake(client=client)
+    t = txn(POS, fake)
+    t.add(OutRecord("ws-a.dlq", b"order-17", b"d1", [], "dlq:8", None))
+    t.add(OutRecord("ws-a.dlq", b"order-17", b"d2", [], "dlq:9", None))
+    await t.commit()
+    client._wait_on_metadata.assert_awaited_with("ws-a.dlq")
+    dlq = [(p, v) for topic, p, _, v in fake.sends() if topic == "ws-a.dlq"]
+    assert dlq == [(partition_for(b"order-17", 5), b"d1"), (partition_for(b"order-17", 5), b"d2")]
