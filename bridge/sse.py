@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 _BOM = b"\xef\xbb\xbf"
+# Reads larger than this whose lines end in LF are parsed in place (see Parser._lf_lines).
+_FIND_BYTES = 4096
 
 
 class EventTooLarge(ValueError):
@@ -54,16 +56,20 @@ class Parser:
     def feed(self, chunk: bytes) -> list[Frame]:
         """The events completed by ``chunk``, in order."""
         pieces = self._open
-        if self._started and b"\n" not in chunk and b"\r" not in chunk and not (pieces and pieces[-1][-1:] == b"\r"):
-            # Still inside a line: keep the read aside. Joining and splitting the whole
-            # line again on every read made a long line quadratic in its reads (1 MiB
-            # trickled in 1 KiB reads: 285 ms of the event loop; 8 MiB, the default cap,
-            # ~18 s).
-            pieces.append(chunk)
-            self._open_size += len(chunk)
-            if self._open_size > self._max:
-                raise EventTooLarge(f"an SSE line exceeds {self._max} bytes")
-            return []
+        if self._started and not (pieces and pieces[-1][-1:] == b"\r"):
+            if len(chunk) > _FIND_BYTES and b"\r" not in chunk and (end := chunk.find(b"\n")) >= 0:
+                return self._lf_lines(chunk, end)
+            if b"\n" not in chunk and b"\r" not in chunk:
+                # Still inside a line: keep the read aside. Joining and splitting the whole
+                # line again on every read made a long line quadratic in its reads (1 MiB
+                # trickled in 1 KiB reads: 285 ms of the event loop; 8 MiB, the default
+                # cap, ~18 s).
+                pieces.append(chunk)
+                self._open_size += len(chunk)
+                if self._open_size > self._max:
+                    raise EventTooLarge(f"an SSE line exceeds {self._max} bytes")
+                return []
+        # Any other read: joined to the open line, its line ends made LF, split.
         buf = b"".join([*pieces, chunk]) if pieces else chunk
         pieces.clear()
         self._open_size = 0
@@ -108,6 +114,53 @@ class Parser:
                 self._data, self._size = data, size
                 self._line(line, out)
         self._data, self._size = data, size
+        return out
+
+    def _lf_lines(self, chunk: bytes, end: int) -> list[Frame]:
+        """:meth:`feed` of a large chunk whose lines all end in LF (no CR in it, none
+        held; ``end``: where its first line ends). Each line is found in place and only
+        a data line's value is copied out: :meth:`feed` copies a read three times
+        (joined to the open line, split, each data value sliced), 11.3 against 4.6 µs
+        per 20 KB event in 64 KiB reads. A small read is split: finding its few lines
+        one by one costs more than copying them (2.9 against 2.4 µs per 200 B frame)."""
+        out: list[Frame] = []
+        pieces = self._open
+        pos = 0
+        if pieces:  # the first line began in earlier reads
+            line = b"".join([*pieces, chunk[:end]])
+            pieces.clear()
+            self._open_size = 0
+            self._line(line, out)
+            pos = end + 1
+            end = chunk.find(b"\n", pos)
+        data, size, cap = self._data, self._size, self._max
+        while end >= 0:
+            if end == pos:
+                if data:
+                    out.append(Frame(b"\n".join(data), self._id, self._last_id, self._event))
+                    data = []
+                size = 0
+                self._id = None
+                self._event = ""
+            elif chunk.startswith(b"data:", pos):
+                start = pos + 6 if chunk[pos + 5 : pos + 6] == b" " else pos + 5
+                size += end - start + 1
+                if size > cap:
+                    raise EventTooLarge(f"an SSE event exceeds {cap} bytes")
+                data.append(chunk[start:end])
+            else:
+                self._data, self._size = data, size
+                self._line(chunk[pos:end], out)
+                data, size = self._data, self._size
+            pos = end + 1
+            end = chunk.find(b"\n", pos)
+        self._data, self._size = data, size
+        if pos < len(chunk):
+            rest = chunk[pos:]
+            if len(rest) > cap:
+                raise EventTooLarge(f"an SSE line exceeds {cap} bytes")
+            pieces.append(rest)
+            self._open_size = len(rest)
         return out
 
     def close(self) -> list[Frame]:

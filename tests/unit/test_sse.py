@@ -54,6 +54,55 @@ def test_same_events_as_httpx_sse_whatever_the_chunking(stream: bytes, points: l
     assert got == oracle(stream)
 
 
+# Streams with long lines, every line ending in LF: reads over 4 KiB of them are
+# parsed in place (Parser._lf_lines), the others joined and split.
+long_values = st.text(alphabet='ab {}"1:é\x00', max_size=3000)
+lf_lines = st.tuples(fields, long_values).map(lambda t: f"{t[0]}: {t[1]}\n" if ":" not in t[0] else f"{t[0]}{t[1]}\n")
+lf_streams = st.lists(st.one_of(lf_lines, st.just("\n")), max_size=20).map(lambda ls: "".join(ls).encode())
+
+
+def frames(chunks: list[bytes], cap: int = 1 << 20) -> list[tuple[bytes, str | None, str, str]]:
+    """After a first read (a comment line): a stream's first read is always split (a
+    BOM may begin it)."""
+    return [(f.data, f.id, f.last_id, f.event) for f in parse([b":\n", *chunks], cap)]
+
+
+def started(cap: int) -> Parser:
+    p = Parser(cap)
+    assert p.feed(b":\n") == []
+    return p
+
+
+@FAST
+@given(lf_streams, st.lists(st.integers(0, 100_000), max_size=8))
+def test_long_lf_lines_give_the_same_frames_however_read(stream: bytes, points: list[int]) -> None:
+    """Read in place or joined and split (the same stream with CRLF endings takes only
+    the latter): the same frames, ids and event names; and httpx-sse's events."""
+    stream += b"\n\n"
+    expected = frames([stream.replace(b"\n", b"\r\n")])
+    assert frames(cuts(stream, points)) == expected
+    assert frames([stream]) == expected
+    assert [(d.decode(), last) for d, _, last, _ in expected if d] == oracle(stream)
+
+
+def test_a_large_lf_read_completes_the_line_earlier_reads_began() -> None:
+    text = b"x" * 10_000
+    stream = b"event: e\nid: 4\ndata: " + text + b"\ndata: " + text + b"\n\n: c\ndata: z\n\n"
+    for first in (1, 9, 20, 10_030, 10_040):
+        assert frames([stream[:first], stream[first:]]) == [(text + b"\n" + text, "4", "4", "e"), (b"z", None, "4", "")]
+    odd = b"data:" + text + b"\ndata:\n\n:comment\nid\ndata\n\ndata: a\n\n"
+    expected = [(text + b"\n", None, "", ""), (b"", "", "", ""), (b"a", None, "", "")]
+    assert frames([odd]) == frames([odd.replace(b"\n", b"\r\n")]) == expected
+
+
+def test_a_large_lf_read_holds_the_cap() -> None:
+    with pytest.raises(EventTooLarge):  # an event's data
+        started(8_000).feed(b"data: " + b"x" * 5_000 + b"\ndata: " + b"x" * 5_000 + b"\n\n")
+    with pytest.raises(EventTooLarge):  # an unended line
+        started(8_000).feed(b"data: a\n\ndata: " + b"x" * 9_000)
+    assert len(started(8_000).feed(b"data: " + b"x" * 7_000 + b"\n\n")) == 1
+
+
 def test_a_frame_without_its_own_id_is_not_a_replay_of_the_last() -> None:
     frames = parse([b"id: 1\ndata: a\n\ndata: b\n\nid: 3\ndata: c\n\n"])
     assert [(f.data, f.id, f.last_id) for f in frames] == [(b"a", "1", "1"), (b"b", None, "1"), (b"c", "3", "3")]
