@@ -98,12 +98,7 @@ class Parser:
         data, size = self._data, self._size
         for line in lines:
             if not line:
-                if data:
-                    out.append(Frame(b"\n".join(data), self._id, self._last_id, self._event))
-                    data = []
-                size = 0
-                self._id = None
-                self._event = ""
+                data, size = self._dispatch(data, out), 0
             elif line.startswith(b"data:"):
                 value = line[6:] if line[5:6] == b" " else line[5:]
                 size += len(value) + 1
@@ -136,12 +131,7 @@ class Parser:
         data, size, cap = self._data, self._size, self._max
         while end >= 0:
             if end == pos:
-                if data:
-                    out.append(Frame(b"\n".join(data), self._id, self._last_id, self._event))
-                    data = []
-                size = 0
-                self._id = None
-                self._event = ""
+                data, size = self._dispatch(data, out), 0
             elif chunk.startswith(b"data:", pos):
                 start = pos + 6 if chunk[pos + 5 : pos + 6] == b" " else pos + 5
                 size += end - start + 1
@@ -174,14 +164,18 @@ class Parser:
         self._open_size = 0
         return out
 
+    def _dispatch(self, data: list[bytes], out: list[Frame]) -> list[bytes]:
+        """A blank line: the event so far, if it has data; the next one's (empty) data."""
+        if data:
+            out.append(Frame(b"\n".join(data), self._id, self._last_id, self._event))
+            data = []
+        self._id = None
+        self._event = ""
+        return data
+
     def _line(self, line: bytes, out: list[Frame]) -> None:
         if not line:
-            if self._data:
-                out.append(Frame(b"\n".join(self._data), self._id, self._last_id, self._event))
-            self._data = []
-            self._size = 0
-            self._id = None
-            self._event = ""
+            self._data, self._size = self._dispatch(self._data, out), 0
             return
         if line[0] == 0x3A:  # ":" starts a comment
             return

@@ -101,6 +101,7 @@ def test_a_large_lf_read_holds_the_cap() -> None:
     with pytest.raises(EventTooLarge):  # an unended line
         started(8_000).feed(b"data: a\n\ndata: " + b"x" * 9_000)
     assert len(started(8_000).feed(b"data: " + b"x" * 7_000 + b"\n\n")) == 1
+    assert len(started(8_000).feed((b"data: " + b"x" * 3_000 + b"\n\n") * 5)) == 5  # per event
 
 
 def test_a_frame_without_its_own_id_is_not_a_replay_of_the_last() -> None:
