@@ -343,6 +343,22 @@ async def test_batches_are_filled_by_the_caller_and_only_sent_by_the_producer_th
         producers.close()
 
 
+async def test_a_batch_that_cannot_be_filled_fails_the_transaction_before_it_begins() -> None:
+    fake = Fake()
+
+    class Broken(FakeBatch):
+        def append(self, **_: Any) -> object:
+            raise TypeError("not bytes")
+
+    fake.mock.create_batch.side_effect = Broken
+    t = txn(POS, fake)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    with pytest.raises(TransactionFailed) as failed:
+        await t.commit()
+    assert isinstance(failed.value.cause, TypeError) and not failed.value.fenced
+    assert fake.calls() == []  # nothing began, nothing to abort
+
+
 async def test_a_record_without_a_known_partition_gets_the_one_its_key_hashes_to() -> None:
     """A topic whose partition count the bridge did not learn at start: the producer's
     metadata says how many, and the record goes where Kafka's partitioner puts its key."""
