@@ -359,7 +359,7 @@ class PartitionTransactions:
         started = time.monotonic()
         await self._producers.run(self._transact(producer, records, built, offset, started))
         self._last = position
-        count = len(outbox.records) + len(staged)
+        count = len(records)
         metrics.TRANSACTIONS.labels("committed").inc()
         metrics.TRANSACTION_SECONDS.observe(time.monotonic() - started)
         metrics.TRANSACTION_RECORDS.observe(count)
