@@ -48,6 +48,10 @@ class Params:
     commit_interval_ms: int
     run_dir: Path
     log_dir: Path
+    # The events topic the bridge writes; None: a fresh one for this run. A topic
+    # written before costs the broker less than a new one (see bench/README.md,
+    # "A new topic in C's window"); B, A and N each write to one topic all run long.
+    events_topic: str | None = None
 
 
 # What every benchmark bridge runs with, unless a measure says otherwise.
@@ -270,6 +274,7 @@ async def run_round(
         source_url=p.source_url,
         partitions=p.partitions,
         commit_interval_ms=p.commit_interval_ms,
+        kafka={"events_topic": p.events_topic} if p.events_topic else None,
     )
     config = config_mod.load(config_path, env={})
     await topics.ensure(config, create=True)
@@ -287,7 +292,10 @@ async def run_round(
             events_tps = await topics.partitions(config, [config.kafka.events_topic])
             await consumer.start()
             consumer.assign(events_tps)
-            await consumer.seek_to_beginning(*events_tps)
+            # Only this run's events: the topic may hold earlier runs'.
+            await consumer.seek_to_end(*events_tps)
+            for tp in events_tps:
+                await consumer.position(tp)  # resolved now, not in the window
             await producer.start()
             cmds = commands(name, p.tasks, p.chunks, p.size)
             before = await bridge.metrics(http)

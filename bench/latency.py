@@ -109,6 +109,7 @@ async def measure(
     run_dir: Any,
     pids: dict[str, int],
     fraction: float = 0.5,
+    events_topic: str | None = None,
 ) -> dict[str, Any]:
     per_task = records.events_per_task(chunks)
     frames_per_task = chunks + 3
@@ -124,6 +125,7 @@ async def measure(
         commit_interval_ms=commit_interval_ms,
         run_dir=run_dir,
         log_dir=run_dir,
+        events_topic=events_topic,
     )
     async with httpx.AsyncClient(timeout=30) as http:
         await source.post(http, "/_config", {"rate": frame_rate})

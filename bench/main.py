@@ -52,7 +52,16 @@ async def _latency(
         how = "a calibration run of the bridge on case 1 (unpaced)"
         print(f"bench: latency: calibrating the saturated rate ({case.describe()})", flush=True)
         params = Params(
-            broker.bootstrap, source.a2a_url, case.tasks, case.chunks, case.size, partitions, 100, log_dir, log_dir
+            broker.bootstrap,
+            source.a2a_url,
+            case.tasks,
+            case.chunks,
+            case.size,
+            partitions,
+            100,
+            log_dir,
+            log_dir,
+            events_topic=suite.c_events_topic(run_id),
         )
         rate = (await run_round(params, f"bench-{run_id}-lat-cal", pids))["events_per_second"]
     fraction = suite.env_float("BENCH_LATENCY_FRACTION", 0.5)
@@ -79,6 +88,7 @@ async def _latency(
             run_dir=log_dir,
             pids=pids,
             fraction=fraction,
+            events_topic=suite.c_events_topic(run_id),
         )
         lat, after = r["latency_ms"], r["latency_ms_after_start"]
         print(

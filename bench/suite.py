@@ -121,10 +121,18 @@ def cases() -> list[Case]:
     return [table[c] for c in chosen]
 
 
+def c_events_topic(run_id: str) -> str:
+    """The one events topic every C run of a bench run writes, as B, A and N each
+    write one: a topic new to the broker costs it more per record than one written
+    before (bench/README.md, "A new topic in C's window")."""
+    return f"bench-{run_id}-c-events"
+
+
 class Suite:
     def __init__(self, run_id: str, log_dir: Path, broker: Broker, source: FastSource) -> None:
         self.run_id = run_id
         self.prefix = f"bench-{run_id}"
+        self.events_topic = c_events_topic(run_id)
         self.log_dir = log_dir
         self.broker = broker
         self.source = source
@@ -328,6 +336,7 @@ class Suite:
             commit_interval_ms=self.commit_interval_ms,
             run_dir=self.log_dir,
             log_dir=self.log_dir,
+            events_topic=self.events_topic,
         )
         return await bridge_bench.run_round(params, f"{self.prefix}-{label}", self.pids())
 
