@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import http.cookiejar
 import itertools
+import ssl
 import time
 import zlib
 from collections.abc import AsyncIterator, Sequence
@@ -18,7 +20,7 @@ from typing import Any
 import httpx
 import orjson
 
-from bridge import metrics, sse, tracing
+from bridge import metrics, sockets, sse, tracing
 from bridge.config import AgentConfig
 from bridge.dialects import Dialect, Request, for_agent, unwrap
 from bridge.errors import (
@@ -41,6 +43,19 @@ CARD_BYTES = 1024 * 1024
 def rpc_id(op: str) -> str:
     """A fresh JSON-RPC request id: visibly not a Task id."""
     return f"bridge-{op}-{next(_rpc_ids)}"
+
+
+def pool(limits: httpx.Limits, tls: ssl.SSLContext) -> httpx.AsyncClient:
+    """One connection pool to agents, shared by every agent (so by every workspace and
+    token). It keeps no cookies: a session cookie one agent set would be sent to
+    every other agent on the same host. Each request carries its own agent's token."""
+    refuse_all = http.cookiejar.DefaultCookiePolicy(allowed_domains=[])
+    return httpx.AsyncClient(
+        limits=limits,
+        verify=tls,
+        transport=sockets.unless_proxied(limits, tls),
+        cookies=http.cookiejar.CookieJar(policy=refuse_all),
+    )
 
 
 def _source_seq(event_id: str | None) -> int | None:

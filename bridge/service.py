@@ -54,7 +54,7 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
 )
 
-from bridge import metrics, sockets, topics
+from bridge import agents, metrics, topics
 from bridge.agents import AgentClient
 from bridge.config import Config, ConfigError
 from bridge.errors import BridgeError, KafkaUnreachable, StartupError
@@ -445,12 +445,7 @@ class Service:
         tls = httpx.create_ssl_context()
         self._producers = ProducerLoop.threaded()
         async with contextlib.AsyncExitStack() as pools:
-            http = [
-                await pools.enter_async_context(
-                    httpx.AsyncClient(limits=limits, verify=tls, transport=sockets.unless_proxied(limits, tls))
-                )
-                for _ in range(shards)
-            ]
+            http = [await pools.enter_async_context(agents.pool(limits, tls)) for _ in range(shards)]
             self.clients.update({name: AgentClient(a, http) for name, a in cfg.agents.items()})
             ops = OpsServer(cfg.bridge.http_port, self.ready) if cfg.bridge.http_port >= 0 else None
             if ops:
