@@ -112,6 +112,33 @@ def _libc_trim() -> Callable[[], None]:
 
 trim_heap = _libc_trim()
 
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+# Below this an allocation comes from the heap, not a fresh mmap: above every record
+# batch (256 KiB at most), socket read and usual SSE event.
+_MMAP_THRESHOLD = 4 * 1024 * 1024
+# Free memory at the heap's top kept for reuse, up to this, until the periodic trim
+# (_TRIM_EVERY) hands it back: more than a tick's record batches of six partitions
+# at 20 KB events (~1.5 MB each).
+_TRIM_THRESHOLD = 8 * 1024 * 1024
+
+
+def keep_freed_memory() -> bool:
+    """Let malloc reuse what a tick freed instead of giving it back to the OS at once.
+
+    By default glibc returns freed memory at the heap's top once it passes twice
+    the largest mmap'd block freed so far, and the next tick's record batches fault
+    every page in again: filling 256 KiB batches of 18 KB records, six at a time
+    freed together, cost 8.0-11 µs per record (a page fault per 4 KiB) against
+    2.0 with these thresholds. In bench case 2 (20 KB events) the bridge faulted
+    7.4 pages per event against 15.3, and spent 294 against 334 µs of CPU on each.
+    Returns whether both were set (glibc only)."""
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
+
 
 def settle_heap() -> None:
     """Once started, before any Task: what is alive now (modules, config, clients)
@@ -452,6 +479,7 @@ class Service:
                 await ops.start()
                 log.info("ops endpoints on :%d (/metrics /healthz /readyz)", ops.port)
             settle_heap()
+            keep_freed_memory()
             watch = asyncio.create_task(self._watch(), name="watch")
             try:
                 consumer = await self._connect()
