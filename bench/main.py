@@ -46,6 +46,7 @@ async def _latency(
     case = (suite.FULL_CASES if suite.size_mode() == "full" else suite.QUICK_CASES)[0]
     partitions = suite.env_int("BENCH_PARTITIONS", 6)
     pids = {"source": source.pid, **({"broker": p} if (p := broker.pid()) else {})}
+    events_topic = suite.c_events_topic(run_id)  # the throughput section's C topic, written before
     rate = suite.env_float("BENCH_LATENCY_RATE", 0.0) or saturated
     how = "BENCH_LATENCY_RATE" if os.environ.get("BENCH_LATENCY_RATE") else "case 1's C median of this run"
     if not rate:
@@ -61,7 +62,7 @@ async def _latency(
             100,
             log_dir,
             log_dir,
-            events_topic=suite.c_events_topic(run_id),
+            events_topic=events_topic,
         )
         rate = (await run_round(params, f"bench-{run_id}-lat-cal", pids))["events_per_second"]
     fraction = suite.env_float("BENCH_LATENCY_FRACTION", 0.5)
@@ -88,7 +89,7 @@ async def _latency(
             run_dir=log_dir,
             pids=pids,
             fraction=fraction,
-            events_topic=suite.c_events_topic(run_id),
+            events_topic=events_topic,
         )
         lat, after = r["latency_ms"], r["latency_ms_after_start"]
         print(
