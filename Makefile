@@ -37,6 +37,7 @@ lint: venv
 	$(VENV)/bin/ruff check bridge tests bench
 	$(VENV)/bin/ruff format --check bridge tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 unit: venv
 	$(PY) -m pytest tests --ignore=tests/integration -q

@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         if trans:
             m = trans["cpu_us_per_frame_median"]
             print(
-                f"  transport, CPU µs per trickled SSE frame: bridge.sockets {m['B']}, httpx's own {m['H']} "
+                f"  transport, CPU µs per trickled SSE frame: bridge.agents.transport {m['B']}, httpx's own {m['H']} "
                 f"(B/H {trans['B_over_H_cpu']}, paired {trans['B_over_H_cpu_paired']})"
             )
         print(f"  results in {path}")
@@ -226,7 +226,7 @@ async def _transport(source: FastSource) -> dict[str, Any]:
     streams, chunks, rate = (100, 300, 10_000.0) if full else (25, 300, 5_000.0)
     rounds = suite.env_int("BENCH_TRANSPORT_ROUNDS", 5 if full else 3)
     print(
-        f"bench: transport: {rounds} rounds of bridge.sockets and httpx's own, {streams} streams x {chunks} "
+        f"bench: transport: {rounds} rounds of bridge.agents.transport and httpx's own, {streams} streams x {chunks} "
         f"frames trickled at {rate:,.0f} frames/s",
         flush=True,
     )

@@ -32,7 +32,7 @@ from httpx_sse import EventSource
 
 from bench import proc, records
 
-# The bridge's defaults per partition (bridge.config: max_buffered_events, max_buffered_bytes).
+# The bridge's defaults per partition (bridge.config.model: max_buffered_events, max_buffered_bytes).
 BUFFER_EVENTS = 2_000
 BUFFER_BYTES = 16 * 1024 * 1024
 

@@ -3,9 +3,9 @@
 The fast source writes ``run`` streams frame by frame at a paced rate, round
 robin over every open stream, as an agent streaming tokens does: nearly every
 read of a stream finds one frame. The harness opens the same streams with an
-``httpx.AsyncClient`` on :class:`bridge.sockets.Transport` (B for bridge) and
+``httpx.AsyncClient`` on :class:`bridge.agents.transport.Transport` (B for bridge) and
 on httpx's default ``AsyncHTTPTransport`` (H, httpcore), alternating, and
-parses them with :class:`bridge.sse.Parser`. Measured: this process's CPU
+parses them with :class:`bridge.wire.sse.Parser`. Measured: this process's CPU
 time per frame while the streams run (the source is another process). It is
 the read path alone: no JSON, no lifecycle, no Kafka.
 """
@@ -22,14 +22,15 @@ import httpx
 
 from bench import records
 from bench.services import FastSource
-from bridge import sockets, sse
+from bridge.agents import transport
+from bridge.wire import sse
 
-KINDS = {"B": "bridge.sockets.Transport", "H": "httpx.AsyncHTTPTransport (httpcore)"}
+KINDS = {"B": "bridge.agents.transport.Transport", "H": "httpx.AsyncHTTPTransport (httpcore)"}
 
 
 def _transport(kind: str, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
     if kind == "B":
-        return sockets.Transport(limits, httpx.create_ssl_context())
+        return transport.Transport(limits, httpx.create_ssl_context())
     return httpx.AsyncHTTPTransport(limits=limits)
 
 

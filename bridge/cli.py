@@ -14,11 +14,11 @@ from typing import Any, NoReturn
 import orjson
 
 import bridge
-from bridge import config as config_mod
-from bridge import logs
-from bridge.config import Config, ConfigError
+from bridge.config import model as config_mod
+from bridge.config.model import Config, ConfigError
 from bridge.errors import BridgeError
-from bridge.preflight import PREFLIGHT_TIMEOUT_SECONDS, KafkaUnreachable, check_kafka
+from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, KafkaUnreachable, check_kafka
+from bridge.observe import logs
 
 log = logging.getLogger("bridge")
 
@@ -86,9 +86,9 @@ def build_command(args: argparse.Namespace) -> dict[str, Any]:
 
 def validate_command(config: Config, cmd: dict[str, Any]) -> bytes:
     """The record value of ``cmd``, refused (:class:`UsageError`) unless the bridge
-    would act on it: the command schema, as :func:`bridge.commands.decode` applies
+    would act on it: the command schema, as :func:`bridge.wire.commands.decode` applies
     it, and an agent this config's registry has."""
-    from bridge.commands import Invalid, decode
+    from bridge.wire.commands import Invalid, decode
 
     value = orjson.dumps(cmd)
     decoded = decode(value, cmd["taskKey"].encode(), max_bytes=config.kafka.max_command_bytes)
@@ -212,9 +212,9 @@ async def _produce(config: Config, key: bytes, value: bytes) -> None:
 
 
 def _config_check(args: argparse.Namespace) -> int:
-    from bridge import configcheck
+    from bridge.config import check
 
-    report = configcheck.check(getattr(args, "config", None), static=args.static)
+    report = check.check(getattr(args, "config", None), static=args.static)
     for w in report.warnings:
         print(f"bridge config: warning: {w}", file=sys.stderr)
     if not report.ok:
@@ -223,7 +223,7 @@ def _config_check(args: argparse.Namespace) -> int:
         for e in report.errors:
             print(f"  {e}", file=sys.stderr)
         return 2
-    print(configcheck.render(report), end="")
+    print(check.render(report), end="")
     return 0
 
 
@@ -257,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 async def _dispatch(args: argparse.Namespace, config: Config) -> int:
     if args.cmd == "run":
-        from bridge.service import serve
+        from bridge.engine.service import serve
 
         return await serve(config)
     if args.cmd == "demo":
@@ -267,7 +267,7 @@ async def _dispatch(args: argparse.Namespace, config: Config) -> int:
     # One-shot commands: what can be checked without Kafka first, then whether
     # Kafka answers (a refused password or certificate told apart from a broker
     # that is down), then the work, with aiokafka's errors mapped to ours.
-    from bridge import topics
+    from bridge.kafka import topics
 
     if args.cmd in ("start", "reply", "cancel"):
         cmd = build_command(args)
@@ -286,14 +286,14 @@ async def _dispatch(args: argparse.Namespace, config: Config) -> int:
 
 async def _one_shot(args: argparse.Namespace, config: Config) -> int:
     if args.cmd == "topics":
-        from bridge import topics
+        from bridge.kafka import topics
 
         counts = await topics.ensure(config, create=not args.check)
         for name, n in sorted(counts.items()):
             print(f"{name}\t{n} partitions")
         return 0
     if args.cmd == "tail":
-        from bridge.tail import tail
+        from bridge.ops.tail import tail
 
         keys = set(args.until_closed.split(",")) if args.until_closed else None
         return await tail(
@@ -306,11 +306,11 @@ async def _one_shot(args: argparse.Namespace, config: Config) -> int:
             agents=set(args.agent) if args.agent else None,
         )
     if args.cmd == "inspect":
-        from bridge.inspect import inspect
+        from bridge.ops.inspect import inspect
 
         return await inspect(config, args.key, live_check=args.live)
     if args.cmd == "dlq":
-        from bridge import dlq
+        from bridge.ops import dlq
 
         if args.dlq_cmd == "list":
             return await dlq.dlq_list(config, args.topic, reason=args.reason, limit=args.limit, as_json_lines=args.json)

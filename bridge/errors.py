@@ -2,14 +2,14 @@
 
 Messages name the agent, the method and what went wrong; they never carry
 tokens, headers or payloads. Foreign errors (httpx, aiokafka) are mapped onto
-these once, at the boundary that meets them (:mod:`bridge.agents`,
-:func:`bridge.topics.kafka_errors`, :mod:`bridge.transaction`)::
+these once, at the boundary that meets them (:mod:`bridge.agents.client`,
+:func:`bridge.kafka.topics.kafka_errors`, :mod:`bridge.kafka.transaction`)::
 
     BridgeError
     ├── StartupError            the bridge refuses to run (exit 2)
     ├── KafkaUnreachable        no broker answers yet: retried
-    ├── TransactionFailed       (bridge.transaction) nothing of it committed
-    ├── Fenced                  (bridge.service) another bridge took over (exit 3)
+    ├── TransactionFailed       (bridge.kafka.transaction) nothing of it committed
+    ├── Fenced                  (bridge.engine.service) another bridge took over (exit 3)
     └── AgentFault              an agent call gave no usable answer
         ├── AgentOversize       more than the bridge reads in one piece: not retried
         └── AgentError          retried when ``retryable``

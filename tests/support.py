@@ -20,10 +20,10 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from bridge import config as config_mod
-from bridge.config import Config
+from bridge.config import model as config_mod
+from bridge.config.model import Config
 from bridge.demo.procs import start_listening, stop_group
-from bridge.topics import partitions
+from bridge.kafka.topics import partitions
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENTS = ("writer", "failer", "asker", "sleeper")

@@ -1,4 +1,4 @@
-"""bridge.agents.pool against a real local server: agents sharing a pool share no cookies."""
+"""bridge.agents.client.pool against a real local server: agents sharing a pool share no cookies."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import httpx
 
-from bridge import agents
+from bridge.agents import client
 from tests.test_sockets import LIMITS, serve
 
 
@@ -26,7 +26,7 @@ async def test_a_cookie_one_agent_was_sent_is_never_sent_to_another() -> None:
             )
             await writer.drain()
 
-    async with serve(handler) as (url, _), agents.pool(LIMITS, httpx.create_ssl_context()) as http:
+    async with serve(handler) as (url, _), client.pool(LIMITS, httpx.create_ssl_context()) as http:
         # Agent A (its token) and agent B (another workspace's token) on one host, one pool.
         first = await http.get(f"{url}/workspace-a/rpc", headers={"Authorization": "Bearer a"})
         second = await http.get(f"{url}/workspace-b/rpc", headers={"Authorization": "Bearer b"})

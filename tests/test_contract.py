@@ -6,9 +6,9 @@ from typing import get_args
 
 import yaml
 
-from bridge.commands import DlqReason
-from bridge.lifecycle import BridgeOutcome
-from bridge.schemas import load, schema_dir, validator
+from bridge.core.lifecycle import BridgeOutcome
+from bridge.wire.commands import DlqReason
+from bridge.wire.schemas import load, schema_dir, validator
 
 
 def asyncapi() -> dict:

@@ -2,7 +2,7 @@
 
 They must agree with the code they deploy: the config file loads with the
 bridge's own loader, probes hit the ops server's port, every metric the
-dashboard and the alerts query is registered in bridge/metrics.py, the topics
+dashboard and the alerts query is registered in bridge/observe/metrics.py, the topics
 are co-partitioned, the ACLs cover the transactional ids the bridge derives,
 and Prometheus' own ``promtool`` accepts (and unit-tests) the alert rules.
 ``promtool`` is required: ``scripts/ensure-test-tools.sh`` installs it.
@@ -23,9 +23,10 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from bridge import config as config_mod
-from bridge import metrics, topics, transaction
 from bridge.cli import parser as cli_parser
+from bridge.config import model as config_mod
+from bridge.kafka import topics, transaction
+from bridge.observe import metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -388,7 +389,7 @@ def test_strimzi_topics_match_the_config(cfg: config_mod.Config) -> None:
         assert topic["apiVersion"].startswith("kafka.strimzi.io/")
         assert topic["metadata"]["labels"]["strimzi.io/cluster"]
         assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", topic["metadata"]["name"]), name
-        # The configs the bridge itself would create the topic with (bridge/topics.py).
+        # The configs the bridge itself would create the topic with (bridge/kafka/topics.py).
         for key, value in topics.wanted(cfg)[name].items():
             assert str(topic["spec"].get("config", {}).get(key)) == value, f"{name}: {key}"
 
@@ -470,7 +471,7 @@ def test_keda_scales_within_the_partitions(cfg: config_mod.Config) -> None:
 
 @cache
 def registered() -> dict[str, tuple[str, frozenset[str]]]:
-    """Exposed series name -> (family, label names), from the collectors in bridge/metrics.py.
+    """Exposed series name -> (family, label names), from the collectors in bridge/observe/metrics.py.
 
     ``collect()`` names a counter family without ``_total`` (``bridge_commands``)
     while its series are ``bridge_commands_total``; histograms expose
@@ -546,8 +547,8 @@ def test_queries_use_registered_metrics_and_labels(where: str, expr: str) -> Non
     used = METRIC.findall(expr)
     for name in used:
         hint = [n for n in known if n.startswith(name) or name.startswith(known[n][0])]
-        assert name in known, f"{where}: {name} is not a series of bridge/metrics.py (did you mean {hint}?)"
-    source = "\n".join(p.read_text() for p in (ROOT / "bridge").glob("*.py"))
+        assert name in known, f"{where}: {name} is not a series of bridge/observe/metrics.py (did you mean {hint}?)"
+    source = "\n".join(p.read_text() for p in (ROOT / "bridge").rglob("*.py"))
     for metric, body in SELECTOR.findall(expr):
         if metric not in known:
             assert metric in EXTERNAL_METRICS or not metric.startswith("bridge_"), f"{where}: {metric}"

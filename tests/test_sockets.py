@@ -1,8 +1,8 @@
-"""bridge.sockets against real local servers: what httpx users rely on still holds.
+"""bridge.agents.transport against real local servers: what httpx users rely on still holds.
 
 Each test serves raw HTTP/1.1 from an asyncio server on 127.0.0.1 (so the bytes
 on the wire, the timing and the closes are exactly what the test says) and
-talks to it through an ``httpx.AsyncClient`` on :class:`bridge.sockets.Transport`.
+talks to it through an ``httpx.AsyncClient`` on :class:`bridge.agents.transport.Transport`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bridge import sockets
+from bridge.agents import transport
 from tests import tls
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -54,7 +54,7 @@ async def client(
 ) -> AsyncIterator[httpx.AsyncClient]:
     ctx = verify or httpx.create_ssl_context()
     async with httpx.AsyncClient(
-        transport=sockets.Transport(limits, ctx), timeout=httpx.Timeout(kw.get("timeout", 5.0))
+        transport=transport.Transport(limits, ctx), timeout=httpx.Timeout(kw.get("timeout", 5.0))
     ) as http:
         yield http
 
@@ -431,7 +431,7 @@ async def test_idle_connections_are_kept_up_to_the_limit_and_until_they_expire()
 
 def test_the_transport_does_not_pretend_to_cap_connections() -> None:
     with pytest.raises(ValueError, match="max_connections"):
-        sockets.Transport(httpx.Limits(max_connections=10), httpx.create_ssl_context())
+        transport.Transport(httpx.Limits(max_connections=10), httpx.create_ssl_context())
 
 
 async def test_large_bodies_both_ways_arrive_whole() -> None:
@@ -590,7 +590,7 @@ async def test_a_proxy_in_the_environment_is_still_used(monkeypatch: pytest.Monk
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.lower(), raising=False)
-    assert isinstance(sockets.unless_proxied(LIMITS, ctx), sockets.Transport)
+    assert isinstance(transport.unless_proxied(LIMITS, ctx), transport.Transport)
     heads: list[bytes] = []
 
     async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -601,7 +601,7 @@ async def test_a_proxy_in_the_environment_is_still_used(monkeypatch: pytest.Monk
 
     async with serve(proxy) as (url, _):
         monkeypatch.setenv("HTTP_PROXY", url)
-        async with httpx.AsyncClient(transport=sockets.unless_proxied(LIMITS, ctx)) as http:
+        async with httpx.AsyncClient(transport=transport.unless_proxied(LIMITS, ctx)) as http:
             response = await http.post("http://agent.invalid/rpc", content=b"{}")
     assert response.text == "via proxy"
     assert heads and heads[0].startswith(b"POST http://agent.invalid/rpc HTTP/1.1")
@@ -623,17 +623,17 @@ class _Transport:
 def test_a_socket_stops_reading_past_its_high_water() -> None:
     """A reader that waits (its Task's outbox is full) must not make the bridge hold
     what the agent keeps sending: past the high water the socket stops reading."""
-    sock = sockets._Socket()
-    transport = _Transport()
-    sock.transport = transport  # type: ignore[assignment]
+    sock = transport._Socket()
+    fake = _Transport()
+    sock.transport = fake  # type: ignore[assignment]
     piece = b"x" * 4096
-    for _ in range(sockets._HIGH_WATER // len(piece)):
+    for _ in range(transport._HIGH_WATER // len(piece)):
         sock.data_received(piece)
-    assert transport.calls == []
+    assert fake.calls == []
     sock.data_received(b"y")
-    assert transport.calls == ["pause"]
-    assert sock.buffered == sockets._HIGH_WATER + 1
-    while sock.buffered >= sockets._HIGH_WATER // 2:
-        assert transport.calls == ["pause"]
+    assert fake.calls == ["pause"]
+    assert sock.buffered == transport._HIGH_WATER + 1
+    while sock.buffered >= transport._HIGH_WATER // 2:
+        assert fake.calls == ["pause"]
         sock.take(65536)
-    assert transport.calls == ["pause", "resume"]
+    assert fake.calls == ["pause", "resume"]

@@ -22,12 +22,12 @@ import httpx
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from bridge import topics
-from bridge.config import AgentConfig, Config
+from bridge.config.model import AgentConfig, Config
 from bridge.demo.procs import free_port, start_listening, stop_group
-from bridge.service import Service
-from bridge.tail import closes, read_events, timeline_line
-from bridge.topics import partitions
+from bridge.engine.service import Service
+from bridge.kafka import topics
+from bridge.kafka.topics import partitions
+from bridge.ops.tail import closes, read_events, timeline_line
 
 
 def _config(base: Config, gateway: str, sdk: str) -> Config:

@@ -19,7 +19,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from bridge.lifecycle import command_digest
+from bridge.core.lifecycle import command_digest
 from tests.support import (
     BridgeProcess,
     Env,

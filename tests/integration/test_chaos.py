@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bridge.schemas import validator
+from bridge.wire.schemas import validator
 from tests.support import (
     BridgeProcess,
     Env,

@@ -12,7 +12,7 @@ import httpx
 import orjson
 import pytest
 
-from bridge.schemas import validator
+from bridge.wire.schemas import validator
 from tests.support import (
     BridgeProcess,
     Env,

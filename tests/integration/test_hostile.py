@@ -17,8 +17,8 @@ import httpx
 import orjson
 import pytest
 
-from bridge.artifacts import unsplit
-from bridge.config import Config
+from bridge.config.model import Config
+from bridge.core.artifacts import unsplit
 from tests.support import (
     BridgeProcess,
     Env,

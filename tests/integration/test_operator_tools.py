@@ -17,9 +17,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 import bridge
-from bridge.config import Config
-from bridge.display import escape
-from bridge.transaction import partition_for
+from bridge.config.model import Config
+from bridge.kafka.transaction import partition_for
+from bridge.ops.display import escape
 from tests.support import (
     BridgeProcess,
     Collected,

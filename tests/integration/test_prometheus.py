@@ -1,6 +1,6 @@
 """The dashboard and the alerts on a real Prometheus scraping a real bridge.
 
-tests/test_deploy.py checks the queries against bridge/metrics.py and lets
+tests/test_deploy.py checks the queries against bridge/observe/metrics.py and lets
 promtool parse them; here Debian's ``prometheus`` (a required tool, installed
 by scripts/ensure-test-tools.sh) loads deploy/prometheus/alerts.yaml as its
 rule file and scrapes a running ``bridge run`` every second while Tasks flow

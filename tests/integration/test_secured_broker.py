@@ -26,8 +26,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bridge import config as config_mod
-from bridge.config import Config
+from bridge.config import model as config_mod
+from bridge.config.model import Config
 from bridge.demo.procs import free_port
 from tests.support import ROOT, BridgeProcess, Env, bridge_config, run_cli
 from tests.tls import make_ca, server_keystore_pem, write_private

@@ -18,7 +18,7 @@ import httpx
 import orjson
 import pytest
 
-from bridge.config import Config
+from bridge.config.model import Config
 from tests.support import (
     BridgeProcess,
     Collected,

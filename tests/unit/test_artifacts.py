@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.artifacts import size, split, unsplit
-from bridge.lifecycle import ArtifactUpdate, Event, TaskRecord
+from bridge.core.artifacts import size, split, unsplit
+from bridge.core.lifecycle import ArtifactUpdate, Event, TaskRecord
 
 texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=3000)
 parts = st.lists(

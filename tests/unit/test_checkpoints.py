@@ -1,4 +1,4 @@
-"""Checkpoints (bridge.checkpoints): exact round trip, the schema in schemas/,
+"""Checkpoints (bridge.wire.checkpoints): exact round trip, the schema in schemas/,
 and restore() folding a compacted partition into the newest state per key."""
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge import checkpoints
-from bridge.checkpoints import (
+from bridge.core.lifecycle import ArtifactProgress, StatusUpdate, TaskRecord, command_digest, new_task
+from bridge.core.limits import record_size
+from bridge.wire import checkpoints
+from bridge.wire.checkpoints import (
     LEGACY_PARTITION_KEY,
     PARTITION_KEY,
     CheckpointError,
@@ -20,9 +22,7 @@ from bridge.checkpoints import (
     encode,
     restore,
 )
-from bridge.lifecycle import ArtifactProgress, StatusUpdate, TaskRecord, command_digest, new_task
-from bridge.limits import record_size
-from bridge.schemas import validator
+from bridge.wire.schemas import validator
 from tests.unit.common import FAST, kept
 
 ids = st.text(min_size=1, max_size=20)
@@ -300,7 +300,7 @@ def test_a_checkpoint_always_fits_its_budget() -> None:
     for i in range(40):
         r.remember(f"{i}" * 200)
     r.task_id = "t" * 256
-    from bridge.lifecycle import ArtifactUpdate
+    from bridge.core.lifecycle import ArtifactUpdate
 
     for i in range(300):
         r.apply(ArtifactUpdate(r.task_id, None, f"artifact-{i}-" + "a" * 200, None, [{"kind": "text", "text": "x"}]))

@@ -1,7 +1,7 @@
-"""bridge.chunked: the chunked coding decoded as bytes arrive, by h11's rules.
+"""bridge.wire.chunked: the chunked coding decoded as bytes arrive, by h11's rules.
 
 The differential test feeds the same bytes, in the same pieces, to h11 alone and
-to the decoder followed by h11 (as bridge.sockets does): both must read the
+to the decoder followed by h11 (as bridge.agents.transport does): both must read the
 same body, and end, stop or refuse alike.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.chunked import ChunkedError, Decoder
+from bridge.wire.chunked import ChunkedError, Decoder
 from tests.unit.common import cuts
 
 MAX_LINE = 64
@@ -166,7 +166,7 @@ def decoder_then_h11_reads(pieces: list[bytes]) -> Outcome:
                 body += decoder.feed(piece)
                 if not decoder.done:
                     continue
-                piece = decoder.rest  # the handover, as bridge.sockets does it
+                piece = decoder.rest  # the handover, as bridge.agents.transport does it
             conn.receive_data(piece)
             event = conn.next_event()
             assert not isinstance(event, h11.Data)  # h11 only ever sees the last chunk

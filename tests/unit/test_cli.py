@@ -10,8 +10,8 @@ import pytest
 
 import bridge
 from bridge.cli import UsageError, build_command, main, parser, validate_command
-from bridge.config import AgentConfig, Config, KafkaConfig
-from bridge.inspect import key_partition
+from bridge.config.model import AgentConfig, Config, KafkaConfig
+from bridge.ops.inspect import key_partition
 
 CONFIG = Config(agents={"writer": AgentConfig(name="writer", url="http://w/a2a")})
 

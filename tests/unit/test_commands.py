@@ -1,4 +1,4 @@
-"""Commands (bridge.commands): decoding never raises, every bad input has its
+"""Commands (bridge.wire.commands): decoding never raises, every bad input has its
 DLQ reason, the DLQ detail never echoes a value, and decide() follows DESIGN §2."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.commands import (
+from bridge.core.lifecycle import StatusUpdate, TaskRecord, new_task
+from bridge.wire.commands import (
     Act,
     Command,
     Duplicate,
@@ -21,8 +22,7 @@ from bridge.commands import (
     decode,
     message_id,
 )
-from bridge.dialects import Dialect, GatewayDialect, V1Dialect
-from bridge.lifecycle import StatusUpdate, TaskRecord, new_task
+from bridge.wire.dialects import Dialect, GatewayDialect, V1Dialect
 from tests.unit.common import FAST, json_values
 
 LIMIT = 100_000

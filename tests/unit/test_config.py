@@ -1,4 +1,4 @@
-"""Configuration (bridge.config): TOML, BRIDGE_<SECTION>_<KEY> overrides,
+"""Configuration (bridge.config.model): TOML, BRIDGE_<SECTION>_<KEY> overrides,
 clear errors, and secrets that never show."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.config import AgentConfig, BridgeConfig, Config, ConfigError, KafkaConfig, Secret, load
+from bridge.config.model import AgentConfig, BridgeConfig, Config, ConfigError, KafkaConfig, Secret, load
 
 TOKEN = "tok-Zq81-never-print-me"
 

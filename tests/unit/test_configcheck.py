@@ -1,4 +1,4 @@
-"""`bridge config check` (bridge.configcheck): every problem at once, the effective
+"""`bridge config check` (bridge.config.check): every problem at once, the effective
 configuration as TOML, and secrets that never show."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge.config import load
-from bridge.configcheck import agent_name_pattern, check, render, suggest
+from bridge.config.check import agent_name_pattern, check, render, suggest
+from bridge.config.model import load
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "hunter2-Zq81-never-print-me"

@@ -1,4 +1,4 @@
-"""Dialects (bridge.dialects): requests per DESIGN §4, and responses normalized
+"""Dialects (bridge.wire.dialects): requests per DESIGN §4, and responses normalized
 from REAL wire captures of the official a2a-sdk server (tests/fixtures/a2a_sdk,
 format in its NOTES.md) plus hand-written gateway frames (shapes from the
 module docstring of bridge.demo.gateway)."""
@@ -13,20 +13,8 @@ from typing import Any
 
 import pytest
 
-from bridge.agents import rpc_id
-from bridge.commands import message_id
-from bridge.dialects import (
-    Dialect,
-    GatewayDialect,
-    V1Dialect,
-    for_agent,
-    normalize_state,
-    part_from_v1,
-    part_to_v1,
-    unwrap,
-)
-from bridge.errors import AgentError, AgentProtocolError, RpcError
-from bridge.lifecycle import (
+from bridge.agents.client import rpc_id
+from bridge.core.lifecycle import (
     ArtifactUpdate,
     Dropped,
     Event,
@@ -36,6 +24,18 @@ from bridge.lifecycle import (
     TaskSnapshot,
     Update,
     new_task,
+)
+from bridge.errors import AgentError, AgentProtocolError, RpcError
+from bridge.wire.commands import message_id
+from bridge.wire.dialects import (
+    Dialect,
+    GatewayDialect,
+    V1Dialect,
+    for_agent,
+    normalize_state,
+    part_from_v1,
+    part_to_v1,
+    unwrap,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "a2a_sdk"

@@ -1,5 +1,5 @@
-"""The pure parts of `bridge dlq` (bridge.dlq, bridge.display): reading a DLQ record
-as the bridge writes it (bridge.partition.dlq_record), printing it safely, and what a
+"""The pure parts of `bridge dlq` (bridge.ops.dlq, bridge.ops.display): reading a DLQ record
+as the bridge writes it (bridge.engine.partition.dlq_record), printing it safely, and what a
 replay sends."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import orjson
 import pytest
 from aiokafka.structs import ConsumerRecord
 
-from bridge.commands import Command
-from bridge.display import escape
-from bridge.dlq import REPLAY_HEADER, DlqEntry, as_json, line, refusal, replay_headers
-from bridge.partition import dlq_record
+from bridge.engine.partition import dlq_record
+from bridge.ops.display import escape
+from bridge.ops.dlq import REPLAY_HEADER, DlqEntry, as_json, line, refusal, replay_headers
+from bridge.wire.commands import Command
 
 COMMANDS = "orders.commands"
 START = orjson.dumps(

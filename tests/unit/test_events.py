@@ -1,4 +1,4 @@
-"""Event records (bridge.events): values valid against schemas/event.schema.json
+"""Event records (bridge.wire.events): values valid against schemas/event.schema.json
 and CloudEvents binary-mode headers that match them."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.events import ce_type, encode, rfc3339
-from bridge.lifecycle import ArtifactUpdate, Event, StatusUpdate, TaskRecord, TaskSnapshot, Update, new_task
-from bridge.schemas import validator
+from bridge.core.lifecycle import ArtifactUpdate, Event, StatusUpdate, TaskRecord, TaskSnapshot, Update, new_task
+from bridge.wire.events import ce_type, encode, rfc3339
+from bridge.wire.schemas import validator
 
 FAST = settings(
     derandomize=True,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bridge import service
+from bridge.engine import service
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The Task lifecycle (bridge.lifecycle): what a downstream consumer relies on.
+"""The Task lifecycle (bridge.core.lifecycle): what a downstream consumer relies on.
 
 The property tests model an agent as a generator of true Task states that
 emits A2A updates, deliver those updates to a :class:`TaskRecord` the way the
@@ -19,9 +19,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge import checkpoints
-from bridge.artifacts import unsplit
-from bridge.lifecycle import (
+from bridge.core.artifacts import unsplit
+from bridge.core.lifecycle import (
     COMMAND_MEMORY,
     PAUSED_STATES,
     TERMINAL_STATES,
@@ -37,6 +36,7 @@ from bridge.lifecycle import (
     new_task,
     roll,
 )
+from bridge.wire import checkpoints
 from tests.unit.common import FAST, kept
 
 TASK = "task-1"

@@ -1,4 +1,4 @@
-"""Every record fits where it goes (bridge.limits, events.encode_within, dlq_record).
+"""Every record fits where it goes (bridge.core.limits, events.encode_within, dlq_record).
 
 Whatever an agent or a producer sends, the record the bridge builds is within
 its topic's budget, with the original size recorded where content was cut.
@@ -14,12 +14,12 @@ from aiokafka.structs import ConsumerRecord
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.commands import Command
-from bridge.events import encode, encode_within
-from bridge.lifecycle import ArtifactUpdate, Event, StatusUpdate, TaskRecord, new_task
-from bridge.limits import MIN_RECORD_BYTES, cut, record_size, shrink, size
-from bridge.partition import dlq_record
-from bridge.schemas import validator
+from bridge.core.lifecycle import ArtifactUpdate, Event, StatusUpdate, TaskRecord, new_task
+from bridge.core.limits import MIN_RECORD_BYTES, cut, record_size, shrink, size
+from bridge.engine.partition import dlq_record
+from bridge.wire.commands import Command
+from bridge.wire.events import encode, encode_within
+from bridge.wire.schemas import validator
 from tests.unit.common import FAST
 
 json_leaf = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=3000)

@@ -1,10 +1,10 @@
-"""The rate limit on the Kafka client's repeated log lines (bridge.logs)."""
+"""The rate limit on the Kafka client's repeated log lines (bridge.observe.logs)."""
 
 from __future__ import annotations
 
 import logging
 
-from bridge.logs import RateLimit
+from bridge.observe.logs import RateLimit
 
 
 def record(msg: str, name: str = "aiokafka") -> logging.LogRecord:

@@ -1,4 +1,4 @@
-"""Log lines that follow a Task (bridge.logs): JSON objects with the Task's keys."""
+"""Log lines that follow a Task (bridge.observe.logs): JSON objects with the Task's keys."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 
 import orjson
 
-from bridge import logs
+from bridge.observe import logs
 
 
 def record(msg: str, exc: bool = False) -> logging.LogRecord:
@@ -19,7 +19,7 @@ def record(msg: str, exc: bool = False) -> logging.LogRecord:
             import sys
 
             exc_info = sys.exc_info()
-    return logging.LogRecord("bridge.runner", logging.ERROR, __file__, 1, msg, None, exc_info)
+    return logging.LogRecord("bridge.engine.runner", logging.ERROR, __file__, 1, msg, None, exc_info)
 
 
 def test_a_json_line_carries_the_tasks_keys_escaped_and_the_exception_on_one_line() -> None:

@@ -1,4 +1,4 @@
-"""bridge.preflight: which connection failures are permanent (exit 2) and which may pass (retry).
+"""bridge.kafka.preflight: which connection failures are permanent (exit 2) and which may pass (retry).
 
 The classification is pure; the socket tests run real TLS and TCP servers on
 loopback (no Kafka needed: these failures happen before Kafka's protocol
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from aiokafka import errors as kafka_errors
 
-from bridge.config import Config, KafkaConfig
+from bridge.config.model import Config, KafkaConfig
 from bridge.errors import StartupError
-from bridge.preflight import KafkaUnreachable, check_kafka, classify
+from bridge.kafka.preflight import KafkaUnreachable, check_kafka, classify
 from tests.tls import make_ca, server_keystore_pem, write_private
 
 SASL = KafkaConfig(

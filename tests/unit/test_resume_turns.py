@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
-from bridge.config import BridgeConfig, Config
-from bridge.service import Service
+from bridge.config.model import BridgeConfig, Config
+from bridge.engine.service import Service
 
 
 def service(rate: float) -> Service:

@@ -1,4 +1,4 @@
-"""The Task runner's command handling (bridge.runner) with a recording fake partition.
+"""The Task runner's command handling (bridge.engine.runner) with a recording fake partition.
 
 No Kafka and no HTTP: the agent is a script of updates, the partition records
 what the runner asks of it. What is checked is the promise behind every
@@ -19,13 +19,9 @@ from typing import Any
 import pytest
 from aiokafka.structs import ConsumerRecord
 
-from bridge import runner as runner_module
-from bridge.agents import close_stream
-from bridge.commands import Command
-from bridge.config import AgentConfig, BridgeConfig, Config
-from bridge.dialects import GatewayDialect, Request
-from bridge.errors import AgentOversize
-from bridge.lifecycle import (
+from bridge.agents.client import close_stream
+from bridge.config.model import AgentConfig, BridgeConfig, Config
+from bridge.core.lifecycle import (
     ArtifactProgress,
     Dropped,
     Event,
@@ -37,7 +33,11 @@ from bridge.lifecycle import (
     new_task,
     roll,
 )
-from bridge.runner import TaskRunner
+from bridge.engine import runner as runner_module
+from bridge.engine.runner import TaskRunner
+from bridge.errors import AgentOversize
+from bridge.wire.commands import Command
+from bridge.wire.dialects import GatewayDialect, Request
 
 AGENT = AgentConfig(name="gw", url="http://agent.invalid/a2a", dialect="gateway", agent_code="writer")
 

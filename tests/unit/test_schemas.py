@@ -1,4 +1,4 @@
-"""bridge.schemas.check: jsonschema's verdict, compiled.
+"""bridge.wire.schemas.check: jsonschema's verdict, compiled.
 
 The command schema is compiled into plain checks; on generated commands, valid
 and broken in every field the schema speaks of (and at each bound), the fast
@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from bridge import schemas
-from bridge.schemas import check, validator
+from bridge.wire import schemas
+from bridge.wire.schemas import check, validator
 from tests.unit.common import json_values
 
 ids = st.one_of(

@@ -1,4 +1,4 @@
-"""The SSE parser (bridge.sse): the WHATWG rules, any chunking, a size cap.
+"""The SSE parser (bridge.wire.sse): the WHATWG rules, any chunking, a size cap.
 
 httpx-sse's own decoder is the oracle: the same stream, cut into chunks at
 random places, gives the same events (data and the carried-over last id).
@@ -11,7 +11,7 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.sse import EventTooLarge, Frame, Parser
+from bridge.wire.sse import EventTooLarge, Frame, Parser
 from tests.unit.common import FAST, cuts
 
 

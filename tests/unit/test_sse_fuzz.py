@@ -15,10 +15,10 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.agents import AgentClient
-from bridge.config import AgentConfig
+from bridge.agents.client import AgentClient
+from bridge.config.model import AgentConfig
+from bridge.core.lifecycle import ArtifactUpdate, MessageUpdate, StatusUpdate, TaskSnapshot
 from bridge.errors import AgentError
-from bridge.lifecycle import ArtifactUpdate, MessageUpdate, StatusUpdate, TaskSnapshot
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),

@@ -1,4 +1,4 @@
-"""When a partition commits: the tick schedule of bridge.partition, as pure functions."""
+"""When a partition commits: the tick schedule of bridge.engine.partition, as pure functions."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.partition import next_tick, tick_phase
+from bridge.engine.partition import next_tick, tick_phase
 
 INTERVAL = 0.1
 times = st.floats(min_value=0.0, max_value=1e6, allow_nan=False)

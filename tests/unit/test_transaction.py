@@ -1,4 +1,4 @@
-"""The commit path (bridge.transaction) without Kafka: a recording fake producer.
+"""The commit path (bridge.kafka.transaction) without Kafka: a recording fake producer.
 
 As quixstreams tests its checkpoints: a ``MagicMock(spec_set=AIOKafkaProducer)``
 records every call, and the tests assert their order, and that nothing is
@@ -20,12 +20,12 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, ProducerFenced, TopicAuthorizationFailedError
 from aiokafka.structs import OffsetAndMetadata
 
-from bridge import checkpoints
-from bridge.config import BridgeConfig, Config, KafkaConfig
-from bridge.lifecycle import TaskRecord
-from bridge.limits import RecordLimits
-from bridge.offsets import Position
-from bridge.transaction import OutRecord, PartitionTransactions, ProducerLoop, TransactionFailed, partition_for
+from bridge.config.model import BridgeConfig, Config, KafkaConfig
+from bridge.core.lifecycle import TaskRecord
+from bridge.core.limits import RecordLimits
+from bridge.core.offsets import Position
+from bridge.kafka.transaction import OutRecord, PartitionTransactions, ProducerLoop, TransactionFailed, partition_for
+from bridge.wire import checkpoints
 
 CONFIG = Config(kafka=KafkaConfig(commands_topic="cmds", checkpoints_topic="cps", group_id="g"), bridge=BridgeConfig())
 
@@ -172,7 +172,7 @@ def test_fenced_after_the_transaction_timeout_is_a_coordinator_timeout_not_a_tak
 
 
 async def test_an_abort_that_hangs_does_not_hang_the_partition(monkeypatch: pytest.MonkeyPatch) -> None:
-    from bridge import transaction
+    from bridge.kafka import transaction
 
     monkeypatch.setattr(transaction, "_ABORT_TIMEOUT_S", 0.05)
     fake = Fake(fail={b"e1": MessageSizeTooLargeError()})

@@ -1,0 +1,523 @@
+"""The agents' connections: httpx over h11 over plain asyncio protocols.
+
+httpx's default transport reads a response body through three layers per
+read: httpcore (a pool byte stream, a connection byte stream, an exception
+map and a timeout object on every read), then anyio (a cancel scope, a sniffio
+lookup, a resume of the transport's reading). An agent that streams tokens
+sends one small SSE frame per read, so all of that is paid per event: it was
+the largest cost of a bridge following trickling streams (bench/README.md).
+
+:class:`Transport` keeps httpx (requests, headers, timeouts, the Response API
+:mod:`bridge.agents.client` uses) and h11 (HTTP/1.1 framing: chunked, length- and
+close-delimited bodies, keep-alive rules), the same HTTP/1.1 engine httpcore
+drives, and replaces what lies between them:
+
+- a socket is an :class:`asyncio.BufferedProtocol` whose received bytes wait in
+  a list until the body reads them (:class:`_Socket`), and stops reading past a
+  high-water mark;
+- one read of a chunked body (every SSE stream) is one read of that list,
+  decoded by :mod:`bridge.wire.chunked` into one piece of body however many chunks it
+  holds; h11 reads the response head, the last chunk and its trailers, and any
+  other body, and keeps the connection's state;
+- the keep-alive pool is a stack of idle connections per origin: taking and
+  returning one costs the same with 10 or 10,000 open streams (httpcore's
+  pool scans every connection on each request and close).
+
+A connection goes back to the pool only when both sides finished the exchange
+by h11's rules and neither asked to close; anything else (an error, a body
+left unread, a cancellation) closes it.
+
+httpx honours ``HTTP(S)_PROXY`` / ``ALL_PROXY`` / ``NO_PROXY`` only when it
+builds its own transport: :func:`unless_proxied` keeps httpx's own when any of
+them is set, so a proxied deployment behaves as before.
+
+Errors keep httpx's meaning: connect, read and write failures and timeouts
+raise the httpx exception of that name, a malformed response
+:class:`httpx.RemoteProtocolError`; all are :class:`httpx.TransportError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import ssl
+import threading
+import time
+import urllib.request
+from collections.abc import AsyncIterator
+
+import h11
+import httpx
+
+from bridge.wire import chunked
+
+# Past this many unread bytes a socket stops reading until its reader catches up, so
+# a Task whose reader waits (a full outbox) leaves the rest in the kernel's buffer,
+# not in this process. A plain asyncio protocol receives up to 256 KiB at a time;
+# anyio held one such read per connection. 64 KiB cost 8 % of throughput on 20 KB
+# events (bench case 2: a reader suspended every three events); 1 MiB let 10,000
+# waiting streams hold 10 GB.
+_HIGH_WATER = 256 * 1024
+# Bytes the kernel may hand over per receive. The receive buffer is one per thread,
+# shared by its connections (see _Socket.get_buffer).
+_RECV_BYTES = 64 * 1024
+_recv = threading.local()
+
+
+class _Socket(asyncio.BufferedProtocol):
+    """Received bytes and the socket's state, for one :class:`_Stream`.
+
+    Buffered, so the kernel copies into a buffer that is reused. A plain
+    protocol's transport allocates 256 KiB per receive; until glibc's dynamic
+    mmap threshold has risen past that, each is an mmap and munmap: 12 µs of
+    system calls for every trickled SSE frame, against 1.3 µs for the receive
+    itself. (In the bridge the threshold had risen, in a fresh process it had
+    not: the cost of a read no longer depends on the allocator's history.)
+    """
+
+    transport: asyncio.Transport  # set by connection_made, before any other callback
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.buffered = 0
+        self.eof = False
+        self.error: Exception | None = None
+        self.reader: asyncio.Future[None] | None = None
+        self.writer: asyncio.Future[None] | None = None  # set while the kernel buffer is full
+        self.paused = False
+        # The waiting reader's deadline (loop time; None: no timeout), and the timer
+        # that enforces it (see wait_until).
+        self.deadline: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # asyncio calls buffer_updated right after filling the buffer, before any
+        # other callback of this thread's loop, so one buffer serves every socket.
+        view: memoryview | None = getattr(_recv, "view", None)
+        if view is None:
+            view = _recv.view = memoryview(bytearray(_RECV_BYTES))
+        return view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(bytes(_recv.view[:nbytes]))
+
+    def data_received(self, data: bytes) -> None:
+        self.chunks.append(data)
+        self.buffered += len(data)
+        if self.buffered > _HIGH_WATER and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake_reader()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._wake_reader()
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.eof = True
+        self.error = exc
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._wake_reader()
+        self.resume_writing()  # a writer waiting for room learns of the close
+
+    def wait_until(self, loop: asyncio.AbstractEventLoop, deadline: float | None) -> None:
+        """Time the reader about to wait out at ``deadline``.
+
+        One timer serves many reads: a timer per read (set, then cancelled when
+        the bytes came) cost two heap operations and a cancelled handle per
+        trickled frame. The timer stays set across reads; when it fires, a deadline
+        that later reads moved past it sets it again, for then.
+        """
+        self.deadline = deadline
+        timer = self._timer
+        if deadline is not None and (timer is None or deadline < timer.when()):
+            if timer is not None:
+                timer.cancel()
+            self._timer = loop.call_at(deadline, self._expire, loop)
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        reader, deadline = self.reader, self.deadline
+        if reader is None or reader.done() or deadline is None:
+            return  # nobody waits (the next read sets a timer), or without a timeout
+        if deadline > loop.time() + 0.001:
+            self._timer = loop.call_at(deadline, self._expire, loop)
+        else:
+            reader.set_exception(httpx.ReadTimeout("read timed out"))
+
+    def pause_writing(self) -> None:
+        if self.writer is None:
+            self.writer = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        writer, self.writer = self.writer, None
+        if writer is not None and not writer.done():
+            writer.set_result(None)
+
+    def _wake_reader(self) -> None:
+        reader = self.reader
+        if reader is not None and not reader.done():
+            reader.set_result(None)
+
+    def take(self, max_bytes: int) -> bytes:
+        chunks = self.chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if len(data) > max_bytes:
+            data, rest = data[:max_bytes], data[max_bytes:]
+            self.chunks = [rest]
+            self.buffered = len(rest)
+        else:
+            self.chunks = []
+            self.buffered = 0
+        if self.paused and self.buffered < _HIGH_WATER // 2:
+            self.paused = False
+            self.transport.resume_reading()
+        return data
+
+
+class _Stream:
+    """One TCP (or TLS) connection: reads with a timeout, writes with back-pressure."""
+
+    def __init__(self, transport: asyncio.Transport, sock: _Socket) -> None:
+        self._transport = transport
+        self._sock = sock
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        """Up to ``max_bytes`` received bytes; ``b""`` at the peer's end of stream."""
+        sock = self._sock
+        if not sock.chunks:
+            if not sock.eof:
+                loop = asyncio.get_running_loop()
+                sock.reader = waiter = loop.create_future()
+                sock.wait_until(loop, None if timeout is None else loop.time() + timeout)
+                try:
+                    await waiter
+                finally:
+                    sock.reader = None
+            if not sock.chunks:
+                if sock.error is not None:
+                    raise httpx.ReadError(str(sock.error) or type(sock.error).__name__)
+                return b""
+        return sock.take(max_bytes)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        if self._transport.is_closing():
+            raise httpx.WriteError("the connection is closed")
+        self._transport.write(buffer)
+        writer = self._sock.writer
+        if writer is not None:  # the kernel buffer is full: wait, as a blocking write would
+            try:
+                await asyncio.wait_for(asyncio.shield(writer), timeout)
+            except TimeoutError:
+                raise httpx.WriteTimeout("write timed out") from None
+            if self._transport.is_closing():
+                raise httpx.WriteError("the connection closed while writing")
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def readable(self) -> bool:
+        """Whether an idle connection has news: bytes nobody asked for, or its close."""
+        return self._sock.eof or bool(self._sock.chunks)
+
+    async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str, timeout: float | None) -> _Stream:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                transport = await loop.start_tls(
+                    self._transport, self._sock, ssl_context, server_hostname=server_hostname
+                )
+        except TimeoutError:
+            self._transport.close()
+            raise httpx.ConnectTimeout("TLS handshake timed out") from None
+        except (OSError, ssl.SSLError) as exc:
+            self._transport.close()
+            raise httpx.ConnectError(str(exc) or type(exc).__name__) from None
+        if transport is None:
+            raise httpx.ConnectError("the connection closed during the TLS handshake")
+        assert isinstance(transport, asyncio.Transport)
+        self._sock.transport = transport
+        return _Stream(transport, self._sock)
+
+
+async def connect(host: str, port: int, timeout: float | None) -> _Stream:
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(timeout):
+            transport, sock = await loop.create_connection(_Socket, host, port)
+    except TimeoutError:
+        raise httpx.ConnectTimeout("connect timed out") from None
+    except OSError as exc:
+        raise httpx.ConnectError(str(exc) or type(exc).__name__) from None
+    assert isinstance(transport, asyncio.Transport)
+    return _Stream(transport, sock)
+
+
+# ------------------------------------------------------------------ HTTP/1.1 --
+
+# Bytes asked of a socket per read: a body read takes what has arrived, up to this.
+_READ_BYTES = 64 * 1024
+# A response head (status line and headers) larger than this is refused, as httpcore does.
+_MAX_HEAD_BYTES = 100 * 1024
+# Request bytes gathered before a write: a small request is one write, a large body streams.
+_WRITE_BYTES = 64 * 1024
+
+Origin = tuple[bytes, bytes, int]
+
+
+_BLANK_LINE = re.compile(rb"\n\r?\n")
+
+
+def _head_end(seen: bytes, data: bytes) -> int | None:
+    """Where in ``data`` the response head ends, as h11 reads it (at the first blank
+    line; a head that begins with one is empty), once h11 was given ``seen``, the
+    head's last bytes so far (at most two)."""
+    if not seen:
+        if data[:1] == b"\n":
+            return 1
+        if data[:2] == b"\r\n":
+            return 2
+    match = _BLANK_LINE.search(seen + data)
+    return None if match is None or match.end() <= len(seen) else match.end() - len(seen)
+
+
+def _chunked(method: str, head: h11.Response) -> bool:
+    """Whether the body is chunked, by h11's rules (it has checked that a
+    Transfer-Encoding is ``chunked``, and lowercased the names)."""
+    if head.status_code in (204, 304) or method in ("HEAD", "CONNECT"):
+        return False
+    return any(name == b"transfer-encoding" for name, _ in head.headers)
+
+
+def _protocol_error(exc: h11.ProtocolError) -> httpx.TransportError:
+    if isinstance(exc, h11.RemoteProtocolError):
+        return httpx.RemoteProtocolError(str(exc))
+    return httpx.LocalProtocolError(str(exc))
+
+
+class _Connection:
+    """One HTTP/1.1 connection to an origin: its socket and its h11 state."""
+
+    def __init__(self, origin: Origin, stream: _Stream) -> None:
+        self.origin = origin
+        self.stream = stream
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD_BYTES)
+        self.idle_since = 0.0
+        self.unread = b""  # read past the response head; not yet given to h11
+
+    def _next(self) -> object:
+        try:
+            return self.h11.next_event()
+        except h11.ProtocolError as exc:
+            raise _protocol_error(exc) from None
+
+    async def next_event(self, timeout: float | None) -> object:
+        """h11's next event, reading from the socket while h11 needs data."""
+        while (event := self._next()) is h11.NEED_DATA:
+            self.h11.receive_data(await self.stream.read(_READ_BYTES, timeout))
+        return event
+
+    def _bytes(self, event: h11.Request | h11.Data | h11.EndOfMessage) -> bytes:
+        try:
+            return self.h11.send(event) or b""  # None only for a ConnectionClosed, never sent
+        except h11.ProtocolError as exc:
+            raise _protocol_error(exc) from None
+
+    async def send(self, request: httpx.Request, timeout: float | None) -> None:
+        raw = request.headers.raw
+        out = self._bytes(h11.Request(method=request.method, target=request.url.raw_path, headers=raw))
+        async for part in request.stream:  # type: ignore[union-attr]
+            out += self._bytes(h11.Data(data=part))
+            if len(out) >= _WRITE_BYTES:
+                await self.stream.write(out, timeout)
+                out = b""
+        await self.stream.write(out + self._bytes(h11.EndOfMessage()), timeout)
+
+    async def response(self, timeout: float | None) -> h11.Response:
+        """The final response's head. h11 is given the head's bytes only: what
+        follows it waits in ``unread`` for the body's reader (see :class:`_Body`)."""
+        seen = b""  # the head's last bytes given to h11 so far
+        while True:
+            event = self._next()
+            if isinstance(event, h11.Response):
+                return event
+            if isinstance(event, h11.ConnectionClosed):
+                raise httpx.RemoteProtocolError("the server closed the connection without a response")
+            if event is not h11.NEED_DATA:  # an InformationalResponse (1xx): the final one follows
+                seen = b""
+                continue
+            data, self.unread = self.unread or await self.stream.read(_READ_BYTES, timeout), b""
+            if data:
+                end = _head_end(seen, data)
+                if end is not None:
+                    data, self.unread = data[:end], data[end:]
+                seen = (seen + data)[-2:]
+            self.h11.receive_data(data)  # b"": the peer's end of stream, which h11 judges
+
+    def reusable(self) -> bool:
+        # Bytes past the response's end were sent unasked: the next request would read them as its answer.
+        return self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE and not self.h11.trailing_data[0]
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+class _Body(httpx.AsyncByteStream):
+    """A response body; its close hands the connection back.
+
+    A chunked body's chunks are decoded here (:mod:`bridge.wire.chunked`), as many
+    as each read brought in one piece; from the last chunk on, and for any
+    other body, h11 reads it.
+    """
+
+    def __init__(self, pool: Transport, conn: _Connection, timeout: float | None, is_chunked: bool) -> None:
+        self._pool = pool
+        self._conn: _Connection | None = conn
+        self._timeout = timeout
+        self._chunked = is_chunked
+        self._ended = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        conn = self._conn
+        if conn is None:
+            raise httpx.StreamClosed()
+        try:
+            if self._chunked:
+                decoder = chunked.Decoder(_MAX_HEAD_BYTES)
+                data, conn.unread = conn.unread, b""
+                while not decoder.done:
+                    if not data:
+                        data = await conn.stream.read(_READ_BYTES, self._timeout)
+                        if not data:
+                            raise httpx.RemoteProtocolError("the server closed the connection before the body ended")
+                    try:
+                        body = decoder.feed(data)
+                    except chunked.ChunkedError as exc:
+                        if exc.body:
+                            yield exc.body  # what came before the fault, as h11 would give it
+                        raise httpx.RemoteProtocolError(str(exc)) from None
+                    data = b""
+                    if body:
+                        yield body
+                conn.h11.receive_data(decoder.rest)  # the last chunk on: h11's
+            elif conn.unread:
+                data, conn.unread = conn.unread, b""
+                conn.h11.receive_data(data)
+            while True:
+                event = await conn.next_event(self._timeout)
+                if type(event) is h11.Data:
+                    yield bytes(event.data)
+                elif type(event) is h11.EndOfMessage:
+                    self._ended = True
+                    return
+                else:  # ConnectionClosed before the end of the body
+                    raise httpx.RemoteProtocolError("the server closed the connection before the body ended")
+        except BaseException:
+            conn.close()  # mid-body (an error, a cancellation, a reader that stopped): unusable
+            raise
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._pool.release(conn, self._ended)
+
+
+class Transport(httpx.AsyncBaseTransport):
+    """httpx's transport for HTTP/1.1 agents, on :class:`_Socket` connections.
+
+    Keeps up to ``limits.max_keepalive_connections`` idle connections (each for
+    ``limits.keepalive_expiry`` seconds); does not cap open connections, so
+    ``limits.max_connections`` must be None (the bridge bounds Tasks instead).
+    """
+
+    def __init__(self, limits: httpx.Limits, ssl_context: ssl.SSLContext) -> None:
+        if limits.max_connections is not None:
+            raise ValueError("bridge.agents.transport.Transport does not cap connections: pass max_connections=None")
+        self._ssl = ssl_context
+        self._ssl.set_alpn_protocols(["http/1.1"])
+        self._keep = limits.max_keepalive_connections or 0
+        self._expiry = limits.keepalive_expiry
+        self._idle: dict[Origin, list[_Connection]] = {}
+        self._idle_count = 0
+
+    def _take(self, origin: Origin) -> _Connection | None:
+        """The most recently used idle connection to ``origin`` still fit for a request."""
+        idle = self._idle.get(origin)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            self._idle_count -= 1
+            if (self._expiry is None or now - conn.idle_since < self._expiry) and not conn.stream.readable():
+                return conn
+            conn.close()  # expired, or the server closed it (or sent what nobody asked for)
+        return None
+
+    def release(self, conn: _Connection, ended: bool) -> None:
+        """Back to the pool if the exchange ended cleanly and room is left; else closed."""
+        if not ended or not conn.reusable() or self._idle_count >= self._keep:
+            conn.close()
+            return
+        conn.h11.start_next_cycle()
+        conn.idle_since = time.monotonic()
+        self._idle.setdefault(conn.origin, []).append(conn)
+        self._idle_count += 1
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        if url.raw_scheme not in (b"http", b"https"):
+            raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
+        tls = url.raw_scheme == b"https"
+        origin = (url.raw_scheme, url.raw_host, url.port or (443 if tls else 80))
+        timeouts = request.extensions.get("timeout", {})
+        conn = self._take(origin)
+        try:
+            if conn is None:
+                host = url.raw_host.decode("ascii")
+                stream = await connect(host, origin[2], timeouts.get("connect"))
+                if tls:
+                    stream = await stream.start_tls(self._ssl, host, timeouts.get("connect"))
+                conn = _Connection(origin, stream)
+            try:
+                await conn.send(request, timeouts.get("write"))
+            except httpx.WriteError as exc:
+                # A server may answer (a 413, a 401) and close before reading the whole
+                # body: its answer is worth more than the write error, if it sent one.
+                # (A write timeout is not that: the peer is there and does not read.)
+                try:
+                    head = await conn.response(timeouts.get("read"))
+                except httpx.TransportError:
+                    raise exc from None
+            else:
+                head = await conn.response(timeouts.get("read"))
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
+        return httpx.Response(
+            status_code=head.status_code,
+            headers=head.headers,
+            stream=_Body(self, conn, timeouts.get("read"), _chunked(request.method, head)),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason},
+        )
+
+    async def aclose(self) -> None:
+        for conns in self._idle.values():
+            for conn in conns:
+                conn.close()
+        self._idle.clear()
+        self._idle_count = 0
+
+
+def unless_proxied(limits: httpx.Limits, ssl_context: ssl.SSLContext) -> Transport | None:
+    """A :class:`Transport`, or None (httpx's own, which reads the proxy
+    variables) when the environment configures a proxy."""
+    return None if urllib.request.getproxies() else Transport(limits, ssl_context)

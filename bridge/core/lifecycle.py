@@ -1,0 +1,478 @@
+"""The Task lifecycle: state rules, dedupe and sequence numbers. Pure, no IO.
+
+A :class:`TaskRecord` is everything the bridge knows about one Task and is
+exactly what a checkpoint holds. Agent traffic arrives as normalized
+:data:`Update` values (the dialects produce them); :meth:`TaskRecord.apply`
+decides what of it becomes events and advances ``seq`` and ``afterSeq``. The
+IO layers never touch those counters themselves, so the exactly-once rules
+live in this one file and its tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from bridge.core import artifacts
+
+TERMINAL_STATES = frozenset({"completed", "failed", "canceled", "rejected"})
+# The Task waits for a reply; its stream may end without it being lost.
+PAUSED_STATES = frozenset({"input-required", "auth-required"})
+# What the bridge observed that is not an agent state (seed: "Record cancellation,
+# failure, and client timeout separately"). `rejected` is the agent refusing a
+# start; the bridge's own give-ups have their own names.
+BridgeOutcome = Literal[
+    "timeout",  # the bridge's deadline passed; the agent's Task may still run
+    "lost",  # the Task can no longer be observed (resubscribe and tasks/get failed)
+    "cancel-requested",
+    "cancel-failed",  # tasks/cancel failed for good; the Task goes on
+    "rejected",  # the agent refused the start (JSON-RPC error, HTTP 4xx)
+    "start-timeout",  # no first answer to a start in time; the agent may have made a Task
+    "unavailable",  # the agent could not be reached (transport errors, HTTP 5xx) for a start
+    "no-task",  # the agent answered a start without a Task (a bare Message, an empty stream)
+    "agent-removed",  # the Task's agent is no longer in the registry
+    "unreadable",  # the agent sent what the bridge cannot read (over a size cap, not the protocol)
+    "unpublishable",  # stands in for one event its topic could not take; the Task goes on
+]
+# Outcomes after which the bridge follows the Task no more.
+CLOSING_OUTCOMES = frozenset(
+    {"timeout", "lost", "rejected", "start-timeout", "unavailable", "no-task", "agent-removed", "unreadable"}
+)
+# How many recent commandIds a record remembers for dedupe (as digests, so a
+# checkpoint stays small whatever ids producers choose).
+COMMAND_MEMORY = 32
+# Per-artifact dedupe state kept per Task: past this, the oldest finished
+# artifacts are forgotten (a snapshot would republish such an artifact whole,
+# `append: false`, which replaces it: still the same artifact downstream).
+ARTIFACT_MEMORY = 256
+# Artifact ids longer than this are remembered by digest.
+_ARTIFACT_KEY_CHARS = 128
+# History messages published per Task, remembered (by digest) for dedupe.
+MESSAGE_MEMORY = 64
+
+DropReason = Literal["replayed", "duplicate", "after-terminal", "foreign-task", "no-task"]
+EventKind = Literal["status", "artifact", "message", "bridge"]
+
+JSON = dict[str, Any]
+
+
+def is_terminal(state: str | None) -> bool:
+    """Only the four known terminal states end a Task; unknown states never do."""
+    return state in TERMINAL_STATES
+
+
+def _digest(value: object) -> str:
+    return hashlib.blake2b(orjson.dumps(value, option=orjson.OPT_SORT_KEYS), digest_size=12).hexdigest()
+
+
+def command_digest(command_id: str) -> str:
+    """What a record remembers of a commandId: 16 hex characters whatever its length."""
+    return hashlib.blake2b(command_id.encode(), digest_size=8).hexdigest()
+
+
+def artifact_key(artifact_id: str) -> str:
+    return artifact_id if len(artifact_id) <= _ARTIFACT_KEY_CHARS else "#" + _digest(artifact_id)
+
+
+def roll(digest: str, parts: list[Any]) -> str:
+    """Chain ``parts`` onto a running artifact digest, one part at a time, so the
+    digest of a part list does not depend on how it was split into chunks.
+
+    SHA-1, not BLAKE2: this hashes every artifact byte the bridge publishes, and
+    SHA-1 runs at twice BLAKE2's speed here (CPU SHA extensions); it only has to
+    tell an agent's own parts apart, not resist forgery."""
+    for part in parts:
+        digest = hashlib.sha1(
+            digest.encode() + b"\x00" + orjson.dumps(part, option=orjson.OPT_SORT_KEYS), usedforsecurity=False
+        ).hexdigest()[:24]
+    return digest
+
+
+# ---------------------------------------------------------------- updates ---
+#
+# Updates and events are plain slotted dataclasses, not frozen ones: one of each is
+# made per agent event, and a frozen dataclass's __init__ (object.__setattr__ per
+# field) costs twice as much. Nothing mutates them after construction.
+
+
+@dataclass(slots=True)
+class StatusUpdate:
+    task_id: str
+    context_id: str | None
+    state: str
+    message: JSON | None = None
+    source_seq: int | None = None
+
+
+@dataclass(slots=True)
+class ArtifactUpdate:
+    task_id: str
+    context_id: str | None
+    artifact_id: str
+    name: str | None
+    parts: list[Any]
+    append: bool = False
+    last_chunk: bool = False
+    source_seq: int | None = None
+
+
+@dataclass(slots=True)
+class TaskSnapshot:
+    """A whole Task object: the first event of a stream, tasks/get, tasks/cancel."""
+
+    task_id: str
+    context_id: str | None
+    state: str
+    message: JSON | None = None
+    artifacts: tuple[JSON, ...] = ()
+    source_seq: int | None = None
+    history: tuple[JSON, ...] = ()
+
+
+@dataclass(slots=True)
+class MessageUpdate:
+    """A Message the agent streamed on its own (not inside a status). Before the
+    agent names a Task, ``task_id`` is None: it answered without one."""
+
+    task_id: str | None
+    context_id: str | None
+    message: JSON
+    source_seq: int | None = None
+
+
+Update = StatusUpdate | ArtifactUpdate | TaskSnapshot | MessageUpdate
+
+
+# ----------------------------------------------------------------- events ---
+
+
+@dataclass(slots=True)
+class Event:
+    """One record for the events topic, before encoding (see :mod:`bridge.wire.events`)."""
+
+    task_id: str
+    seq: int
+    kind: EventKind
+    body: JSON
+    source_seq: int | None = None
+
+
+@dataclass(slots=True)
+class Dropped:
+    reason: DropReason
+
+
+# ----------------------------------------------------------------- record ---
+
+
+@dataclass(slots=True)
+class ArtifactProgress:
+    parts: int
+    digest: str
+    done: bool
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    """One taskKey's current Task; its checkpoint (see :mod:`bridge.wire.checkpoints`)."""
+
+    task_key: str
+    agent: str
+    task_id: str | None = None
+    context_id: str | None = None
+    # The agent's last state (v0.3 spelling); never a bridge outcome.
+    state: str | None = None
+    # The bridge outcome that closed the Task, if one did (timeout, lost, ...).
+    outcome: str | None = None
+    after_seq: int | None = None
+    seq: int = 0
+    command_ids: list[str] = field(default_factory=list)
+    command_id: str | None = None
+    start_command_id: str | None = None
+    deadline: float | None = None
+    closed: bool = False
+    cancel_pending: str | None = None
+    status_digest: str | None = None
+    artifacts: dict[str, ArtifactProgress] = field(default_factory=dict)
+    # Digests of the history messages (and status messages) published, newest last.
+    messages: list[str] = field(default_factory=list)
+    # What routed the Task when it started (seed: "Store the Agent selector ...
+    # together"): a config change must not re-route a live Task.
+    endpoint: str | None = None
+    dialect: str | None = None
+    agent_code: str | None = None
+    # The events topic its first event went to: all of a Task's events stay there.
+    events_topic: str | None = None
+    # The W3C trace context of the start, continued to the agent and the events.
+    traceparent: str | None = None
+    # Unix time the Task closed (a closed record is kept for a dedupe window).
+    closed_at: float | None = None
+    # A sequenced Task whose snapshot (tasks/get) published what its SSE replay had
+    # not yet delivered: replay after ``after_seq`` would repeat it, so from then on
+    # the Task is followed by snapshots only, in this process and after a restore.
+    snapshots_only: bool = False
+    # The start's business record: published on the Task's first event, then
+    # dropped (never in the shared checkpoints topic: workspace data stays routed).
+    metadata: JSON | None = None
+    # The events topic partition of the Task's key, computed once (not checkpointed).
+    events_partition: int | None = field(default=None, compare=False, repr=False)
+
+    # ---------------------------------------------------------- commands --
+
+    def seen(self, command_id: str) -> bool:
+        return command_digest(command_id) in self.command_ids
+
+    def remember(self, command_id: str) -> None:
+        digest = command_digest(command_id)
+        if digest not in self.command_ids:
+            self.command_ids.append(digest)
+            del self.command_ids[:-COMMAND_MEMORY]
+
+    @property
+    def paused(self) -> bool:
+        return self.state in PAUSED_STATES
+
+    @property
+    def started(self) -> bool:
+        return self.task_id is not None
+
+    @property
+    def ended_as(self) -> str | None:
+        """How the Task ended: the bridge outcome that closed it, else the agent's state."""
+        return self.outcome or self.state
+
+    # ----------------------------------------------------------- updates --
+
+    def apply(self, update: Update, max_artifact_bytes: int | None = None) -> list[Event | Dropped]:
+        """Turn one agent update into events, dropping what was already published.
+
+        ``afterSeq`` advances for every update with an SSE id that is not a
+        replay, published or not: it is the cursor of what was *processed*.
+        Artifact parts beyond ``max_artifact_bytes`` are spread over several
+        events (see :mod:`bridge.core.artifacts`).
+        """
+        if self.closed:
+            return [Dropped("after-terminal")]
+        src = update.source_seq
+        if src is not None and self.after_seq is not None and src <= self.after_seq:
+            return [Dropped("replayed")]
+        task_id = update.task_id
+        if task_id is None:  # a Message that names no Task
+            if self.task_id is None:
+                return [Dropped("no-task")]
+            task_id = self.task_id
+        if self.task_id is None:
+            self.task_id = task_id
+        elif task_id != self.task_id:
+            return [Dropped("foreign-task")]
+        if update.context_id and not self.context_id:
+            self.context_id = update.context_id
+        if src is not None:
+            self.after_seq = src
+        if isinstance(update, StatusUpdate):
+            return [self._status(update.state, update.message, src)]
+        if isinstance(update, ArtifactUpdate):
+            return self._artifact(update, max_artifact_bytes)
+        if isinstance(update, MessageUpdate):
+            return [self._message(update.message, src)]
+        return self._snapshot(update, max_artifact_bytes)
+
+    def _status(self, state: str, message: JSON | None, src: int | None) -> Event | Dropped:
+        digest = _digest([state, message])
+        if digest == self.status_digest:
+            return Dropped("duplicate")
+        self.status_digest = digest
+        self.state = state
+        terminal = is_terminal(state)
+        self.closed = terminal
+        if message is not None:
+            # The agent may also list it in the Task's history: publish it once.
+            self._seen_message(message)
+        body: JSON = {"state": state, "terminal": terminal, "message": message}
+        return self._event("status", body, src)
+
+    def _seen_message(self, message: JSON) -> bool:
+        """Whether ``message`` was published already; remembers it if not."""
+        mid = message.get("messageId")
+        digest = _digest(["id", mid] if isinstance(mid, str) and mid else ["content", message])
+        if digest in self.messages:
+            return True
+        self.messages.append(digest)
+        del self.messages[:-MESSAGE_MEMORY]
+        return False
+
+    def _message(self, message: JSON, src: int | None) -> Event | Dropped:
+        if self._seen_message(message):
+            return Dropped("duplicate")
+        return self._event("message", {"message": message}, src)
+
+    def _artifact(self, u: ArtifactUpdate, cap: int | None) -> list[Event | Dropped]:
+        key = artifact_key(u.artifact_id)
+        known = self.artifacts.get(key)
+        if u.append and known is not None:
+            progress = ArtifactProgress(known.parts + len(u.parts), roll(known.digest, u.parts), u.last_chunk)
+        else:
+            progress = ArtifactProgress(len(u.parts), roll("", u.parts), u.last_chunk)
+            if known is not None and known.digest == progress.digest and known.done == u.last_chunk:
+                return [Dropped("duplicate")]
+        # Progress counts the agent's own parts, so a snapshot compares against
+        # them however the parts were split into records.
+        self.artifacts.pop(key, None)  # re-inserted: the dict runs oldest to newest
+        self.artifacts[key] = progress
+        if len(self.artifacts) > ARTIFACT_MEMORY:
+            oldest = next((k for k, a in self.artifacts.items() if a.done), next(iter(self.artifacts)))
+            del self.artifacts[oldest]
+        groups = artifacts.split(u.parts, cap)
+        out: list[Event | Dropped] = []
+        for i, parts in enumerate(groups):
+            body: JSON = {
+                "artifact": {
+                    "artifactId": u.artifact_id,
+                    "name": u.name,
+                    "parts": parts,
+                    "append": bool(u.append and known is not None) or i > 0,
+                    "lastChunk": u.last_chunk and i == len(groups) - 1,
+                }
+            }
+            out.append(self._event("artifact", body, u.source_seq))
+        return out
+
+    def _snapshot(self, snap: TaskSnapshot, cap: int | None) -> list[Event | Dropped]:
+        """Publish what a whole Task shows that was not published yet, once.
+
+        An artifact whose published parts are a prefix of the snapshot's gets
+        only the missing tail (append); one that differs is replaced whole.
+        Status goes last so that a terminal state is the last event.
+        """
+        out: list[Event | Dropped] = [self._message(m, snap.source_seq) for m in snap.history]
+        terminal = is_terminal(snap.state)
+        for art in snap.artifacts:
+            artifact_id = str(art.get("artifactId", ""))
+            parts = list(art.get("parts") or [])
+            known = self.artifacts.get(artifact_key(artifact_id))
+            if known is not None and len(parts) >= known.parts and roll("", parts[: known.parts]) == known.digest:
+                tail = parts[known.parts :]
+                if not tail and (known.done or not terminal):
+                    continue
+                update = ArtifactUpdate(
+                    snap.task_id, snap.context_id, artifact_id, art.get("name"), tail, append=True, last_chunk=terminal
+                )
+            else:
+                update = ArtifactUpdate(
+                    snap.task_id,
+                    snap.context_id,
+                    artifact_id,
+                    art.get("name"),
+                    parts,
+                    append=False,
+                    last_chunk=terminal,
+                )
+            out.extend(self._artifact(update, cap))
+        out.append(self._status(snap.state, snap.message, snap.source_seq))
+        return [e for e in out if isinstance(e, Event)] or [Dropped("duplicate")]
+
+    # ---------------------------------------------------- bridge outcomes --
+
+    def report(self, outcome: BridgeOutcome, reason: str | None = None, message: JSON | None = None) -> Event | Dropped:
+        """A bridge-observed outcome: not an agent state, never conflated with one
+        (``state`` keeps the agent's last state). ``message``: what the agent said,
+        for a start it answered without a Task."""
+        if self.closed:
+            return Dropped("after-terminal")
+        closing = outcome in CLOSING_OUTCOMES
+        if closing:
+            self.closed = True
+            self.outcome = outcome
+        body: JSON = {"outcome": outcome, "terminal": closing}
+        if reason:
+            body["reason"] = reason
+        if message is not None:
+            body["message"] = message
+        if self.task_id is None:
+            # The agent never named a Task: name the would-be Task after the start
+            # command, so the event still has a key.
+            self.task_id = f"start-{self.start_command_id or self.task_key}"
+        return self._event("bridge", body, None)
+
+    def _event(self, kind: EventKind, body: JSON, src: int | None) -> Event:
+        assert self.task_id is not None
+        self.seq += 1
+        return Event(self.task_id, self.seq, kind, body, src)
+
+
+class ClosedTask:
+    """A closed Task while its key is inside the dedupe window: only what dedupe
+    and the command rules need (its key, digests of its last commandIds, how it
+    ended, when). A few hundred bytes, where a live :class:`TaskRecord` costs
+    kilobytes; it answers :func:`bridge.wire.commands.decide` like one.
+
+    After ``closed_retention_seconds`` its checkpoint is tombstoned and it is
+    forgotten: a commandId repeated after that is new to the bridge.
+    """
+
+    __slots__ = ("_digests", "agent", "closed_at", "ended_as", "task_key")
+    closed = True
+    paused = False
+    state = None
+
+    def __init__(self, task_key: str, agent: str, ended_as: str | None, command_ids: list[str], closed_at: float):
+        self.task_key = task_key
+        self.agent = sys.intern(agent)
+        self.ended_as = None if ended_as is None else sys.intern(ended_as)
+        self._digests = bytes.fromhex("".join(command_ids))
+        self.closed_at = closed_at
+
+    @classmethod
+    def of(cls, record: TaskRecord, closed_at: float) -> ClosedTask:
+        return cls(record.task_key, record.agent, record.ended_as, record.command_ids, closed_at)
+
+    @property
+    def command_ids(self) -> list[str]:
+        d = self._digests.hex()
+        return [d[i : i + 16] for i in range(0, len(d), 16)]
+
+    def seen(self, command_id: str) -> bool:
+        return command_digest(command_id) in self.command_ids
+
+    def __repr__(self) -> str:
+        return f"ClosedTask({self.task_key!r}, {self.ended_as!r}, closed_at={self.closed_at})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ClosedTask) and (
+            self.task_key,
+            self.agent,
+            self.ended_as,
+            self._digests,
+            self.closed_at,
+        ) == (other.task_key, other.agent, other.ended_as, other._digests, other.closed_at)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def new_task(
+    task_key: str,
+    agent: str,
+    command_id: str,
+    *,
+    deadline: float | None,
+    metadata: JSON | None,
+    context_id: str | None = None,
+    previous: TaskRecord | ClosedTask | None = None,
+) -> TaskRecord:
+    """The record for a fresh start; remembers the previous Task's command ids."""
+    record = TaskRecord(
+        task_key=task_key,
+        agent=agent,
+        context_id=context_id,
+        command_id=command_id,
+        start_command_id=command_id,
+        deadline=deadline,
+        metadata=metadata,
+        command_ids=list(previous.command_ids) if previous else [],
+    )
+    record.remember(command_id)
+    return record

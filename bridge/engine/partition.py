@@ -1,0 +1,588 @@
+"""One owned commands partition: restore, command dispatch, outputs.
+
+On assignment :meth:`PartitionOwner.open` starts the partition's producer
+(fencing a zombie), reads the checkpoints partition with the same number to
+its end (``read_committed``), and resumes every live Task before the first
+new command is taken. Commands then flow through :meth:`on_command`; which of
+them are absorbed, and what offset to commit, is :mod:`bridge.core.offsets`.
+
+Everything written here is sized against its topic's record budget first
+(:mod:`bridge.core.limits`): events through :func:`bridge.wire.events.encode_within`,
+DLQ copies by keeping the first bytes that fit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable
+from typing import TypeAlias
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+from bridge import __version__
+from bridge.agents.client import AgentClient
+from bridge.config.model import Config
+from bridge.core.lifecycle import ClosedTask, Dropped, Event, TaskRecord, new_task
+from bridge.core.limits import Headers, RecordLimits, record_size
+from bridge.core.offsets import PartitionOffsets, Position
+from bridge.engine.runner import TaskRunner
+from bridge.kafka.transaction import OutRecord, PartitionTransactions, ProducerLoop, partition_for
+from bridge.observe import metrics, tracing
+from bridge.wire import checkpoints, events
+from bridge.wire.commands import Act, Command, Duplicate, Invalid, Refuse, decide, decode
+
+log = logging.getLogger(__name__)
+
+Raw: TypeAlias = "ConsumerRecord[bytes, bytes]"
+
+# A DLQ copy keeps the original key up to this many bytes (the rest of the
+# record budget goes to the value).
+_DLQ_KEY_BYTES = 1024
+# Original headers copied onto a DLQ record, at most this many bytes in all.
+_DLQ_HEADER_BYTES = 4096
+# Restore yields to the event loop after decoding this many records (about
+# 10 ms of work), so heartbeats and other partitions' traffic go on.
+_RESTORE_STEP = 2000
+
+
+class PartitionOwner:
+    def __init__(
+        self,
+        config: Config,
+        partition: int,
+        clients: dict[str, AgentClient],
+        *,
+        limits: Callable[[], RecordLimits],
+        refused: set[str] | None = None,
+        admit: Callable[[], bool] = lambda: True,
+        partitions: Callable[[str], int | None] = lambda topic: None,
+        resume_turn: Callable[[], Awaitable[None]] | None = None,
+        producers: ProducerLoop | None = None,
+    ) -> None:
+        self.config = config
+        self.partition = partition
+        self._clients = clients
+        self._limits = limits
+        # Records the broker refused before (see TransactionFailed.refused):
+        # made again after a rebuild, they are written as stand-ins instead.
+        self._refused = refused if refused is not None else set()
+        self._admit = admit
+        self._resume_turn = resume_turn
+        # How many partitions a topic has (None: unknown, looked up at commit).
+        self._partitions = partitions
+        self.records: dict[str, TaskRecord | ClosedTask] = {}
+        self.runners: dict[str, TaskRunner] = {}
+        # Closed Tasks in the order they closed: each is tombstoned a window later.
+        self._closed_order: deque[tuple[float, str]] = deque()
+        self.closed_held = 0
+        # Runners whose Task is not paused: what max_in_flight_tasks counts.
+        self.active: set[str] = set()
+        self.offsets = PartitionOffsets()
+        # Events and dropped updates by kind/reason since the last tick (see _count).
+        self._counts: defaultdict[str, int] = defaultdict(int)
+        # Starts waiting for capacity (and later commands of their keys), in order.
+        self._parked: deque[tuple[Command, Raw]] = deque()
+        self._parked_keys: dict[str, int] = {}
+        self._parked_bytes = 0
+        self._deferred_keys: set[str] = set()
+        self._resent: set[str] = set()
+        self.txn = PartitionTransactions(config, partition, self._position, limits, producers)
+        self._committer: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
+        self.failed: BaseException | None = None
+        self.ready = False
+        # Where the checkpoints say this partition's commands continue.
+        self.restored_offset: int | None = None
+
+    # ------------------------------------------------------------- lifecycle --
+
+    async def open(self) -> None:
+        """Start the producer (fencing a zombie), restore, resume.
+
+        The restore keeps only each key's newest record and decodes them one at a
+        time, yielding to the event loop every :data:`_RESTORE_STEP` records, so a
+        partition with a million closed Tasks does not starve heartbeats. Live
+        Tasks reconnect in turn (:meth:`resume_turn`), so ten thousand of them
+        stampede neither their agent nor this process's event loop.
+        """
+        started = time.monotonic()
+        await self.txn.start()
+        restorer = await self._read_checkpoints()
+        rejected = 0
+        try:
+            part = restorer.partition()
+        except checkpoints.CheckpointError:
+            part, rejected = None, 1
+        self.restored_offset = part.offset if part else None
+        self.offsets = PartitionOffsets(self.restored_offset, part.absorbed_above if part else ())
+        self._resent = set(part.starts_in_flight) if part else set()
+        now = time.time()
+        live: list[TaskRecord] = []
+        closed: list[tuple[float, str]] = []
+        for n, record in enumerate(restorer.tasks(), 1):
+            if n % _RESTORE_STEP == 0:
+                await asyncio.sleep(0)
+            if isinstance(record, checkpoints.CheckpointError):
+                rejected += 1
+            elif isinstance(record, ClosedTask):
+                record.closed_at = record.closed_at or now  # older checkpoints: a whole window from now
+                closed.append((record.closed_at, record.task_key))
+                self.records[record.task_key] = record
+            else:
+                live.append(record)
+                self.records[record.task_key] = record
+        closed.sort()
+        self._closed_order.extend(closed)
+        self.closed_held = len(closed)
+        metrics.CHECKPOINTS_RESTORED.inc(restorer.records)
+        if rejected:
+            metrics.CHECKPOINTS_REJECTED.inc(rejected)
+            log.error(
+                "partition %d: %d checkpoint record(s) could not be decoded and were skipped", self.partition, rejected
+            )
+        self._sweep(now)
+        for record in live:
+            self._run(record, None)
+        self._committer = asyncio.create_task(self._commit_loop(), name=f"committer-{self.partition}")
+        metrics.RESTORE_SECONDS.observe(time.monotonic() - started)
+        self.ready = True
+        log.info(
+            "partition %d restored: %d records read, %d live Tasks, %d closed Tasks in the dedupe window",
+            self.partition,
+            restorer.records,
+            len(live),
+            self.closed_held,
+        )
+
+    async def _read_checkpoints(self) -> checkpoints.Restorer:
+        tp = TopicPartition(self.config.kafka.checkpoints_topic, self.partition)
+        consumer = AIOKafkaConsumer(
+            isolation_level="read_committed", enable_auto_commit=False, **self.config.kafka.client_options()
+        )
+        await consumer.start()
+        try:
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            end = (await consumer.end_offsets([tp]))[tp]
+            restorer = checkpoints.Restorer()
+            while await consumer.position(tp) < end:
+                batch = await consumer.getmany(tp, timeout_ms=500)
+                for r in batch.get(tp, []):
+                    restorer.feed(r.key, r.value)
+            return restorer
+        finally:
+            await consumer.stop()
+
+    async def close(self, *, flush: bool = True) -> None:
+        """Stop streams, commit what they produced (unless failed), close the producer.
+
+        The committer is never cancelled mid-transaction (its swapped-out
+        outbox would be lost while later checkpoints commit: a gap). It is
+        asked to finish, and makes the final commit itself.
+        """
+        self.ready = False
+        await asyncio.gather(*(r.stop() for r in list(self.runners.values())), return_exceptions=True)
+        try:
+            if self._committer is not None:
+                if not flush:
+                    self.failed = self.failed or RuntimeError("closed without flush")
+                self._closing.set()
+                self.txn.wake.set()
+                await asyncio.gather(self._committer, return_exceptions=True)
+        finally:
+            await self.txn.stop()
+
+    async def _commit_loop(self) -> None:
+        interval = self.config.bridge.commit_interval_ms / 1000
+        clock = asyncio.get_running_loop().time
+        deadline = clock() + interval * tick_phase(self.partition)
+        try:
+            while self.failed is None:
+                if self._closing.is_set():
+                    pass
+                elif deadline > clock():
+                    # One loop turn from the deadline to the commit (asyncio.wait_for
+                    # took three or four, each a busy loop's full round of readers).
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout_at(deadline):
+                            await self.txn.wake.wait()
+                else:
+                    await asyncio.sleep(0)  # behind: commit at once, yet never without yielding
+                deadline = next_tick(deadline, clock(), interval)
+                # Runners are stopped before closing is set: a commit that starts
+                # after seeing it holds everything they produced.
+                closing = self._closing.is_set()
+                self._sweep(time.time())
+                self._count()
+                await self.txn.commit()
+                if closing:
+                    return
+        except Exception as exc:
+            # The transaction was aborted; in-memory state is ahead of Kafka.
+            # The service rebuilds this partition from Kafka.
+            log.warning("%s; rebuilding it from its checkpoints", exc)
+            self.failed = exc
+            self.ready = False
+
+    def _count(self) -> None:
+        """Per-event counters go to Prometheus once a tick (a labelled inc per event
+        was a measurable share of the hot path)."""
+        for name, n in self._counts.items():
+            if n:
+                child = metrics.EVENTS_BY_KIND.get(name) or metrics.DROPPED_BY_REASON.get(name)
+                if child is not None:
+                    child.inc(n)
+        self._counts.clear()
+
+    # --------------------------------------------------------------- offsets --
+
+    def _position(self) -> Position:
+        return self.offsets.position()
+
+    def absorb(self, offset: int, record: TaskRecord | None = None, command_id: str | None = None) -> None:
+        """The command at ``offset`` is done; its effect on ``record`` goes into
+        this tick's transaction together with the offset."""
+        self.offsets.absorb(offset)
+        if record is not None:
+            if command_id is not None:
+                record.remember(command_id)
+            self.txn.mark(record)
+
+    def changed(self, record: TaskRecord) -> None:
+        self.txn.mark(record)
+
+    def start_resent(self, command_id: str) -> bool:
+        return command_id in self._resent
+
+    def activity(self, task_key: str, active: bool) -> None:
+        if active:
+            self.active.add(task_key)
+        else:
+            self.active.discard(task_key)
+
+    # -------------------------------------------------------------- commands --
+
+    def on_command(self, raw: Raw) -> None:
+        if not self.offsets.take(raw.offset):
+            return  # absorbed or in flight already: a re-read
+        cmd = decode(raw.value, raw.key, max_bytes=self.config.kafka.max_command_bytes)
+        if isinstance(cmd, Invalid):
+            self.dead_letter(raw, cmd.reason, cmd.detail, agent=cmd.agent)
+            return
+        if cmd.type == "start" and cmd.agent not in self._clients:
+            self.dead_letter(raw, "unknown-agent", f"no agent {cmd.agent!r} in the registry", cmd)
+            return
+        key = cmd.task_key
+        if key in self._deferred_keys:
+            self.offsets.defer(raw.offset)  # behind a start of its key that waits: keep their order
+        elif self._parked_keys.get(key):
+            self._park(cmd, raw)
+        else:
+            self._dispatch_safely(cmd, raw)
+
+    def _dispatch_safely(self, cmd: Command, raw: Raw, admitted: bool = False) -> None:
+        try:
+            self.dispatch(cmd, raw, admitted)
+        except Exception as exc:
+            # A bug must not turn one command into a crash loop of the whole process.
+            log.exception("partition %d: command at offset %d failed", self.partition, raw.offset)
+            if self.offsets.is_in_flight(raw.offset) and cmd.task_key not in self.runners:
+                self.dead_letter(raw, "bridge-error", f"the bridge failed on it: {type(exc).__name__}", cmd)
+            else:
+                self.failed = exc  # state may be half-changed: rebuild from Kafka
+
+    def dispatch(self, cmd: Command, raw: Raw, admitted: bool = False) -> None:
+        """A command in flight goes to its Task's runner, or by the rules of :func:`decide`."""
+        runner = self.runners.get(cmd.task_key)
+        if runner is not None:
+            runner.deliver(cmd, raw)
+            return
+        record = self.records.get(cmd.task_key)
+        decision = decide(cmd, record)
+        if isinstance(decision, Duplicate):
+            metrics.COMMANDS.labels(cmd.type, "duplicate").inc()
+            self.absorb(raw.offset)
+        elif isinstance(decision, Refuse):
+            self.dead_letter(raw, decision.reason, decision.detail, cmd)
+        else:
+            assert isinstance(decision, Act) and cmd.type == "start" and cmd.agent is not None
+            if not admitted and not self._admit():
+                self._hold(cmd, raw)
+                return
+            metrics.COMMANDS.labels("start", "accepted").inc()
+            self.offsets.begin(raw.offset, cmd.command_id)
+            deadline_s = cmd.deadline_seconds or self.config.bridge.default_deadline_seconds
+            fresh = new_task(
+                cmd.task_key,
+                cmd.agent,
+                cmd.command_id,
+                deadline=time.time() + deadline_s,
+                metadata=cmd.metadata,
+                context_id=cmd.context_id,
+                previous=record,
+            )
+            route = self._clients[cmd.agent].config
+            fresh.endpoint, fresh.dialect, fresh.agent_code = route.url, route.dialect, route.agent_code
+            fresh.events_topic = self.config.events_topic(cmd.agent)
+            fresh.traceparent = tracing.traceparent(raw.headers)
+            if isinstance(record, ClosedTask):
+                self.closed_held -= 1
+            self.records[cmd.task_key] = fresh
+            self._run(fresh, (cmd, raw))
+
+    # ------------------------------------------------------------- intake --
+    #
+    # A start that finds no capacity waits, and so does every later command of its
+    # taskKey (commands of one key keep their order); commands of other keys go on.
+    # Waiting starts are parked in memory, decoded once, up to max_parked_starts;
+    # past that, a start is dropped from memory and read again later from Kafka
+    # (bridge.core.offsets: deferred). Either way its offset holds the committed one.
+
+    def _hold(self, cmd: Command, raw: Raw) -> None:
+        cfg = self.config.bridge
+        if len(self._parked) < cfg.max_parked_starts and self._parked_bytes < cfg.max_parked_bytes:
+            self._park(cmd, raw)
+        else:
+            self.offsets.defer(raw.offset)
+            self._deferred_keys.add(cmd.task_key)
+
+    def _park(self, cmd: Command, raw: Raw) -> None:
+        self._parked.append((cmd, raw))
+        self._parked_keys[cmd.task_key] = self._parked_keys.get(cmd.task_key, 0) + 1
+        self._parked_bytes += len(raw.value or b"")
+
+    def release(self, admit: Callable[[], bool]) -> None:
+        """Take parked commands, oldest first, while ``admit`` lets starts in."""
+        while self._parked:
+            cmd, raw = self._parked[0]
+            if cmd.type == "start" and not admit():
+                return
+            self._parked.popleft()
+            left = self._parked_keys[cmd.task_key] - 1
+            if left:
+                self._parked_keys[cmd.task_key] = left
+            else:
+                del self._parked_keys[cmd.task_key]
+            self._parked_bytes -= len(raw.value or b"")
+            self._dispatch_safely(cmd, raw, admitted=True)
+
+    def rewind(self) -> int | None:
+        """Where to read deferred starts again from, once nothing is parked."""
+        if self._parked:
+            return None
+        point = self.offsets.rewind()
+        if point is not None:
+            self._deferred_keys.clear()  # re-read in order from here
+        return point
+
+    @property
+    def parked(self) -> int:
+        return len(self._parked)
+
+    def _run(self, record: TaskRecord, start: tuple[Command, Raw] | None) -> None:
+        if record.agent not in self._clients:
+            # Restored, but its agent left the registry: say so once and let it go.
+            log.warning(
+                "partition %d: Task of taskKey %r: agent %r is no longer configured",
+                self.partition,
+                record.task_key[:80],
+                record.agent,
+            )
+            self.publish(record, [record.report("agent-removed", f"agent {record.agent!r} is no longer configured")])
+            metrics.OUTCOMES.labels("agent-removed", record.agent).inc()
+            self._closed(record)
+            return
+        runner = TaskRunner(self, record)
+        self.runners[record.task_key] = runner
+        metrics.LIVE_TASKS.inc()
+        runner.launch(start)
+
+    async def resume_turn(self) -> None:
+        """Wait for a restored Task's turn to reconnect (paced by the service)."""
+        if self._resume_turn is not None:
+            await self._resume_turn()
+
+    def runner_done(self, runner: TaskRunner) -> None:
+        key = runner.record.task_key
+        if self.runners.get(key) is runner:
+            del self.runners[key]
+            self.active.discard(key)
+            metrics.LIVE_TASKS.dec()
+            if runner.record.closed:
+                metrics.OUTCOMES.labels(runner.record.ended_as or "unknown", runner.record.agent).inc()
+                self._closed(runner.record)
+
+    def _closed(self, record: TaskRecord) -> None:
+        """A closed Task keeps only what dedupe needs, for its window."""
+        if self.records.get(record.task_key) is not record:
+            return
+        closed_at = record.closed_at or time.time()
+        self.records[record.task_key] = ClosedTask.of(record, closed_at)
+        self._closed_order.append((closed_at, record.task_key))
+        self.closed_held += 1
+
+    def _sweep(self, now: float) -> None:
+        """Tombstone and forget the closed Tasks whose dedupe window has passed."""
+        horizon = now - self.config.bridge.closed_retention_seconds
+        order = self._closed_order
+        while order and order[0][0] <= horizon:
+            closed_at, key = order.popleft()
+            record = self.records.get(key)
+            if isinstance(record, ClosedTask) and record.closed_at == closed_at:
+                del self.records[key]
+                self.closed_held -= 1
+                self.txn.tombstone(checkpoints.task_key_bytes(key))
+                metrics.TOMBSTONES.inc()
+
+    # --------------------------------------------------------------- outputs --
+
+    def client(self, record: TaskRecord) -> AgentClient:
+        """The agent client a Task started with (its stored route), whatever the config says now."""
+        base = self._clients[record.agent]
+        if record.endpoint is not None:
+            base = base.routed(record.endpoint, record.dialect or base.config.dialect, record.agent_code)
+        return base.for_task(record.task_key)
+
+    def artifact_cap(self, agent: str) -> int:
+        """Artifact parts per record: the configured cap, within the events budget."""
+        budget = self._limits().budget(self.config.events_topic(agent))
+        return min(self.config.bridge.max_artifact_bytes, budget - events.ENVELOPE_RESERVE)
+
+    async def space(self) -> None:
+        await self.txn.space()
+
+    def publish(self, record: TaskRecord, results: list[Event | Dropped]) -> None:
+        now = time.time()
+        topic = record.events_topic or self.config.events_topic(record.agent)
+        budget = self._limits().budget(topic)
+        if record.closed and record.closed_at is None:
+            record.closed_at = now
+        partition = record.events_partition
+        counts = self._counts
+        for r in results:
+            if isinstance(r, Dropped):
+                counts[r.reason] += 1
+                continue
+            origin = f"event:{r.task_id}:{r.seq}"
+            key, value, headers, written = events.encode_within(r, record, now, budget, refused=origin in self._refused)
+            if written is not r:
+                replaced = written.kind == "bridge" and written.body.get("outcome") == "unpublishable"
+                metrics.EVENTS_FITTED.labels("unpublishable" if replaced else "projected").inc()
+                log.warning(
+                    "partition %d: event %d of Task %r %s to fit %s",
+                    self.partition,
+                    r.seq,
+                    r.task_id[:80],
+                    "replaced by an unpublishable marker" if replaced else "projected",
+                    topic,
+                )
+            if partition is None and (n := self._partitions(topic)):
+                partition = record.events_partition = partition_for(key, n)
+            self.txn.add(OutRecord(topic, key, value, headers, origin, partition))
+            counts[written.kind] += 1
+            if r.seq == 1:
+                record.metadata = None  # published with the first event; not kept
+        self.txn.mark(record)
+
+    def dead_letter(
+        self, raw: Raw, reason: str, detail: str, command: Command | None = None, agent: str | None = None
+    ) -> None:
+        """The original bytes to the DLQ with why, in this tick's transaction."""
+        agent = agent or (command.agent if command else None)
+        if agent not in self._clients:
+            agent = None
+        # Even a command too broken to parse goes to the DLQ of the agent whose Task
+        # its key names: a workspace's data stays in its own topics.
+        key = command.task_key if command else (raw.key or b"").decode("utf-8", "replace")
+        record = self.records.get(key)
+        agent = agent or (record.agent if record else None)
+        topic = self.config.dlq_topic(agent)
+        origin = f"dlq:{raw.offset}"
+        key, value, headers = dlq_record(
+            raw,
+            reason,
+            detail,
+            command,
+            budget=self._limits().budget(topic),
+            refused=origin in self._refused,
+        )
+        n = self._partitions(topic)
+        self.txn.add(OutRecord(topic, key, value, headers, origin, partition_for(key, n) if n else None))
+        metrics.DLQ.labels(reason, agent or "none").inc()
+        if command is not None:
+            metrics.COMMANDS.labels(command.type, "dlq").inc()
+        log.info("command at %s/%d/%d to the DLQ: %s", raw.topic, raw.partition, raw.offset, reason)
+        self.absorb(raw.offset)
+
+
+# The golden ratio's fractional part: multiples of it spread any set of partitions
+# evenly over an interval.
+_GOLDEN = 0.6180339887498949
+
+
+def tick_phase(partition: int) -> float:
+    """Where in the commit interval ``partition`` ticks, in [0, 1). Partitions that
+    ticked at the same instant ran their transactions at once and each took longer
+    (bench/README.md); spread, they take turns."""
+    return (partition * _GOLDEN) % 1.0
+
+
+def next_tick(deadline: float, started: float, interval: float) -> float:
+    """The deadline after a tick that began at ``started`` (its own deadline was
+    ``deadline``). Ticks keep to a grid ``interval`` apart, so a busy loop's late
+    wake-up is not added to every later tick (they ran 115 ms apart at 100 ms when
+    each tick restarted the count from its own start); a tick begun early (a full
+    outbox) keeps the grid's deadline; one begun more than an interval late restarts
+    the grid from there instead of committing every tick it missed."""
+    if started < deadline:
+        return deadline
+    deadline += interval
+    return deadline if deadline > started else started + interval
+
+
+def dlq_record(
+    raw: Raw, reason: str, detail: str, command: Command | None, *, budget: int, refused: bool = False
+) -> tuple[bytes | None, bytes, Headers]:
+    """A DLQ copy of ``raw`` within ``budget``: its headers, then why it is here.
+
+    A copy too large keeps the first bytes of the value that fit, and says so:
+    ``dlq_truncated``, ``dlq_original_bytes`` and ``dlq_sha256`` of the whole
+    original value. A copy the broker ``refused`` keeps no value at all.
+    """
+    value = raw.value or b""
+    own: Headers = [
+        ("dlq_reason", reason.encode()),
+        ("dlq_detail", detail.encode()[:1000]),
+        ("dlq_topic", raw.topic.encode()),
+        ("dlq_partition", str(raw.partition).encode()),
+        ("dlq_offset", str(raw.offset).encode()),
+        ("dlq_time", events.rfc3339(time.time()).encode()),
+        ("dlq_bridge_version", __version__.encode()),
+    ]
+    if command is not None:
+        own.append(("dlq_command_id", command.command_id.encode()))
+        own.append(("dlq_command_type", command.type.encode()))
+    original: Headers = [(k, v or b"") for k, v in raw.headers or ()]
+    if sum(len(k) + len(v) for k, v in original) > _DLQ_HEADER_BYTES:
+        original = []
+        own.append(("dlq_headers_dropped", b"true"))
+    key = raw.key
+    if key is not None and len(key) > _DLQ_KEY_BYTES:
+        own.append(("dlq_key_bytes", str(len(key)).encode()))
+        key = key[:_DLQ_KEY_BYTES]
+    headers = original + own
+    if not refused and record_size(key, value, headers) <= budget:
+        return key, value, headers
+    headers += [
+        ("dlq_truncated", b"true"),
+        ("dlq_original_bytes", str(len(value)).encode()),
+        ("dlq_sha256", hashlib.sha256(value).hexdigest().encode()),
+    ]
+    room = 0 if refused else max(0, budget - record_size(key, b"", headers))
+    return key, value[:room], headers

@@ -1,0 +1,659 @@
+"""Following one Task: the agent IO around the pure lifecycle.
+
+A :class:`TaskRunner` lives while its Task is live. It opens the stream (or
+polls), applies every update through :meth:`TaskRecord.apply`, hands the
+results to its partition, and takes the Task's later commands (reply,
+cancel) in order, one at a time: a command is taken only when the previous
+one has been answered. Its own deadlines: the Task's overall deadline, the
+first event of a start, and the resume budget of a dropped stream.
+
+Every command a runner takes ends absorbed (its effect committed with its
+offset) or in the DLQ, whatever happens to the Task: a command still queued
+when the Task ends goes back to the partition's rules; one in flight when a
+follower crashes is answered by the closing event (a start) or the DLQ.
+
+Retry budgets: a dropped stream or failed resume is retried with exponential
+backoff (0.2 s doubling to 10 s, full jitter so that many Tasks do not retry
+in lockstep) until ``resume_deadline_seconds`` pass without progress; then
+the Task is ``lost``. Polling backs off from ``poll_initial_seconds`` to
+``poll_max_seconds`` the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, Literal, Protocol
+
+from aiokafka.structs import ConsumerRecord
+
+from bridge.agents.client import AgentClient, close_stream, rpc_id
+from bridge.config.model import Config
+from bridge.core import policy
+from bridge.core.lifecycle import (
+    JSON,
+    PAUSED_STATES,
+    BridgeOutcome,
+    Dropped,
+    Event,
+    MessageUpdate,
+    StatusUpdate,
+    TaskRecord,
+    TaskSnapshot,
+    Update,
+    is_terminal,
+)
+from bridge.errors import AgentError, AgentNoTask, AgentOversize, RpcError
+from bridge.observe import logs, metrics
+from bridge.wire.commands import Act, Command, Duplicate, Refuse, decide, message_id
+
+log = logging.getLogger(__name__)
+
+Incoming = tuple[Command, "ConsumerRecord[bytes, bytes]"]
+
+
+class Partition(Protocol):
+    """What a runner needs from the partition that owns it."""
+
+    config: Config
+    partition: int
+
+    def publish(self, record: TaskRecord, results: list[Event | Dropped]) -> None: ...
+    def absorb(self, offset: int, record: TaskRecord | None = None, command_id: str | None = None) -> None: ...
+    def changed(self, record: TaskRecord) -> None: ...
+    def dispatch(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None: ...
+    def dead_letter(
+        self, raw: ConsumerRecord[bytes, bytes], reason: str, detail: str, command: Command | None = None
+    ) -> None: ...
+    def space(self) -> Awaitable[None]: ...
+    def resume_turn(self) -> Awaitable[None]: ...
+    def client(self, record: TaskRecord) -> AgentClient: ...
+    def runner_done(self, runner: TaskRunner) -> None: ...
+    def start_resent(self, command_id: str) -> bool: ...
+    def activity(self, task_key: str, active: bool) -> None: ...
+    def artifact_cap(self, agent: str) -> int: ...
+
+
+# Resubscribes that brought nothing, in a row, before a running gateway Task is
+# followed by tasks/get snapshots instead of its replay.
+_FAILED_RESUBSCRIBES = 3
+
+
+def backoff(attempt: int, base: float = 0.2, cap: float = 10.0) -> float:
+    """Exponential backoff with full jitter."""
+    return random.uniform(0, min(cap, base * 2**attempt))
+
+
+class TaskRunner:
+    def __init__(self, part: Partition, record: TaskRecord) -> None:
+        self.part = part
+        self.record = record
+        self.client = part.client(record)
+        # Later commands, in order. Lists, not deques: a live Task costs memory for as
+        # long as it waits (a deque and an asyncio.Event are 600 bytes each).
+        self.inbox: list[Incoming] = []
+        self._waiter: asyncio.Future[None] | None = None
+        self._follower: asyncio.Future[None] | None = None
+        self._background: list[asyncio.Future[None]] = []
+        self.task: asyncio.Future[None] | None = None
+        # The start or reply sent to the agent and not yet answered.
+        self._sending: Incoming | None = None
+        # Set once the Task was resumed after a gap (restart or dropped stream).
+        self._resumed = False
+        self._stopping = False
+        self._cap = part.artifact_cap(record.agent)
+        self._log: dict[str, object] = {}
+
+    # ------------------------------------------------------------ plumbing --
+
+    @property
+    def _trace(self) -> str | None:
+        return self.record.traceparent
+
+    def launch(self, start: Incoming | None) -> None:
+        """Run the Task (a restored one reconnects in its turn: see
+        :meth:`bridge.engine.service.Service.resume_turn`). Its tasks log with the Task's
+        keys (bridge.observe.logs)."""
+        self._active()
+        r = self.record
+        self._log = {"taskKey": r.task_key, "agent": r.agent, "partition": self.part.partition}
+        if r.task_id:
+            self._log["taskId"] = r.task_id
+        if start is not None:
+            self._log["commandId"] = start[0].command_id
+        context = contextvars.copy_context()
+        context.run(logs.bind, self._log)
+        self.task = asyncio.create_task(self._main(start), name=f"task-runner-{r.task_key[:60]}", context=context)
+        self.task.add_done_callback(self._crashed)
+
+    def deliver(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
+        """A later command for this Task; taken in order by the main loop."""
+        self.inbox.append((command, raw))
+        self._wake()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for t in [self._follower, *self._background, self.task]:
+            if t is not None:
+                t.cancel()
+        for t in [self._follower, *self._background, self.task]:
+            if t is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+
+    def _wake(self) -> None:
+        """Something for the main loop: a command, a change of the Task, an answer."""
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def _sleep(self, timeout: float | None) -> None:
+        """Until :meth:`_wake` (or ``timeout``): the main loop's only wait."""
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._waiter
+        except TimeoutError:
+            pass
+        finally:
+            self._waiter = None
+
+    def _active(self) -> None:
+        self.part.activity(self.record.task_key, not self.record.closed and not self.record.paused)
+
+    def _apply(self, update: Update) -> None:
+        self.part.publish(self.record, self.record.apply(update, self._cap))
+        self._active()
+        if self.record.closed:
+            # The main loop waits on commands, the deadline and the end: an event
+            # that does not close the Task changes none of them (a wake per event
+            # would cost a loop step per event).
+            self._wake()
+
+    def _outcome(self, outcome: BridgeOutcome, reason: str | None = None, message: JSON | None = None) -> None:
+        self.part.publish(self.record, [self.record.report(outcome, reason, message)])
+        self._active()
+        self._wake()
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        t: asyncio.Future[None] = asyncio.ensure_future(coro)
+        self._background.append(t)
+        t.add_done_callback(self._background.remove)
+        t.add_done_callback(self._crashed)
+
+    def _follow(self, source: Awaitable[None]) -> None:
+        if self._follower is not None:
+            self._follower.cancel()
+        self._follower = follower = asyncio.ensure_future(source)
+        follower.add_done_callback(self._crashed)
+        follower.add_done_callback(self._followed)
+
+    def _followed(self, follower: asyncio.Future[None]) -> None:
+        if self._follower is follower:
+            self._follower = None  # a paused Task keeps no finished follower
+
+    def _crashed(self, task: asyncio.Future[None]) -> None:
+        """A follower that failed must not leave the Task or its command hanging:
+        close the Task (``unreadable`` for an agent past the size caps, else
+        ``lost``) and answer the command in flight."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        outcome: BridgeOutcome
+        if isinstance(exc, AgentOversize):
+            outcome, reason = "unreadable", str(exc)
+        else:
+            log.error("following %s crashed", self.record.task_id or self.record.task_key, exc_info=exc)
+            outcome, reason = "lost", f"bridge error: {type(exc).__name__}"
+        if not self.record.closed:
+            self._outcome(outcome, reason)
+        self._answered(reason)
+
+    def _answered(self, failure: str | None = None, reason: str = "agent-error") -> None:
+        """The command in flight got its answer (or ``failure``): absorb it, or DLQ
+        a reply that failed (a start's failure is the closing event itself)."""
+        if self._sending is None:
+            return
+        command, raw = self._sending
+        self._sending = None
+        self._wake()
+        if command.type == "start" or failure is None:
+            self.part.absorb(raw.offset, self.record, command.command_id)
+        else:
+            self.part.dead_letter(raw, reason, failure, command)
+
+    # ---------------------------------------------------------------- main --
+
+    async def _main(self, start: Incoming | None) -> None:
+        try:
+            if start is not None:
+                self._sending = start
+                self._follow(self._send(*start))
+            elif self.record.task_id is None:
+                self._outcome("lost", "restored before the agent named the Task")
+            else:
+                if self.record.cancel_pending:
+                    self._spawn(self._cancel())
+                if not self.record.paused:
+                    await self.part.resume_turn()
+                    self._follow(self._resume("restart"))
+                elif self.record.state == "auth-required":
+                    self._follow(self._watch_auth())
+            del start  # not kept alive for the Task's whole life
+            while not self.record.closed:
+                if self.inbox and self._sending is None:
+                    self._command(*self.inbox.pop(0))
+                    continue
+                deadline = self.record.deadline
+                await self._sleep(None if deadline is None else max(0.0, deadline - time.time()))
+                if self.record.closed:
+                    break
+                if deadline is not None and time.time() >= deadline:
+                    self._outcome("timeout", "the bridge's deadline passed; the agent's Task may still run")
+                    if self.part.config.bridge.cancel_on_timeout and self.record.task_id:
+                        with contextlib.suppress(AgentError):
+                            await self._cancel_call()
+        finally:
+            if self._follower is not None:
+                self._follower.cancel()
+            if self.record.closed:
+                log.info("the Task ended: %s", self.record.ended_as)
+            if not self._stopping:
+                # The Task ended (deadline, say) before the agent answered the command in flight.
+                self._answered(f"the Task ended ({self.record.ended_as}) before the agent answered", "task-closed")
+            self.part.runner_done(self)
+            # Commands that queued behind the end of this Task go back through
+            # the partition's rules (a start after the end is a new Task). On a
+            # partition close they stay unabsorbed and are read again later.
+            while not self._stopping and self.inbox:
+                self.part.dispatch(*self.inbox.pop(0))
+
+    def _command(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
+        decision = decide(command, self.record)
+        if isinstance(decision, Duplicate):
+            metrics.COMMANDS.labels(command.type, "duplicate").inc()
+            self.part.absorb(raw.offset)
+            return
+        if isinstance(decision, Refuse):
+            self.part.dead_letter(raw, decision.reason, decision.detail, command)
+            return
+        assert isinstance(decision, Act)
+        metrics.COMMANDS.labels(command.type, "accepted").inc()
+        if command.type == "reply":
+            self._sending = (command, raw)
+            self._active_now()
+            self._follow(self._send(command, raw))
+        elif command.type == "cancel":
+            self.record.command_id = command.command_id
+            self.record.cancel_pending = command.command_id
+            self._outcome("cancel-requested", None)
+            self.part.absorb(raw.offset, self.record, command.command_id)
+            self._spawn(self._cancel())
+        else:  # a start for a live key was refused by decide()
+            raise AssertionError(command.type)
+
+    def _active_now(self) -> None:
+        # A reply makes a paused Task active before the agent says so.
+        self.part.activity(self.record.task_key, True)
+
+    # ------------------------------------------------------------- streams --
+
+    def _message(self, command: Command) -> dict[str, Any]:
+        assert command.message is not None
+        return self.client.dialect.message(
+            command.message,
+            message_id=message_id(command.command_id),
+            context_id=self.record.context_id,
+            task_id=self.record.task_id,
+        )
+
+    def _first(self, command: Command, update: Update) -> None:
+        """The agent's first answer to ``command``: its events carry the command's
+        id, and the command is absorbed with them."""
+        self.record.command_id = command.command_id
+        self._apply(update)
+        self._log.update(taskId=self.record.task_id, commandId=command.command_id)
+        log.info("%s answered: the Task is %s", command.type, self.record.state)
+        self._answered()
+
+    async def _send(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
+        """Send a start or a reply, then follow what the agent streams back.
+
+        The command and its message are dropped once the agent has answered: a
+        Task that streams for hours does not keep its (possibly large) prompt.
+        """
+        rest = await self._answer(command, raw)
+        del command, raw
+        if rest == "poll":
+            await self._poll()
+            return
+        if rest is None:
+            return
+        with contextlib.suppress(AgentError):  # dropped after the answer: resumed below
+            await self._consume(rest)
+        await self._after_stream()
+
+    async def _answer(
+        self, command: Command, raw: ConsumerRecord[bytes, bytes]
+    ) -> AsyncIterator[Update] | Literal["poll"] | None:
+        """Send the command until the agent answers; the command is absorbed with the
+        agent's first answer. Returns the rest of the stream ("poll" for an agent
+        that does not stream; None when the command got its final answer here).
+
+        Each attempt waits ``first_event_timeout_seconds`` for a first event;
+        transient failures are re-sent with the same messageId (a gateway that
+        de-duplicates attaches to the Task it already made) until
+        ``resume_deadline_seconds`` pass. Then a start is closed with the outcome
+        :func:`bridge.core.policy.start_failure` names; a reply goes to the DLQ and the
+        Task stays paused.
+        """
+        if command.type == "start" and self.part.start_resent(command.command_id):
+            metrics.START_RESENDS.inc()
+        message = self._message(command)
+        cfg = self.part.config.bridge
+        dialect = self.client.dialect
+        deadline = time.monotonic() + cfg.resume_deadline_seconds
+        attempt = 0
+        while True:
+            try:
+                if not await self.client.streaming():
+                    async with asyncio.timeout(cfg.first_event_timeout_seconds):
+                        snap = await self.client.task(dialect.send("send", rpc_id("send"), message), self._trace)
+                    self._first(command, snap)
+                    return "poll"
+                it = aiter(self.client.stream(dialect.send("stream", rpc_id("stream"), message), self._trace))
+                try:
+                    self._first(command, await self._first_update(it, cfg.first_event_timeout_seconds))
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        await close_stream(it)
+                    raise
+                return it
+            except AgentNoTask as exc:
+                # The agent answered without a Task: that is the answer (seed: a
+                # start that never names a Task is closed, not left pending).
+                if command.type == "start":
+                    self._outcome("no-task", exc.detail, exc.said)
+                    self._answered()
+                else:
+                    self._answered(f"{exc.kind}: {exc.detail}")
+                    self._active()
+                return None
+            except (AgentError, TimeoutError) as exc:
+                if policy.retryable(exc) and time.monotonic() + 0.2 < deadline:
+                    await asyncio.sleep(min(backoff(attempt), max(0.0, deadline - time.monotonic())))
+                    attempt += 1
+                    continue
+                outcome, reason = policy.start_failure(exc, cfg.first_event_timeout_seconds)
+                if command.type == "start":
+                    self._outcome(outcome, reason)
+                    self._answered()
+                else:
+                    self._answered(reason)
+                    self._active()
+                return None
+
+    async def _first_update(self, it: AsyncIterator[Update], timeout: float) -> Update:
+        """The first update that names the Task; Messages before it are what the
+        agent said instead (:class:`AgentNoTask` if the stream ends there)."""
+        said: JSON | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                update = await anext(it)
+                while isinstance(update, MessageUpdate) and update.task_id is None:
+                    said = update.message
+                    update = await anext(it)
+        except StopAsyncIteration:
+            raise AgentNoTask(self.client.name, "stream", said) from None
+        return update
+
+    async def _consume(self, updates: AsyncIterator[Update]) -> None:
+        """Apply a stream's updates until it ends (or the Task closes)."""
+        it = aiter(updates)
+        try:
+            n = 0
+            async for update in it:
+                if self._reconcile_before(update):
+                    await self._reconcile()
+                self._apply(update)
+                await self.part.space()
+                if self.record.closed:
+                    return
+                n += 1
+                if n % 64 == 0:
+                    # An SSE read that finds buffered events does not suspend: let
+                    # the committer and the other readers in now and then.
+                    await asyncio.sleep(0)
+        finally:
+            # The main loop cancels this follower as soon as the Task closes: often
+            # while this close is under way (close_stream says why that matters).
+            with contextlib.suppress(Exception):
+                await close_stream(it)
+
+    def _reconcile_before(self, update: Update) -> bool:
+        """Dialects without SSE ids may have missed chunks during a gap: before
+        the terminal status, publish what tasks/get shows that we have not."""
+        return (
+            not self.client.dialect.sequenced
+            and self._resumed
+            and isinstance(update, StatusUpdate)
+            and is_terminal(update.state)
+        )
+
+    async def _reconcile(self) -> None:
+        assert self.record.task_id is not None
+        with contextlib.suppress(AgentError):
+            self._apply(
+                await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id), self._trace)
+            )
+
+    async def _after_stream(self) -> None:
+        """The stream ended: done, paused, or dropped (then resume)."""
+        if self.record.closed:
+            return
+        if self.record.state == "auth-required":
+            await self._watch_auth()
+        elif not self.record.paused:
+            await self._resume("dropped")
+
+    async def _resume(self, why: str) -> None:
+        """Recover a live Task: resubscribe (after afterSeq); when that fails, tasks/get
+        first (seed: "If resubscription fails, call tasks/get first to determine the
+        latest state"); ``lost`` only when both keep failing.
+
+        A resubscribe *fails* when it brings nothing new: an error, or a stream that
+        ends without a new event. (A stream that drops after new events is just
+        dropped again.) Each failure asks tasks/get, which tells whether the Task
+        still exists. The gateway's replay keeps every chunk as its own event, so
+        what tasks/get shows (terminal, with the artifacts reconciled) is published
+        only once replay is refused, or failed :data:`_FAILED_RESUBSCRIBES` times in
+        a row; from then on a still running Task is followed by snapshots.
+        """
+        assert self.record.task_id is not None
+        task_id = self.record.task_id
+        dialect = self.client.dialect
+        self._resumed = True
+        if self.record.snapshots_only:
+            # Replay would repeat what a snapshot published (see below), restored or not.
+            metrics.RECONNECTS.labels("poll").inc()
+            await self._poll()
+            return
+        budget = self.part.config.bridge.resume_deadline_seconds
+        deadline = time.monotonic() + budget
+        attempt = failed = 0
+        if not await self.client.streaming():
+            await self._poll()
+            return
+        while not self.record.closed and not self.record.paused:
+            if attempt:
+                await asyncio.sleep(backoff(attempt))
+            attempt += 1
+            before = self.record.seq, self.record.after_seq
+            failure: AgentError | None = None
+            try:
+                if not dialect.sequenced:
+                    # No ids to resume after: catch up from the snapshot first.
+                    self._apply(await self.client.task(dialect.get(rpc_id("get"), task_id), self._trace))
+                    if self.record.closed or self.record.paused:
+                        return
+                metrics.RECONNECTS.labels(why).inc()
+                await self._consume(
+                    self.client.stream(
+                        dialect.resubscribe(rpc_id("resubscribe"), task_id, self.record.after_seq), self._trace
+                    )
+                )
+            except AgentError as exc:
+                log.info("resume of %s failed: %s", task_id, exc)
+                failure = exc
+            if self.record.closed or self.record.paused:
+                return
+            if (self.record.seq, self.record.after_seq) != before:
+                attempt, failed = 1, 0  # progress: renew the budget; a failing call still backs off
+                deadline = time.monotonic() + budget
+                continue
+            failed += 1
+            try:
+                snap: TaskSnapshot | None = await self.client.task(dialect.get(rpc_id("get"), task_id), self._trace)
+                got: AgentError | None = None
+            except AgentError as exc:
+                snap, got = None, exc
+            if snap is not None:
+                deadline = time.monotonic() + budget  # observable: not lost
+                refused = isinstance(failure, RpcError)
+                # (Without SSE ids the next attempt starts from a snapshot anyway.)
+                ends = not dialect.sequenced and (is_terminal(snap.state) or snap.state in PAUSED_STATES)
+                if refused or ends or (dialect.sequenced and failed >= _FAILED_RESUBSCRIBES):
+                    seq = self.record.seq
+                    self._apply(snap)
+                    if dialect.sequenced and self.record.seq != seq:
+                        # The snapshot published what replay had not delivered: replay
+                        # after afterSeq would repeat it. Set before any await, so the
+                        # checkpoint committed with these events says so.
+                        self.record.snapshots_only = True
+                    if self.record.closed or self.record.paused:
+                        return
+                    if refused or self.record.snapshots_only:
+                        # Replay is gone, or would repeat what the snapshot showed:
+                        # snapshots are the only safe source now.
+                        metrics.RECONNECTS.labels("poll").inc()
+                        await self._poll()
+                        return
+            elif isinstance(failure, RpcError) and isinstance(got, RpcError) and got.code == RpcError.TASK_NOT_FOUND:
+                self._outcome("lost", f"resubscribe: JSON-RPC {failure.code}; tasks/get: JSON-RPC {got.code}")
+                return
+            elif time.monotonic() > deadline:
+                said = failure.kind if failure else "no new events"
+                self._outcome("lost", f"resubscribe: {said}; tasks/get: {got.kind if got else '?'}; for {budget:.0f}s")
+                return
+
+    async def _watch_auth(self) -> None:
+        """A Task paused in auth-required goes on when the user signs in out of band:
+        watch it with tasks/get (backoff with jitter) and follow it again once it
+        moves. A reply, a cancel or the deadline end the watch too."""
+        assert self.record.task_id is not None
+        dialect, cfg = self.client.dialect, self.client.config
+        delay = cfg.poll_initial_seconds
+        while self.record.state == "auth-required" and not self.record.closed:
+            await asyncio.sleep(random.uniform(delay / 2, delay))
+            delay = min(cfg.poll_max_seconds, delay * 2)
+            try:
+                snap = await self.client.task(dialect.get(rpc_id("get"), self.record.task_id), self._trace)
+            except AgentError:
+                continue
+            if snap.state == "auth-required":
+                continue
+            if not dialect.sequenced:
+                self._apply(snap)
+                break
+            # The Task's own events after afterSeq replay the change, in order; a
+            # snapshot applied first would make that replay repeat what it showed.
+            try:
+                metrics.RECONNECTS.labels("auth").inc()
+                await self._consume(
+                    self.client.stream(
+                        dialect.resubscribe(rpc_id("resubscribe"), self.record.task_id, self.record.after_seq),
+                        self._trace,
+                    )
+                )
+            except AgentError:
+                self._apply(snap)  # no replay: the snapshot is what there is, and snapshots from now on
+                if not self.record.closed and not self.record.paused:
+                    await self._poll()
+                return
+        await self._after_stream()
+
+    async def _poll(self) -> None:
+        """tasks/get with backoff and jitter until the Task ends or pauses."""
+        assert self.record.task_id is not None
+        cfg = self.client.config
+        delay = cfg.poll_initial_seconds
+        failing_since: float | None = None
+        while not self.record.closed and not self.record.paused:
+            await asyncio.sleep(random.uniform(delay / 2, delay))
+            snap: TaskSnapshot | None = None
+            try:
+                snap = await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id), self._trace)
+            except RpcError as exc:
+                if exc.code == RpcError.TASK_NOT_FOUND:
+                    self._outcome("lost", f"tasks/get: JSON-RPC {exc.code}")
+                    return
+            except AgentError:
+                pass  # counted below against the resume budget
+            if snap is None:
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > self.part.config.bridge.resume_deadline_seconds:
+                    self._outcome("lost", "tasks/get kept failing")
+                    return
+            else:
+                failing_since = None
+                seq = self.record.seq
+                self._apply(snap)
+                if self.record.seq != seq:
+                    delay = cfg.poll_initial_seconds
+                    continue
+            delay = min(cfg.poll_max_seconds, delay * 2)
+
+    # -------------------------------------------------------------- cancel --
+
+    async def _cancel(self) -> None:
+        """tasks/cancel until the agent answers; confirm with tasks/get if ambiguous.
+        A cancel that fails for good is published (``cancel-failed``), not only logged."""
+        attempt = 0
+        deadline = time.monotonic() + self.part.config.bridge.resume_deadline_seconds
+        while self.record.cancel_pending and not self.record.closed:
+            try:
+                await self._cancel_call()
+                self.record.cancel_pending = None
+                self.part.changed(self.record)
+                return
+            except AgentError as exc:
+                if exc.retryable and time.monotonic() < deadline:
+                    await asyncio.sleep(backoff(attempt))
+                    attempt += 1
+                    continue
+                log.info("cancel of %s on %s: %s", self.record.task_id, self.client.name, exc.kind)
+                self.record.cancel_pending = None
+                self._outcome("cancel-failed", policy.cancel_failure(exc))
+                return
+
+    async def _cancel_call(self) -> None:
+        assert self.record.task_id is not None
+        dialect = self.client.dialect
+        try:
+            snap = await self.client.task(dialect.cancel(rpc_id("cancel"), self.record.task_id), self._trace)
+        except RpcError as exc:
+            if exc.code != RpcError.TASK_NOT_CANCELABLE:
+                raise
+            snap = None
+        if snap is None or not is_terminal(snap.state):
+            # Ambiguous: the seed says confirm with tasks/get.
+            snap = await self.client.task(dialect.get(rpc_id("get"), self.record.task_id), self._trace)
+        # Only a terminal snapshot is published from here: a non-terminal one
+        # may be ahead of the open stream, which would then repeat its chunks.
+        # The stream (or the poll) reports the rest as it comes.
+        if is_terminal(snap.state) and not self.record.closed:
+            self._apply(snap)

@@ -1,0 +1,638 @@
+"""`bridge run`: the consumer group member that owns partitions.
+
+The consumer reads commands with ``read_committed`` and never commits on its
+own: offsets go into each partition's transaction (:mod:`bridge.kafka.transaction`).
+
+Ownership of a partition, step by step:
+
+1. Assigned (rebalance listener): the partition is paused and an opener task
+   is started. The listener returns at once: aiokafka sends no heartbeats
+   while ``on_partitions_assigned`` runs, so a long restore in it would get
+   the member evicted.
+2. The opener, holding the partition's lock: checks the partition is still
+   ours, opens a :class:`PartitionOwner` (producer start fences any older
+   owner, restore, resume), seeks to the offset its checkpoints name, resumes
+   the partition. A failure is retried with backoff and jitter; only a
+   permanent one (authorization) ends the process.
+3. A failed transaction (the owner sets ``failed``): the partition is paused
+   and rebuilt from Kafka by a new opener. A producer fenced by another
+   bridge ends the process (exit 3); one whose transaction the coordinator
+   timed out (it ran past its timeout, e.g. while the broker was away) is
+   rebuilt after a heartbeat has had time to reveal a lost membership.
+4. Revoked (listener; heartbeats still flow): the opener is cancelled, and
+   the owner makes its final commit and closes, under the lock.
+
+So no partition is ever left assigned without an owner or an opener, and
+``/readyz`` says ready only when every assigned partition is owned.
+
+Startup waits for Kafka: unreachable brokers are retried with backoff and
+jitter (not ready meanwhile); a refused login or certificate, missing topics,
+mismatched partition counts and authorization failures are permanent (exit 2,
+one line on stderr).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import gc
+import logging
+import os
+import random
+import signal
+from collections import defaultdict, deque
+from collections.abc import Callable
+
+import httpx
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+)
+
+from bridge.agents import client
+from bridge.agents.client import AgentClient
+from bridge.config.model import Config, ConfigError
+from bridge.core.limits import RecordLimits
+from bridge.engine.partition import PartitionOwner
+from bridge.errors import BridgeError, KafkaUnreachable, StartupError
+from bridge.kafka import topics
+from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, check_kafka
+from bridge.kafka.transaction import ProducerLoop, TransactionFailed
+from bridge.observe import metrics
+from bridge.observe.http import OpsServer
+
+log = logging.getLogger(__name__)
+
+# Event-loop lag is sampled this often (a timer of this length, and how late it fires).
+_LAG_SAMPLE_S = 0.25
+# The window of unanswered starts: from this, by this step, up to the maximum.
+_START_WINDOW_MIN = 16
+_START_WINDOW_MAX = 4096
+# A loop this punctual may take in more starts.
+_LAG_CALM_S = 0.05
+# Freed heap pages go back to the OS every this many samples (10 s): a few ms of
+# work that took a 1,000-Task burst from 70 to 40 KB of RSS per live Task.
+_TRIM_EVERY = 40
+# The collector's youngest generation is collected after this many net allocations
+# (Python's default is 700); see settle_heap.
+_YOUNG_GC_THRESHOLD = 10_000
+# While the loop lags, restored Tasks wait for their turn at most this long each.
+_RESUME_HOLD_MAX_S = 1.0
+# The command poll's timeout; shorter while starts wait for room.
+_POLL_MS = 100
+_POLL_WAITING_MS = 5
+# Opening a partition, or reaching Kafka at start, is retried this way.
+_RETRY_BASE_S = 0.5
+_RETRY_CAP_S = 15.0
+_FORBIDDEN = (
+    TopicAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    ClusterAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+)
+
+
+class Fenced(BridgeError):
+    """Another bridge process took over a partition's transactional id."""
+
+
+def _libc_trim() -> Callable[[], None]:
+    """glibc's malloc_trim: hands freed heap pages back to the OS. Python frees a
+    burst's garbage (HTTP buffers, parsed JSON) to malloc, which keeps the pages;
+    without this, RSS stays at the burst's peak for good."""
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return lambda: None
+    return lambda: trim(0) and None
+
+
+trim_heap = _libc_trim()
+
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+# Below this an allocation comes from the heap, not a fresh mmap: above every record
+# batch (256 KiB at most), socket read and usual SSE event.
+_MMAP_THRESHOLD = 4 * 1024 * 1024
+# Free memory at the heap's top kept for reuse, up to this, until the periodic trim
+# (_TRIM_EVERY) hands it back: more than a tick's record batches of six partitions
+# at 20 KB events (~1.5 MB each).
+_TRIM_THRESHOLD = 8 * 1024 * 1024
+
+
+def keep_freed_memory() -> bool:
+    """Let malloc reuse what a tick freed instead of giving it back to the OS at once.
+
+    By default glibc returns freed memory at the heap's top once it passes twice
+    the largest mmap'd block freed so far, and the next tick's record batches fault
+    every page in again: filling 256 KiB batches of 18 KB records, six at a time
+    freed together, cost 8.0-11 µs per record (a page fault per 4 KiB) against
+    2.0 with these thresholds. In bench case 2 (20 KB events) the bridge faulted
+    7.4 pages per event against 15.3, and spent 294 against 334 µs of CPU on each.
+    Returns whether both were set (glibc only)."""
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
+
+
+def settle_heap() -> None:
+    """Once started, before any Task: what is alive now (modules, config, clients)
+    lives as long as the process, so it is frozen out of every later collection.
+    Each full collection walked those ~45,000 objects again, pausing the event loop
+    25-35 ms every few seconds at 100 streaming Tasks; frozen, 4-5 ms. Objects made
+    later (Task state) are collected as before: a closed Task's cycles are freed.
+
+    The young generation is collected less often: per event the bridge allocates
+    and frees many objects, and each young collection cost about 1 ms whatever its
+    size. At 10,000 net allocations the collector's share of CPU fell from 1-2 %
+    to 0.1 %, with pauses of at most 7 ms."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(_YOUNG_GC_THRESHOLD, older, oldest)
+
+
+def resident_bytes() -> int:
+    """The process's resident memory (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _retry_delay(attempt: int) -> float:
+    """Exponential backoff with jitter (never zero: a tight loop helps no broker)."""
+    return random.uniform(0.5, 1.0) * min(_RETRY_CAP_S, _RETRY_BASE_S * 2.0**attempt)
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self.service.release([tp.partition for tp in revoked])
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        self.service.acquire([tp.partition for tp in assigned])
+
+
+class Service:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.owners: dict[int, PartitionOwner] = {}
+        self.clients: dict[str, AgentClient] = {}
+        self.limits = RecordLimits(config.kafka.max_request_size)
+        self._refresh_limits = False
+        # The partition producers' own event loop (started by run()): see ProducerLoop.
+        self._producers = ProducerLoop.inline()
+        self._topic_partitions: dict[str, int] = {}
+        # Per partition, records the broker refused (kept across rebuilds).
+        self._refused: dict[int, set[str]] = defaultdict(set)
+        self._assigned: set[int] = set()
+        self._opening: dict[int, asyncio.Task[None]] = {}
+        self._locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._stopping = asyncio.Event()
+        self._fatal: BaseException | None = None
+        self._joined = False
+        self._consumer: AIOKafkaConsumer | None = None
+        self._lag = 0.0  # the event loop's lag, last sample
+        self._rss = 0
+        # Starts sent and not yet answered, at most: it grows while the event loop
+        # keeps up and halves when it lags (AIMD), so a flood of starts is taken in
+        # at the rate this process (and its agents) can carry, and heartbeats flow.
+        self._start_window = _START_WINDOW_MIN
+        # Restored Tasks waiting for their turn to reconnect (see resume_turn).
+        self._resume_queue: deque[asyncio.Future[None]] = deque()
+        self._resumer: asyncio.Task[None] | None = None
+
+    # ----------------------------------------------------------- readiness --
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready: joined, and every assigned partition owned and restored. The detail
+        says what is missing, and which capacity limit new starts wait on."""
+        unowned = sorted(p for p in self._assigned if p not in self.owners or not self.owners[p].ready)
+        ok = self._consumer is not None and self._joined and self._fatal is None and not unowned
+        lines = []
+        if self._consumer is None:
+            lines.append("kafka: not connected yet")
+        elif not self._joined:
+            lines.append("group: not joined yet")
+        if unowned:
+            lines.append(f"partitions restoring or rebuilding: {unowned}")
+        lines.append(f"partitions owned: {sorted(self.owners)}")
+        parked = sum(o.parked for o in self.owners.values())
+        lines.append(f"tasks: {self.live()} live ({self.active()} working), {self.closed_held()} closed held")
+        lines.append(
+            f"starts waiting: {parked} parked, {sum(o.offsets.deferred for o in self.owners.values())} deferred"
+        )
+        held = self._held_by()
+        lines.append(f"new starts: {'waiting on ' + held if held else 'taken'}")
+        return ok, "\n".join(lines) + "\n"
+
+    def active(self) -> int:
+        return sum(len(o.active) for o in self.owners.values())
+
+    def live(self) -> int:
+        return sum(len(o.runners) for o in self.owners.values())
+
+    def closed_held(self) -> int:
+        return sum(o.closed_held for o in self.owners.values())
+
+    def starting(self) -> int:
+        return sum(o.offsets.starting for o in self.owners.values())
+
+    def _held_by(self) -> str | None:
+        """The capacity limit new starts wait on now, if any (paused Tasks do not count
+        as working: their replies must get through)."""
+        b = self.config.bridge
+        if self.starting() >= self._start_window:
+            return "start_window"
+        if self.active() >= b.max_in_flight_tasks:
+            return "max_in_flight_tasks"
+        if self.live() >= b.max_live_tasks:
+            return "max_live_tasks"
+        if b.max_rss_bytes and self._rss >= b.max_rss_bytes:
+            return "max_rss_bytes"
+        if self._lag >= b.max_loop_lag_seconds:
+            return "max_loop_lag_seconds"
+        return None
+
+    async def resume_turn(self) -> None:
+        """A restored Task's turn to reconnect to its agent.
+
+        One queue for the whole process: at most ``resume_rate_per_second`` turns a
+        second (with jitter), none while the event loop lags past half of
+        ``max_loop_lag_seconds`` (the signal that holds new starts back). Per
+        partition pacing let six partitions of 1,700 live Tasks reconnect at six
+        times the rate; the loop stalled, connects timed out, the member's session
+        expired and Tasks that were fine were given up as lost.
+        """
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._resume_queue.append(turn)
+        if self._resumer is None or self._resumer.done():
+            self._resumer = asyncio.create_task(self._hand_out_turns(), name="resume-turns")
+        await turn
+
+    async def _hand_out_turns(self) -> None:
+        b = self.config.bridge
+        gap = 1 / b.resume_rate_per_second
+        held = 0.0
+        while self._resume_queue:
+            if self._lag >= b.max_loop_lag_seconds / 2 and held < _RESUME_HOLD_MAX_S:
+                await asyncio.sleep(_LAG_SAMPLE_S)
+                held += _LAG_SAMPLE_S
+                continue
+            held = 0.0  # a loop that stays behind still lets one through a second: no Task waits for ever
+            turn = self._resume_queue.popleft()
+            if turn.done():  # its runner was stopped meanwhile (partition released)
+                continue
+            turn.set_result(None)
+            await asyncio.sleep(random.uniform(0.5, 1.5) * gap)
+
+    def admit(self) -> bool:
+        """Room for one more Task; counts why not."""
+        held = self._held_by()
+        if held is not None:
+            metrics.STARTS_DEFERRED.labels(held).inc()
+        return held is None
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._fatal is None:
+            self._fatal = exc
+        self._stopping.set()
+
+    # ------------------------------------------------------------ ownership --
+
+    def _tp(self, p: int) -> TopicPartition:
+        return TopicPartition(self.config.kafka.commands_topic, p)
+
+    def acquire(self, partitions: list[int]) -> None:
+        """Step 1: hold the new partitions and start their openers."""
+        metrics.REBALANCES.inc()
+        for p in partitions:
+            self._assigned.add(p)
+            if self._consumer is not None:
+                self._consumer.pause(self._tp(p))
+            self._spawn_open(p)
+        self._joined = True
+
+    async def release(self, partitions: list[int]) -> None:
+        """Step 4: cancel openers, final commit, close."""
+        for p in partitions:
+            self._assigned.discard(p)
+            with contextlib.suppress(KeyError):
+                metrics.COMMANDS_LAG.remove(str(p))
+        await asyncio.gather(*(self._close(p) for p in partitions))
+        metrics.PARTITIONS.set(len(self.owners))
+
+    async def _close(self, p: int) -> None:
+        opener = self._opening.pop(p, None)
+        if opener is not None:
+            opener.cancel()
+            await asyncio.gather(opener, return_exceptions=True)
+        async with self._locks[p]:
+            owner = self.owners.pop(p, None)
+            if owner is None:
+                return
+            await owner.close()
+            failed = owner.failed
+            if isinstance(failed, TransactionFailed) and failed.fenced and not failed.timed_out:
+                self._fail(Fenced(f"partition {p} was taken over by another bridge"))
+            elif failed is not None:
+                log.warning("partition %d: final commit failed (%s)", p, failed)
+
+    def _spawn_open(self, p: int, broken: PartitionOwner | None = None, delay: float = 0.0) -> None:
+        opener = asyncio.create_task(self._open(p, broken, delay), name=f"open-{p}")
+        self._opening[p] = opener
+
+        def done(t: asyncio.Task[None]) -> None:
+            if self._opening.get(p) is t:
+                del self._opening[p]
+            if not t.cancelled() and t.exception() is not None:
+                log.error("partition %d: opener crashed", p, exc_info=t.exception())
+                self._fail(t.exception() or RuntimeError("opener crashed"))
+
+        opener.add_done_callback(done)
+
+    async def _open(self, p: int, broken: PartitionOwner | None, delay: float) -> None:
+        """Step 2 (and the rebuild of step 3): own partition ``p`` or die trying."""
+        if broken is not None:
+            async with self._locks[p]:
+                # Shielded: a revocation meanwhile must not leave its producer open.
+                await asyncio.shield(broken.close(flush=False))
+        if delay:
+            await asyncio.sleep(delay)
+        attempt = 0
+        while not self._stopping.is_set():
+            async with self._locks[p]:
+                # Ownership is checked before init_transactions: a member that lost
+                # the partition must not fence the one that has it now.
+                if p not in self._assigned or self._consumer is None or self._tp(p) not in self._consumer.assignment():
+                    return
+                owner: PartitionOwner | None = None
+                try:
+                    if self._refresh_limits:
+                        async with topics.kafka_errors(self.config):
+                            self.limits = await topics.record_limits(self.config)
+                        self._refresh_limits = False
+                    owner = PartitionOwner(
+                        self.config,
+                        p,
+                        self.clients,
+                        limits=lambda: self.limits,
+                        refused=self._refused[p],
+                        admit=self.admit,
+                        partitions=self._topic_partitions.get,
+                        resume_turn=self.resume_turn,
+                        producers=self._producers,
+                    )
+                    await owner.open()
+                    await self._seek(p, owner.restored_offset)
+                except asyncio.CancelledError:
+                    if owner is not None:
+                        await owner.close(flush=False)
+                    raise
+                except Exception as exc:
+                    if owner is not None:
+                        await owner.close(flush=False)
+                    if isinstance(exc, (*_FORBIDDEN, StartupError)):
+                        self._fail(StartupError(f"partition {p}: {exc}"))
+                        return
+                    log.warning("partition %d: open failed (%s: %s), retrying", p, type(exc).__name__, exc)
+                    metrics.PARTITION_REBUILDS.labels("open-failed").inc()
+                else:
+                    assert owner is not None
+                    self.owners[p] = owner
+                    if self._consumer is not None:
+                        self._consumer.resume(self._tp(p))
+                    metrics.PARTITIONS.set(len(self.owners))
+                    return
+            await asyncio.sleep(_retry_delay(attempt))
+            attempt += 1
+
+    async def _seek(self, p: int, offset: int | None) -> None:
+        """Read from where the checkpoints say, not from a position the group fetched
+        before the last owner's final commit (which would run commands twice)."""
+        consumer, tp = self._consumer, self._tp(p)
+        if consumer is None or tp not in consumer.assignment():
+            return
+        if offset is None:
+            offset = await consumer.committed(tp)
+        if offset is None:
+            await consumer.seek_to_beginning(tp)
+        else:
+            consumer.seek(tp, offset)
+
+    def _rebuild(self, p: int, owner: PartitionOwner) -> None:
+        """Step 3: a failed transaction: pause, classify, rebuild."""
+        self.owners.pop(p, None)
+        if self._consumer is not None and self._tp(p) in self._consumer.assignment():
+            self._consumer.pause(self._tp(p))
+        exc = owner.failed
+        cause, delay = "commit-failed", 0.0
+        if isinstance(exc, TransactionFailed):
+            if exc.forbidden:
+                self._fail(StartupError(f"partition {p}: {exc.cause}"))
+                return
+            if exc.fenced and not exc.timed_out:
+                self._fail(Fenced(f"partition {p} was taken over by another bridge"))
+                return
+            if exc.timed_out:
+                # The coordinator aborted a transaction that ran past its timeout; our
+                # membership may be gone too. Let a heartbeat tell before fencing anyone.
+                cause, delay = "transaction-timed-out", 2 * self.config.kafka.heartbeat_interval_ms / 1000
+                log.warning("partition %d: the coordinator timed out the open transaction; rebuilding", p)
+            if exc.refused:
+                cause = "record-refused"
+                self._refused[p].update(exc.refused)
+                self._refresh_limits = True
+        metrics.PARTITION_REBUILDS.labels(cause).inc()
+        self._spawn_open(p, broken=owner, delay=delay)
+
+    # ------------------------------------------------------------------ run --
+
+    async def run(self) -> int:
+        cfg = self.config
+        metrics.init(list(cfg.agents))
+        shards = cfg.bridge.http_pools
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=max(8, 256 // shards))
+        # One TLS context for every shard: each default one loads the CA store again (~20 ms, ~1 MB).
+        tls = httpx.create_ssl_context()
+        self._producers = ProducerLoop.threaded()
+        async with contextlib.AsyncExitStack() as pools:
+            http = [await pools.enter_async_context(client.pool(limits, tls)) for _ in range(shards)]
+            self.clients.update({name: AgentClient(a, http) for name, a in cfg.agents.items()})
+            ops = OpsServer(cfg.bridge.http_port, self.ready) if cfg.bridge.http_port >= 0 else None
+            if ops:
+                await ops.start()
+                log.info("ops endpoints on :%d (/metrics /healthz /readyz)", ops.port)
+            settle_heap()
+            keep_freed_memory()
+            watch = asyncio.create_task(self._watch(), name="watch")
+            try:
+                consumer = await self._connect()
+                if consumer is not None:
+                    await self._loop(consumer)
+            except Exception as exc:
+                if not isinstance(exc, BridgeError):
+                    log.error("the bridge stopped on an unexpected error", exc_info=exc)
+                self._fail(exc)
+            finally:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.release(list(self._assigned)), cfg.bridge.shutdown_grace_seconds)
+                if self._consumer is not None:
+                    with contextlib.suppress(Exception):
+                        # Leaving the group is a courtesy; with the broker gone it must not eat the grace period.
+                        await asyncio.wait_for(self._consumer.stop(), 5)
+                if ops:
+                    await ops.stop()
+                watch.cancel()
+                if self._resumer is not None:
+                    self._resumer.cancel()
+                self._producers.close()
+        return self._exit_code()
+
+    async def _watch(self) -> None:
+        """Samples the event loop's lag (how late a timer fires: the same delay a
+        heartbeat or a commit tick suffers) and the process's memory, for the
+        capacity limits and the gauges."""
+        b = self.config.bridge
+        metrics.CAPACITY.labels("max_in_flight_tasks").set(b.max_in_flight_tasks)
+        metrics.CAPACITY.labels("max_live_tasks").set(b.max_live_tasks)
+        metrics.CAPACITY.labels("max_rss_bytes").set(b.max_rss_bytes)
+        metrics.CAPACITY.labels("max_loop_lag_seconds").set(b.max_loop_lag_seconds)
+        loop = asyncio.get_running_loop()
+        samples = 0
+        while True:
+            samples += 1
+            if samples % _TRIM_EVERY == 0:
+                trim_heap()
+            t0 = loop.time()
+            await asyncio.sleep(_LAG_SAMPLE_S)
+            lag = max(0.0, loop.time() - t0 - _LAG_SAMPLE_S)
+            # A spike counts at once; recovery is gradual, so intake does not flap.
+            self._lag = max(lag, self._lag * 0.8)
+            if self._lag > b.max_loop_lag_seconds / 2:
+                self._start_window = max(_START_WINDOW_MIN, self._start_window // 2)
+            elif self._lag < _LAG_CALM_S and self.starting() >= self._start_window * 3 // 4:
+                self._start_window = min(_START_WINDOW_MAX, self._start_window + _START_WINDOW_MIN)
+            metrics.START_WINDOW.set(self._start_window)
+            self._rss = resident_bytes()
+            metrics.LOOP_LAG.set(lag)
+            metrics.LOOP_LAG_SECONDS.observe(lag)
+            metrics.RESIDENT_BYTES.set(self._rss)
+            metrics.ACTIVE_TASKS.set(self.active())
+            metrics.CLOSED_HELD.set(self.closed_held())
+            metrics.STARTS_WAITING.set(sum(o.parked + o.offsets.deferred for o in self.owners.values()))
+            metrics.OUTBOX_BYTES.set(sum(o.txn.buffered_bytes for o in self.owners.values()))
+            held = self._held_by()
+            for limit in (
+                "start_window",
+                "max_in_flight_tasks",
+                "max_live_tasks",
+                "max_rss_bytes",
+                "max_loop_lag_seconds",
+            ):
+                metrics.CAPACITY_REACHED.labels(limit).set(1 if held == limit else 0)
+
+    def _exit_code(self) -> int:
+        exc = self._fatal
+        if exc is None:
+            return 0
+        if isinstance(exc, Fenced):
+            log.error("%s; exiting without writing", exc)
+            return 3
+        log.error("%s", exc)
+        return 2 if isinstance(exc, StartupError | ConfigError) else 1
+
+    async def _connect(self) -> AIOKafkaConsumer | None:
+        """Reach Kafka, check the topics, read their record limits, join the group.
+        Waits (not ready) while Kafka is unreachable; None if stopped meanwhile."""
+        cfg = self.config
+        attempt = 0
+        while not self._stopping.is_set():
+            consumer: AIOKafkaConsumer | None = None
+            try:
+                # aiokafka reports a refused password or certificate like a broker that
+                # is down; the preflight tells them apart (permanent: StartupError).
+                await check_kafka(cfg, PREFLIGHT_TIMEOUT_SECONDS)
+                async with topics.kafka_errors(cfg):
+                    self._topic_partitions = await topics.ensure(cfg, create=False)
+                    self.limits = await topics.record_limits(cfg)
+                    consumer = AIOKafkaConsumer(
+                        group_id=cfg.kafka.group_id,
+                        isolation_level="read_committed",
+                        enable_auto_commit=False,
+                        auto_offset_reset="earliest",
+                        max_poll_records=500,
+                        session_timeout_ms=cfg.kafka.session_timeout_ms,
+                        heartbeat_interval_ms=cfg.kafka.heartbeat_interval_ms,
+                        group_instance_id=cfg.kafka.group_instance_id,
+                        **cfg.kafka.client_options(),
+                    )
+                    consumer.subscribe([cfg.kafka.commands_topic], listener=_Listener(self))
+                    await consumer.start()
+                self._consumer = consumer
+                return consumer
+            except KafkaUnreachable as exc:
+                if consumer is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(consumer.stop(), 5)
+                delay = _retry_delay(attempt)
+                attempt += 1
+                log.warning("%s; retrying in %.1fs", exc, delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), delay)
+        return None
+
+    async def _loop(self, consumer: AIOKafkaConsumer) -> None:
+        while not self._stopping.is_set():
+            for p, owner in list(self.owners.items()):
+                if owner.failed is not None:
+                    self._rebuild(p, owner)
+            # Parked starts are let in as soon as a start is answered, not at the next
+            # idle poll: a short poll while any wait (a burst's ramp is many releases).
+            waiting = any(o.parked or o.offsets.deferred for o in self.owners.values())
+            batch = await consumer.getmany(timeout_ms=_POLL_WAITING_MS if waiting else _POLL_MS)
+            for tp, records in batch.items():
+                taker = self.owners.get(tp.partition)
+                if taker is None or not taker.ready or taker.failed is not None:
+                    # Not owned (or being rebuilt): read these again later.
+                    consumer.seek(tp, records[0].offset)
+                    continue
+                for r in records:
+                    taker.on_command(r)
+            for p, owner in list(self.owners.items()):
+                owner.release(lambda: self._held_by() is None)
+                if self._held_by() is None:
+                    point = owner.rewind()
+                    if point is not None:
+                        consumer.seek(self._tp(p), point)
+            metrics.COMMIT_LAG.set(sum(o.txn.buffered for o in self.owners.values()))
+            for p, owner in self.owners.items():
+                high = consumer.highwater(self._tp(p))
+                low = owner.offsets.next_to_commit
+                if high is not None and low is not None:
+                    metrics.COMMANDS_LAG.labels(str(p)).set(max(0, high - low))
+
+
+async def serve(config: Config) -> int:
+    service = Service(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, service.stop)
+    return await service.run()

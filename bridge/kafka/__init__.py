@@ -1,0 +1,1 @@
+"""The Kafka side (IO): the transactions, the topics, bounded reads and the connection preflight."""

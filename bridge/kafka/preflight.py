@@ -1,0 +1,222 @@
+"""Before the bridge uses Kafka: can it connect, with the configured security settings?
+
+aiokafka 0.14 reports every failed bootstrap the same way: a
+``KafkaConnectionError("Unable to bootstrap from [...]")`` with no cause
+attached; the reason (wrong password, untrusted certificate, nothing
+listening) is only in an ERROR log line. A wrong password would thus look like
+a broker that is down. So :func:`check_kafka` makes the connection itself with
+aiokafka's own connection class (TCP, TLS, ApiVersions, SASL: the handshake
+every aiokafka client makes), sees the real exception, and sorts it once, here::
+
+    BridgeError
+    ├── StartupError      permanent: retrying cannot help, fix the config or the cluster
+    │                     (SASL login refused, TLS certificate not trusted or issued for
+    │                     another host, TLS/SASL settings that do not match the listener,
+    │                     describing a topic not authorized, CA/certificate files unusable)
+    └── KafkaUnreachable  transient: retry with backoff
+                          (connection refused or reset, name not resolved, no answer in time)
+
+Messages are one line, name the broker address, the config keys to look at and
+the user name, never the password.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from aiokafka import errors as kafka_errors
+from aiokafka.conn import create_conn
+from aiokafka.protocol.metadata import MetadataRequest
+
+from bridge.config.model import Config, KafkaConfig
+from bridge.errors import BridgeError, KafkaUnreachable, StartupError
+
+# KafkaUnreachable is bridge.errors' (what the service retries), re-exported.
+__all__ = ["PREFLIGHT_TIMEOUT_SECONDS", "KafkaUnreachable", "check_kafka", "classify"]
+
+log = logging.getLogger(__name__)
+
+# How long `bridge run` / `bridge topics` wait for a broker to answer before
+# reporting it unreachable: long enough for a slow TLS handshake across zones,
+# short enough that a pod with a wrong address says so within its startup probe.
+PREFLIGHT_TIMEOUT_SECONDS = 10.0
+# OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH: the
+# certificate is valid, but for another name or address.
+_HOST_MISMATCH = (62, 64)
+# Kafka error codes in a Metadata response (kafka.common.protocol.Errors).
+_UNKNOWN_TOPIC = 3
+_TOPIC_AUTHORIZATION_FAILED = 29
+
+
+Connector = Callable[..., Coroutine[Any, Any, Any]]
+
+
+def _tls_record_length(exc: asyncio.IncompleteReadError) -> bool:
+    """aiokafka read a TLS record header (0x15/0x16, 0x03, ...) as a Kafka frame length:
+    the listener speaks TLS and the client did not."""
+    expected = exc.expected or 0
+    return (expected >> 24) in (0x15, 0x16) and (expected >> 16) & 0xFF == 0x03
+
+
+def classify(exc: BaseException, broker: str, kafka: KafkaConfig) -> StartupError | KafkaUnreachable:
+    """Map what connecting to ``broker`` raised to a permanent or a transient error (pure)."""
+    user = f"user {kafka.sasl_username!r}" if kafka.sasl_username else "no user name"
+    cafile = f"kafka.ssl_cafile {kafka.ssl_cafile!r}" if kafka.ssl_cafile else "the system CAs (kafka.ssl_cafile unset)"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        reason = exc.verify_message or "certificate verify failed"
+        if exc.verify_code in _HOST_MISMATCH:
+            return StartupError(
+                f"Kafka {broker}: TLS certificate is not valid for this host name ({reason}); "
+                "use a bootstrap address the broker certificate names"
+            )
+        return StartupError(f"Kafka {broker}: TLS certificate not trusted ({reason}); check {cafile}")
+    if isinstance(exc, ssl.SSLEOFError):
+        return KafkaUnreachable(f"Kafka {broker}: connection closed during the TLS handshake")
+    if isinstance(exc, ssl.SSLError):
+        return StartupError(
+            f"Kafka {broker}: TLS handshake failed ({getattr(exc, 'reason', None) or exc}); "
+            f"is this a TLS listener, and is kafka.security_protocol {kafka.security_protocol!r} right?"
+        )
+    if isinstance(exc, kafka_errors.SaslAuthenticationFailed):
+        detail = exc.args[0] if exc.args and isinstance(exc.args[0], str) else "authentication failed"
+        return StartupError(
+            f"Kafka {broker}: SASL {kafka.sasl_mechanism} login refused for {user} ({detail}); "
+            "check kafka.sasl_username and the password file or variable"
+        )
+    if isinstance(exc, kafka_errors.UnsupportedSaslMechanismError):
+        return StartupError(f"Kafka {broker}: {exc}; check kafka.sasl_mechanism")
+    if isinstance(exc, kafka_errors.IllegalSaslStateError):
+        return StartupError(
+            f"Kafka {broker}: the listener does not take SASL; "
+            f"is kafka.security_protocol {kafka.security_protocol!r} right for this port?"
+        )
+    cause = exc.__cause__ or exc.__context__
+    if (
+        isinstance(exc, kafka_errors.KafkaConnectionError)
+        and isinstance(cause, asyncio.IncompleteReadError)
+        and _tls_record_length(cause)
+    ):
+        return StartupError(
+            f"Kafka {broker}: the listener answered with TLS but kafka.security_protocol is "
+            f"{kafka.security_protocol!r}; use SSL or SASL_SSL"
+        )
+    if isinstance(exc, kafka_errors.AuthenticationFailedError):
+        return StartupError(f"Kafka {broker}: authentication failed for {user}; check the credentials")
+    if isinstance(exc, TimeoutError):
+        return KafkaUnreachable(f"Kafka {broker}: no answer in time")
+    if isinstance(exc, OSError):
+        reason = exc.strerror or type(exc).__name__
+        return KafkaUnreachable(f"Kafka {broker}: cannot connect ({reason})")
+    # Anything else (a broker that closes the connection, a request timing out):
+    # may pass. The service retries it with backoff.
+    return KafkaUnreachable(f"Kafka {broker}: {type(exc).__name__}")
+
+
+def _connection_options(kafka: KafkaConfig) -> dict[str, Any]:
+    """The security settings every aiokafka client gets, for one connection."""
+    try:
+        opts = kafka.client_options()
+    except (ssl.SSLError, OSError) as exc:
+        files = {"ssl_cafile": kafka.ssl_cafile, "ssl_certfile": kafka.ssl_certfile, "ssl_keyfile": kafka.ssl_keyfile}
+        named = ", ".join(f"kafka.{k} {v!r}" for k, v in files.items() if v) or "the system CAs"
+        why = getattr(exc, "reason", None) if isinstance(exc, ssl.SSLError) else exc.strerror
+        raise StartupError(f"kafka TLS files cannot be loaded ({why or type(exc).__name__}): {named}") from None
+    opts.pop("bootstrap_servers", None)
+    return opts
+
+
+def _addresses(bootstrap_servers: str) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    for item in filter(None, (s.strip() for s in bootstrap_servers.split(","))):
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit():
+            raise StartupError(f"kafka.bootstrap_servers: {item!r} is not host:port")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise StartupError("kafka.bootstrap_servers is empty")
+    return out
+
+
+async def _check_one(
+    host: str, port: int, opts: dict[str, Any], topics: list[str], *, timeout: float, connect: Connector
+) -> list[tuple[str, int]]:
+    """Connect and authenticate to one broker; check the topics may be described.
+
+    Returns the brokers the cluster advertises (the addresses clients use next)."""
+    conn = await connect(host, port, request_timeout_ms=max(1, int(timeout * 1000)), **opts)
+    try:
+        response = await conn.send(MetadataRequest(topics, allow_auto_topic_creation=False))
+    finally:
+        conn.close()
+    denied = sorted(t[1] for t in response.topics if t[0] == _TOPIC_AUTHORIZATION_FAILED)
+    if denied:
+        raise kafka_errors.TopicAuthorizationFailedError(", ".join(denied))
+    for t in response.topics:
+        if t[0] not in (0, _UNKNOWN_TOPIC):
+            log.warning("kafka: topic %s reports error code %d", t[1], t[0])
+    return [(b[1], b[2]) for b in response.brokers]
+
+
+async def check_kafka(config: Config, timeout: float, *, connect: Connector = create_conn) -> None:
+    """Connect to the bootstrap servers, then to every broker they advertise, as the clients will.
+
+    Raises :class:`StartupError` for a problem that retrying cannot fix and
+    :class:`KafkaUnreachable` when no broker answered within ``timeout`` seconds.
+    Topics that do not exist yet are fine (``bridge topics`` creates them).
+    """
+    kafka = config.kafka
+    opts = _connection_options(kafka)
+    topics = sorted(
+        {kafka.commands_topic, kafka.checkpoints_topic, *config.all_events_topics(), *config.all_dlq_topics()}
+    )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+
+    async def attempt(host: str, port: int) -> list[tuple[str, int]] | BridgeError:
+        broker = f"{host}:{port}"
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return KafkaUnreachable(f"Kafka {broker}: no answer within {timeout:g}s")
+        try:
+            async with asyncio.timeout(remaining):
+                return await _check_one(host, port, opts, topics, timeout=remaining, connect=connect)
+        except kafka_errors.TopicAuthorizationFailedError as exc:
+            who = f"user {kafka.sasl_username!r}" if kafka.sasl_username else "this client"
+            return StartupError(f"Kafka {broker}: {who} is not authorized to describe topic(s) {exc.args[0]} (ACLs)")
+        except TimeoutError:
+            return KafkaUnreachable(f"Kafka {broker}: no answer within {timeout:g}s")
+        except Exception as exc:
+            return classify(exc, broker, kafka)
+
+    # 1. The bootstrap servers, as aiokafka tries them: the first that answers
+    #    tells the cluster's brokers. When none does, a permanent problem wins.
+    problems: list[BridgeError] = []
+    advertised: list[tuple[str, int]] | None = None
+    checked: set[tuple[str, int]] = set()
+    for host, port in _addresses(kafka.bootstrap_servers):
+        result = await attempt(host, port)
+        if isinstance(result, BridgeError):
+            problems.append(result)
+            continue
+        advertised = result
+        checked.add((host, port))
+        break
+    if advertised is None:
+        permanent = [p for p in problems if isinstance(p, StartupError)]
+        raise (permanent or problems)[0]
+    # 2. The brokers it advertises, which the clients connect to next: their
+    #    names must resolve and be in their certificates too.
+    for host, port in advertised:
+        if (host, port) in checked:
+            continue
+        result = await attempt(host, port)
+        if isinstance(result, BridgeError):
+            if isinstance(result, KafkaUnreachable):
+                # One broker down is the cluster's business: the clients go to the others.
+                log.warning("%s", result)
+                continue
+            raise result

@@ -1,0 +1,161 @@
+"""The bridge's topics: create them co-partitioned, and check they are.
+
+Checkpoints must have exactly as many partitions as commands: a Task's
+checkpoint lives in the partition with its commands' number, so a mismatch
+would restore the wrong Tasks. The bridge refuses to run on one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
+
+from bridge.config.model import Config
+from bridge.core.limits import MIN_RECORD_BYTES, RecordLimits
+from bridge.errors import KafkaUnreachable, StartupError
+
+log = logging.getLogger(__name__)
+
+
+# Checkpoints are a changelog: only the newest record per key matters, and a
+# closed Task's tombstone should take its key away in hours, not weeks. A
+# segment rolls every hour so the cleaner can reach it (it never compacts the
+# active segment); 10 % of superseded records is enough to start cleaning; a
+# tombstone is kept an hour (long enough for a restore that began before it).
+CHECKPOINTS_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "min.compaction.lag.ms": "60000",
+    "segment.ms": "3600000",
+    "min.cleanable.dirty.ratio": "0.1",
+    "delete.retention.ms": "3600000",
+}
+
+
+def wanted(config: Config) -> dict[str, dict[str, str]]:
+    """Every topic the bridge uses, with its configs."""
+    k = config.kafka
+    out: dict[str, dict[str, str]] = {k.commands_topic: {}}
+    out[k.checkpoints_topic] = CHECKPOINTS_TOPIC_CONFIG
+    for t in config.all_events_topics():
+        out[t] = {}
+    for t in config.all_dlq_topics():
+        out[t] = {}
+    return out
+
+
+async def _partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int]:
+    described: list[Any] = await admin.describe_topics(topics)
+    counts: dict[str, int] = {}
+    for t in described:
+        if t.get("error_code", 0) == 0:
+            counts[t["topic"]] = len(t.get("partitions") or [])
+    return counts
+
+
+async def partitions(config: Config, names: list[str]) -> list[TopicPartition]:
+    """Every partition of ``names`` (a consumer only learns them once subscribed)."""
+    admin = AIOKafkaAdminClient(**config.kafka.client_options())
+    await admin.start()
+    try:
+        for _ in range(50):  # a fresh topic's metadata takes a moment to show
+            counts = await _partition_counts(admin, names)
+            if all(n in counts for n in names):
+                break
+            await asyncio.sleep(0.1)
+        return [TopicPartition(n, p) for n in names for p in range(counts.get(n, 0))]
+    finally:
+        await admin.close()
+
+
+async def ensure(config: Config, *, create: bool) -> dict[str, int]:
+    """Create missing topics (when ``create``) and verify co-partitioning."""
+    admin = AIOKafkaAdminClient(**config.kafka.client_options())
+    await admin.start()
+    try:
+        topics = wanted(config)
+        counts = await _partition_counts(admin, list(topics))
+        missing = [t for t in topics if t not in counts]
+        if missing and create:
+            commands = counts.get(config.kafka.commands_topic, config.kafka.partitions)
+            new = [
+                NewTopic(
+                    t,
+                    commands if t == config.kafka.checkpoints_topic else config.kafka.partitions,
+                    config.kafka.replication_factor,
+                    topic_configs=topics[t],
+                )
+                for t in missing
+            ]
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await admin.create_topics(new)
+            for _ in range(50):  # metadata of fresh topics takes a moment to show
+                counts = await _partition_counts(admin, list(topics))
+                if all(t in counts for t in topics):
+                    break
+                await asyncio.sleep(0.2)
+        missing = [t for t in topics if t not in counts]
+        if missing:
+            raise StartupError(f"topics missing: {missing}; create them with `bridge topics`")
+        c, p = counts[config.kafka.commands_topic], counts[config.kafka.checkpoints_topic]
+        if c != p:
+            raise StartupError(
+                f"checkpoints topic {config.kafka.checkpoints_topic!r} has {p} partitions but commands topic "
+                f"{config.kafka.commands_topic!r} has {c}: they must be co-partitioned (same count)"
+            )
+        return counts
+    finally:
+        await admin.close()
+
+
+def written(config: Config) -> list[str]:
+    """Every topic the bridge produces to."""
+    return sorted({config.kafka.checkpoints_topic, *config.all_events_topics(), *config.all_dlq_topics()})
+
+
+async def record_limits(config: Config) -> RecordLimits:
+    """Each written topic's record budget: the smaller of its ``max.message.bytes``
+    and the producer's ``max_request_size``. Refuses a budget below
+    :data:`~bridge.core.limits.MIN_RECORD_BYTES`: the bridge could not write its own records."""
+    names = written(config)
+    admin = AIOKafkaAdminClient(**config.kafka.client_options())
+    await admin.start()
+    try:
+        resources = [ConfigResource(ConfigResourceType.TOPIC, t, configs={"max.message.bytes": None}) for t in names]
+        responses = await admin.describe_configs(resources)
+    finally:
+        await admin.close()
+    cap = config.kafka.max_request_size
+    budgets: dict[str, int] = {}
+    for response in responses:
+        for res in response.to_object()["resources"]:
+            for entry in res["config_entries"]:
+                if entry["config_names"] == "max.message.bytes":
+                    budgets[res["resource_name"]] = min(cap, int(entry["config_value"]))
+    small = {t: b for t, b in budgets.items() if b < MIN_RECORD_BYTES}
+    if small:
+        raise StartupError(
+            f"topics {sorted(small)} take records of at most {min(small.values())} bytes "
+            f"(max.message.bytes, or kafka.max_request_size); the bridge needs {MIN_RECORD_BYTES}"
+        )
+    return RecordLimits(min([cap, *budgets.values()]), budgets)
+
+
+@contextlib.asynccontextmanager
+async def kafka_errors(config: Config) -> Any:
+    """Kafka's errors as the bridge's: retriable ones (no broker, a timeout, a
+    coordinator moving) as :class:`KafkaUnreachable`, the rest as :class:`StartupError`."""
+    try:
+        yield
+    except (KafkaConnectionError, TimeoutError, OSError) as exc:
+        raise KafkaUnreachable(f"Kafka at {config.kafka.bootstrap_servers} is unreachable: {exc}") from None
+    except KafkaError as exc:
+        if exc.retriable:
+            raise KafkaUnreachable(f"Kafka at {config.kafka.bootstrap_servers} is not ready: {exc}") from None
+        raise StartupError(f"Kafka at {config.kafka.bootstrap_servers} refused: {exc}") from None

@@ -1,0 +1,485 @@
+"""The one place that owns Kafka transactions.
+
+One transactional producer per assigned commands partition, with
+``transactional_id = "{prefix}-{commandsTopic}-{partition}"`` so that a new
+owner's ``init_transactions`` fences a zombie (aiokafka has no KIP-447).
+
+Readers never await Kafka: they append to the current tick's :class:`Outbox`
+(synchronously, so an event, the record change behind it and the command
+offset it absorbs are always seen together). Every tick the committer swaps
+the outbox for an empty one and commits the swapped one as one transaction
+(:meth:`PartitionTransactions.commit`, steps numbered there). Readers fill
+the next outbox meanwhile; the outbox is bounded in records and in bytes.
+
+A transaction commits only if every record in it was delivered: aiokafka
+fails just the batch a broker refuses (record too large, say) and would
+commit the rest (Java's producer fixed that in KAFKA-9279), so every send's
+future is awaited before the commit, and any failure aborts. Nothing of an
+aborted transaction is visible to ``read_committed`` readers; the caller
+rebuilds the partition from Kafka (:class:`TransactionFailed` says how).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    MessageSizeTooLargeError,
+    ProducerFenced,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+)
+from aiokafka.partitioner import murmur2
+from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.structs import OffsetAndMetadata
+
+from bridge.config.model import Config
+from bridge.core.lifecycle import TaskRecord
+from bridge.core.limits import Headers, RecordLimits, record_size
+from bridge.core.offsets import Position
+from bridge.errors import BridgeError
+from bridge.observe import metrics
+from bridge.wire import checkpoints
+
+log = logging.getLogger(__name__)
+
+# Aborting is best effort (a fenced producer cannot); the next owner's
+# init_transactions aborts whatever is left open.
+_ABORT_TIMEOUT_S = 10.0
+# aiokafka waits for an unreachable coordinator for ever. A transaction still
+# open this long past its timeout (kafka.transaction_timeout_ms) has been aborted
+# by the coordinator, or its outcome is unknown: either way the partition is
+# rebuilt from what Kafka has.
+_TRANSACTION_GRACE_S = 15.0
+# The longest a thread holds the GIL while another waits for it (see ProducerLoop).
+_SWITCH_INTERVAL_S = 0.0002
+
+_TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
+_NOT_ALLOWED = (
+    TopicAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    ClusterAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+)
+
+
+class TransactionFailed(BridgeError):
+    """A transaction did not commit; nothing in it is visible.
+
+    ``refused``: origins (see :class:`OutRecord`) of records the broker
+    refused as too large; ``fenced``: the producer lost its transactional id
+    (``timed_out`` tells a transaction the coordinator aborted for running
+    past its timeout from one that another bridge fenced); ``forbidden``: an
+    authorization error, which no retry will mend.
+    """
+
+    def __init__(
+        self,
+        partition: int,
+        cause: BaseException,
+        *,
+        refused: tuple[str, ...] = (),
+        open_for: float = 0.0,
+        timeout_ms: int = 30_000,
+    ) -> None:
+        self.partition = partition
+        self.cause = cause
+        self.refused = refused
+        self.fenced = isinstance(cause, ProducerFenced)
+        self.timed_out = self.fenced and open_for * 1000 >= timeout_ms
+        self.forbidden = isinstance(cause, _NOT_ALLOWED)
+        what = "refused as too large: " + ", ".join(refused[:3]) if refused else type(cause).__name__
+        super().__init__(f"partition {partition}: transaction aborted ({what})")
+
+
+# Slotted, not frozen: one is made per record published, and a frozen dataclass's
+# __init__ costs five times as much. Nothing changes a record once it is in an outbox.
+@dataclass(slots=True)
+class OutRecord:
+    topic: str
+    key: bytes | None
+    value: bytes | None  # None: a tombstone
+    headers: Headers
+    # What the record is, so a refused one can be replaced when it is made again:
+    # "event:{eventId}", "dlq:{offset}", "checkpoint" or "partition".
+    origin: str
+    partition: int | None = None
+
+
+@dataclass(slots=True)
+class Outbox:
+    """What one tick commits for one partition."""
+
+    records: list[OutRecord] = field(default_factory=list)
+    size: int = 0  # bytes of record values
+    dirty: dict[str, TaskRecord] = field(default_factory=dict)
+    # Checkpoint keys of closed Tasks whose dedupe window passed.
+    tombstones: list[bytes] = field(default_factory=list)
+
+
+_T = TypeVar("_T")
+
+
+class ProducerLoop:
+    """Where the partition producers run and their transactions wait on Kafka.
+
+    :meth:`inline`: the caller's event loop. :meth:`threaded`: an event loop of
+    their own in a thread. A transaction is three round trips (AddPartitionsToTxn,
+    Produce, EndTxn; plus the offset when it moved), and on the main loop each
+    round trip's answer waits for its turn behind every stream reader with data:
+    at 10,000 events/s from 100 streams a transaction took 55-120 ms, most of it
+    waiting for turns, and every event's latency with it. In its own thread the
+    answer is read as it arrives (the GIL changes hands at the main loop's next
+    system call or within the switch interval). Everything a transaction decides
+    (the outbox swap, the position, the checkpoints) still happens on the main
+    loop before it is handed over; this loop only talks to Kafka.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None, thread: threading.Thread | None = None) -> None:
+        self._loop = loop
+        self._thread = thread
+
+    @classmethod
+    def inline(cls) -> ProducerLoop:
+        return cls()
+
+    @classmethod
+    def threaded(cls) -> ProducerLoop:
+        # A thread waiting for the GIL gets it at the holder's next system call or
+        # after the switch interval: 5 ms by default, several times per transaction,
+        # and the readers wait the same way for the producer thread. Measured over
+        # 100 trickling streams: p99 latency 223-281 ms at 1 ms, 300-351 at 5 ms (at
+        # 10,000 events/s); at 0.2 ms lower than at 1 ms in 9 of 9 pairs (at 10,958
+        # events/s, e.g. 272 against 423 ms), throughput level (burst) or higher
+        # (20 KB events).
+        sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_INTERVAL_S))
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="kafka-producers", daemon=True)
+        thread.start()
+        return cls(loop, thread)
+
+    async def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        """``coro`` to its end on this loop (cancelling the caller cancels it)."""
+        if self._loop is None:
+            return await coro
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    def close(self) -> None:
+        """Stop the thread; its producers must have been stopped already."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        if not thread.is_alive():
+            loop.close()
+
+
+def transactional_id(config: Config, partition: int) -> str:
+    return f"{config.kafka.transactional_id_prefix}-{config.kafka.commands_topic}-{partition}"
+
+
+class PartitionTransactions:
+    """Producer and outbox of one commands partition."""
+
+    def __init__(
+        self,
+        config: Config,
+        partition: int,
+        position: Callable[[], Position],
+        limits: Callable[[], RecordLimits],
+        producers: ProducerLoop | None = None,
+    ) -> None:
+        self.config = config
+        self.partition = partition
+        self._producers = producers or ProducerLoop.inline()
+        self._position = position
+        self._limits = limits
+        self._outbox = Outbox()
+        self._space = asyncio.Event()
+        self._space.set()
+        # Set when the outbox is full (or the partition closes): the committer
+        # commits at once instead of sleeping out its tick while readers wait.
+        self.wake = asyncio.Event()
+        self._last: Position | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._commands_tp = TopicPartition(config.kafka.commands_topic, partition)
+
+    async def start(self) -> None:
+        """Create the producer; its init_transactions fences any older owner."""
+        self._producer = await self._producers.run(self._started_producer())
+
+    async def _started_producer(self) -> AIOKafkaProducer:
+        producer = AIOKafkaProducer(
+            transactional_id=transactional_id(self.config, self.partition),
+            enable_idempotence=True,
+            acks="all",
+            # Every batch handed over is whole (see _batches), and all of a transaction's
+            # are queued before its AddPartitionsToTxn answers: a linger only delayed
+            # the Produce after that answer (at 50 ms ticks, 1,000 events/s: delivery
+            # p50 5-11 ms against 11-13 with linger_ms=5, in 3 of 3 pairs).
+            linger_ms=0,
+            # A batch never exceeds the smallest record budget, so no topic's
+            # max.message.bytes can refuse a batch of records that each fit.
+            max_batch_size=min(256 * 1024, self._limits().smallest),
+            max_request_size=self.config.kafka.max_request_size,
+            # A transaction left open by a crash is aborted by the coordinator after
+            # this: short, so a restarted owner is not blocked long by its predecessor's.
+            transaction_timeout_ms=self.config.kafka.transaction_timeout_ms,
+            **self.config.kafka.client_options(),
+        )
+        try:
+            await producer.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise
+        return producer
+
+    async def stop(self) -> None:
+        if self._producer is not None:
+            producer, self._producer = self._producer, None
+            with contextlib.suppress(Exception):
+                await self._producers.run(asyncio.wait_for(producer.stop(), _ABORT_TIMEOUT_S))
+
+    # ------------------------------------------------------------ readers --
+
+    def add(self, record: OutRecord) -> None:
+        box = self._outbox
+        box.records.append(record)
+        box.size += len(record.value or b"")
+        cfg = self.config.bridge
+        if len(box.records) >= cfg.max_buffered_events or box.size >= cfg.max_buffered_bytes:
+            self._space.clear()
+            self.wake.set()
+
+    def mark(self, record: TaskRecord) -> None:
+        """``record`` changed: its checkpoint goes into this tick's transaction."""
+        self._outbox.dirty[record.task_key] = record
+
+    def tombstone(self, key: bytes) -> None:
+        """Delete a closed Task's checkpoint in this tick's transaction (before any
+        checkpoint a new Task of the same key writes in it)."""
+        self._outbox.dirty.pop(key.decode(), None)
+        self._outbox.tombstones.append(key)
+
+    @property
+    def buffered(self) -> int:
+        return len(self._outbox.records)
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._outbox.size
+
+    async def space(self) -> None:
+        """Wait while the outbox is full, so many readers cannot starve the committer."""
+        if not self._space.is_set():
+            metrics.BUFFER_WAITS.inc()
+            await self._space.wait()
+
+    # ---------------------------------------------------------- committer --
+
+    async def commit(self) -> int:
+        """Commit the current outbox as one transaction; returns records written.
+
+        1. Swap the outbox, encode checkpoints and take the position, with no
+           await in between: the three describe the same instant.
+        2. Begin the transaction.
+        3. Send the events and DLQ copies, in the order readers added them.
+        4. Send tombstones of closed Tasks past their window, then the checkpoint
+           of each Task that changed.
+        5. Send the partition record.
+        6. Add the consumer offset to the transaction, unless the last committed
+           transaction of this object already holds it.
+        7. Wait for every send's delivery; any failure aborts (nothing commits).
+        8. Commit.
+        """
+        producer = self._producer
+        if producer is None:
+            raise RuntimeError("partition producer is not started")
+        # Step 1. Swap, encode, position.
+        outbox, self._outbox = self._outbox, Outbox()
+        self._space.set()
+        self.wake.clear()
+        position = self._position()
+        if not outbox.records and not outbox.dirty and not outbox.tombstones and position == self._last:
+            return 0
+        cp_topic = self.config.kafka.checkpoints_topic
+        budget = self._limits().budget(cp_topic)
+        p = self.partition
+        staged = [OutRecord(cp_topic, key, None, [], "tombstone", p) for key in outbox.tombstones]
+        staged += [
+            OutRecord(
+                cp_topic, checkpoints.task_key_bytes(r.task_key), checkpoints.encode(r, budget), [], "checkpoint", p
+            )
+            for r in outbox.dirty.values()
+        ]
+        part = checkpoints.PartitionRecord(
+            self.partition, list(position.absorbed), list(position.starts_in_flight), position.offset
+        )
+        staged.append(OutRecord(cp_topic, checkpoints.PARTITION_KEY, part.encode(), [], "partition", p))
+        for r in staged:
+            if record_size(r.key, r.value, r.headers) > budget:
+                # Bounded by construction (see bridge.wire.checkpoints); a failure here is a bug.
+                raise TransactionFailed(self.partition, ValueError(f"checkpoint over {budget} bytes"))
+        # Re-committing the offset of the last committed transaction changes nothing,
+        # and costs two round trips (AddOffsetsToTxn, TxnOffsetCommit) and a marker on
+        # __consumer_offsets in every tick of a partition whose Tasks stream while no
+        # command arrives. An offset an aborted transaction moved differs from _last.
+        moved = self._last is None or self._last.offset != position.offset
+        offset = position.offset if moved else None
+        records = [*outbox.records, *staged]
+        # Record batches are filled here, on the main loop, when every record's partition
+        # is known (as it is unless a topic's partition count was not learnt at start).
+        # Filled on the producer thread, the two threads traded the GIL every switch
+        # interval while it ran: in 6 paired latency runs (100 streams, 7,500 events/s,
+        # 100 ms ticks) building here had p50 70 against 81 ms and p99 after the start
+        # 122 against 142 ms, with the bridge less busy; throughput level (4 pairs each
+        # of bench cases 1 and 2).
+        built: Batches | None = None
+        if all(r.partition is not None for r in records):
+            try:
+                built = batches(producer, records)
+            except Exception as exc:  # nothing began: nothing to abort
+                metrics.TRANSACTIONS.labels("failed").inc()
+                raise TransactionFailed(self.partition, exc) from exc
+        started = time.monotonic()
+        await self._producers.run(self._transact(producer, records, built, offset, started))
+        self._last = position
+        count = len(records)
+        metrics.TRANSACTIONS.labels("committed").inc()
+        metrics.TRANSACTION_SECONDS.observe(time.monotonic() - started)
+        metrics.TRANSACTION_RECORDS.observe(count)
+        return count
+
+    async def _transact(
+        self,
+        producer: AIOKafkaProducer,
+        records: list[OutRecord],
+        built: Batches | None,
+        offset: int | None,
+        started: float,
+    ) -> None:
+        """Steps 2 to 8 on the producer loop; any failure aborts and raises :class:`TransactionFailed`."""
+        sent: list[tuple[tuple[str, ...], asyncio.Future[object]]] = []
+        try:
+            async with asyncio.timeout(self.config.kafka.transaction_timeout_ms / 1000 + _TRANSACTION_GRACE_S):
+                await self._send_all(producer, records, built, offset, sent)
+        except Exception as exc:
+            metrics.TRANSACTIONS.labels("failed").inc()
+            # Records a broker refused as too large. A batch of several may have been
+            # refused as a whole (the topic's limit lowered meanwhile): the limits are
+            # read again then; only a record refused on its own is replaced when made again.
+            refused = tuple(
+                o[0] if len(o) == 1 else "batch" for o, f in sent if f.done() and isinstance(_failure(f), _TOO_LARGE)
+            )
+            await self._abort(producer, sent)
+            raise TransactionFailed(
+                self.partition,
+                exc,
+                refused=refused,
+                open_for=time.monotonic() - started,
+                timeout_ms=self.config.kafka.transaction_timeout_ms,
+            ) from exc
+
+    async def _send_all(
+        self,
+        producer: AIOKafkaProducer,
+        records: list[OutRecord],
+        built: Batches | None,
+        offset: int | None,
+        sent: list[tuple[tuple[str, ...], asyncio.Future[object]]],
+    ) -> None:
+        """Steps 2 to 8 of :meth:`commit`; ``sent`` collects each batch's delivery
+        with the origins of its records. ``built``: ``records`` as batches already."""
+        # Step 2. Begin.
+        await producer.begin_transaction()
+        # Steps 3-5. Events and DLQ copies; checkpoints; the partition record, as
+        # record batches per partition (the partition of each record is computed once
+        # per Task): one future per batch, not per record.
+        if built is None:
+            built = await self._batches(producer, records)
+        for topic, partition, batch, origins in built:
+            sent.append((origins, await producer.send_batch(batch, topic, partition=partition)))
+        # Step 6. The consumer offset, when it moved (see commit).
+        if offset is not None:
+            await producer.send_offsets_to_transaction(
+                {self._commands_tp: OffsetAndMetadata(offset, "")}, self.config.kafka.group_id
+            )
+        # Step 7. Every send delivered, or nothing commits.
+        results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            raise failed
+        # Step 8. Commit.
+        await producer.commit_transaction()
+
+    async def _batches(self, producer: AIOKafkaProducer, records: list[OutRecord]) -> Batches:
+        """:func:`batches`, once each record of a topic the bridge learnt no partition
+        count for at start has its partition (from the producer's metadata)."""
+        for r in records:
+            if r.partition is None:
+                await producer.client._wait_on_metadata(r.topic)
+                count = len(producer.client.cluster.partitions_for_topic(r.topic) or (0,))
+                r.partition = partition_for(r.key, count)
+        return batches(producer, records)
+
+    async def _abort(
+        self, producer: AIOKafkaProducer, sent: list[tuple[tuple[str, ...], asyncio.Future[object]]]
+    ) -> None:
+        metrics.TRANSACTION_ABORTS.inc()
+        for _, fut in sent:
+            # Deliveries that fail later are expected now: retrieve them, quietly.
+            fut.add_done_callback(_failure)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(producer.abort_transaction(), _ABORT_TIMEOUT_S)
+
+
+# (topic, partition, batch, origins of its records), in the order they are sent.
+Batches = list[tuple[str, int, BatchBuilder, tuple[str, ...]]]
+
+
+def batches(producer: AIOKafkaProducer, records: list[OutRecord]) -> Batches:
+    """``records`` (each with its partition) as full record batches, in order within
+    each partition. Builders are plain objects: any thread may fill them."""
+    out: Batches = []
+    open_: dict[tuple[str, int], tuple[BatchBuilder, list[str]]] = {}
+    for r in records:
+        assert r.partition is not None
+        tp = (r.topic, r.partition)
+        current = open_.get(tp)
+        if current is None:
+            current = open_[tp] = (producer.create_batch(), [])
+        if current[0].append(timestamp=None, key=r.key, value=r.value, headers=r.headers) is None:
+            out.append((r.topic, r.partition, current[0], tuple(current[1])))
+            current = open_[tp] = (producer.create_batch(), [])
+            current[0].append(timestamp=None, key=r.key, value=r.value, headers=r.headers)
+        current[1].append(r.origin)
+    out += [(topic, p, batch, tuple(origins)) for (topic, p), (batch, origins) in open_.items()]
+    return out
+
+
+def partition_for(key: bytes | None, partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for ``key`` (murmur2, as the
+    Java client and aiokafka do), so consumers and tools agree with the bridge."""
+    if key is None or partitions <= 1:
+        return 0 if partitions <= 1 else random.randrange(partitions)
+    return int((murmur2(key) & 0x7FFFFFFF) % partitions)
+
+
+def _failure(fut: asyncio.Future[object]) -> BaseException | None:
+    return None if fut.cancelled() else fut.exception()

@@ -1,0 +1,1 @@
+"""Observability: metrics, logs, trace context and the operator's HTTP endpoints."""

@@ -1,0 +1,144 @@
+"""Prometheus metrics: ``bridge_`` prefix, base units, no unbounded labels.
+
+Labels are drawn from closed sets (kinds, reasons, outcomes) or from the
+configured agent registry; never a task id, taskKey or command id.
+"""
+
+from __future__ import annotations
+
+from typing import get_args
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from bridge.core.lifecycle import DropReason, EventKind
+
+COMMANDS = Counter("bridge_commands_total", "Commands read, by type and what became of them.", ["type", "result"])
+DLQ = Counter(
+    "bridge_dlq_records_total",
+    "Records sent to a DLQ topic, by reason and agent ('none' if unknown).",
+    ["reason", "agent"],
+)
+EVENTS = Counter("bridge_events_published_total", "Events added to a transaction, by kind.", ["kind"])
+DROPPED = Counter(
+    "bridge_events_dropped_total",
+    "Agent updates not published: replayed SSE ids, repeated snapshots, after-terminal.",
+    ["reason"],
+)
+OUTCOMES = Counter(
+    "bridge_task_outcomes_total", "Tasks that ended, by final state or bridge outcome, and agent.", ["outcome", "agent"]
+)
+TRANSACTIONS = Counter("bridge_transactions_total", "Commit ticks, by result.", ["result"])
+TRANSACTION_SECONDS = Histogram(
+    "bridge_transaction_duration_seconds",
+    "One transaction from begin to commit.",
+    # Up past the 45 s a transaction may take before it is given up on (bridge.kafka.transaction).
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+TRANSACTION_RECORDS = Histogram(
+    "bridge_transaction_records",
+    "Records (events, checkpoints, DLQ) in one transaction.",
+    buckets=(1, 10, 100, 1000, 10000),
+)
+LIVE_TASKS = Gauge("bridge_tasks_live", "Tasks this process follows now.")
+OPEN_STREAMS = Gauge("bridge_streams_open", "SSE streams open to agents now.")
+RECONNECTS = Counter("bridge_stream_resumes_total", "Streams resumed after a drop or a restart, by how.", ["how"])
+AGENT_REQUESTS = Counter(
+    "bridge_agent_requests_total",
+    "JSON-RPC calls to agents, by agent, method and result.",
+    ["agent", "method", "result"],
+)
+AGENT_SECONDS = Histogram(
+    "bridge_agent_request_duration_seconds",
+    "JSON-RPC calls to agents until the response (or first SSE event) arrived.",
+    ["agent", "method"],
+    # Up past the longest wait measured: request_timeout_seconds and
+    # first_event_timeout_seconds default to 30 s.
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+PARTITIONS = Gauge("bridge_partitions_assigned", "Commands partitions owned and restored.")
+RESTORE_SECONDS = Histogram(
+    "bridge_restore_duration_seconds",
+    "Reading a checkpoints partition and resuming its Tasks.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+)
+START_RESENDS = Counter(
+    "bridge_start_resends_total",
+    "Starts sent again after a crash before their first commit (same messageId; the gateway may absorb them).",
+)
+BUFFER_WAITS = Counter("bridge_buffer_full_waits_total", "Times a reader waited because the commit buffer was full.")
+COMMIT_LAG = Gauge("bridge_uncommitted_events", "Events buffered and not yet committed, all partitions.")
+TRANSACTION_ABORTS = Counter(
+    "bridge_transaction_aborts_total", "Transactions aborted because a send or the commit failed."
+)
+PARTITION_REBUILDS = Counter(
+    "bridge_partition_rebuilds_total",
+    "Partitions rebuilt from Kafka after a failed transaction or a failed open, by cause.",
+    ["cause"],
+)
+CHECKPOINTS_REJECTED = Counter(
+    "bridge_checkpoint_records_rejected_total", "Checkpoint records that could not be decoded at restore (skipped)."
+)
+EVENTS_FITTED = Counter(
+    "bridge_events_fitted_total",
+    "Events too large for their topic: projected to fit, or replaced by an `unpublishable` marker.",
+    ["how"],
+)
+STARTS_DEFERRED = Counter(
+    "bridge_starts_deferred_total",
+    "Starts held back (read again later), by the limit that held them.",
+    ["reason"],
+)
+CHECKPOINTS_RESTORED = Counter(
+    "bridge_checkpoint_records_restored_total", "Checkpoint records read when restoring partitions."
+)
+TOMBSTONES = Counter(
+    "bridge_checkpoint_tombstones_total", "Closed Tasks forgotten after their dedupe window (tombstones written)."
+)
+CLOSED_HELD = Gauge("bridge_tasks_closed_held", "Closed Tasks kept for their dedupe window.")
+ACTIVE_TASKS = Gauge("bridge_tasks_active", "Live Tasks not paused for input (what max_in_flight_tasks counts).")
+CAPACITY = Gauge("bridge_capacity_limit", "The configured limits new starts wait on.", ["limit"])
+CAPACITY_REACHED = Gauge("bridge_capacity_reached", "1 while new starts wait on this limit, else 0.", ["limit"])
+OUTBOX_BYTES = Gauge("bridge_uncommitted_bytes", "Bytes of record values waiting for the next commit, all partitions.")
+LOOP_LAG = Gauge("bridge_event_loop_lag_seconds", "How late the event loop woke a timer, last sample.")
+LOOP_LAG_SECONDS = Histogram(
+    "bridge_event_loop_lag_duration_seconds",
+    "How late the event loop woke a timer.",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+STARTS_WAITING = Gauge("bridge_starts_waiting", "Starts held back for capacity (parked or to be read again).")
+START_WINDOW = Gauge(
+    "bridge_start_window", "Starts that may await an agent's first answer at once (adapts to event-loop lag)."
+)
+REBALANCES = Counter("bridge_rebalances_total", "Partition assignments received from the group coordinator.")
+RESIDENT_BYTES = Gauge("bridge_resident_memory_bytes", "Resident memory of the process (for max_rss_bytes).")
+
+
+# Children of the per-event counters, looked up once (labels() costs ~1 µs a call).
+EVENTS_BY_KIND = {k: EVENTS.labels(k) for k in get_args(EventKind)}
+DROPPED_BY_REASON = {r: DROPPED.labels(r) for r in get_args(DropReason)}
+
+
+BUILD_INFO = Gauge(
+    "bridge_build_info", "1, labelled with the versions this process runs.", ["version", "python", "aiokafka"]
+)
+COMMANDS_LAG = Gauge(
+    "bridge_commands_lag",
+    "Commands not yet absorbed, per owned partition: the high-water mark minus the offset to commit.",
+    ["partition"],
+)
+
+
+def init(agents: list[str]) -> None:
+    """Create the label values alerts watch, so a first increment is a visible change."""
+    import platform
+
+    import aiokafka
+
+    from bridge import __version__
+
+    BUILD_INFO.labels(__version__, platform.python_version(), aiokafka.__version__).set(1)
+    for result in ("committed", "failed"):
+        TRANSACTIONS.labels(result)
+    for agent in agents:
+        for outcome in ("completed", "failed", "canceled", "rejected", "timeout", "lost"):
+            OUTCOMES.labels(outcome, agent)

@@ -1,0 +1,206 @@
+"""`bridge inspect`: one Task's checkpoint, events and the seed's diagnosis order.
+
+The seed: first check for confusion between the JSON-RPC id and the Task id,
+then inspect the Agent selector, authorization, last event sequence and the
+terminal event.
+
+It reads only what the Task's keys route to, bounded by the end offsets:
+
+1. the checkpoints partition the taskKey hashes to (Kafka's default
+   partitioner over the commands topic's partition count: checkpoints are
+   co-partitioned with commands); only when the argument is not a taskKey
+   there are all checkpoints partitions scanned for it as a taskId;
+2. the events partition the taskId hashes to, in the Task's events topic
+   (events are keyed by taskId);
+3. with ``--live``, the agent itself: ``tasks/get`` on the route the Task
+   started with, compared with the last status published.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiokafka import TopicPartition
+
+from bridge.config.model import Config
+from bridge.core.lifecycle import TaskRecord
+from bridge.errors import AgentFault
+from bridge.kafka import reading
+from bridge.kafka.transaction import partition_for
+from bridge.ops.display import escape
+from bridge.ops.tail import timeline_line
+from bridge.wire import checkpoints
+
+
+def key_partition(task_key: str, partitions: int) -> int:
+    """The commands (and checkpoints) partition of ``task_key``: where Kafka's
+    default partitioner sends a command keyed by it."""
+    return partition_for(checkpoints.task_key_bytes(task_key), partitions)
+
+
+async def _restore(config: Config, tps: list[TopicPartition], want: Any) -> TaskRecord | None:
+    """The first Task checkpoint in ``tps`` (newest value per key) for which ``want(record)`` holds."""
+    async with reading.consumer(config) as c:
+        for tp in tps:
+            restorer = checkpoints.Restorer()
+            async for r in reading.read_to_end(c, [tp]):
+                restorer.feed(r.key, r.value)
+            for record in restorer.tasks(slim_closed=False):
+                if isinstance(record, TaskRecord) and want(record):
+                    return record
+    return None
+
+
+async def find(config: Config, key: str) -> tuple[TaskRecord | None, list[str]]:
+    """The checkpoint of taskKey ``key``, else of taskId ``key``; and what was read, said plainly."""
+    commands, topic = config.kafka.commands_topic, config.kafka.checkpoints_topic
+    counts = await reading.require_topics(config, [commands, topic])
+    n = counts[commands]
+    notes: list[str] = []
+    if counts[topic] != n:
+        notes.append(
+            f"WARNING: {topic} has {counts[topic]} partitions and {commands} {n}: not co-partitioned, "
+            "so the bridge refuses to run"
+        )
+    p = key_partition(key, n)
+    notes.append(f"read checkpoints partition {topic}/{p} (taskKey '{escape(key)}' hashes there among {n})")
+    record = await _restore(config, [TopicPartition(topic, p)], lambda r: r.task_key == key)
+    if record is None:
+        notes.append(f"not a taskKey there; scanned all {counts[topic]} partitions of {topic} for it as a taskId")
+        every = [TopicPartition(topic, q) for q in range(counts[topic])]
+        record = await _restore(config, every, lambda r: r.task_id == key)
+    return record, notes
+
+
+async def task_events(config: Config, record: TaskRecord) -> tuple[list[dict[str, Any]], str]:
+    """The Task's events, from the one events partition its taskId hashes to."""
+    if not record.task_id:
+        return [], "no taskId yet: no events to read"
+    topic = record.events_topic or config.events_topic(record.agent)
+    counts = await reading.partition_counts(config, [topic])
+    if not counts.get(topic):
+        return [], f"events topic {topic} does not exist"
+    tid = record.task_id.encode()
+    tp = TopicPartition(topic, partition_for(tid, counts[topic]))
+    found: list[dict[str, Any]] = []
+    async with reading.consumer(config) as c:
+        async for r in reading.read_to_end(c, [tp]):
+            if r.key == tid and r.value:
+                event = orjson.loads(r.value)
+                if event.get("taskId") == record.task_id:
+                    found.append(event)
+    return found, f"read events partition {tp.topic}/{tp.partition} (taskId hashes there)"
+
+
+async def live(config: Config, record: TaskRecord, events: list[dict[str, Any]]) -> bool:
+    """Ask the agent for the Task (``tasks/get`` on its stored route) and compare
+    with the last status published; False when the agent could not be asked."""
+    import httpx
+
+    from bridge.agents.client import AgentClient, rpc_id
+
+    agent = config.agents.get(record.agent)
+    if agent is None:
+        print(f"  agent {record.agent!r} is not configured now: its token and route are unknown, cannot ask it")
+        return False
+    if not record.task_id:
+        print("  the agent has not named a Task yet: nothing to ask for")
+        return False
+    async with httpx.AsyncClient() as http:
+        client = AgentClient(agent, http)
+        if record.endpoint:
+            client = client.routed(record.endpoint, record.dialect or agent.dialect, record.agent_code)
+            route = "the route stored in the checkpoint"
+        else:
+            route = "the configured route (a closed Task's checkpoint keeps none)"
+        print(f"  tasks/get {record.task_id!r} at {client.config.url} ({client.config.dialect}), {route}")
+        try:
+            snapshot = await client.task(client.dialect.get(rpc_id("get"), record.task_id))
+        except AgentFault as exc:
+            print(f"  the agent gave no Task: {exc}")
+            return False
+    print(f"  agent says: state {escape(snapshot.state)}, {len(snapshot.artifacts)} artifact(s)")
+    statuses = [e for e in events if e.get("kind") == "status"]
+    last = statuses[-1] if statuses else None
+    if last is None:
+        print("  published: no status event yet")
+    elif last.get("state") == snapshot.state:
+        print(f"  published: #{last.get('seq')} status {escape(str(last.get('state')))}: agrees with the agent")
+    else:
+        print(
+            f"  published: #{last.get('seq')} status {escape(str(last.get('state')))}: DIFFERS from the agent's "
+            f"{escape(snapshot.state)}" + ("" if record.closed else " (the bridge may still be catching up)")
+        )
+    published = {e["artifact"].get("artifactId") for e in events if e.get("kind") == "artifact" and e.get("artifact")}
+    print(f"  published artifacts: {len(published)}; the agent has {len(snapshot.artifacts)}")
+    return True
+
+
+async def inspect(config: Config, key: str, *, live_check: bool = False) -> int:
+    record, notes = await find(config, key)
+    for note in notes:
+        print(note)
+    if record is None:
+        print(f"no checkpoint for taskKey or taskId '{escape(key)}'")
+        if key.startswith("bridge-") or key.startswith("req"):
+            print("  hint: this looks like a JSON-RPC request id, not a Task id")
+        return 1
+    print(f"checkpoint (taskKey '{escape(record.task_key)}'):")
+    doc: dict[str, Any] = {
+        "taskId": record.task_id,
+        "contextId": record.context_id,
+        "agent": record.agent,
+        "state": record.state,
+        "outcome": record.outcome,
+        "afterSeq": record.after_seq,
+        "seq": record.seq,
+        "closed": record.closed,
+        "commandIds": record.command_ids,
+        "deadline": record.deadline,
+        "cancelPending": record.cancel_pending,
+        "artifacts": {k: a.parts for k, a in record.artifacts.items()},
+        "endpoint": record.endpoint,
+        "dialect": record.dialect,
+        "agentCode": record.agent_code,
+        "eventsTopic": record.events_topic,
+    }
+    for k, v in doc.items():
+        print(f"  {k:<14} {escape(str(v))}")
+    events, where = await task_events(config, record)
+    print(f"events ({len(events)}; {where}):")
+    for e in events:
+        print("  " + timeline_line(e))
+    agent = config.agents.get(record.agent)
+    last = events[-1] if events else None
+    terminal = next((e for e in events if e.get("terminal")), None)
+    print("diagnosis:")
+    print(
+        f"  1. JSON-RPC id vs Task id: the Task id is {record.task_id!r}; the bridge's JSON-RPC ids look like "
+        "'bridge-<op>-<n>' and are never used as Task ids"
+    )
+    routed = (
+        f"dialect {record.dialect}, agent_code {record.agent_code!r}, url {record.endpoint}"
+        if record.endpoint
+        else "(not recorded)"
+    )
+    now = f"dialect {agent.dialect}, agent_code {agent.agent_code!r}, url {agent.url}" if agent else "NOT CONFIGURED"
+    print(f"  2. Agent selector: {record.agent!r} started with {routed}; configured now: {now}")
+    auth = "token configured" if agent and (agent.token_file or agent.token_env) else "no token configured"
+    rejected = [e for e in events if e.get("outcome") == "rejected" and "unauthorized" in str(e.get("reason"))]
+    print(f"  3. Authorization: {auth}" + ("; the agent answered 401/403" if rejected else ""))
+    seqs = [e.get("seq") for e in events]
+    gaps = seqs != list(range(1, len(seqs) + 1))
+    print(
+        f"  4. Last event sequence: published seq {record.seq}, agent cursor afterSeq {record.after_seq}; "
+        f"events topic shows {len(seqs)} events" + (" WITH GAPS/REPEATS" if gaps else ", 1..N without gaps")
+    )
+    print(
+        f"  5. Terminal event: {timeline_line(terminal) if terminal else 'none yet'}"
+        + ("" if terminal or record.closed else f" (Task is {record.state}; last: #{last and last.get('seq')})")
+    )
+    if live_check:
+        print("live:")
+        if not await live(config, record, events):
+            return 1
+    return 0

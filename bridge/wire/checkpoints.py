@@ -1,0 +1,337 @@
+"""What a checkpoint holds, and its bytes. Pure, no IO.
+
+Two kinds of record share the compacted checkpoints topic, each written to
+the same partition number as the commands it covers, in separate key spaces:
+
+- key = the ``taskKey`` (UTF-8): a :class:`~bridge.core.lifecycle.TaskRecord`
+  (schema ``checkpoint.schema.json``, first branch);
+- key = :data:`PARTITION_KEY`: the partition record: the committed command
+  offset and the offsets above it already absorbed, so a re-read after a crash
+  skips them instead of acting twice.
+
+Internal keys start with the byte 0xFF, which never occurs in UTF-8: no
+``taskKey`` (a JSON string, so valid Unicode) can ever collide with one.
+
+A checkpoint holds what resume and dedupe need (ids, cursor, state, digests)
+and no caller data: the checkpoints topic is shared by every agent's Tasks,
+while a Task's content stays in its agent's own topics. It always fits the
+topic's record budget: commandIds are kept as digests, and if the
+per-artifact dedupe state would still overflow, the oldest entries are
+dropped from the written record (finished artifacts first).
+
+Restore folds a partition's records into the newest value per key and
+decodes each once; a record it cannot decode is counted and skipped, never
+fatal to the partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, get_args
+
+import orjson
+
+from bridge.core.lifecycle import ArtifactProgress, BridgeOutcome, ClosedTask, TaskRecord, command_digest
+from bridge.core.limits import record_size
+
+INTERNAL_PREFIX = b"\xff"
+PARTITION_KEY = INTERNAL_PREFIX + b"bridge/partition"
+# Before 0.2 the partition record lived here, in the taskKey key space.
+LEGACY_PARTITION_KEY = b"\x00partition"
+VERSION = 2
+
+
+class CheckpointError(ValueError):
+    """A checkpoint record that cannot be decoded."""
+
+
+def task_key_bytes(task_key: str) -> bytes:
+    return task_key.encode()
+
+
+def _document(record: TaskRecord, artifacts: dict[str, ArtifactProgress]) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "v": VERSION,
+        "taskKey": record.task_key,
+        "agent": record.agent,
+        "taskId": record.task_id,
+        "contextId": record.context_id,
+        "state": record.state,
+        "outcome": record.outcome,
+        "afterSeq": record.after_seq,
+        "seq": record.seq,
+        "commandIds": record.command_ids,
+        "commandId": record.command_id,
+        "startCommandId": record.start_command_id,
+        "closed": record.closed,
+        "closedAt": record.closed_at,
+    }
+    if record.closed:
+        # A closed Task's checkpoint only serves dedupe (and `bridge inspect`) for the
+        # rest of its window: no route, per-artifact or per-message state.
+        return doc
+    doc.update(
+        endpoint=record.endpoint,
+        dialect=record.dialect,
+        agentCode=record.agent_code,
+        eventsTopic=record.events_topic,
+        deadline=record.deadline,
+        cancelPending=record.cancel_pending,
+        statusDigest=record.status_digest,
+        artifacts={k: {"parts": a.parts, "digest": a.digest, "done": a.done} for k, a in artifacts.items()},
+        messages=record.messages,
+        traceparent=record.traceparent,
+        snapshotsOnly=record.snapshots_only,
+    )
+    return doc
+
+
+def encode(record: TaskRecord, budget: int | None = None) -> bytes:
+    """The checkpoint value; within ``budget`` bytes as a record (key included)."""
+    artifacts = record.artifacts
+    value = orjson.dumps(_document(record, artifacts))
+    if budget is None:
+        return value
+    key = task_key_bytes(record.task_key)
+    if record_size(key, value, []) <= budget:
+        return value
+    # Forget dedupe state, oldest finished artifacts first, until it fits.
+    order = [k for k, a in artifacts.items() if a.done] + [k for k, a in artifacts.items() if not a.done]
+    kept = dict(artifacts)
+    while order:
+        drop = max(1, len(order) // 4)
+        for k in order[:drop]:
+            del kept[k]
+        order = order[drop:]
+        value = orjson.dumps(_document(record, kept))
+        if record_size(key, value, []) <= budget:
+            return value
+    return value
+
+
+def decode(value: bytes) -> TaskRecord:
+    """A Task checkpoint; :class:`CheckpointError` for anything else."""
+    return _decode(value, slim_closed=False)  # type: ignore[return-value]
+
+
+def decode_slim(value: bytes) -> TaskRecord | ClosedTask:
+    """A Task checkpoint, a closed one as the :class:`ClosedTask` a restore keeps
+    (``closed_at`` 0.0 when the checkpoint predates closedAt)."""
+    return _decode(value, slim_closed=True)
+
+
+def _decode(value: bytes, *, slim_closed: bool) -> TaskRecord | ClosedTask:
+    try:
+        d = orjson.loads(value)
+        if not isinstance(d, dict) or not isinstance(d.get("taskKey"), str) or not isinstance(d.get("agent"), str):
+            raise CheckpointError("not a Task checkpoint")
+        ids = [str(c) for c in d.get("commandIds") or []]
+        state, outcome = _opt_str(d.get("state")), _opt_str(d.get("outcome"))
+        if d.get("v", 1) < 2:  # v1 kept the ids themselves, and a closing bridge outcome as the state
+            ids = [command_digest(c) for c in ids]
+            if state in get_args(BridgeOutcome):
+                state, outcome = None, state
+        closed_at = float(d["closedAt"]) if isinstance(d.get("closedAt"), int | float) else None
+        if slim_closed and d.get("closed") is True:
+            if not all(len(c) == 16 for c in ids):
+                raise CheckpointError("commandIds are not digests")
+            return ClosedTask(d["taskKey"], d["agent"], outcome or state, ids, closed_at or 0.0)
+        seq = d.get("seq", 0)
+        if not isinstance(seq, int) or seq < 0:
+            raise CheckpointError("seq is not a count")
+        return TaskRecord(
+            task_key=d["taskKey"],
+            agent=d["agent"],
+            task_id=_opt_str(d.get("taskId")),
+            context_id=_opt_str(d.get("contextId")),
+            state=state,
+            outcome=outcome,
+            after_seq=_opt_int(d.get("afterSeq")),
+            seq=seq,
+            command_ids=ids,
+            command_id=_opt_str(d.get("commandId")),
+            start_command_id=_opt_str(d.get("startCommandId")),
+            deadline=float(d["deadline"]) if isinstance(d.get("deadline"), int | float) else None,
+            closed=d.get("closed") is True,
+            cancel_pending=_opt_str(d.get("cancelPending")),
+            status_digest=_opt_str(d.get("statusDigest")),
+            artifacts={
+                str(k): ArtifactProgress(int(a["parts"]), str(a["digest"]), bool(a["done"]))
+                for k, a in (d.get("artifacts") or {}).items()
+            },
+            messages=[str(m) for m in d.get("messages") or []],
+            endpoint=_opt_str(d.get("endpoint")),
+            dialect=_opt_str(d.get("dialect")),
+            agent_code=_opt_str(d.get("agentCode")),
+            events_topic=_opt_str(d.get("eventsTopic")),
+            traceparent=_opt_str(d.get("traceparent")),
+            closed_at=closed_at,
+            snapshots_only=d.get("snapshotsOnly") is True,
+        )
+    except CheckpointError:
+        raise
+    except (orjson.JSONDecodeError, TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise CheckpointError(f"undecodable Task checkpoint ({type(exc).__name__})") from None
+
+
+def _opt_str(v: Any) -> str | None:
+    if v is not None and not isinstance(v, str):
+        raise CheckpointError("a string field holds a non-string")
+    return v
+
+
+def _opt_int(v: Any) -> int | None:
+    if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+        raise CheckpointError("an integer field holds a non-integer")
+    return v
+
+
+# ----------------------------------------------------------- partition record --
+
+
+@dataclass(slots=True)
+class PartitionRecord:
+    partition: int
+    absorbed_above: list[int]
+    # Starts sent to an agent whose first answer is not committed yet: if one is
+    # re-read after a crash, it is the documented re-send window (counted).
+    starts_in_flight: list[str]
+    # The consumer offset committed in the same transaction: after a restore the
+    # partition is read from here, whatever position the group fetched earlier.
+    offset: int | None = None
+
+    def encode(self) -> bytes:
+        return orjson.dumps(
+            {
+                "v": VERSION,
+                "partition": self.partition,
+                "offset": self.offset,
+                "absorbedAbove": _ranges(self.absorbed_above),
+                "startsInFlight": self.starts_in_flight,
+            }
+        )
+
+    @staticmethod
+    def decode(value: bytes) -> PartitionRecord:
+        try:
+            d = orjson.loads(value)
+            offset = d.get("offset")
+            return PartitionRecord(
+                int(d["partition"]),
+                _expand(d.get("absorbedAbove") or []),
+                [str(c) for c in d.get("startsInFlight") or []],
+                int(offset) if offset is not None else None,
+            )
+        except (orjson.JSONDecodeError, TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise CheckpointError(f"undecodable partition record ({type(exc).__name__})") from None
+
+
+def _ranges(offsets: Iterable[int]) -> list[int | list[int]]:
+    """Sorted offsets as single offsets and ``[first, last]`` runs (absorbed
+    offsets come in runs; this keeps the record small)."""
+    out: list[int | list[int]] = []
+    first = last = None
+    for o in sorted(offsets):
+        if last is not None and o == last + 1:
+            last = o
+            continue
+        if first is not None and last is not None:
+            out.append(first if first == last else [first, last])
+        first = last = o
+    if first is not None and last is not None:
+        out.append(first if first == last else [first, last])
+    return out
+
+
+def _expand(items: list[Any]) -> list[int]:
+    out: list[int] = []
+    for item in items:
+        if isinstance(item, list):
+            out.extend(range(int(item[0]), int(item[1]) + 1))
+        else:
+            out.append(int(item))
+    return out
+
+
+# -------------------------------------------------------------------- restore --
+
+
+@dataclass(slots=True)
+class Restored:
+    """A checkpoints partition read to its end: the newest record per key."""
+
+    tasks: dict[str, TaskRecord | ClosedTask]
+    partition: PartitionRecord | None
+    # Records that could not be decoded (counted, logged, skipped).
+    rejected: int = 0
+    records: int = 0
+
+
+@dataclass(slots=True)
+class Restorer:
+    """Folds records in log order; keeps only the newest value per key."""
+
+    _latest: dict[bytes, bytes] = field(default_factory=dict)
+    _partition: bytes | None = None
+    _legacy_partition: bytes | None = None
+    records: int = 0
+
+    def feed(self, key: bytes | None, value: bytes | None) -> None:
+        self.records += 1
+        if key is None:
+            return
+        if key == PARTITION_KEY:
+            self._partition = value
+        elif key.startswith(INTERNAL_PREFIX):
+            return  # a later version's internal record
+        elif value is None:
+            self._latest.pop(key, None)
+        else:
+            self._latest[key] = value
+
+    def partition(self) -> PartitionRecord | None:
+        """The newest partition record (the legacy key's, if that is all there is);
+        raises :class:`CheckpointError` if it cannot be decoded."""
+        legacy = self._latest.get(LEGACY_PARTITION_KEY)
+        if legacy is not None and b'"absorbedAbove"' in legacy and b'"taskKey"' not in legacy:
+            del self._latest[LEGACY_PARTITION_KEY]
+            if self._partition is None:
+                self._partition = legacy
+        return None if self._partition is None else PartitionRecord.decode(self._partition)
+
+    def tasks(self, *, slim_closed: bool = True) -> Iterator[TaskRecord | ClosedTask | CheckpointError]:
+        """Each key's newest record, decoded one at a time (a caller on an event loop
+        can yield between them), emptying the restorer as it goes."""
+        while self._latest:
+            key, value = self._latest.popitem()
+            try:
+                record = _decode(value, slim_closed=slim_closed)
+                if task_key_bytes(record.task_key) != key:
+                    raise CheckpointError("key differs from taskKey")
+            except CheckpointError as exc:
+                yield exc
+                continue
+            yield record
+
+    def result(self, *, slim_closed: bool = True) -> Restored:
+        rejected = 0
+        try:
+            partition = self.partition()
+        except CheckpointError:
+            partition, rejected = None, 1
+        tasks: dict[str, TaskRecord | ClosedTask] = {}
+        for record in self.tasks(slim_closed=slim_closed):
+            if isinstance(record, CheckpointError):
+                rejected += 1
+            else:
+                tasks[record.task_key] = record
+        return Restored(tasks, partition, rejected, self.records)
+
+
+def restore(records: Iterable[tuple[bytes | None, bytes | None]], *, slim_closed: bool = False) -> Restored:
+    """Fold (key, value) pairs in log order into the newest state per key."""
+    r = Restorer()
+    for key, value in records:
+        r.feed(key, value)
+    return r.result(slim_closed=slim_closed)
