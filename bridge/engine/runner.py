@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Literal, Protocol
@@ -35,6 +34,7 @@ from aiokafka.structs import ConsumerRecord
 from bridge.agents.client import AgentClient, close_stream, rpc_id
 from bridge.config.model import Config
 from bridge.core import policy
+from bridge.core.backoff import AGENT_RETRY, polling
 from bridge.core.lifecycle import (
     JSON,
     PAUSED_STATES,
@@ -82,11 +82,6 @@ class Partition(Protocol):
 # Resubscribes that brought nothing, in a row, before a running gateway Task is
 # followed by tasks/get snapshots instead of its replay.
 _FAILED_RESUBSCRIBES = 3
-
-
-def backoff(attempt: int, base: float = 0.2, cap: float = 10.0) -> float:
-    """Exponential backoff with full jitter."""
-    return random.uniform(0, min(cap, base * 2**attempt))
 
 
 class TaskRunner:
@@ -385,7 +380,7 @@ class TaskRunner:
                 return None
             except (AgentError, TimeoutError) as exc:
                 if policy.retryable(exc) and time.monotonic() + 0.2 < deadline:
-                    await asyncio.sleep(min(backoff(attempt), max(0.0, deadline - time.monotonic())))
+                    await asyncio.sleep(min(AGENT_RETRY.delay(attempt), max(0.0, deadline - time.monotonic())))
                     attempt += 1
                     continue
                 outcome, reason = policy.start_failure(exc, cfg.first_event_timeout_seconds)
@@ -490,7 +485,7 @@ class TaskRunner:
             return
         while not self.record.closed and not self.record.paused:
             if attempt:
-                await asyncio.sleep(backoff(attempt))
+                await asyncio.sleep(AGENT_RETRY.delay(attempt))
             attempt += 1
             before = self.record.seq, self.record.after_seq
             failure: AgentError | None = None
@@ -556,10 +551,11 @@ class TaskRunner:
         moves. A reply, a cancel or the deadline end the watch too."""
         assert self.record.task_id is not None
         dialect, cfg = self.client.dialect, self.client.config
-        delay = cfg.poll_initial_seconds
+        pace = polling(cfg.poll_initial_seconds, cfg.poll_max_seconds)
+        attempt = 0
         while self.record.state == "auth-required" and not self.record.closed:
-            await asyncio.sleep(random.uniform(delay / 2, delay))
-            delay = min(cfg.poll_max_seconds, delay * 2)
+            await asyncio.sleep(pace.delay(attempt))
+            attempt += 1
             try:
                 snap = await self.client.task(dialect.get(rpc_id("get"), self.record.task_id), self._trace)
             except AgentError:
@@ -590,10 +586,11 @@ class TaskRunner:
         """tasks/get with backoff and jitter until the Task ends or pauses."""
         assert self.record.task_id is not None
         cfg = self.client.config
-        delay = cfg.poll_initial_seconds
+        pace = polling(cfg.poll_initial_seconds, cfg.poll_max_seconds)
+        attempt = 0  # since the Task last moved: a change is polled again soon
         failing_since: float | None = None
         while not self.record.closed and not self.record.paused:
-            await asyncio.sleep(random.uniform(delay / 2, delay))
+            await asyncio.sleep(pace.delay(attempt))
             snap: TaskSnapshot | None = None
             try:
                 snap = await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id), self._trace)
@@ -613,9 +610,9 @@ class TaskRunner:
                 seq = self.record.seq
                 self._apply(snap)
                 if self.record.seq != seq:
-                    delay = cfg.poll_initial_seconds
+                    attempt = 0
                     continue
-            delay = min(cfg.poll_max_seconds, delay * 2)
+            attempt += 1
 
     # -------------------------------------------------------------- cancel --
 
@@ -632,7 +629,7 @@ class TaskRunner:
                 return
             except AgentError as exc:
                 if exc.retryable and time.monotonic() < deadline:
-                    await asyncio.sleep(backoff(attempt))
+                    await asyncio.sleep(AGENT_RETRY.delay(attempt))
                     attempt += 1
                     continue
                 log.info("cancel of %s on %s: %s", self.record.task_id, self.client.name, exc.kind)

@@ -39,7 +39,6 @@ import ctypes
 import gc
 import logging
 import os
-import random
 import signal
 from collections import defaultdict, deque
 from collections.abc import Callable
@@ -57,6 +56,7 @@ from aiokafka.errors import (
 from bridge.agents import client
 from bridge.agents.client import AgentClient
 from bridge.config.model import Config, ConfigError
+from bridge.core.backoff import KAFKA_RETRY, jittered
 from bridge.core.limits import RecordLimits
 from bridge.engine.partition import PartitionOwner
 from bridge.errors import BridgeError, KafkaUnreachable, StartupError
@@ -86,9 +86,6 @@ _RESUME_HOLD_MAX_S = 1.0
 # The command poll's timeout; shorter while starts wait for room.
 _POLL_MS = 100
 _POLL_WAITING_MS = 5
-# Opening a partition, or reaching Kafka at start, is retried this way.
-_RETRY_BASE_S = 0.5
-_RETRY_CAP_S = 15.0
 _FORBIDDEN = (
     TopicAuthorizationFailedError,
     GroupAuthorizationFailedError,
@@ -169,11 +166,6 @@ def resident_bytes() -> int:
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def _retry_delay(attempt: int) -> float:
-    """Exponential backoff with jitter (never zero: a tight loop helps no broker)."""
-    return random.uniform(0.5, 1.0) * min(_RETRY_CAP_S, _RETRY_BASE_S * 2.0**attempt)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -298,7 +290,7 @@ class Service:
             if turn.done():  # its runner was stopped meanwhile (partition released)
                 continue
             turn.set_result(None)
-            await asyncio.sleep(random.uniform(0.5, 1.5) * gap)
+            await asyncio.sleep(jittered(gap))
 
     def admit(self) -> bool:
         """Room for one more Task; counts why not."""
@@ -421,7 +413,7 @@ class Service:
                         self._consumer.resume(self._tp(p))
                     metrics.PARTITIONS.set(len(self.owners))
                     return
-            await asyncio.sleep(_retry_delay(attempt))
+            await asyncio.sleep(KAFKA_RETRY.delay(attempt))
             attempt += 1
 
     async def _seek(self, p: int, offset: int | None) -> None:
@@ -592,7 +584,7 @@ class Service:
                 if consumer is not None:
                     with contextlib.suppress(Exception):
                         await asyncio.wait_for(consumer.stop(), 5)
-                delay = _retry_delay(attempt)
+                delay = KAFKA_RETRY.delay(attempt)
                 attempt += 1
                 log.warning("%s; retrying in %.1fs", exc, delay)
                 with contextlib.suppress(TimeoutError):

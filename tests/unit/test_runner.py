@@ -21,6 +21,7 @@ from aiokafka.structs import ConsumerRecord
 
 from bridge.agents.client import close_stream
 from bridge.config.model import AgentConfig, BridgeConfig, Config
+from bridge.core.backoff import Backoff
 from bridge.core.lifecycle import (
     ArtifactProgress,
     Dropped,
@@ -298,7 +299,7 @@ async def test_a_snapshot_that_published_what_replay_had_not_makes_the_task_snap
 ) -> None:
     """Replay brought nothing three times, then tasks/get showed parts the bridge had
     not seen: replay after afterSeq would repeat them, so the checkpoint says so."""
-    monkeypatch.setattr(runner_module, "backoff", lambda attempt: 0.0)
+    monkeypatch.setattr(runner_module, "AGENT_RETRY", Backoff(base=1e-9, cap=1e-9))
     script = Script()
     part = FakePartition(script)
     # tasks/get after each fruitless resubscribe; the third is published, then polling
