@@ -298,7 +298,7 @@ async def run_round(
                 await consumer.position(tp)  # resolved now, not in the window
             await producer.start()
             cmds = commands(name, p.tasks, p.chunks, p.size)
-            before = await bridge.observe.metrics(http)
+            before = await bridge.metrics(http)
             seen = Seen(track=track)
             window = proc.CpuWindow({"bridge": bridge.pid, "bench": os.getpid(), **extra_pids})
             # Generous: even 200 events/s finishes.
@@ -332,7 +332,7 @@ async def run_round(
                 )
             # Late duplicates would show up now; the clock has stopped.
             await _consume(consumer, seen, time.monotonic() + SETTLE_SECONDS)
-            after = await bridge.observe.metrics(http)
+            after = await bridge.metrics(http)
             peak_rss = proc.status_mib(bridge.pid, "VmHWM")
             cpu_total = proc.cpu_seconds(bridge.pid)
         problems = verify(seen, name, p.tasks, p.chunks)

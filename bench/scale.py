@@ -327,7 +327,7 @@ class OpsProbe:
                 n += 1
                 if n % 10 == 0:  # the bridge's own lag gauge, if it has one
                     with contextlib.suppress(httpx.HTTPError):
-                        m = await self.bridge.observe.metrics(http)
+                        m = await self.bridge.metrics(http)
                         if "bridge_event_loop_lag_seconds" in m:
                             self.lag_metric.append(m["bridge_event_loop_lag_seconds"])
                 await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - t0)))
@@ -1132,13 +1132,13 @@ async def metrics_or_empty(bridge: BridgeProcess, http: httpx.AsyncClient) -> di
     """The bridge's /metrics, or {} when it does not answer (a stalled event loop is a finding,
     not a reason to lose the measure)."""
     try:
-        return await bridge.observe.metrics(http)
+        return await bridge.metrics(http)
     except httpx.HTTPError:
         return {"ops_endpoint_unresponsive": 1.0}
 
 
 async def _uncommitted_zero(bridge: BridgeProcess, http: httpx.AsyncClient) -> bool:
-    m = await bridge.observe.metrics(http)
+    m = await bridge.metrics(http)
     return m.get("bridge_uncommitted_events", 0.0) == 0.0
 
 
