@@ -25,7 +25,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench import proc, records
-from bench.services import BridgeProcess, ServiceError
+from bench.services import ROOT, BridgeProcess, ServiceError
 from bridge.config import model as config_mod
 from bridge.config.model import Config
 from bridge.kafka import topics
@@ -52,6 +52,8 @@ class Params:
     # written before costs the broker less than a new one (see bench/README.md,
     # "A new topic in C's window"); B, A and N each write to one topic all run long.
     events_topic: str | None = None
+    # The checkout whose bridge runs; None: this one (see BridgeProcess).
+    bridge_root: Path | None = None
 
 
 # What every benchmark bridge runs with, unless a measure says otherwise.
@@ -278,7 +280,7 @@ async def run_round(
     )
     config = config_mod.load(config_path, env={})
     await topics.ensure(config, create=True)
-    bridge = BridgeProcess(config_path, p.log_dir / f"{name}.bridge.log")
+    bridge = BridgeProcess(config_path, p.log_dir / f"{name}.bridge.log", root=p.bridge_root or ROOT)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=p.bootstrap,
         isolation_level="read_committed",

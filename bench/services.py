@@ -123,7 +123,10 @@ class FastSource:
 class BridgeProcess:
     """One ``python -m bridge --config X run``; its ops port is read from its log."""
 
-    def __init__(self, config_path: Path, log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, config_path: Path, log_path: Path, env: dict[str, str] | None = None, root: Path = ROOT) -> None:
+        """``root``: the checkout whose ``bridge`` package runs (``python -m`` imports it from
+        its working directory first), so that another commit's bridge can be measured with
+        this venv (``BENCH_AGAINST``)."""
         self.log_path = log_path
         # A restarted bridge appends to the same log: this process's lines start here.
         self.log_offset = log_path.stat().st_size if log_path.exists() else 0
@@ -133,7 +136,7 @@ class BridgeProcess:
             [sys.executable, "-m", "bridge", "--config", str(config_path), "--log-level", "info", "run"],
             stdout=log,
             stderr=log,
-            cwd=ROOT,
+            cwd=root,
             start_new_session=True,
             env={**os.environ, **(env or {})},
         )

@@ -39,14 +39,37 @@ from bench.services import ROOT, Broker, FastSource, ServiceError
 
 OUT_DIR = ROOT / ".bench"
 KEYS = ("C", "B", "A", "N", "S")
+# P: the bridge of another checkout (BENCH_AGAINST), run right after C in every round,
+# so that a change is measured before and after in one run.
 NAMES = {
+    "P": "the bridge of BENCH_AGAINST's checkout",
     "A": "bare transactional producer",
     "B": "lean SSE→Kafka pipeline",
     "C": "the bridge",
     "N": "naive a2a-sdk peer (send_and_wait per event)",
     "S": "naive peer, one Task at a time",
 }
-WORKER = {"A": "bare", "B": "pipeline", "C": "bridge", "N": "naive", "S": "naive"}
+WORKER = {"A": "bare", "B": "pipeline", "C": "bridge", "N": "naive", "S": "naive", "P": "bridge"}
+
+
+def against() -> Path | None:
+    """BENCH_AGAINST: a checkout of another commit (``git worktree add ../before <commit>``)."""
+    given = os.environ.get("BENCH_AGAINST")
+    if not given:
+        return None
+    root = Path(given).resolve()
+    if not (root / "bridge" / "__main__.py").is_file():
+        raise SystemExit(f"bench: BENCH_AGAINST={given} is not a checkout of this project (no bridge/__main__.py)")
+    return root
+
+
+def contestants(previous: Path | None) -> tuple[str, ...]:
+    """BENCH_CONTESTANTS (default all of C, B, A, N, S), plus P when BENCH_AGAINST is set."""
+    chosen = tuple((os.environ.get("BENCH_CONTESTANTS") or ",".join(KEYS)).replace(" ", "").split(","))
+    unknown = [k for k in chosen if k not in KEYS]
+    if unknown or "C" not in chosen:
+        raise SystemExit(f"bench: BENCH_CONTESTANTS takes C and any of {', '.join(KEYS[1:])}, got {unknown or chosen}")
+    return (*chosen, "P") if previous else chosen
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +167,11 @@ class Suite:
         self.fixed_txn_records: int | None = env_int("BENCH_TXN_RECORDS", 1) if fixed else None
         self.txn_records: dict[str, int] = {}
         self.broker_pid = broker.pid()
-        self.results: dict[str, dict[str, list[dict[str, Any]]]] = {c.name: {k: [] for k in KEYS} for c in self.cases}
+        self.previous = against()
+        self.keys = contestants(self.previous)
+        self.results: dict[str, dict[str, list[dict[str, Any]]]] = {
+            c.name: {k: [] for k in self.keys} for c in self.cases
+        }
         self.warmup: dict[str, Any] = {}
 
     def parameters(self) -> dict[str, Any]:
@@ -156,7 +183,8 @@ class Suite:
             ],
             "events_per_task": "chunks + 4 (message, submitted, working, chunks, completed)",
             "rounds": self.rounds,
-            "order_per_round": [f"case {c.name}: " + ", ".join(KEYS) for c in self.cases],
+            "order_per_round": [f"case {c.name}: " + ", ".join(self.keys) for c in self.cases],
+            "against": str(self.previous) if self.previous else None,
             "partitions": self.partitions,
             "commit_interval_ms": self.commit_interval_ms,
             "A_transaction_records": self.txn_records,
@@ -325,7 +353,7 @@ class Suite:
             )
         return result
 
-    async def run_c(self, case: Case, label: str) -> dict[str, Any]:
+    async def run_c(self, case: Case, label: str, root: Path | None = None) -> dict[str, Any]:
         params = Params(
             bootstrap=self.broker.bootstrap,
             source_url=self.source.a2a_url,
@@ -337,6 +365,7 @@ class Suite:
             run_dir=self.log_dir,
             log_dir=self.log_dir,
             events_topic=self.events_topic,
+            bridge_root=root,
         )
         return await bridge_bench.run_round(params, f"{self.prefix}-{label}", self.pids())
 
@@ -357,10 +386,16 @@ class Suite:
         warm = Case("warmup", min(5, self.cases[0].tasks), min(10, self.cases[0].chunks), self.cases[0].size)
         print(f"bench: warm-up ({warm.describe()}, not counted)", flush=True)
         self.warmup["C"] = await self.run_c(warm, "warmup-c")
-        self.warmup["B"] = await self.run_b(warm, "warmup-b")
-        self.warmup["A"] = await self.run_a(warm, "warmup-a", 10)
-        self.warmup["N"] = await self.run_n(warm, "warmup-n")
-        self.warmup["S"] = await self.run_n(warm, "warmup-s", sequential=True)
+        if self.previous:
+            self.warmup["P"] = await self.run_c(warm, "warmup-p", root=self.previous)
+        if "B" in self.keys:
+            self.warmup["B"] = await self.run_b(warm, "warmup-b")
+        if "A" in self.keys:
+            self.warmup["A"] = await self.run_a(warm, "warmup-a", 10)
+        if "N" in self.keys:
+            self.warmup["N"] = await self.run_n(warm, "warmup-n")
+        if "S" in self.keys:
+            self.warmup["S"] = await self.run_n(warm, "warmup-s", sequential=True)
         await self.warm_broker()
         for r in range(1, self.rounds + 1):
             print(f"bench: round {r}/{self.rounds}", flush=True)
@@ -370,24 +405,32 @@ class Suite:
                 c = await self.run_c(case, f"r{r}-{case.name}-c")
                 got["C"].append(c)
                 self.progress("C bridge", c)
+                if self.previous:
+                    prev = await self.run_c(case, f"r{r}-{case.name}-p", root=self.previous)
+                    got["P"].append(prev)
+                    self.progress("P before", prev)
                 if case.name not in self.txn_records:
                     # What one partition's tick holds at the bridge's measured rate.
                     tick = self.commit_interval_ms / 1000
                     self.txn_records[case.name] = self.fixed_txn_records or max(
                         1, round(c["events_per_second"] * tick / self.partitions)
                     )
-                b = await self.run_b(case, f"r{r}-{case.name}-b")
-                got["B"].append(b)
-                self.progress("B pipeline", b)
-                a = await self.run_a(case, f"r{r}-{case.name}-a", self.txn_records[case.name])
-                got["A"].append(a)
-                self.progress("A producer", a)
-                n = await self.run_n(case, f"r{r}-{case.name}-n")
-                got["N"].append(n)
-                self.progress("N naive", n)
-                seq = await self.run_n(case, f"r{r}-{case.name}-s", sequential=True)
-                got["S"].append(seq)
-                self.progress("S naive 1x1", seq)
+                if "B" in self.keys:
+                    b = await self.run_b(case, f"r{r}-{case.name}-b")
+                    got["B"].append(b)
+                    self.progress("B pipeline", b)
+                if "A" in self.keys:
+                    a = await self.run_a(case, f"r{r}-{case.name}-a", self.txn_records[case.name])
+                    got["A"].append(a)
+                    self.progress("A producer", a)
+                if "N" in self.keys:
+                    n = await self.run_n(case, f"r{r}-{case.name}-n")
+                    got["N"].append(n)
+                    self.progress("N naive", n)
+                if "S" in self.keys:
+                    seq = await self.run_n(case, f"r{r}-{case.name}-s", sequential=True)
+                    got["S"].append(seq)
+                    self.progress("S naive 1x1", seq)
 
     async def warm_broker(self) -> None:
         """Run C at quick case 1's size until the broker's JIT is quiet in its window.
@@ -418,7 +461,7 @@ class Suite:
             entries: dict[str, Any] = {}
             for key, rounds in self.results[case.name].items():
                 entries[key] = _entry(key, rounds)
-            complete = all(entries[k]["median"] is not None for k in KEYS)
+            complete = all(entries[k]["median"] is not None for k in KEYS if k in entries)
             out[case.name] = {
                 "case": {**asdict(case), "events_per_run": case.events},
                 "benchmarks": entries,
@@ -450,13 +493,16 @@ def _entry(key: str, rounds: list[dict[str, Any]]) -> dict[str, Any]:
         ),
         "details": rounds,
     }
-    if key == "C":
+    if key in ("C", "P"):
         entry["cpu_seconds_window"] = [r["cpu_seconds_window"] for r in rounds]
         entry["cpu_seconds_process_total"] = [r["cpu_seconds_total"] for r in rounds]
         entry["events_per_transaction_median"] = _median([r["events_per_transaction"] for r in rounds])
         entry["transaction_seconds_mean_median"] = _median([r["transaction_seconds_mean"] for r in rounds])
         entry["first_event_seconds_median"] = _median([r["first_event_seconds"] for r in rounds])
     return entry
+
+
+PAIRS = (("C", "B"), ("C", "A"), ("C", "N"), ("C", "S"), ("B", "A"), ("N", "A"), ("C", "P"))
 
 
 def ratios(s: dict[str, Any], case: Case) -> dict[str, Any]:
@@ -472,11 +518,11 @@ def ratios(s: dict[str, Any], case: Case) -> dict[str, Any]:
         a, b = s[x]["cpu_us_per_event"], s[y]["cpu_us_per_event"]
         return round(a / b, 2) if a and b else None
 
-    pairs = [("C", "B"), ("C", "A"), ("C", "N"), ("C", "S"), ("B", "A"), ("N", "A")]
+    pairs = [(x, y) for x, y in PAIRS if x in s and y in s]
     return {
         **{f"{x}/{y}": ratio(x, y) for x, y in pairs},
         "paired_median": {f"{x}/{y}": paired(x, y) for x, y in pairs},
-        "cpu_per_event": {f"{x}/{y}": cpu(x, y) for x, y in (("C", "B"), ("C", "A"), ("C", "N"), ("C", "S"))},
+        "cpu_per_event": {f"{x}/{y}": cpu(x, y) for x, y in pairs if x == "C"},
         "note": "C/A is the issue's ratio for case 1; it is given for every case",
     }
 
@@ -484,7 +530,9 @@ def ratios(s: dict[str, Any], case: Case) -> dict[str, Any]:
 def limiting(s: dict[str, Any]) -> dict[str, str]:
     """Which process was the bottleneck, read from median cores busy (1.0 = one full core)."""
     out: dict[str, str] = {}
-    for key in ("B", "C", "N", "S"):
+    for key in ("B", "C", "N", "S", "P"):
+        if key not in s:
+            continue
         cores: dict[str, float] = s[key]["cores_busy_median"]
         machine = s[key]["machine_busy_median"] or 0.0
         others = s[key]["other_cores_busy_median"] or 0.0
@@ -555,19 +603,33 @@ def machine_info(broker: Broker) -> dict[str, Any]:
 
 
 def table(throughput: dict[str, Any]) -> list[str]:
-    """The results as a markdown table (the one bench/README.md shows)."""
+    """The results as a markdown table (the one bench/README.md shows); a contestant not run is ``-``."""
+    keys = KEYS + (("P",) if any("P" in doc["benchmarks"] for doc in throughput.values()) else ())
+    ratio_keys = ("C/B", "C/A", "C/N", "C/S") + (("C/P",) if "P" in keys else ())
+
+    def each(b: dict[str, Any], k: str, field: str, fmt: str) -> str:
+        value = b.get(k, {}).get(field)
+        return format(value, fmt) if value else "-"
+
     lines = [
-        "| case | C bridge | B lean | A bare | N naive | S naive 1x1 | C/B | C/A | C/N | C/S "
-        "| CPU µs/event C / B / A / N / S | peak RSS MiB C / B / A / N / S |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| case | "
+        + " | ".join(f"{k} {NAMES[k] if k == 'P' else ''}".strip() for k in keys)
+        + " | "
+        + " | ".join(ratio_keys)
+        + " | CPU µs/event "
+        + " / ".join(keys)
+        + " | peak RSS MiB "
+        + " / ".join(keys)
+        + " |",
+        "|---|" + "---:|" * (len(keys) + len(ratio_keys)) + "---|---|",
     ]
     for name, doc in throughput.items():
         b, r, c = doc["benchmarks"], doc["ratios"], doc["case"]
-        rate = " | ".join(f"{b[k]['median']:,.0f}" if b[k]["median"] else "-" for k in KEYS)
-        cpu = " / ".join(f"{b[k]['cpu_us_per_event']:.0f}" if b[k]["cpu_us_per_event"] else "-" for k in KEYS)
-        rss = " / ".join(f"{b[k]['peak_rss_mib_median']:.0f}" if b[k]["peak_rss_mib_median"] else "-" for k in KEYS)
+        rate = " | ".join(each(b, k, "median", ",.0f") for k in keys)
+        cpu = " / ".join(each(b, k, "cpu_us_per_event", ".0f") for k in keys)
+        rss = " / ".join(each(b, k, "peak_rss_mib_median", ".0f") for k in keys)
         label = f"{name}: {c['tasks']} x {c['chunks']} x {c['size']} B"
-        ratio = " | ".join(str(r.get(k)) for k in ("C/B", "C/A", "C/N", "C/S"))
+        ratio = " | ".join(str(r.get(k, "-")) for k in ratio_keys)
         lines.append(f"| {label} | {rate} | {ratio} | {cpu} | {rss} |")
     return lines
 
@@ -585,7 +647,7 @@ def print_summary(doc: dict[str, Any]) -> None:
         c = case["case"]
         shape = f"{c['tasks']} Tasks x {c['chunks']} chunks of {c['size']} B"
         print(f"  case {name}: {shape} = {c['events_per_run']} events")
-        for key in KEYS:
+        for key in (*KEYS, "P"):
             s = case["benchmarks"].get(key)
             if not s or s["median"] is None:
                 continue
@@ -596,10 +658,9 @@ def print_summary(doc: dict[str, Any]) -> None:
             )
         r = case.get("ratios") or {}
         if r:
-            print(
-                f"    ratios of medians: C/B {r['C/B']}  C/A {r['C/A']}  C/N {r['C/N']}  C/S {r['C/S']}  B/A {r['B/A']}"
-            )
-            print(f"    CPU per event: C/B {r['cpu_per_event']['C/B']}  C/N {r['cpu_per_event']['C/N']}")
+            shown = [k for k in ("C/B", "C/A", "C/N", "C/S", "B/A", "C/P") if k in r]
+            print("    ratios of medians: " + "  ".join(f"{k} {r[k]} (paired {r['paired_median'][k]})" for k in shown))
+            print("    CPU per event: " + "  ".join(f"{k} {v}" for k, v in r["cpu_per_event"].items()))
         for key, verdict in (case.get("limiting") or {}).items():
             print(f"    {key} limited by {verdict}")
     if doc.get("throughput"):
