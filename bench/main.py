@@ -136,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         if "throughput" in sections:
             bench_suite = suite.Suite(run_id, log_dir, broker, source)
             print(
-                f"bench: throughput ({suite.size_mode()}): {bench_suite.rounds} rounds of C, B, A, N, S over "
-                f"{len(bench_suite.cases)} case(s); logs in {log_dir}",
+                f"bench: throughput ({suite.size_mode()}): {bench_suite.rounds} rounds of "
+                f"{', '.join(bench_suite.keys)} over {len(bench_suite.cases)} case(s); logs in {log_dir}",
                 flush=True,
             )
             asyncio.run(bench_suite.run())
