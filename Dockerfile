@@ -23,8 +23,9 @@ ARG WHEELS=/wheels
 ARG VENV=/opt/bridge
 WORKDIR /src
 # What the wheel is made of: the package, the schemas it validates against
-# (force-included as bridge/_schemas) and README.md, its long description.
-COPY pyproject.toml README.md ./
+# (force-included as bridge/_schemas), README.md, its long description, and
+# LICENSE, which the wheel carries.
+COPY pyproject.toml README.md LICENSE ./
 COPY schemas ./schemas
 COPY bridge ./bridge
 RUN python -m pip wheel --no-deps --wheel-dir "$WHEELS" .

@@ -13,7 +13,7 @@ help:
 	@echo "make test    - lint, type-check, unit and integration tests (starts Kafka itself)"
 	@echo "make chaos   - the long exactly-once chaos run"
 	@echo "make bench   - benchmarks (throughput, latency, transport, quick scale), JSON results in .bench/"
-	@echo "make bench-scale - the scale section alone at the issue's sizes (long), .bench/scale.json"
+	@echo "make bench-scale - the scale section alone at its full sizes (long), .bench/scale.json"
 	@echo "make kafka-up / kafka-down - a local broker on 127.0.0.1:19092"
 	@echo "make lock    - regenerate requirements.lock (the image's hashed runtime deps)"
 	@echo "make monitoring - regenerate deploy/monitoring/prometheusrule.yaml from the alerts"
@@ -59,11 +59,11 @@ demo: venv
 	BRIDGE_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:$${KAFKA_PORT:-19092} $(VENV)/bin/bridge --log-level warning demo; rc=$$?; \
 	if [ $$started = 1 ]; then scripts/kafka.sh down; fi; exit $$rc
 
-# Throughput, latency and the transport (issue 14), then the scale section at quick sizes (issue 11); see bench/README.md.
+# Throughput, latency and the transport, then the scale section at quick sizes; see bench/README.md.
 bench: venv
 	$(PY) -m bench
 
-# The scale section alone, at the issue's sizes (1,000,000 Tasks: the better part of an hour or more).
+# The scale section alone, at its full sizes (bench/README.md, "Scale"; the better part of an hour or more).
 bench-scale: venv
 	$(PY) -m bench scale
 

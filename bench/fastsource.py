@@ -1,21 +1,22 @@
-"""A fast stand-in for the seed gateway: raw asyncio HTTP/1.1, pre-built SSE frames.
+"""A fast stand-in for the demo gateway: raw asyncio HTTP/1.1, pre-built SSE frames.
 
 The benchmarks measure the bridge, so the agent side must never be the bound.
-The seed gateway (``bridge.demo.gateway``) is Starlette + uvicorn and builds
+The demo gateway (``bridge.demo.gateway``) is Starlette + uvicorn and builds
 every event with ``orjson.dumps`` and ``copy.deepcopy``; this server speaks
 just enough of the same protocol for the bridge's happy path and writes each
 Task's frames, rendered once per shape, in one large chunked write.
 
-Protocol (the seed gateway's, see ``bridge/demo/gateway.py``): ``POST
+Protocol (docs/gateway-protocol.md, as ``bridge/demo/gateway.py`` serves it): ``POST
 /newmoi/agents/a2a`` with a JSON-RPC body carrying ``agent_code`` beside
 ``jsonrpc``. Methods:
 
 - ``message/stream``: a new Task. Its shape comes from ``key=value`` words of
-  the user message text, as with the seed's writer: ``chunks=K`` (default 5),
-  ``size=S`` (bytes of each chunk's text, ASCII; default 40), ``mode=``
-  ``run`` (default: the Task object, ``working``, K artifact-update chunks of
-  artifact ``result`` (``append`` after the first, ``lastChunk`` on the
-  last), ``completed``), ``hold`` (the Task object and ``working``, then the
+  the user message text, as with the demo's ``writer``
+  (``bridge/demo/scripts.py``): ``chunks=K`` (default 5), ``size=S`` (bytes of
+  each chunk's text, ASCII; default 40), ``mode=`` ``run`` (default: the Task
+  object, ``working``, K artifact-update chunks of artifact ``result``
+  (``append`` after the first, ``lastChunk`` on the last), ``completed``),
+  ``hold`` (the Task object and ``working``, then the
   stream stays open and silent until ``POST /_release`` or the client goes),
   ``pause`` (the Task object, ``working``, ``input-required`` with
   ``final: true``, end of stream). SSE ids are 1..N per Task; every frame is

@@ -1,4 +1,4 @@
-"""Latency (issue 14): source write → visible to a read_committed consumer, for the bridge.
+"""Latency: source write → visible to a read_committed consumer, for the bridge.
 
 The bridge runs case 1's shape with the source paced at half the bridge's
 saturated rate (case 1's C median of this run, or ``BENCH_LATENCY_RATE``

@@ -3,7 +3,7 @@
 Without arguments (``make bench``): the throughput section, the latency
 measure, the transport measure, then the scale section at its quick sizes
 (``BENCH_SECTIONS`` picks others). ``python -m bench scale`` (``make bench-scale``) runs the
-scale section alone, at the issue's sizes unless ``BENCH_SCALE_SIZE=quick``.
+scale section alone, at its full sizes (bench/README.md, "Scale") unless ``BENCH_SCALE_SIZE=quick``.
 
 Results: ``.bench/results.json`` (throughput, latency, transport) and
 ``.bench/scale.json`` (scale), with a copy of each beside the logs of the
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in sections if s not in SECTIONS]
     if unknown:
         raise SystemExit(f"bench: unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}")
-    # `python -m bench scale` (make bench-scale) means the sizes; inside a whole run, quick ones.
+    # `python -m bench scale` (make bench-scale) means the full sizes; inside a whole run, quick ones.
     scale_size = os.environ.get("BENCH_SCALE_SIZE") or ("full" if args == ["scale"] else "quick")
     if scale_size not in ("quick", "full"):
         raise SystemExit(f"bench: BENCH_SCALE_SIZE must be quick or full, got {scale_size!r}")

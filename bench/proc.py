@@ -148,8 +148,8 @@ async def settle(pid: int | None, timeout: float = 10.0) -> float | None:
     A contestant's clock starts with the broker idle. Otherwise the broker's work
     from the setup before it (creating a round's topics, a consumer group joining,
     producers registering) and the JIT compiling the code that setup ran land in
-    the window: 0.2-1.2 cores of broker CPU measured in C's windows when the
-    broker was not yet warm, where B, whose topics were made once, had little.
+    the window, and they land on C, whose topics are new each run, more than on
+    the others (measured: bench/README.md, "The broker").
     """
     if pid is None:
         return None

@@ -1,7 +1,7 @@
-"""The scale section (issue 11): memory, restore, rebalance and bursts of one ``bridge run``.
+"""The scale section: memory, restore, rebalance and bursts of one ``bridge run``.
 
 Each measure starts its own fast source and its own ``bridge run`` on fresh
-topics, and reports numbers beside the issue's target; none is asserted.
+topics, and reports numbers beside its target (bench/README.md, "Scale"); none is asserted.
 
 ====================  ==========================================================
 measure               what is done and what is reported
@@ -30,7 +30,7 @@ measure               what is done and what is reported
                       rebalance, event-loop lag; target: none, all done.
 ====================  ==========================================================
 
-Sizes: ``BENCH_SCALE_SIZE=full`` (the issue's; the default of ``python -m bench
+Sizes: ``BENCH_SCALE_SIZE=full`` (the default of ``python -m bench
 scale``) or ``quick`` (the default inside ``python -m bench``), each overridable
 (see :data:`SIZES`). ``BENCH_SCALE_MEASURES`` picks measures.
 """
@@ -83,7 +83,7 @@ TARGETS = {
     "held": "<= 0.5 KB of RSS per closed Task inside the dedupe window",
     "burst": "20,000 starts at once: no session expiry, no rebalance; all done",
 }
-# Metrics the other half of the issue adds to the bridge; read when present.
+# Capacity metrics of the bridge; read when present, so that an older bridge can be measured too.
 NEW_METRICS = (
     "bridge_rebalances_total",
     "bridge_event_loop_lag_seconds",
@@ -118,7 +118,7 @@ def env_int(name: str, default: int) -> int:
 
 
 def bridge_knows(key: str) -> bool:
-    """Whether this bridge's [bridge] section has ``key`` (config keys the other half of the issue adds)."""
+    """Whether this bridge's [bridge] section has ``key`` (an older bridge lacks some capacity keys)."""
     return key in {f.name for f in dataclasses.fields(BridgeConfig)}
 
 

@@ -1,6 +1,6 @@
-"""The throughput section (issue 14): C, B, A and the naive peer, per case, interleaved.
+"""The throughput section: C, B, A and the naive peer, per case, interleaved.
 
-Cases (``BENCH_SIZE=full``, the issue's sizes; 6 partitions):
+Cases (``BENCH_SIZE=full``, the sizes of bench/README.md, "Throughput"; 6 partitions):
 
 1. 100 Tasks x 300 chunks of 200 B
 2. 100 Tasks x 30 chunks of 20 KB (20,000 B)

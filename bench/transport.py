@@ -1,4 +1,4 @@
-"""Transport (issue 14): CPU per trickled SSE frame, the bridge's HTTP transport against httpx's own.
+"""Transport: CPU per trickled SSE frame, the bridge's HTTP transport against httpx's own.
 
 The fast source writes ``run`` streams frame by frame at a paced rate, round
 robin over every open stream, as an agent streaming tokens does: nearly every
