@@ -56,7 +56,8 @@ from aiokafka.errors import (
 from bridge.agents import client
 from bridge.agents.client import AgentClient
 from bridge.config.model import Config, ConfigError
-from bridge.core.backoff import KAFKA_RETRY, jittered
+from bridge.core.backoff import KAFKA_RETRY
+from bridge.core.capacity import LAG_SAMPLE_S, LIMITS, Admission, Limit, ResumeTurns
 from bridge.core.limits import RecordLimits
 from bridge.engine.partition import PartitionOwner
 from bridge.errors import BridgeError, KafkaUnreachable, StartupError
@@ -68,21 +69,12 @@ from bridge.observe.http import OpsServer
 
 log = logging.getLogger(__name__)
 
-# Event-loop lag is sampled this often (a timer of this length, and how late it fires).
-_LAG_SAMPLE_S = 0.25
-# The window of unanswered starts: from this, by this step, up to the maximum.
-_START_WINDOW_MIN = 16
-_START_WINDOW_MAX = 4096
-# A loop this punctual may take in more starts.
-_LAG_CALM_S = 0.05
 # Freed heap pages go back to the OS every this many samples (10 s): a few ms of
 # work that took a 1,000-Task burst from 70 to 40 KB of RSS per live Task.
 _TRIM_EVERY = 40
 # The collector's youngest generation is collected after this many net allocations
 # (Python's default is 700); see settle_heap.
 _YOUNG_GC_THRESHOLD = 10_000
-# While the loop lags, restored Tasks wait for their turn at most this long each.
-_RESUME_HOLD_MAX_S = 1.0
 # The command poll's timeout; shorter while starts wait for room.
 _POLL_MS = 100
 _POLL_WAITING_MS = 5
@@ -198,14 +190,17 @@ class Service:
         self._fatal: BaseException | None = None
         self._joined = False
         self._consumer: AIOKafkaConsumer | None = None
-        self._lag = 0.0  # the event loop's lag, last sample
-        self._rss = 0
-        # Starts sent and not yet answered, at most: it grows while the event loop
-        # keeps up and halves when it lags (AIMD), so a flood of starts is taken in
-        # at the rate this process (and its agents) can carry, and heartbeats flow.
-        self._start_window = _START_WINDOW_MIN
+        b = config.bridge
+        # Fed by _watch's samples; asked before every start.
+        self.admission = Admission(
+            max_in_flight_tasks=b.max_in_flight_tasks,
+            max_live_tasks=b.max_live_tasks,
+            max_rss_bytes=b.max_rss_bytes,
+            max_loop_lag_seconds=b.max_loop_lag_seconds,
+        )
         # Restored Tasks waiting for their turn to reconnect (see resume_turn).
         self._resume_queue: deque[asyncio.Future[None]] = deque()
+        self._turns = ResumeTurns(b.resume_rate_per_second, b.max_loop_lag_seconds)
         self._resumer: asyncio.Task[None] | None = None
 
     # ----------------------------------------------------------- readiness --
@@ -228,7 +223,7 @@ class Service:
         lines.append(
             f"starts waiting: {parked} parked, {sum(o.offsets.deferred for o in self.owners.values())} deferred"
         )
-        held = self._held_by()
+        held = self.held_by()
         lines.append(f"new starts: {'waiting on ' + held if held else 'taken'}")
         return ok, "\n".join(lines) + "\n"
 
@@ -244,31 +239,17 @@ class Service:
     def starting(self) -> int:
         return sum(o.offsets.starting for o in self.owners.values())
 
-    def _held_by(self) -> str | None:
-        """The capacity limit new starts wait on now, if any (paused Tasks do not count
-        as working: their replies must get through)."""
-        b = self.config.bridge
-        if self.starting() >= self._start_window:
-            return "start_window"
-        if self.active() >= b.max_in_flight_tasks:
-            return "max_in_flight_tasks"
-        if self.live() >= b.max_live_tasks:
-            return "max_live_tasks"
-        if b.max_rss_bytes and self._rss >= b.max_rss_bytes:
-            return "max_rss_bytes"
-        if self._lag >= b.max_loop_lag_seconds:
-            return "max_loop_lag_seconds"
-        return None
+    def held_by(self) -> Limit | None:
+        """The capacity limit new starts wait on now, if any (see Admission): what
+        admit() refuses with, /readyz shows and the capacity gauges say."""
+        return self.admission.held_by(starting=self.starting(), working=self.active(), live=self.live())
 
     async def resume_turn(self) -> None:
         """A restored Task's turn to reconnect to its agent.
 
-        One queue for the whole process: at most ``resume_rate_per_second`` turns a
-        second (with jitter), none while the event loop lags past half of
-        ``max_loop_lag_seconds`` (the signal that holds new starts back). Per
-        partition pacing let six partitions of 1,700 live Tasks reconnect at six
-        times the rate; the loop stalled, connects timed out, the member's session
-        expired and Tasks that were fine were given up as lost.
+        One queue for the whole process, paced by ResumeTurns (bridge/core/capacity.py):
+        with a pace per partition, all partitions' restored Tasks would reconnect at
+        once, and the loop would stall past the member's session timeout.
         """
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._resume_queue.append(turn)
@@ -277,24 +258,20 @@ class Service:
         await turn
 
     async def _hand_out_turns(self) -> None:
-        b = self.config.bridge
-        gap = 1 / b.resume_rate_per_second
-        held = 0.0
         while self._resume_queue:
-            if self._lag >= b.max_loop_lag_seconds / 2 and held < _RESUME_HOLD_MAX_S:
-                await asyncio.sleep(_LAG_SAMPLE_S)
-                held += _LAG_SAMPLE_S
+            hold = self._turns.hold(self.admission.lag)
+            if hold:
+                await asyncio.sleep(hold)
                 continue
-            held = 0.0  # a loop that stays behind still lets one through a second: no Task waits for ever
             turn = self._resume_queue.popleft()
             if turn.done():  # its runner was stopped meanwhile (partition released)
                 continue
             turn.set_result(None)
-            await asyncio.sleep(jittered(gap))
+            await asyncio.sleep(self._turns.gap())
 
     def admit(self) -> bool:
         """Room for one more Task; counts why not."""
-        held = self._held_by()
+        held = self.held_by()
         if held is not None:
             metrics.STARTS_DEFERRED.labels(held).inc()
         return held is None
@@ -514,31 +491,20 @@ class Service:
             if samples % _TRIM_EVERY == 0:
                 trim_heap()
             t0 = loop.time()
-            await asyncio.sleep(_LAG_SAMPLE_S)
-            lag = max(0.0, loop.time() - t0 - _LAG_SAMPLE_S)
-            # A spike counts at once; recovery is gradual, so intake does not flap.
-            self._lag = max(lag, self._lag * 0.8)
-            if self._lag > b.max_loop_lag_seconds / 2:
-                self._start_window = max(_START_WINDOW_MIN, self._start_window // 2)
-            elif self._lag < _LAG_CALM_S and self.starting() >= self._start_window * 3 // 4:
-                self._start_window = min(_START_WINDOW_MAX, self._start_window + _START_WINDOW_MIN)
-            metrics.START_WINDOW.set(self._start_window)
-            self._rss = resident_bytes()
+            await asyncio.sleep(LAG_SAMPLE_S)
+            lag = max(0.0, loop.time() - t0 - LAG_SAMPLE_S)
+            rss = resident_bytes()
+            self.admission.sampled(lag, rss, self.starting())
+            metrics.START_WINDOW.set(self.admission.window)
             metrics.LOOP_LAG.set(lag)
             metrics.LOOP_LAG_SECONDS.observe(lag)
-            metrics.RESIDENT_BYTES.set(self._rss)
+            metrics.RESIDENT_BYTES.set(rss)
             metrics.ACTIVE_TASKS.set(self.active())
             metrics.CLOSED_HELD.set(self.closed_held())
             metrics.STARTS_WAITING.set(sum(o.parked + o.offsets.deferred for o in self.owners.values()))
             metrics.OUTBOX_BYTES.set(sum(o.txn.buffered_bytes for o in self.owners.values()))
-            held = self._held_by()
-            for limit in (
-                "start_window",
-                "max_in_flight_tasks",
-                "max_live_tasks",
-                "max_rss_bytes",
-                "max_loop_lag_seconds",
-            ):
+            held = self.held_by()
+            for limit in LIMITS:
                 metrics.CAPACITY_REACHED.labels(limit).set(1 if held == limit else 0)
 
     def _exit_code(self) -> int:
@@ -609,8 +575,8 @@ class Service:
                 for r in records:
                     taker.on_command(r)
             for p, owner in list(self.owners.items()):
-                owner.release(lambda: self._held_by() is None)
-                if self._held_by() is None:
+                owner.release(lambda: self.held_by() is None)
+                if self.held_by() is None:
                     point = owner.rewind()
                     if point is not None:
                         consumer.seek(self._tp(p), point)
