@@ -15,8 +15,9 @@ Ownership of a partition, step by step:
    the partition. A failure is retried with backoff and jitter; only a
    permanent one (authorization) ends the process.
 3. A failed transaction (the owner sets ``failed``): the partition is paused
-   and rebuilt from Kafka by a new opener. A producer fenced by another
-   bridge ends the process (exit 3); one whose transaction the coordinator
+   and rebuilt from Kafka by a new opener, or the process ends, as
+   :mod:`bridge.core.txn_failure` classifies the failure: a producer fenced by
+   another bridge ends it (exit 3); one whose transaction the coordinator
    timed out (it ran past its timeout, e.g. while the broker was away) is
    rebuilt after a heartbeat has had time to reveal a lost membership.
 4. Revoked (listener; heartbeats still flow): the opener is cancelled, and
@@ -56,6 +57,7 @@ from aiokafka.errors import (
 from bridge.agents import client
 from bridge.agents.client import AgentClient
 from bridge.config.model import Config, ConfigError
+from bridge.core import txn_failure
 from bridge.core.backoff import KAFKA_RETRY
 from bridge.core.capacity import LAG_SAMPLE_S, LIMITS, Admission, Limit, ResumeTurns
 from bridge.core.limits import RecordLimits
@@ -319,9 +321,12 @@ class Service:
                 return
             await owner.close()
             failed = owner.failed
-            if isinstance(failed, TransactionFailed) and failed.fenced and not failed.timed_out:
+            if failed is None:
+                return
+            # Not rebuilt here, whatever the failure: only a fenced producer matters.
+            if self._classify(failed).kind == "fenced":
                 self._fail(Fenced(f"partition {p} was taken over by another bridge"))
-            elif failed is not None:
+            else:
                 log.warning("partition %d: final commit failed (%s)", p, failed)
 
     def _spawn_open(self, p: int, broken: PartitionOwner | None = None, delay: float = 0.0) -> None:
@@ -406,31 +411,31 @@ class Service:
         else:
             consumer.seek(tp, offset)
 
+    def _classify(self, failed: BaseException | None) -> txn_failure.Verdict:
+        described = failed if isinstance(failed, TransactionFailed) else None
+        return txn_failure.classify(described, self.config.kafka.heartbeat_interval_ms / 1000)
+
     def _rebuild(self, p: int, owner: PartitionOwner) -> None:
-        """Step 3: a failed transaction: pause, classify, rebuild."""
+        """Step 3: a failed transaction: pause, classify (bridge/core/txn_failure.py),
+        stop or rebuild."""
         self.owners.pop(p, None)
         if self._consumer is not None and self._tp(p) in self._consumer.assignment():
             self._consumer.pause(self._tp(p))
-        exc = owner.failed
-        cause, delay = "commit-failed", 0.0
-        if isinstance(exc, TransactionFailed):
-            if exc.forbidden:
-                self._fail(StartupError(f"partition {p}: {exc.cause}"))
-                return
-            if exc.fenced and not exc.timed_out:
-                self._fail(Fenced(f"partition {p} was taken over by another bridge"))
-                return
-            if exc.timed_out:
-                # The coordinator aborted a transaction that ran past its timeout; our
-                # membership may be gone too. Let a heartbeat tell before fencing anyone.
-                cause, delay = "transaction-timed-out", 2 * self.config.kafka.heartbeat_interval_ms / 1000
-                log.warning("partition %d: the coordinator timed out the open transaction; rebuilding", p)
-            if exc.refused:
-                cause = "record-refused"
-                self._refused[p].update(exc.refused)
-                self._refresh_limits = True
-        metrics.PARTITION_REBUILDS.labels(cause).inc()
-        self._spawn_open(p, broken=owner, delay=delay)
+        verdict = self._classify(owner.failed)
+        if verdict.kind == "fatal":
+            assert isinstance(owner.failed, TransactionFailed)
+            self._fail(StartupError(f"partition {p}: {owner.failed.cause}"))
+            return
+        if verdict.kind == "fenced":
+            self._fail(Fenced(f"partition {p} was taken over by another bridge"))
+            return
+        if verdict.delay:
+            log.warning("partition %d: the coordinator timed out the open transaction; rebuilding", p)
+        if verdict.refused:
+            self._refused[p].update(verdict.refused)
+            self._refresh_limits = True
+        metrics.PARTITION_REBUILDS.labels(verdict.cause).inc()
+        self._spawn_open(p, broken=owner, delay=verdict.delay)
 
     # ------------------------------------------------------------------ run --
 
