@@ -71,12 +71,13 @@ from bridge.observe.http import OpsServer
 
 log = logging.getLogger(__name__)
 
-# Freed heap pages go back to the OS every this many samples (10 s): a few ms of
-# work that took a 1,000-Task burst from 70 to 40 KB of RSS per live Task.
+# Freed heap pages go back to the OS every this many lag samples (10 s): a few ms
+# of work, and the RSS per live Task falls back after a burst (measured:
+# bench/README.md, "The service's heap").
 _TRIM_EVERY = 40
 # The collector's youngest generation is collected after this many net allocations
 # (Python's default is 700); see settle_heap.
-_YOUNG_GC_THRESHOLD = 10_000
+YOUNG_GC_THRESHOLD = 10_000
 # The command poll's timeout; shorter while starts wait for room.
 _POLL_MS = 100
 _POLL_WAITING_MS = 5
@@ -121,11 +122,9 @@ def keep_freed_memory() -> bool:
 
     By default glibc returns freed memory at the heap's top once it passes twice
     the largest mmap'd block freed so far, and the next tick's record batches fault
-    every page in again: filling 256 KiB batches of 18 KB records, six at a time
-    freed together, cost 8.0-11 µs per record (a page fault per 4 KiB) against
-    2.0 with these thresholds. In bench case 2 (20 KB events) the bridge faulted
-    7.4 pages per event against 15.3, and spent 294 against 334 µs of CPU on each.
-    Returns whether both were set (glibc only)."""
+    every page in again, one fault per 4 KiB (measured: bench/README.md, "C's
+    events topic shared, malloc keeps a tick's memory"). Returns whether both
+    were set (glibc only)."""
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):
@@ -135,19 +134,18 @@ def keep_freed_memory() -> bool:
 
 def settle_heap() -> None:
     """Once started, before any Task: what is alive now (modules, config, clients)
-    lives as long as the process, so it is frozen out of every later collection.
-    Each full collection walked those ~45,000 objects again, pausing the event loop
-    25-35 ms every few seconds at 100 streaming Tasks; frozen, 4-5 ms. Objects made
-    later (Task state) are collected as before: a closed Task's cycles are freed.
+    lives as long as the process, so it is frozen out of every later collection,
+    which would otherwise walk it all again and pause the event loop meanwhile.
+    Objects made later (Task state) are collected as before: a closed Task's
+    cycles are freed.
 
     The young generation is collected less often: per event the bridge allocates
-    and frees many objects, and each young collection cost about 1 ms whatever its
-    size. At 10,000 net allocations the collector's share of CPU fell from 1-2 %
-    to 0.1 %, with pauses of at most 7 ms."""
+    and frees many objects, and a young collection costs about the same whatever
+    its size (measured: bench/README.md, "The service's heap")."""
     gc.collect()
     gc.freeze()
     _, older, oldest = gc.get_threshold()
-    gc.set_threshold(_YOUNG_GC_THRESHOLD, older, oldest)
+    gc.set_threshold(YOUNG_GC_THRESHOLD, older, oldest)
 
 
 def resident_bytes() -> int:
@@ -444,7 +442,7 @@ class Service:
         metrics.init(list(cfg.agents))
         shards = cfg.bridge.http_pools
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=max(8, 256 // shards))
-        # One TLS context for every shard: each default one loads the CA store again (~20 ms, ~1 MB).
+        # One TLS context for every shard: each default one loads the CA store again.
         tls = httpx.create_ssl_context()
         self._producers = ProducerLoop.threaded()
         async with contextlib.AsyncExitStack() as pools:
