@@ -248,8 +248,8 @@ class Service:
         """A restored Task's turn to reconnect to its agent.
 
         One queue for the whole process, paced by ResumeTurns (bridge/core/capacity.py):
-        with a pace per partition, all partitions' restored Tasks would reconnect at
-        once, and the loop would stall past the member's session timeout.
+        with a pace per partition, six partitions would reconnect at six times the
+        rate, and the loop would stall past the member's session timeout.
         """
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._resume_queue.append(turn)
