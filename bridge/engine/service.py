@@ -15,8 +15,9 @@ Ownership of a partition, step by step:
    the partition. A failure is retried with backoff and jitter; only a
    permanent one (authorization) ends the process.
 3. A failed transaction (the owner sets ``failed``): the partition is paused
-   and rebuilt from Kafka by a new opener. A producer fenced by another
-   bridge ends the process (exit 3); one whose transaction the coordinator
+   and rebuilt from Kafka by a new opener, or the process ends, as
+   :mod:`bridge.core.txn_failure` classifies the failure: a producer fenced by
+   another bridge ends it (exit 3); one whose transaction the coordinator
    timed out (it ran past its timeout, e.g. while the broker was away) is
    rebuilt after a heartbeat has had time to reveal a lost membership.
 4. Revoked (listener; heartbeats still flow): the opener is cancelled, and
@@ -56,7 +57,9 @@ from aiokafka.errors import (
 from bridge.agents import client
 from bridge.agents.client import AgentClient
 from bridge.config.model import Config, ConfigError
-from bridge.core.backoff import KAFKA_RETRY, jittered
+from bridge.core import txn_failure
+from bridge.core.backoff import KAFKA_RETRY
+from bridge.core.capacity import LAG_SAMPLE_S, LIMITS, Admission, Limit, ResumeTurns
 from bridge.core.limits import RecordLimits
 from bridge.engine.partition import PartitionOwner
 from bridge.errors import BridgeError, KafkaUnreachable, StartupError
@@ -68,21 +71,13 @@ from bridge.observe.http import OpsServer
 
 log = logging.getLogger(__name__)
 
-# Event-loop lag is sampled this often (a timer of this length, and how late it fires).
-_LAG_SAMPLE_S = 0.25
-# The window of unanswered starts: from this, by this step, up to the maximum.
-_START_WINDOW_MIN = 16
-_START_WINDOW_MAX = 4096
-# A loop this punctual may take in more starts.
-_LAG_CALM_S = 0.05
-# Freed heap pages go back to the OS every this many samples (10 s): a few ms of
-# work that took a 1,000-Task burst from 70 to 40 KB of RSS per live Task.
+# Freed heap pages go back to the OS every this many lag samples (10 s): a few ms
+# of work, and the RSS per live Task falls back after a burst (measured:
+# bench/README.md, "The service's heap").
 _TRIM_EVERY = 40
 # The collector's youngest generation is collected after this many net allocations
 # (Python's default is 700); see settle_heap.
-_YOUNG_GC_THRESHOLD = 10_000
-# While the loop lags, restored Tasks wait for their turn at most this long each.
-_RESUME_HOLD_MAX_S = 1.0
+YOUNG_GC_THRESHOLD = 10_000
 # The command poll's timeout; shorter while starts wait for room.
 _POLL_MS = 100
 _POLL_WAITING_MS = 5
@@ -127,11 +122,9 @@ def keep_freed_memory() -> bool:
 
     By default glibc returns freed memory at the heap's top once it passes twice
     the largest mmap'd block freed so far, and the next tick's record batches fault
-    every page in again: filling 256 KiB batches of 18 KB records, six at a time
-    freed together, cost 8.0-11 µs per record (a page fault per 4 KiB) against
-    2.0 with these thresholds. In bench case 2 (20 KB events) the bridge faulted
-    7.4 pages per event against 15.3, and spent 294 against 334 µs of CPU on each.
-    Returns whether both were set (glibc only)."""
+    every page in again, one fault per 4 KiB (measured: bench/README.md, "C's
+    events topic shared, malloc keeps a tick's memory"). Returns whether both
+    were set (glibc only)."""
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):
@@ -141,19 +134,18 @@ def keep_freed_memory() -> bool:
 
 def settle_heap() -> None:
     """Once started, before any Task: what is alive now (modules, config, clients)
-    lives as long as the process, so it is frozen out of every later collection.
-    Each full collection walked those ~45,000 objects again, pausing the event loop
-    25-35 ms every few seconds at 100 streaming Tasks; frozen, 4-5 ms. Objects made
-    later (Task state) are collected as before: a closed Task's cycles are freed.
+    lives as long as the process, so it is frozen out of every later collection,
+    which would otherwise walk it all again and pause the event loop meanwhile.
+    Objects made later (Task state) are collected as before: a closed Task's
+    cycles are freed.
 
     The young generation is collected less often: per event the bridge allocates
-    and frees many objects, and each young collection cost about 1 ms whatever its
-    size. At 10,000 net allocations the collector's share of CPU fell from 1-2 %
-    to 0.1 %, with pauses of at most 7 ms."""
+    and frees many objects, and a young collection costs about the same whatever
+    its size (measured: bench/README.md, "The service's heap")."""
     gc.collect()
     gc.freeze()
     _, older, oldest = gc.get_threshold()
-    gc.set_threshold(_YOUNG_GC_THRESHOLD, older, oldest)
+    gc.set_threshold(YOUNG_GC_THRESHOLD, older, oldest)
 
 
 def resident_bytes() -> int:
@@ -198,14 +190,17 @@ class Service:
         self._fatal: BaseException | None = None
         self._joined = False
         self._consumer: AIOKafkaConsumer | None = None
-        self._lag = 0.0  # the event loop's lag, last sample
-        self._rss = 0
-        # Starts sent and not yet answered, at most: it grows while the event loop
-        # keeps up and halves when it lags (AIMD), so a flood of starts is taken in
-        # at the rate this process (and its agents) can carry, and heartbeats flow.
-        self._start_window = _START_WINDOW_MIN
+        b = config.bridge
+        # Fed by _watch's samples; asked before every start.
+        self.admission = Admission(
+            max_in_flight_tasks=b.max_in_flight_tasks,
+            max_live_tasks=b.max_live_tasks,
+            max_rss_bytes=b.max_rss_bytes,
+            max_loop_lag_seconds=b.max_loop_lag_seconds,
+        )
         # Restored Tasks waiting for their turn to reconnect (see resume_turn).
         self._resume_queue: deque[asyncio.Future[None]] = deque()
+        self._turns = ResumeTurns(b.resume_rate_per_second, b.max_loop_lag_seconds)
         self._resumer: asyncio.Task[None] | None = None
 
     # ----------------------------------------------------------- readiness --
@@ -228,7 +223,7 @@ class Service:
         lines.append(
             f"starts waiting: {parked} parked, {sum(o.offsets.deferred for o in self.owners.values())} deferred"
         )
-        held = self._held_by()
+        held = self.held_by()
         lines.append(f"new starts: {'waiting on ' + held if held else 'taken'}")
         return ok, "\n".join(lines) + "\n"
 
@@ -244,31 +239,17 @@ class Service:
     def starting(self) -> int:
         return sum(o.offsets.starting for o in self.owners.values())
 
-    def _held_by(self) -> str | None:
-        """The capacity limit new starts wait on now, if any (paused Tasks do not count
-        as working: their replies must get through)."""
-        b = self.config.bridge
-        if self.starting() >= self._start_window:
-            return "start_window"
-        if self.active() >= b.max_in_flight_tasks:
-            return "max_in_flight_tasks"
-        if self.live() >= b.max_live_tasks:
-            return "max_live_tasks"
-        if b.max_rss_bytes and self._rss >= b.max_rss_bytes:
-            return "max_rss_bytes"
-        if self._lag >= b.max_loop_lag_seconds:
-            return "max_loop_lag_seconds"
-        return None
+    def held_by(self) -> Limit | None:
+        """The capacity limit new starts wait on now, if any (see Admission): what
+        admit() refuses with, /readyz shows and the capacity gauges say."""
+        return self.admission.held_by(starting=self.starting(), working=self.active(), live=self.live())
 
     async def resume_turn(self) -> None:
         """A restored Task's turn to reconnect to its agent.
 
-        One queue for the whole process: at most ``resume_rate_per_second`` turns a
-        second (with jitter), none while the event loop lags past half of
-        ``max_loop_lag_seconds`` (the signal that holds new starts back). Per
-        partition pacing let six partitions of 1,700 live Tasks reconnect at six
-        times the rate; the loop stalled, connects timed out, the member's session
-        expired and Tasks that were fine were given up as lost.
+        One queue for the whole process, paced by ResumeTurns (bridge/core/capacity.py):
+        with a pace per partition, six partitions would reconnect at six times the
+        rate, and the loop would stall past the member's session timeout.
         """
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._resume_queue.append(turn)
@@ -277,24 +258,20 @@ class Service:
         await turn
 
     async def _hand_out_turns(self) -> None:
-        b = self.config.bridge
-        gap = 1 / b.resume_rate_per_second
-        held = 0.0
         while self._resume_queue:
-            if self._lag >= b.max_loop_lag_seconds / 2 and held < _RESUME_HOLD_MAX_S:
-                await asyncio.sleep(_LAG_SAMPLE_S)
-                held += _LAG_SAMPLE_S
+            hold = self._turns.hold(self.admission.lag)
+            if hold:
+                await asyncio.sleep(hold)
                 continue
-            held = 0.0  # a loop that stays behind still lets one through a second: no Task waits for ever
             turn = self._resume_queue.popleft()
             if turn.done():  # its runner was stopped meanwhile (partition released)
                 continue
             turn.set_result(None)
-            await asyncio.sleep(jittered(gap))
+            await asyncio.sleep(self._turns.gap())
 
     def admit(self) -> bool:
         """Room for one more Task; counts why not."""
-        held = self._held_by()
+        held = self.held_by()
         if held is not None:
             metrics.STARTS_DEFERRED.labels(held).inc()
         return held is None
@@ -342,9 +319,12 @@ class Service:
                 return
             await owner.close()
             failed = owner.failed
-            if isinstance(failed, TransactionFailed) and failed.fenced and not failed.timed_out:
+            if failed is None:
+                return
+            # Not rebuilt here, whatever the failure: only a fenced producer matters.
+            if self._classify(failed).kind == "fenced":
                 self._fail(Fenced(f"partition {p} was taken over by another bridge"))
-            elif failed is not None:
+            else:
                 log.warning("partition %d: final commit failed (%s)", p, failed)
 
     def _spawn_open(self, p: int, broken: PartitionOwner | None = None, delay: float = 0.0) -> None:
@@ -429,31 +409,31 @@ class Service:
         else:
             consumer.seek(tp, offset)
 
+    def _classify(self, failed: BaseException | None) -> txn_failure.Verdict:
+        described = failed if isinstance(failed, TransactionFailed) else None
+        return txn_failure.classify(described, self.config.kafka.heartbeat_interval_ms / 1000)
+
     def _rebuild(self, p: int, owner: PartitionOwner) -> None:
-        """Step 3: a failed transaction: pause, classify, rebuild."""
+        """Step 3: a failed transaction: pause, classify (bridge/core/txn_failure.py),
+        stop or rebuild."""
         self.owners.pop(p, None)
         if self._consumer is not None and self._tp(p) in self._consumer.assignment():
             self._consumer.pause(self._tp(p))
-        exc = owner.failed
-        cause, delay = "commit-failed", 0.0
-        if isinstance(exc, TransactionFailed):
-            if exc.forbidden:
-                self._fail(StartupError(f"partition {p}: {exc.cause}"))
-                return
-            if exc.fenced and not exc.timed_out:
-                self._fail(Fenced(f"partition {p} was taken over by another bridge"))
-                return
-            if exc.timed_out:
-                # The coordinator aborted a transaction that ran past its timeout; our
-                # membership may be gone too. Let a heartbeat tell before fencing anyone.
-                cause, delay = "transaction-timed-out", 2 * self.config.kafka.heartbeat_interval_ms / 1000
-                log.warning("partition %d: the coordinator timed out the open transaction; rebuilding", p)
-            if exc.refused:
-                cause = "record-refused"
-                self._refused[p].update(exc.refused)
-                self._refresh_limits = True
-        metrics.PARTITION_REBUILDS.labels(cause).inc()
-        self._spawn_open(p, broken=owner, delay=delay)
+        verdict = self._classify(owner.failed)
+        if verdict.kind == "fatal":
+            assert isinstance(owner.failed, TransactionFailed)
+            self._fail(StartupError(f"partition {p}: {owner.failed.cause}"))
+            return
+        if verdict.kind == "fenced":
+            self._fail(Fenced(f"partition {p} was taken over by another bridge"))
+            return
+        if verdict.delay:
+            log.warning("partition %d: the coordinator timed out the open transaction; rebuilding", p)
+        if verdict.refused:
+            self._refused[p].update(verdict.refused)
+            self._refresh_limits = True
+        metrics.PARTITION_REBUILDS.labels(verdict.cause).inc()
+        self._spawn_open(p, broken=owner, delay=verdict.delay)
 
     # ------------------------------------------------------------------ run --
 
@@ -462,7 +442,7 @@ class Service:
         metrics.init(list(cfg.agents))
         shards = cfg.bridge.http_pools
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=max(8, 256 // shards))
-        # One TLS context for every shard: each default one loads the CA store again (~20 ms, ~1 MB).
+        # One TLS context for every shard: each default one loads the CA store again.
         tls = httpx.create_ssl_context()
         self._producers = ProducerLoop.threaded()
         async with contextlib.AsyncExitStack() as pools:
@@ -514,31 +494,20 @@ class Service:
             if samples % _TRIM_EVERY == 0:
                 trim_heap()
             t0 = loop.time()
-            await asyncio.sleep(_LAG_SAMPLE_S)
-            lag = max(0.0, loop.time() - t0 - _LAG_SAMPLE_S)
-            # A spike counts at once; recovery is gradual, so intake does not flap.
-            self._lag = max(lag, self._lag * 0.8)
-            if self._lag > b.max_loop_lag_seconds / 2:
-                self._start_window = max(_START_WINDOW_MIN, self._start_window // 2)
-            elif self._lag < _LAG_CALM_S and self.starting() >= self._start_window * 3 // 4:
-                self._start_window = min(_START_WINDOW_MAX, self._start_window + _START_WINDOW_MIN)
-            metrics.START_WINDOW.set(self._start_window)
-            self._rss = resident_bytes()
+            await asyncio.sleep(LAG_SAMPLE_S)
+            lag = max(0.0, loop.time() - t0 - LAG_SAMPLE_S)
+            rss = resident_bytes()
+            self.admission.sampled(lag, rss, self.starting())
+            metrics.START_WINDOW.set(self.admission.window)
             metrics.LOOP_LAG.set(lag)
             metrics.LOOP_LAG_SECONDS.observe(lag)
-            metrics.RESIDENT_BYTES.set(self._rss)
+            metrics.RESIDENT_BYTES.set(rss)
             metrics.ACTIVE_TASKS.set(self.active())
             metrics.CLOSED_HELD.set(self.closed_held())
             metrics.STARTS_WAITING.set(sum(o.parked + o.offsets.deferred for o in self.owners.values()))
             metrics.OUTBOX_BYTES.set(sum(o.txn.buffered_bytes for o in self.owners.values()))
-            held = self._held_by()
-            for limit in (
-                "start_window",
-                "max_in_flight_tasks",
-                "max_live_tasks",
-                "max_rss_bytes",
-                "max_loop_lag_seconds",
-            ):
+            held = self.held_by()
+            for limit in LIMITS:
                 metrics.CAPACITY_REACHED.labels(limit).set(1 if held == limit else 0)
 
     def _exit_code(self) -> int:
@@ -609,8 +578,8 @@ class Service:
                 for r in records:
                     taker.on_command(r)
             for p, owner in list(self.owners.items()):
-                owner.release(lambda: self._held_by() is None)
-                if self._held_by() is None:
+                owner.release(lambda: self.held_by() is None)
+                if self.held_by() is None:
                     point = owner.rewind()
                     if point is not None:
                         consumer.seek(self._tp(p), point)

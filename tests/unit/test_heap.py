@@ -51,7 +51,7 @@ def test_cycles_made_after_start_are_still_collected(restore_gc: None) -> None:
 def test_young_generation_is_collected_less_often(restore_gc: None) -> None:
     older = gc.get_threshold()[1:]
     service.settle_heap()
-    assert gc.get_threshold() == (service._YOUNG_GC_THRESHOLD, *older)
+    assert gc.get_threshold() == (service.YOUNG_GC_THRESHOLD, *older)
     assert gc.isenabled()
 
 

@@ -1,8 +1,6 @@
-"""Restored Tasks reconnect in turn (issue 11): one queue per process.
-
-Six partitions of 1,700 live Tasks each used to reconnect at the configured rate
-*per partition*; the event loop stalled, their connects timed out and healthy
-Tasks were given up as lost. No Kafka, no HTTP: the Service's turn queue alone.
+"""Restored Tasks reconnect in turn: one queue for the process, paced by
+bridge.core.capacity.ResumeTurns (its rules are tested in test_capacity.py).
+No Kafka, no HTTP: the Service's turn queue alone, through its public methods.
 """
 
 from __future__ import annotations
@@ -33,20 +31,21 @@ async def test_turns_are_handed_out_at_the_process_rate_whatever_the_partitions(
     assert times[-1] - times[0] >= 39 * 0.5 / 400
 
 
-async def test_no_turn_while_the_event_loop_lags_and_a_cancelled_wait_takes_none() -> None:
+async def test_a_cancelled_wait_takes_no_turn_from_the_next() -> None:
     svc = service(rate=1000)
-    svc._lag = 1.0  # past half of max_loop_lag_seconds: the loop is behind
+    first = asyncio.ensure_future(svc.resume_turn())
     gone = asyncio.ensure_future(svc.resume_turn())
     waiting = asyncio.ensure_future(svc.resume_turn())
-    await asyncio.sleep(0.6)
-    assert not gone.done() and not waiting.done()
+    await asyncio.sleep(0)  # all three queued, none handed out yet
     gone.cancel()  # its runner stopped (partition released)
-    svc._lag = 0.0
-    await asyncio.wait_for(waiting, 2)
+    await asyncio.wait_for(asyncio.gather(first, waiting), 2)
     assert gone.cancelled()
 
 
-async def test_a_loop_that_stays_behind_still_lets_restored_tasks_through() -> None:
+async def test_a_lagging_loop_holds_turns_but_still_lets_them_through() -> None:
     svc = service(rate=1000)
-    svc._lag = 1.0  # and it never recovers
-    await asyncio.wait_for(svc.resume_turn(), 3)
+    svc.admission.sampled(1.0, rss=0, starting=0)  # past half of max_loop_lag_seconds, and it stays
+    waiting = asyncio.ensure_future(svc.resume_turn())
+    await asyncio.sleep(0.6)
+    assert not waiting.done()
+    await asyncio.wait_for(waiting, 3)
