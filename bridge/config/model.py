@@ -250,10 +250,11 @@ class _Invalid(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Key:
-    """One key of a section: its kind (int, float, bool or str), the values a Literal allows, its rule."""
+    """One key of a section: its kind (int, float, bool or str) and the rule of its values."""
 
     name: str
     kind: type
+    choices: tuple[str, ...]  # a Literal's values; () for any value of the kind
     optional: bool
     rule: Rule | None
     default: Any  # None for a required key
@@ -288,7 +289,7 @@ def keys(cls: type) -> Mapping[str, Key]:
             kind, choices, optional = _kind(hints[f.name])
             rule = f.metadata.get("rule") or (rules.one_of(choices) if choices else None)
             default = None if f.default is MISSING else f.default
-            out[f.name] = Key(f.name, kind, optional, rule, default, f.metadata.get("secret"))
+            out[f.name] = Key(f.name, kind, choices, optional, rule, default, f.metadata.get("secret"))
     return out
 
 

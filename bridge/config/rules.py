@@ -20,6 +20,7 @@ from bridge.wire.schemas import load as load_schema
 Rule = Callable[[Any], "str | None"]
 
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+PLAIN_PROTOCOLS = ("PLAINTEXT", "SSL")  # no SASL
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 # Kafka's own rule for topic names.
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -126,7 +127,8 @@ def secret_source(where: str, values: Mapping[str, Any], key: str) -> list[Probl
 
 
 def kafka(k: Mapping[str, Any]) -> list[Problem]:
-    """SASL and TLS settings that fit the protocol; a heartbeat inside the session."""
+    """SASL and TLS settings that fit the protocol (an unknown protocol is its own
+    problem, not theirs); a heartbeat inside the session."""
     protocol = k["security_protocol"]
     out: list[Problem] = []
     if protocol in SASL_PROTOCOLS:
@@ -137,12 +139,12 @@ def kafka(k: Mapping[str, Any]) -> list[Problem]:
             out.append(
                 Problem("[kafka]", f"security_protocol {protocol!r} needs sasl_password_file or sasl_password_env")
             )
-    else:
+    elif protocol in PLAIN_PROTOCOLS:
         for key in ("sasl_mechanism", "sasl_username", "sasl_password_file", "sasl_password_env"):
             if k[key]:
                 out.append(Problem(f"kafka.{key}", f"is set, but security_protocol {protocol!r} does not use SASL"))
     out += secret_source("kafka", k, "sasl_password")
-    if protocol not in TLS_PROTOCOLS:
+    if protocol in ("PLAINTEXT", "SASL_PLAINTEXT"):
         for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
             if k[key]:
                 message = f"ignored: security_protocol {protocol!r} does not use TLS"
