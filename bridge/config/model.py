@@ -245,7 +245,7 @@ _WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false":
 
 
 class _Invalid(ValueError):
-    pass
+    """A value of the wrong kind for its key; the message says what was expected."""
 
 
 @dataclass(frozen=True, slots=True)
