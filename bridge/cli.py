@@ -136,10 +136,9 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     def command(name: str, text: str) -> argparse.ArgumentParser:
-        c: argparse.ArgumentParser = sub.add_parser(
+        return sub.add_parser(
             name, help=text, parents=[common], epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter
         )
-        return c
 
     command("run", "run the bridge service")
     t = command("topics", "create (or --check) the bridge's topics, co-partitioned")
@@ -185,8 +184,9 @@ def parser() -> argparse.ArgumentParser:
     dr.add_argument("--partition", type=_whole(0), help="with --offset: the DLQ partition")
     dr.add_argument("--topic", action="append", help="a DLQ topic (repeatable; default: every DLQ topic of the config)")
     dr.add_argument("--dry-run", action="store_true", help="say what would be replayed; produce nothing")
-    cf = command("config", "check the configuration")
-    csub = cf.add_subparsers(dest="config_cmd", required=True, metavar="ACTION")
+    csub = command("config", "check the configuration").add_subparsers(
+        dest="config_cmd", required=True, metavar="ACTION"
+    )
     cc = csub.add_parser(
         "check", help="every problem at once, then the effective configuration (secrets redacted)", parents=[common]
     )
@@ -238,7 +238,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.cmd == "config":
             return _config_check(args)
-        config = config_mod.load(getattr(args, "config", None))
+        # `run` also needs the secret and certificate files it names here, as
+        # `bridge config check` does; a one-shot command reads only what it uses.
+        config = config_mod.load(getattr(args, "config", None), here=args.cmd == "run")
         if args.cmd == "run":
             # A wrong password, CA or ACL: one line and exit 2, where aiokafka would
             # report a broker that is down. `run` waits for a broker that is down

@@ -1,4 +1,15 @@
-"""Configuration: a TOML file, every key overridable by ``BRIDGE_<SECTION>_<KEY>``.
+"""The configuration model: every key of the TOML file with its type, default and
+rule, and the one reader of the file and the ``BRIDGE_*`` variables against it.
+
+``bridge run`` (:func:`load`) and ``bridge config check`` (bridge/config/check.py)
+both go through :func:`read`, so they accept and refuse the same configurations:
+check lists every problem, load raises the first. The rules themselves are in
+bridge/config/rules.py; each key names its rule here, in its field's metadata.
+
+Every key can be set by a variable ``BRIDGE_<SECTION>_<KEY>`` (an agent's by
+``BRIDGE_AGENTS_<NAME>_<KEY>``, the name upper-cased, ``-`` and ``.`` as ``_``);
+a ``BRIDGE_KAFKA_*``, ``BRIDGE_BRIDGE_*`` or ``BRIDGE_AGENTS_*`` variable that
+names no key is refused, as a misspelt key in the file is.
 
 Secrets (agent tokens, the SASL password) are never in the file: it names a
 file or an environment variable to read them from, and :class:`Secret` keeps
@@ -9,14 +20,31 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable, Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from functools import cache
 from pathlib import Path
-from typing import Any, Literal, get_args
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+from bridge.config import rules
+from bridge.config.rules import Problem, Rule, suggest
 
 Dialect = Literal["gateway", "a2a-0.3", "a2a-1.0"]
 # auto: ask the agent card (capabilities.streaming); the gateway dialect streams.
 Mode = Literal["auto", "stream", "poll"]
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+# The bridge logs in with a user name and a password (KafkaConfig.client_options).
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+# Field metadata: the rule of a key's value (bridge/config/rules.py), and the keys
+# naming where a secret comes from (printed by `config check`; what they name never).
+POSITIVE = {"rule": rules.positive}
+NON_NEGATIVE = {"rule": rules.non_negative}
+NOT_EMPTY = {"rule": rules.not_empty}
+TOPIC = {"rule": rules.topic}
+SECRET_FILE = {"secret": "file"}
+SECRET_ENV = {"secret": "environment variable"}
 
 
 class ConfigError(ValueError):
@@ -40,39 +68,40 @@ class Secret:
     __str__ = __repr__
 
 
-def _read_secret(file: str | None, env: str | None, what: str) -> Secret | None:
+def _read_secret(where: str, key: str, file: str | None, env: str | None) -> Secret | None:
+    """The secret ``<key>_file`` or ``<key>_env`` of section ``where`` names."""
     if file:
         try:
             return Secret(Path(file).read_text().strip())
         except OSError as exc:
-            raise ConfigError(f"{what}: cannot read the secret file {file!r} ({exc.strerror})") from None
+            raise ConfigError(f"{where}.{key}_file: cannot read the secret file {file!r} ({exc.strerror})") from None
     if env:
         value = os.environ.get(env)
         if value is None:
-            raise ConfigError(f"{what}: environment variable {env!r} is not set")
+            raise ConfigError(f"{where}.{key}_env: environment variable {env!r} is not set")
         return Secret(value)
     return None
 
 
 @dataclass(frozen=True, slots=True)
 class KafkaConfig:
-    bootstrap_servers: str = "127.0.0.1:19092"
-    group_id: str = "a2a-bridge"
-    commands_topic: str = "a2a.commands"
-    events_topic: str = "a2a.events"
-    checkpoints_topic: str = "a2a.checkpoints"
-    dlq_topic: str = "a2a.dlq"
-    transactional_id_prefix: str = "a2a-bridge"
+    bootstrap_servers: str = field(default="127.0.0.1:19092", metadata={"rule": rules.hosts})
+    group_id: str = field(default="a2a-bridge", metadata=NOT_EMPTY)
+    commands_topic: str = field(default="a2a.commands", metadata=TOPIC)
+    events_topic: str = field(default="a2a.events", metadata=TOPIC)
+    checkpoints_topic: str = field(default="a2a.checkpoints", metadata=TOPIC)
+    dlq_topic: str = field(default="a2a.dlq", metadata=TOPIC)
+    transactional_id_prefix: str = field(default="a2a-bridge", metadata=NOT_EMPTY)
     # Used by `bridge topics` when it creates topics.
-    partitions: int = 6
-    replication_factor: int = 1
-    max_command_bytes: int = 1_000_000
+    partitions: int = field(default=6, metadata=POSITIVE)
+    replication_factor: int = field(default=1, metadata=POSITIVE)
+    max_command_bytes: int = field(default=1_000_000, metadata=POSITIVE)
     # The producer's own cap on one record; with each topic's max.message.bytes
     # it sets the record budget of everything the bridge writes.
-    max_request_size: int = 1_048_576
+    max_request_size: int = field(default=1_048_576, metadata=POSITIVE)
     # How long a silent member keeps its partitions: the stall after a crash.
-    session_timeout_ms: int = 10_000
-    heartbeat_interval_ms: int = 3_000
+    session_timeout_ms: int = field(default=10_000, metadata=POSITIVE)
+    heartbeat_interval_ms: int = field(default=3_000, metadata=POSITIVE)
     # Static membership (KIP-345): a process restarted under the same id within
     # session_timeout_ms takes its partitions back without a rebalance. Give each
     # replica a stable, unique id (the pod name); leave unset for dynamic members.
@@ -80,11 +109,11 @@ class KafkaConfig:
     # The coordinator aborts a transaction open longer than this (a crashed owner's
     # open transaction blocks its successor's reads until then).
     transaction_timeout_ms: int = 30_000
-    security_protocol: str = "PLAINTEXT"
-    sasl_mechanism: str | None = None
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism | None = None
     sasl_username: str | None = None
-    sasl_password_file: str | None = None
-    sasl_password_env: str | None = None
+    sasl_password_file: str | None = field(default=None, metadata=SECRET_FILE)
+    sasl_password_env: str | None = field(default=None, metadata=SECRET_ENV)
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
@@ -96,13 +125,13 @@ class KafkaConfig:
             "security_protocol": self.security_protocol,
         }
         if self.sasl_mechanism:
-            password = _read_secret(self.sasl_password_file, self.sasl_password_env, "kafka.sasl_password")
+            password = _read_secret("kafka", "sasl_password", self.sasl_password_file, self.sasl_password_env)
             opts.update(
                 sasl_mechanism=self.sasl_mechanism,
                 sasl_plain_username=self.sasl_username,
                 sasl_plain_password=password.get() if password else None,
             )
-        if self.security_protocol in ("SSL", "SASL_SSL"):
+        if self.security_protocol in rules.TLS_PROTOCOLS:
             from aiokafka.helpers import create_ssl_context
 
             opts["ssl_context"] = create_ssl_context(
@@ -113,74 +142,75 @@ class KafkaConfig:
 
 @dataclass(frozen=True, slots=True)
 class BridgeConfig:
-    commit_interval_ms: int = 100
-    max_in_flight_tasks: int = 10_000
-    default_deadline_seconds: float = 3600.0
-    max_artifact_bytes: int = 256 * 1024
-    http_port: int = 8080
-    # Events waiting for the next commit, per partition: at the bound the
-    # committer commits at once and readers wait for it (bench/ measured
-    # 10,000 to stretch a 100 ms tick into 0.6 s transactions under bursts).
-    max_buffered_events: int = 2_000
+    commit_interval_ms: int = field(default=100, metadata=POSITIVE)
+    max_in_flight_tasks: int = field(default=10_000, metadata=POSITIVE)
+    default_deadline_seconds: float = field(default=3600.0, metadata={"rule": rules.deadline})
+    max_artifact_bytes: int = field(default=256 * 1024, metadata=POSITIVE)
+    http_port: int = field(default=8080, metadata={"rule": rules.port})
+    # Events waiting for the next commit, per partition: at the bound the committer
+    # commits at once and readers wait for it (a larger bound stretches a tick's
+    # transaction under bursts; measured: bench/README.md).
+    max_buffered_events: int = field(default=2_000, metadata=POSITIVE)
     # The same bound in bytes of record values: large artifacts fill it first.
-    max_buffered_bytes: int = 16 * 1024 * 1024
+    max_buffered_bytes: int = field(default=16 * 1024 * 1024, metadata=POSITIVE)
     # On the bridge's own deadline, also ask the agent to cancel the Task.
     cancel_on_timeout: bool = False
     # How long a dropped or failed stream is retried before the Task is `lost`.
-    resume_deadline_seconds: float = 120.0
+    resume_deadline_seconds: float = field(default=120.0, metadata=POSITIVE)
     # A start whose agent sends nothing for this long is `rejected`.
-    first_event_timeout_seconds: float = 30.0
+    first_event_timeout_seconds: float = field(default=30.0, metadata=POSITIVE)
     # SIGTERM: finish within this budget (Kubernetes' grace period is 30 s).
-    shutdown_grace_seconds: float = 20.0
+    shutdown_grace_seconds: float = field(default=20.0, metadata=POSITIVE)
     # How long a closed Task's key and commandIds are kept to absorb a re-sent
     # command (then its checkpoint is tombstoned): a commandId repeated later
     # than this is new to the bridge.
-    closed_retention_seconds: float = 6 * 3600.0
+    closed_retention_seconds: float = field(default=6 * 3600.0, metadata=POSITIVE)
     # Capacity: past any of these, new starts wait (back-pressure on the commands
     # partition, never the DLQ); replies and cancels still get through.
-    max_live_tasks: int = 20_000  # Tasks followed, paused ones included
-    max_rss_bytes: int = 0  # resident memory of the process; 0: no limit
-    max_loop_lag_seconds: float = 0.5  # event-loop lag past which intake pauses
+    max_live_tasks: int = field(default=20_000, metadata=POSITIVE)  # Tasks followed, paused ones included
+    max_rss_bytes: int = field(default=0, metadata=NON_NEGATIVE)  # resident memory of the process; 0: no limit
+    max_loop_lag_seconds: float = field(default=0.5, metadata=POSITIVE)  # event-loop lag past which intake pauses
     # Per partition, starts waiting for capacity kept in memory (decoded once);
     # beyond these they are read again from Kafka when capacity frees.
-    max_parked_starts: int = 10_000
-    max_parked_bytes: int = 32 * 1024 * 1024
-    # HTTP connection pools to agents; a Task keeps to one. bridge.agents.transport' pool
-    # costs the same per request at any size; httpx's own (used behind a proxy)
-    # scans every connection per request: 2,000 streams in one spent 40 % of the
-    # bridge's time there (bench/README.md).
-    http_pools: int = 32
+    max_parked_starts: int = field(default=10_000, metadata=NON_NEGATIVE)
+    max_parked_bytes: int = field(default=32 * 1024 * 1024, metadata=NON_NEGATIVE)
+    # HTTP connection pools to agents; a Task keeps to one. bridge/agents/transport.py's
+    # pool costs the same per request at any size; httpx's own (used behind a proxy)
+    # scans every connection per request, so many streams share it badly
+    # (measured: bench/README.md).
+    http_pools: int = field(default=32, metadata=POSITIVE)
     # Restored Tasks reconnect at most this many a second per process (with jitter),
     # and not while the event loop lags: not all at once.
-    resume_rate_per_second: float = 500.0
+    resume_rate_per_second: float = field(default=500.0, metadata=POSITIVE)
 
 
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
-    name: str
+    # The table's name ([agents.<name>]), not a key of it.
+    name: str = field(metadata={"key": False})
     url: str
     dialect: Dialect = "a2a-0.3"
     agent_code: str | None = None
-    token_file: str | None = None
-    token_env: str | None = None
+    token_file: str | None = field(default=None, metadata=SECRET_FILE)
+    token_env: str | None = field(default=None, metadata=SECRET_ENV)
     mode: Mode = "auto"
-    connect_timeout_seconds: float = 5.0
-    request_timeout_seconds: float = 30.0
+    connect_timeout_seconds: float = field(default=5.0, metadata=POSITIVE)
+    request_timeout_seconds: float = field(default=30.0, metadata=POSITIVE)
     # The longest silence on an open SSE stream before it counts as dropped.
-    stream_idle_seconds: float = 300.0
-    poll_initial_seconds: float = 0.5
-    poll_max_seconds: float = 10.0
+    stream_idle_seconds: float = field(default=300.0, metadata=POSITIVE)
+    poll_initial_seconds: float = field(default=0.5, metadata=POSITIVE)
+    poll_max_seconds: float = field(default=10.0, metadata=POSITIVE)
     # The most the bridge reads in one piece from this agent: one SSE event, and
     # one JSON response (a tasks/get snapshot carries every artifact). Past it
     # the Task is closed as `unreadable` instead of growing memory without bound.
-    max_event_bytes: int = 8 * 1024 * 1024
-    max_response_bytes: int = 32 * 1024 * 1024
+    max_event_bytes: int = field(default=8 * 1024 * 1024, metadata=POSITIVE)
+    max_response_bytes: int = field(default=32 * 1024 * 1024, metadata=POSITIVE)
     # Per-agent routing, so ACLs can keep a workspace's data in its own topics.
-    events_topic: str | None = None
-    dlq_topic: str | None = None
+    events_topic: str | None = field(default=None, metadata=TOPIC)
+    dlq_topic: str | None = field(default=None, metadata=TOPIC)
 
     def token(self) -> Secret | None:
-        return _read_secret(self.token_file, self.token_env, f"agents.{self.name}.token")
+        return _read_secret(f"agents.{self.name}", "token", self.token_file, self.token_env)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,79 +234,281 @@ class Config:
         return sorted({self.kafka.dlq_topic, *(a.dlq_topic for a in self.agents.values() if a.dlq_topic)})
 
 
-def _coerce(cls: type, section: str, raw: Mapping[str, Any], env: Mapping[str, str], prefix: str) -> Any:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"[{section}]: must be a table, not {type(raw).__name__}")
-    known = {f.name: f for f in fields(cls)}
-    unknown = set(raw) - set(known)
-    if unknown:
-        raise ConfigError(f"[{section}]: unknown key(s) {sorted(unknown)}")
-    values: dict[str, Any] = dict(raw)
-    for name, f in known.items():
-        env_value = env.get(f"{prefix}{name.upper()}")
-        if env_value is not None:
-            values[name] = env_value
-        if name not in values:
-            continue
-        values[name] = _convert(values[name], f.type, f"{section}.{name}")
-    try:
-        return cls(**values)
-    except TypeError as exc:
-        raise ConfigError(f"[{section}]: {exc}") from None
+# ------------------------------------------------------------------ keys --
+
+SECTIONS = ("kafka", "bridge", "agents")
+# TOML's types for each kind of key: a boolean is no number, a number no string.
+_TOML_TYPES: dict[type, tuple[type, ...]] = {int: (int,), float: (int, float), bool: (bool,), str: (str,)}
+_EXPECTED = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+# What a BRIDGE_* variable may say for a boolean.
+_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
-def _convert(value: Any, annotation: Any, where: str) -> Any:
-    kind = str(annotation)
-    try:
-        if kind.startswith("int"):
-            return int(value)
-        if kind.startswith("float"):
-            return float(value)
-        if kind == "bool":
-            if isinstance(value, str):
-                word = value.strip().lower()
-                if word not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-                    raise ValueError(word)
-                return word in ("1", "true", "yes", "on")
-            return bool(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}: expected {kind}, got {value!r}") from None
-    if kind in ("Dialect", "Mode"):
-        allowed = get_args(Dialect if kind == "Dialect" else Mode)
-        if value not in allowed:
-            raise ConfigError(f"{where}: must be one of {list(allowed)}, got {value!r}")
-    return value
+class _Invalid(ValueError):
+    """A value of the wrong kind for its key; the message says what was expected."""
 
 
-def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
-    """Read the TOML file (``--config`` or ``BRIDGE_CONFIG``) and apply env overrides."""
+@dataclass(frozen=True, slots=True)
+class Key:
+    """One key of a section: its kind (int, float, bool or str) and the rule of its values."""
+
+    name: str
+    kind: type
+    choices: tuple[str, ...]  # a Literal's values; () for any value of the kind
+    optional: bool
+    rule: Rule | None
+    default: Any  # None for a required key
+    secret: str | None  # "file" or "environment variable": where a secret comes from
+
+    def typed(self, value: Any) -> Any:
+        """A value from the TOML file, which has types: 1.5 is no integer, "yes" no boolean."""
+        fits = isinstance(value, _TOML_TYPES[self.kind]) and (self.kind is bool or not isinstance(value, bool))
+        if not fits:
+            leave_out = " (or leave it out)" if self.optional and self.kind is str else ""
+            raise _Invalid(f"expected {_EXPECTED[self.kind]}{leave_out}, got {_shown(value)}")
+        return float(value) if self.kind is float else value
+
+    def parsed(self, text: str) -> Any:
+        """A value from a ``BRIDGE_*`` variable, which is text."""
+        try:
+            return _WORDS[text.strip().lower()] if self.kind is bool else self.kind(text)
+        except (KeyError, ValueError):
+            raise _Invalid(f"expected {self.kind.__name__}, got {text!r}") from None
+
+    def problem(self, value: Any) -> str | None:
+        return self.rule(value) if self.rule else None
+
+
+@cache
+def keys(cls: type) -> Mapping[str, Key]:
+    """The keys of a section class, from its fields' types and metadata."""
+    hints = get_type_hints(cls)
+    out: dict[str, Key] = {}
+    for f in fields(cls):
+        if f.metadata.get("key", True):
+            kind, choices, optional = _kind(hints[f.name])
+            rule = f.metadata.get("rule") or (rules.one_of(choices) if choices else None)
+            default = None if f.default is MISSING else f.default
+            out[f.name] = Key(f.name, kind, choices, optional, rule, default, f.metadata.get("secret"))
+    return out
+
+
+def _kind(hint: Any) -> tuple[type, tuple[str, ...], bool]:
+    """``int`` -> (int, (), False); ``Dialect | None`` -> (str, Dialect's values, True)."""
+    args = get_args(hint)
+    optional = get_origin(hint) in (Union, UnionType) and type(None) in args
+    if optional:
+        (hint,) = [a for a in args if a is not type(None)]
+    if get_origin(hint) is Literal:
+        return str, get_args(hint), optional
+    return hint, (), optional
+
+
+def effective(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """A section's values with the defaults of the keys not set."""
+    return {name: values.get(name, key.default) for name, key in keys(cls).items()}
+
+
+def env_prefix(agent: str) -> str:
+    """``BRIDGE_AGENTS_<NAME>_``: the name upper-cased, ``-`` and ``.`` as ``_``."""
+    return "BRIDGE_AGENTS_" + agent.upper().replace("-", "_").replace(".", "_") + "_"
+
+
+def _shown(value: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array"}
+    kind = names.get(type(value), "a table" if isinstance(value, Mapping) else type(value).__name__)
+    return f"{kind} {value!r}" if isinstance(value, bool | int | float | str) else kind
+
+
+# --------------------------------------------------------------- reading --
+
+
+@dataclass
+class Reading:
+    """What reading a configuration found. ``config`` is set only when there is no error."""
+
+    source: str
+    errors: list[str] = field(default_factory=list)
+    # Settings that have no effect (an agent_code the dialect does not send, ...).
+    warnings: list[str] = field(default_factory=list)
+    config: Config | None = None
+    # "kafka.group_id" -> "BRIDGE_KAFKA_GROUP_ID" for values a variable set.
+    from_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def read(path: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None, *, here: bool = False) -> Reading:
+    """Every problem of the TOML file at ``path`` (or ``$BRIDGE_CONFIG``) with ``env``'s
+    ``BRIDGE_*`` variables, and the :class:`Config` when there is none.
+
+    ``here``: also that the secret, certificate and CA files and the variables the
+    configuration names exist on this machine (their contents are not read).
+    """
     env = os.environ if env is None else env
     path = path or env.get("BRIDGE_CONFIG")
-    doc: dict[str, Any] = {}
-    if path:
+    return _Reader(str(path) if path else None, env, here).read()
+
+
+def load(
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None, *, here: bool = False
+) -> Config:
+    """The configuration :func:`read` finds, or :class:`ConfigError` with its first problem."""
+    reading = read(path, env, here=here)
+    if reading.config is None:
+        more = len(reading.errors) - 1
+        tail = f" (and {more} more problem{'s' if more > 1 else ''}: `bridge config check` lists them)" if more else ""
+        raise ConfigError(reading.errors[0] + tail)
+    return reading.config
+
+
+class _Reader:
+    def __init__(self, path: str | None, env: Mapping[str, str], here: bool) -> None:
+        self.path = path
+        self.env = env
+        self.here = here
+        self.reading = Reading(source=path or "(no file: defaults)")
+
+    def add(self, problems: Iterable[Problem]) -> None:
+        for p in problems:
+            (self.reading.warnings if p.warning else self.reading.errors).append(str(p))
+
+    def read(self) -> Reading:
+        doc = self.document()
+        if doc is None:
+            return self.reading
+        self.add(
+            Problem(f"[{name}]", f"unknown section{suggest(name, SECTIONS)}") for name in doc if name not in SECTIONS
+        )
+        kafka = self.section(KafkaConfig, doc.get("kafka", {}), "BRIDGE_KAFKA_", "kafka")
+        bridge = self.section(BridgeConfig, doc.get("bridge", {}), "BRIDGE_BRIDGE_", "bridge")
+        agents = self.agents(doc.get("agents", {}))
+        self.unknown_variables(list(agents))
+        k = effective(KafkaConfig, kafka)
+        self.add(rules.kafka(k))
+        self.add(rules.topics(k, agents))
+        if self.here:
+            self.add(self.files_here(k, agents))
+        if self.reading.ok:
+            self.reading.config = Config(
+                kafka=KafkaConfig(**kafka),
+                bridge=BridgeConfig(**bridge),
+                agents={name: AgentConfig(name=name, **values) for name, values in agents.items()},
+            )
+        return self.reading
+
+    def document(self) -> dict[str, Any] | None:
+        if not self.path:
+            return {}
+        where = self.path
         try:
-            doc = tomllib.loads(Path(path).read_text())
+            return tomllib.loads(Path(self.path).read_text(encoding="utf-8"))
         except OSError as exc:
-            raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from None
+            self.add([Problem(where, f"cannot read the config file ({exc.strerror})")])
         except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
-    unknown = set(doc) - {"kafka", "bridge", "agents"}
-    if unknown:
-        raise ConfigError(f"unknown section(s) {sorted(unknown)}")
-    kafka = _coerce(KafkaConfig, "kafka", doc.get("kafka", {}), env, "BRIDGE_KAFKA_")
-    bridge = _coerce(BridgeConfig, "bridge", doc.get("bridge", {}), env, "BRIDGE_BRIDGE_")
-    agents: dict[str, AgentConfig] = {}
-    agents_doc = doc.get("agents") or {}
-    if not isinstance(agents_doc, Mapping):
-        raise ConfigError("[agents]: must be a table of [agents.<name>] tables")
-    for name, raw in agents_doc.items():
-        env_prefix = "BRIDGE_AGENTS_" + name.upper().replace("-", "_").replace(".", "_") + "_"
+            self.add([Problem(where, f"not valid TOML: {exc}")])
+        except UnicodeDecodeError:
+            self.add([Problem(where, "not UTF-8 text")])
+        return None
+
+    def section(self, cls: type, raw: Any, prefix: str, where: str) -> dict[str, Any]:
+        """The section's values that have the right type (a variable before the file);
+        a value its rule refuses is reported and kept, for the rules across keys."""
         if not isinstance(raw, Mapping):
-            raise ConfigError(f"[agents.{name}]: must be a table, not {type(raw).__name__}")
-        agent = _coerce(AgentConfig, f"agents.{name}", {"name": name, **raw}, env, env_prefix)
-        if "url" not in raw and f"{env_prefix}URL" not in env:
-            raise ConfigError(f"[agents.{name}]: url is required")
-        if agent.dialect == "gateway" and not agent.agent_code:
-            raise ConfigError(f"[agents.{name}]: the gateway dialect needs agent_code (the Agent selector)")
-        agents[name] = agent
-    return Config(kafka=kafka, bridge=bridge, agents=agents)
+            self.add([Problem(where, f"must be a table, not {_shown(raw)}")])
+            raw = {}
+        known = keys(cls)
+        self.add(self.unknown_key(f"{where}.{key}", str(key), known) for key in raw if key not in known)
+        values: dict[str, Any] = {}
+        for name, key in known.items():
+            var = prefix + name.upper()
+            at = f"{var} (environment)" if var in self.env else f"{where}.{name}"
+            try:
+                if var in self.env:
+                    values[name] = key.parsed(self.env[var])
+                    self.reading.from_env[f"{where}.{name}"] = var
+                elif name in raw:
+                    values[name] = key.typed(raw[name])
+                else:
+                    continue
+            except _Invalid as exc:
+                self.add([Problem(at, str(exc))])
+                continue
+            if problem := key.problem(values[name]):
+                self.add([Problem(at, problem)])
+        return values
+
+    @staticmethod
+    def unknown_key(where: str, key: str, known: Mapping[str, Key]) -> Problem:
+        sources = [k.name for k in known.values() if k.secret]
+        if sources and any(word in key.lower() for word in ("password", "token", "secret")):
+            # Its value is never shown: it may be the secret itself.
+            return Problem(where, f"unknown key; secrets are never in the file: name {' or '.join(sources)}")
+        return Problem(where, f"unknown key{suggest(key, known)}")
+
+    def agents(self, raw: Any) -> dict[str, dict[str, Any]]:
+        if not isinstance(raw, Mapping):
+            self.add([Problem("[agents]", "must be a table of [agents.<name>] tables")])
+            return {}
+        pattern = rules.agent_name_pattern()
+        out: dict[str, dict[str, Any]] = {}
+        prefixes: dict[str, str] = {}
+        for name, table in raw.items():
+            where = f"agents.{name}"
+            self.add(rules.agent_name(name, pattern))
+            prefix = env_prefix(name)
+            if prefix in prefixes:
+                self.add(
+                    [Problem(f"[{where}]", f"shares the environment prefix {prefix}* with agents.{prefixes[prefix]}")]
+                )
+            prefixes[prefix] = name
+            given = table
+            if isinstance(table, Mapping) and "name" in table:
+                self.add([Problem(f"{where}.name", "unknown key (the agent's name is its table name)")])
+                given = {k: v for k, v in table.items() if k != "name"}
+            out[name] = self.section(AgentConfig, given, prefix, where)
+            has_url = (isinstance(table, Mapping) and "url" in table) or f"{prefix}URL" in self.env
+            self.add(rules.agent(where, effective(AgentConfig, out[name]), has_url))
+        return out
+
+    def unknown_variables(self, agents: list[str]) -> None:
+        """``BRIDGE_*`` variables of a section that name no key of it."""
+        names = [
+            f"BRIDGE_{s.upper()}_{k.upper()}"
+            for s, cls in (("kafka", KafkaConfig), ("bridge", BridgeConfig))
+            for k in keys(cls)
+        ]
+        per_agent = {env_prefix(a): [env_prefix(a) + k.upper() for k in keys(AgentConfig)] for a in agents}
+        known = set(names).union(*per_agent.values())
+        for var in sorted(self.env):
+            if var in known or not var.startswith(("BRIDGE_KAFKA_", "BRIDGE_BRIDGE_", "BRIDGE_AGENTS_")):
+                continue
+            if not var.startswith("BRIDGE_AGENTS_"):
+                message = f"does not name a key, so it sets nothing{suggest(var, names)}"
+            elif near := [n for prefix, ns in per_agent.items() if var.startswith(prefix) for n in ns]:
+                message = f"does not name a key of that agent, so it sets nothing{suggest(var, near)}"
+            else:
+                message = "names no [agents.<name>] table of the file, so it sets nothing"
+            self.add([Problem(f"{var} (environment)", message)])
+
+    def files_here(self, k: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+        """The secret files and variables, certificates and CA the configuration names, on this machine."""
+        out: list[Problem] = []
+        for where, values, key in [
+            *((f"agents.{n}", a, "token") for n, a in agents.items()),
+            ("kafka", k, "sasl_password"),
+        ]:
+            file, var = values.get(f"{key}_file"), values.get(f"{key}_env")
+            if file and not (os.path.isfile(file) and os.access(file, os.R_OK)):
+                out.append(Problem(f"{where}.{key}_file", f"the secret file {file!r} is not a readable file here"))
+            if var and not self.env.get(var):
+                out.append(
+                    Problem(f"{where}.{key}_env", f"the environment variable {var!r} is not set (or empty) here")
+                )
+        if k["security_protocol"] in rules.TLS_PROTOCOLS:
+            for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+                if k[key] and not os.path.isfile(k[key]):
+                    out.append(Problem(f"kafka.{key}", f"{k[key]!r} is not a file here"))
+        return out

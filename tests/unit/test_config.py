@@ -22,6 +22,9 @@ dlq_topic = "orders.dlq"
 transactional_id_prefix = "bridge-prod"
 partitions = 12
 security_protocol = "SASL_PLAINTEXT"
+sasl_mechanism = "SCRAM-SHA-512"
+sasl_username = "bridge"
+sasl_password_env = "KAFKA_PASSWORD"
 
 [bridge]
 commit_interval_ms = 50
@@ -141,7 +144,7 @@ def test_env_booleans_false(word: str) -> None:
 
 
 def test_a_misspelt_boolean_is_an_error_not_false() -> None:
-    with pytest.raises(ConfigError, match=r"bridge\.cancel_on_timeout"):
+    with pytest.raises(ConfigError, match=r"^BRIDGE_BRIDGE_CANCEL_ON_TIMEOUT \(environment\): expected bool"):
         load(None, env={"BRIDGE_BRIDGE_CANCEL_ON_TIMEOUT": "ture"})
 
 
@@ -175,11 +178,11 @@ def test_unknown_keys_and_sections_are_rejected_by_name(tmp_path: Path, text: st
     ("text", "env", "needle"),
     [
         ('[bridge]\ncommit_interval_ms = "fast"\n', {}, "bridge.commit_interval_ms"),
-        ("", {"BRIDGE_BRIDGE_HTTP_PORT": "eighty"}, "bridge.http_port"),
-        ("", {"BRIDGE_BRIDGE_RESUME_DEADLINE_SECONDS": "2m"}, "bridge.resume_deadline_seconds"),
+        ("", {"BRIDGE_BRIDGE_HTTP_PORT": "eighty"}, "BRIDGE_BRIDGE_HTTP_PORT"),
+        ("", {"BRIDGE_BRIDGE_RESUME_DEADLINE_SECONDS": "2m"}, "BRIDGE_BRIDGE_RESUME_DEADLINE_SECONDS"),
         ('[agents.a]\nurl = "http://a"\ndialect = "a2a-2.0"\n', {}, "agents.a.dialect"),
         ('[agents.a]\nurl = "http://a"\nmode = "push"\n', {}, "agents.a.mode"),
-        ('[agents.a]\nurl = "http://a"\n', {"BRIDGE_AGENTS_A_DIALECT": "grpc"}, "agents.a.dialect"),
+        ('[agents.a]\nurl = "http://a"\n', {"BRIDGE_AGENTS_A_DIALECT": "grpc"}, "BRIDGE_AGENTS_A_DIALECT"),
         ('[agents.a]\ndialect = "a2a-0.3"\n', {}, "url"),
         ('[agents.gw]\nurl = "http://g"\ndialect = "gateway"\n', {}, "agent_code"),
         ('[agents.gw]\nurl = "http://g"\ndialect = "gateway"\nagent_code = ""\n', {}, "agent_code"),
@@ -214,7 +217,7 @@ def test_agent_url_may_come_from_env(tmp_path: Path) -> None:
 
 
 def test_missing_config_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read config file"):
+    with pytest.raises(ConfigError, match="cannot read the config file"):
         load(tmp_path / "nope.toml", env={})
 
 
@@ -252,12 +255,12 @@ def test_no_token_configured() -> None:
 
 def test_missing_token_env_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NO_SUCH_TOKEN_VAR", raising=False)
-    with pytest.raises(ConfigError, match="NO_SUCH_TOKEN_VAR"):
+    with pytest.raises(ConfigError, match=r"^agents\.a\.token_env: environment variable 'NO_SUCH_TOKEN_VAR'"):
         AgentConfig(name="a", url="http://a", token_env="NO_SUCH_TOKEN_VAR").token()
 
 
 def test_unreadable_token_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"agents\.a\.token"):
+    with pytest.raises(ConfigError, match=r"^agents\.a\.token_file: cannot read the secret file"):
         AgentConfig(name="a", url="http://a", token_file=str(tmp_path / "missing")).token()
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bridge.config.check import agent_name_pattern, check, render, suggest
+from bridge.config.check import check, render
 from bridge.config.model import load
+from bridge.config.rules import agent_name_pattern, suggest
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "hunter2-Zq81-never-print-me"

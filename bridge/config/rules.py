@@ -1,0 +1,201 @@
+"""The rules of the configuration model (bridge/config/model.py), as plain functions of values.
+
+A value rule takes one key's value and returns what is wrong with it (or None); model.py
+names the rule of each key next to its type and default. The rules that relate keys take
+a section's effective values (defaults filled in) and return :class:`Problem` values.
+Nothing here reads a file or the environment.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.wire.schemas import load as load_schema
+
+# What a value rule says about a value: None when it fits.
+Rule = Callable[[Any], "str | None"]
+
+SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+PLAIN_PROTOCOLS = ("PLAINTEXT", "SSL")  # no SASL
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+# Kafka's own rule for topic names.
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+URL = re.compile(r"^https?://[^/\s]+")
+# A command's deadlineSeconds is at most this (schemas/command.json); so is the default.
+MAX_DEADLINE_SECONDS = 2592000
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a configuration (or, as a warning, one thing that has no effect)."""
+
+    where: str
+    message: str
+    warning: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+def suggest(word: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the nearest known name, if one is near."""
+    known = list(known)
+    near = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+    if not near:
+        near = difflib.get_close_matches(word.lower(), [k.lower() for k in known], n=1, cutoff=0.6)
+        near = [k for k in known if k.lower() in near]
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
+def agent_name_pattern() -> str:
+    """The command schema's pattern for ``agent``: a configured name outside it can never be addressed."""
+    start = next(b for b in load_schema("command")["allOf"] if b["if"]["properties"]["type"]["const"] == "start")
+    pattern: str = start["then"]["properties"]["agent"]["pattern"]
+    return pattern
+
+
+# ------------------------------------------------------------ value rules --
+
+
+def one_of(allowed: tuple[str, ...]) -> Rule:
+    def rule(value: Any) -> str | None:
+        if value in allowed:
+            return None
+        return f"must be one of {list(allowed)}, got {value!r}{suggest(str(value), allowed)}"
+
+    return rule
+
+
+def positive(value: Any) -> str | None:
+    """A size, a count, a timeout or a rate: zero or less makes no sense (nor does NaN)."""
+    return None if value > 0 else f"must be above 0, got {value!r}"
+
+
+def non_negative(value: Any) -> str | None:
+    """Zero means none, or no limit."""
+    return None if value >= 0 else f"must be 0 (none) or more, got {value!r}"
+
+
+def port(value: Any) -> str | None:
+    if -1 <= value <= 65535:
+        return None
+    return f"must be -1 (no HTTP endpoints), 0 (any free port) or a port up to 65535, got {value}"
+
+
+def deadline(value: Any) -> str | None:
+    if value > MAX_DEADLINE_SECONDS:
+        return f"at most {MAX_DEADLINE_SECONDS} (30 days), as a command's deadlineSeconds"
+    return positive(value)
+
+
+def not_empty(value: Any) -> str | None:
+    return None if str(value).strip() else "must not be empty"
+
+
+def topic(value: Any) -> str | None:
+    if TOPIC_NAME.match(value) and value not in (".", ".."):
+        return None
+    return f"{value!r} is not a Kafka topic name (letters, digits, '.', '_', '-'; at most 249)"
+
+
+def hosts(value: Any) -> str | None:
+    """``host:port[,host:port...]``."""
+    if not str(value).strip():
+        return "must not be empty"
+    bad = []
+    for item in filter(None, (s.strip() for s in str(value).split(","))):
+        host, sep, number = item.rpartition(":")
+        if not sep or not host or not number.isdigit() or not 0 < int(number) <= 65535:
+            bad.append(repr(item))
+    if not bad:
+        return None
+    return f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} not host:port"
+
+
+# ----------------------------------------------------- rules across keys --
+
+
+def secret_source(where: str, values: Mapping[str, Any], key: str) -> list[Problem]:
+    """A secret is read from a file (``<key>_file``) or a variable (``<key>_env``): one of them."""
+    if values.get(f"{key}_file") and values.get(f"{key}_env"):
+        return [Problem(f"[{where}]", f"both {key}_file and {key}_env are set; name one place for the secret")]
+    return []
+
+
+def kafka(k: Mapping[str, Any]) -> list[Problem]:
+    """SASL and TLS settings that fit the protocol (an unknown protocol is its own
+    problem, not theirs); a heartbeat inside the session."""
+    protocol = k["security_protocol"]
+    out: list[Problem] = []
+    if protocol in SASL_PROTOCOLS:
+        for key in ("sasl_mechanism", "sasl_username"):
+            if not k[key]:
+                out.append(Problem(f"kafka.{key}", f"required with security_protocol {protocol!r}"))
+        if not (k["sasl_password_file"] or k["sasl_password_env"]):
+            out.append(
+                Problem("[kafka]", f"security_protocol {protocol!r} needs sasl_password_file or sasl_password_env")
+            )
+    elif protocol in PLAIN_PROTOCOLS:
+        for key in ("sasl_mechanism", "sasl_username", "sasl_password_file", "sasl_password_env"):
+            if k[key]:
+                out.append(Problem(f"kafka.{key}", f"is set, but security_protocol {protocol!r} does not use SASL"))
+    out += secret_source("kafka", k, "sasl_password")
+    if protocol in ("PLAINTEXT", "SASL_PLAINTEXT"):
+        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            if k[key]:
+                message = f"ignored: security_protocol {protocol!r} does not use TLS"
+                out.append(Problem(f"kafka.{key}", message, warning=True))
+    if bool(k["ssl_certfile"]) != bool(k["ssl_keyfile"]):
+        out.append(Problem("[kafka]", "ssl_certfile and ssl_keyfile go together (a client certificate and its key)"))
+    session, heartbeat = k["session_timeout_ms"], k["heartbeat_interval_ms"]
+    if 0 < session <= heartbeat:
+        message = f"{heartbeat} must be below session_timeout_ms {session} (a third of it)"
+        out.append(Problem("kafka.heartbeat_interval_ms", message))
+    return out
+
+
+def agent(where: str, a: Mapping[str, Any], has_url: bool) -> list[Problem]:
+    """An agent has an http(s) URL, the gateway dialect its agent_code, polls that widen."""
+    out: list[Problem] = []
+    if not has_url:
+        out.append(Problem(f"[{where}]", "url is required"))
+    elif isinstance(a["url"], str) and not URL.match(a["url"]):
+        out.append(Problem(f"{where}.url", f"{a['url']!r} is not an http:// or https:// URL"))
+    dialect = a["dialect"]
+    if dialect == "gateway" and not a["agent_code"]:
+        out.append(Problem(f"[{where}]", "the gateway dialect needs agent_code (the Agent selector)"))
+    if dialect != "gateway" and a["agent_code"]:
+        message = f"only the gateway dialect sends it; {dialect} ignores it"
+        out.append(Problem(f"{where}.agent_code", message, warning=True))
+    out += secret_source(where, a, "token")
+    first, top = a["poll_initial_seconds"], a["poll_max_seconds"]
+    if first > top > 0:
+        out.append(Problem(f"{where}.poll_max_seconds", f"{top} is below poll_initial_seconds {first}"))
+    return out
+
+
+def agent_name(name: str, pattern: str) -> list[Problem]:
+    if re.match(pattern, name):
+        return []
+    message = f"a command's agent must match {pattern}, so no command could ever name this agent"
+    return [Problem(f"[agents.{name}]", message)]
+
+
+def topics(k: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+    """A topic serves one purpose: commands, events, checkpoints or dead letters."""
+    uses: dict[str, list[tuple[str, str]]] = {}
+    for role in ("commands", "events", "checkpoints", "dlq"):
+        uses.setdefault(k[f"{role}_topic"], []).append((role, f"kafka.{role}_topic"))
+    for name, a in agents.items():
+        for role in ("events", "dlq"):
+            if a.get(f"{role}_topic"):
+                uses.setdefault(a[f"{role}_topic"], []).append((role, f"agents.{name}.{role}_topic"))
+    return [
+        Problem(f"topic {name!r}", "used for more than one purpose: " + ", ".join(w for _, w in used))
+        for name, used in uses.items()
+        if len({r for r, _ in used}) > 1
+    ]

@@ -1,0 +1,149 @@
+"""The configuration's rules (bridge.config.rules), one value or one section at a time."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bridge.config import rules
+from bridge.config.model import AgentConfig, KafkaConfig, effective
+from bridge.config.rules import Problem
+
+
+def kafka(**values: Any) -> dict[str, Any]:
+    return effective(KafkaConfig, values)
+
+
+def agent(**values: Any) -> dict[str, Any]:
+    return effective(AgentConfig, {"url": "http://a/a2a", **values})
+
+
+@given(st.floats(allow_nan=True) | st.integers())
+def test_positive_accepts_exactly_the_numbers_above_zero(value: float) -> None:
+    problem = rules.positive(value)
+    assert (problem is None) == (value > 0)
+    if problem:
+        assert problem == f"must be above 0, got {value!r}"
+
+
+def test_nan_is_no_positive_number() -> None:
+    assert rules.positive(math.nan) == "must be above 0, got nan"
+
+
+@given(st.integers())
+def test_non_negative_and_port(value: int) -> None:
+    assert (rules.non_negative(value) is None) == (value >= 0)
+    assert (rules.port(value) is None) == (-1 <= value <= 65535)
+
+
+def test_deadline_is_a_command_deadline() -> None:
+    assert rules.deadline(2592000) is None
+    assert rules.deadline(2592000.5) == "at most 2592000 (30 days), as a command's deadlineSeconds"
+    assert rules.deadline(0.0) == "must be above 0, got 0.0"
+
+
+def test_topic_names_are_kafkas() -> None:
+    assert rules.topic("a2a.events_1-x") is None
+    for bad in ("", ".", "..", "a b", "x" * 250, "ü"):
+        assert rules.topic(bad) == f"{bad!r} is not a Kafka topic name (letters, digits, '.', '_', '-'; at most 249)"
+
+
+def test_hosts() -> None:
+    assert rules.hosts("k-0:9092, k-1:9092") is None
+    assert rules.hosts("[::1]:9092") is None
+    assert rules.hosts(" ") == "must not be empty"
+    assert rules.hosts("k:9092,nohost") == "'nohost' is not host:port"
+    assert rules.hosts("k:0,:1,k:65536") == "'k:0', ':1', 'k:65536' are not host:port"
+
+
+def test_one_of_suggests_the_nearest_value() -> None:
+    rule = rules.one_of(("PLAIN", "SCRAM-SHA-512"))
+    assert rule("PLAIN") is None
+    assert (
+        rule("scram-sha-512")
+        == "must be one of ['PLAIN', 'SCRAM-SHA-512'], got 'scram-sha-512' (did you mean 'SCRAM-SHA-512'?)"
+    )
+    assert rule("GSSAPI") == "must be one of ['PLAIN', 'SCRAM-SHA-512'], got 'GSSAPI'"
+
+
+def test_not_empty() -> None:
+    assert rules.not_empty("g") is None and rules.not_empty(" ") == "must not be empty"
+
+
+def test_kafka_sasl_settings_fit_the_protocol() -> None:
+    assert rules.kafka(kafka()) == []
+    sasl = {"sasl_mechanism": "PLAIN", "sasl_username": "u", "sasl_password_env": "P"}
+    assert rules.kafka(kafka(security_protocol="SASL_SSL", **sasl)) == []
+    assert rules.kafka(kafka(security_protocol="SASL_PLAINTEXT")) == [
+        Problem("kafka.sasl_mechanism", "required with security_protocol 'SASL_PLAINTEXT'"),
+        Problem("kafka.sasl_username", "required with security_protocol 'SASL_PLAINTEXT'"),
+        Problem("[kafka]", "security_protocol 'SASL_PLAINTEXT' needs sasl_password_file or sasl_password_env"),
+    ]
+    assert rules.kafka(kafka(security_protocol="SSL", sasl_username="u")) == [
+        Problem("kafka.sasl_username", "is set, but security_protocol 'SSL' does not use SASL")
+    ]
+    # An unknown protocol is reported by its own rule; the settings that depend on it are not judged.
+    assert rules.kafka(kafka(security_protocol="SASL_PLAINTXT", **sasl)) == []
+
+
+def test_kafka_tls_files_and_heartbeat() -> None:
+    assert rules.kafka(kafka(ssl_cafile="/ca")) == [
+        Problem("kafka.ssl_cafile", "ignored: security_protocol 'PLAINTEXT' does not use TLS", warning=True)
+    ]
+    assert rules.kafka(kafka(security_protocol="SSL", ssl_certfile="/c")) == [
+        Problem("[kafka]", "ssl_certfile and ssl_keyfile go together (a client certificate and its key)")
+    ]
+    assert rules.kafka(kafka(session_timeout_ms=3000, heartbeat_interval_ms=3000)) == [
+        Problem("kafka.heartbeat_interval_ms", "3000 must be below session_timeout_ms 3000 (a third of it)")
+    ]
+    assert rules.kafka(kafka(session_timeout_ms=3001, heartbeat_interval_ms=3000)) == []
+
+
+def test_agent_rules() -> None:
+    assert rules.agent("agents.a", agent(), has_url=True) == []
+    assert rules.agent("agents.a", agent(url=None), has_url=False) == [Problem("[agents.a]", "url is required")]
+    assert rules.agent("agents.a", agent(url="ftp://x"), has_url=True) == [
+        Problem("agents.a.url", "'ftp://x' is not an http:// or https:// URL")
+    ]
+    assert rules.agent("agents.a", agent(dialect="gateway"), has_url=True) == [
+        Problem("[agents.a]", "the gateway dialect needs agent_code (the Agent selector)")
+    ]
+    assert rules.agent("agents.a", agent(agent_code="x"), has_url=True) == [
+        Problem("agents.a.agent_code", "only the gateway dialect sends it; a2a-0.3 ignores it", warning=True)
+    ]
+    assert rules.agent("agents.a", agent(token_file="/t", token_env="T"), has_url=True) == [
+        Problem("[agents.a]", "both token_file and token_env are set; name one place for the secret")
+    ]
+    assert rules.agent("agents.a", agent(poll_initial_seconds=5.0, poll_max_seconds=1.0), has_url=True) == [
+        Problem("agents.a.poll_max_seconds", "1.0 is below poll_initial_seconds 5.0")
+    ]
+
+
+def test_agent_names_a_command_can_address() -> None:
+    pattern = rules.agent_name_pattern()
+    assert rules.agent_name("writer.v1", pattern) == []
+    (problem,) = rules.agent_name("-writer", pattern)
+    assert problem.where == "[agents.-writer]" and pattern in problem.message
+
+
+def test_a_topic_serves_one_purpose() -> None:
+    assert rules.topics(kafka(), {"a": {"events_topic": "ws.events", "dlq_topic": "ws.dlq"}}) == []
+    # The same topic for the same purpose (two agents' events) is fine.
+    assert rules.topics(kafka(), {"a": {"events_topic": "ws.e"}, "b": {"events_topic": "ws.e"}}) == []
+    assert rules.topics(kafka(dlq_topic="a2a.events"), {}) == [
+        Problem("topic 'a2a.events'", "used for more than one purpose: kafka.events_topic, kafka.dlq_topic")
+    ]
+
+
+def test_problems_print_as_where_and_what() -> None:
+    assert str(Problem("kafka.partitions", "must be above 0, got 0")) == "kafka.partitions: must be above 0, got 0"
+
+
+def test_suggestions() -> None:
+    assert (
+        rules.suggest("bootstrap_server", ["bootstrap_servers", "group_id"]) == " (did you mean 'bootstrap_servers'?)"
+    )
+    assert rules.suggest("zzz", ["bootstrap_servers"]) == ""
