@@ -20,7 +20,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from bridge.core.lifecycle import command_digest
-from tests.support import (
+from tests.support.services import (
     BridgeProcess,
     Env,
     bridge_config,

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from bridge.wire.schemas import validator
-from tests.support import (
+from tests.support.services import (
     BridgeProcess,
     Env,
     bridge_config,
@@ -44,7 +44,8 @@ def agent_task(env: Env, agent: str, task_id: str) -> dict[str, Any]:
         body = {"jsonrpc": "2.0", "id": "check", "method": "tasks/get", "params": {"id": task_id}}
         url = f"{env.sdk}/agents/{agent.split('-', 1)[1]}"
     doc: dict[str, Any] = httpx.post(url, json=body, timeout=10).json()
-    return doc["result"]
+    result: dict[str, Any] = doc["result"]
+    return result
 
 
 def check_task_events(events: list[dict[str, Any]]) -> None:

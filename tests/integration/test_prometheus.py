@@ -29,7 +29,8 @@ import pytest
 import yaml
 
 from bridge.demo.procs import free_port
-from tests.support import (
+from tests.repo.test_deploy import ALERTS, EXTERNAL_METRICS, dashboard_exprs
+from tests.support.services import (
     BridgeProcess,
     Env,
     bridge_config,
@@ -39,7 +40,6 @@ from tests.support import (
     send_commands,
     start_command,
 )
-from tests.test_deploy import ALERTS, EXTERNAL_METRICS, dashboard_exprs
 
 pytestmark = pytest.mark.integration
 

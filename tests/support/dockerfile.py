@@ -19,7 +19,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
+
 DOCKERFILE = ROOT / "Dockerfile"
 
 
@@ -167,5 +168,7 @@ def run_stage(
         elif ins.command in ("LABEL", "EXPOSE", "USER", "ENTRYPOINT", "CMD"):
             continue
         else:
-            raise AssertionError(f"Dockerfile:{ins.line}: {ins.command} is not supported by tests/dockerfile.py")
+            raise AssertionError(
+                f"Dockerfile:{ins.line}: {ins.command} is not supported by tests/support/dockerfile.py"
+            )
     return values

@@ -24,8 +24,8 @@ from bridge.config import model as config_mod
 from bridge.config.model import Config
 from bridge.demo.procs import start_listening, stop_group
 from bridge.kafka.topics import partitions
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 AGENTS = ("writer", "failer", "asker", "sleeper")
 
 
@@ -49,15 +49,6 @@ class Env:
     gateway: str
     sdk: str
     log_dir: Path
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def bridge_config(
@@ -104,8 +95,8 @@ def bridge_config(
     # mode auto: the agent card says streaming: false
     registry["sdk-autopoll"] = {"url": f"{env.sdk}/agents/writer-poll", "dialect": "a2a-1.0"}
     registry.update(agents or {})
-    for name_, a in registry.items():
-        lines += ["", f'[agents."{name_}"]', *(f"{k} = {orjson.dumps(v).decode()}" for k, v in a.items())]
+    for name_, fields in registry.items():
+        lines += ["", f'[agents."{name_}"]', *(f"{k} = {orjson.dumps(v).decode()}" for k, v in fields.items())]
     path = tmp / f"bridge-{n}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path, config_mod.load(path, env={})

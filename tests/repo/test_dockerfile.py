@@ -17,9 +17,9 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.dockerfile import DOCKERFILE, expand, parse
+from tests.support import ROOT
+from tests.support.dockerfile import DOCKERFILE, expand, parse
 
-ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "requirements.lock"
 PROJECT = "a2a-kafka-bridge"
 

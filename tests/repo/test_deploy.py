@@ -27,8 +27,8 @@ from bridge.cli import parser as cli_parser
 from bridge.config import model as config_mod
 from bridge.kafka import topics, transaction
 from bridge.observe import metrics
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 BASE = DEPLOY / "base"
 MONITORING = DEPLOY / "monitoring"

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from bridge.agents import transport
-from tests import tls
+from tests.support import tls
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=8)

@@ -14,7 +14,6 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,9 +23,9 @@ import uvicorn
 from bridge.demo import scripts
 from bridge.demo.procs import free_port
 from bridge.demo.sdk_agents import create_app
+from tests.support import ROOT
 
 V1 = {"A2A-Version": "1.0"}
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -305,7 +304,7 @@ def test_cli_prints_ready_line() -> None:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "bridge.demo.sdk_agents", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=REPO,
+        cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
     )
