@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import (
+from tests.support.services import (
     BridgeProcess,
     Env,
     Server,
@@ -199,7 +199,8 @@ def agent_truth(
     if agent_code:
         body["agent_code"] = agent_code
     doc: dict[str, Any] = httpx.post(url, json=body, headers=headers or {}, timeout=10).json()
-    return doc["result"]
+    result: dict[str, Any] = doc["result"]
+    return result
 
 
 async def test_restart_resumes_standard_a2a_tasks_from_snapshots(env: Env, tmp_path: Path) -> None:
