@@ -35,6 +35,7 @@ from tests.support.services import (
     Env,
     bridge_config,
     closed_keys,
+    ops_port,
     read_topic,
     run_cli,
     send_commands,
@@ -175,16 +176,6 @@ class Prometheus:
                 pass
             time.sleep(0.25)
         pytest.fail(f"prometheus: {what} not within {timeout:.0f}s\n{self.log()}")
-
-
-def ops_port(bridge: BridgeProcess) -> int:
-    for _ in range(300):
-        m = re.search(r"ops endpoints on :(\d+)", bridge.log())
-        if m:
-            return int(m.group(1))
-        assert bridge.alive, bridge.log()[-3000:]
-        time.sleep(0.1)
-    pytest.fail(f"no ops port in the bridge log:\n{bridge.log()[-3000:]}")
 
 
 def value(result: dict[str, Any]) -> float:

@@ -11,7 +11,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -24,6 +23,7 @@ from bridge.demo import scripts
 from bridge.demo.procs import free_port
 from bridge.demo.sdk_agents import create_app
 from tests.support import ROOT
+from tests.support.waiting import blocking_until, until_awaited
 
 V1 = {"A2A-Version": "1.0"}
 
@@ -35,10 +35,8 @@ def base_url() -> Iterator[str]:
     server = uvicorn.Server(uvicorn.Config(create_app(url), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "sdk agents did not start"
-        time.sleep(0.02)
+    blocking_until(lambda: server.started or not thread.is_alive(), 10, "the sdk agents serving")
+    assert server.started, "the sdk agents' server thread ended before it served"
     yield url
     server.should_exit = True
     thread.join(10)
@@ -197,12 +195,12 @@ async def test_writer_poll_v03_polling(client: httpx.AsyncClient, base_url: str)
         {"message": msg03("chunks=3 interval=0.02"), "configuration": {"blocking": False}},
     )
     task_id = sent["result"]["id"]
-    for _ in range(100):
-        task = (await call(client, url, "tasks/get", {"id": task_id}))["result"]
-        if task["status"]["state"] == "completed":
-            break
-        await asyncio.sleep(0.02)
-    assert task["status"]["state"] == "completed"
+
+    async def completed() -> dict[str, Any] | None:
+        task: dict[str, Any] = (await call(client, url, "tasks/get", {"id": task_id}))["result"]
+        return task if task["status"]["state"] == "completed" else None
+
+    task = await until_awaited(completed, 5, "the polled Task completed")
     assert "".join(p["text"] for p in task["artifacts"][0]["parts"]) == "".join(expected_chunks(3))
 
 

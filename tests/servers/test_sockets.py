@@ -19,6 +19,7 @@ import pytest
 
 from bridge.agents import transport
 from tests.support import tls
+from tests.support.waiting import until
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=8)
@@ -553,8 +554,8 @@ async def test_a_request_cancelled_during_the_tls_handshake_closes_its_socket() 
 
     async with serve(handler) as (url, connections), client() as http:
         request = asyncio.ensure_future(http.get(url.replace("http://", "https://")))
-        await asyncio.sleep(0.2)
-        assert connections and not request.done()
+        await until(lambda: connections, 2, "the client connected")
+        assert not request.done()
         request.cancel()
         with pytest.raises(asyncio.CancelledError):
             await request

@@ -7,6 +7,7 @@ Nothing here fakes Kafka or an agent: every helper talks to the real broker
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
@@ -25,6 +27,7 @@ from bridge.config.model import Config
 from bridge.demo.procs import start_listening, stop_group
 from bridge.kafka.topics import partitions
 from tests.support import ROOT
+from tests.support.waiting import blocking_until
 
 AGENTS = ("writer", "failer", "asker", "sleeper")
 
@@ -129,15 +132,27 @@ def kafka_script(*args: str, timeout: float = 180) -> None:
 
 def ops_port(bridge: BridgeProcess, timeout: float = 30) -> int:
     """The port of a running bridge's /metrics /healthz /readyz, from its log."""
-    import re
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def announced() -> int | None:
         found = re.findall(r"ops endpoints on :(\d+)", bridge.log())
         if found:
             return int(found[-1])
-        time.sleep(0.2)
-    raise AssertionError(f"no ops endpoints in the log of {bridge.name}:\n{bridge.log()[-2000:]}")
+        assert bridge.alive, f"{bridge.name} exited:\n{bridge.log()[-3000:]}"
+        return None
+
+    return blocking_until(
+        announced, timeout, lambda: f"ops endpoints in the log of {bridge.name}:\n{bridge.log()[-2000:]}"
+    )
+
+
+def metric(port: int, name: str) -> float | None:
+    """One unlabelled sample of a running bridge's /metrics (None if it does not answer)."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return None
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
 
 
 def run_cli(config_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
