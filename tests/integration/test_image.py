@@ -28,8 +28,8 @@ import orjson
 import pytest
 
 import bridge
-from tests.repo.test_dockerfile import pins
 from tests.support import ROOT, dockerfile
+from tests.support.dockerfile import pins
 from tests.support.services import Env, bridge_config
 
 pytestmark = pytest.mark.integration

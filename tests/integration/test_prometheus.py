@@ -1,6 +1,6 @@
 """The dashboard and the alerts on a real Prometheus scraping a real bridge.
 
-tests/test_deploy.py checks the queries against bridge/observe/metrics.py and lets
+tests/repo/test_deploy.py checks the queries against bridge/observe/metrics.py and lets
 promtool parse them; here Debian's ``prometheus`` (a required tool, installed
 by scripts/ensure-test-tools.sh) loads deploy/prometheus/alerts.yaml as its
 rule file and scrapes a running ``bridge run`` every second while Tasks flow
@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from bridge.demo.procs import free_port
-from tests.repo.test_deploy import ALERTS, EXTERNAL_METRICS, dashboard_exprs
+from tests.support.monitoring import ALERTS, EXTERNAL_METRICS, dashboard_exprs
 from tests.support.services import (
     BridgeProcess,
     Env,
