@@ -73,7 +73,7 @@ lock: venv
 	$(PY) scripts/lock-runtime.py
 
 # deploy/monitoring's PrometheusRule wraps deploy/prometheus/alerts.yaml; run
-# after editing the alerts (tests/test_deploy.py fails until they agree).
+# after editing the alerts (tests/repo/test_deploy.py fails until they agree).
 monitoring: venv
 	$(PY) scripts/render-prometheusrule.py
 

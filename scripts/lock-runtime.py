@@ -12,7 +12,7 @@
 
 The Dockerfile installs the result with ``pip install --require-hashes
 --no-deps --only-binary=:all:``, so the image gets these files or nothing.
-tests/test_dockerfile.py checks the lock still agrees with constraints.txt and
+tests/repo/test_dockerfile.py checks the lock still agrees with constraints.txt and
 pyproject.toml. Needs network access to the package index.
 """
 

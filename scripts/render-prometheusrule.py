@@ -5,7 +5,7 @@
 
 alerts.yaml stays the one source (promtool checks and unit-tests it, plain
 Prometheus loads it); the Prometheus Operator wants the same groups inside a
-PrometheusRule. tests/test_deploy.py fails when the two disagree.
+PrometheusRule. tests/repo/test_deploy.py fails when the two disagree.
 """
 
 from __future__ import annotations

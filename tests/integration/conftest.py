@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from bridge.demo.procs import free_port
-from tests.support import ROOT, Env, Server
+from tests.support import ROOT
+from tests.support.services import Env, Server
 
 
 def _kafka(cmd: str) -> subprocess.CompletedProcess[str]:

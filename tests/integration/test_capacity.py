@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import time
 import uuid
 from pathlib import Path
@@ -20,34 +19,21 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from bridge.core.lifecycle import command_digest
-from tests.support import (
+from tests.support.services import (
     BridgeProcess,
     Env,
     bridge_config,
     closed_keys,
+    metric,
     ops_port,
     read_topic,
     run_cli,
     send_commands,
     start_command,
 )
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
-
-
-def metric(port: int, name: str) -> float | None:
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
-    return float(m.group(1)) if m else None
-
-
-async def until(check: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"not within {timeout}s: {what}")
 
 
 async def test_closed_tasks_are_tombstoned_after_their_dedupe_window(env: Env, tmp_path: Path) -> None:
@@ -218,8 +204,11 @@ async def test_finished_tasks_leave_no_connection_open(env: Env, tmp_path: Path)
             done |= {s["taskKey"] for s in starts}
             want = frozenset(done)
             await read_topic(config, config.kafka.events_topic, timeout=60, until=lambda c, w=want: closed_keys(c) >= w)
-        await asyncio.sleep(1.0)  # the last closes finish
-        grown = sockets(bridge.proc.pid) - before
-        assert grown <= per_round + 10, f"{grown} sockets more after {rounds * per_round} finished Tasks"
+        pid = bridge.proc.pid
+        await until(  # the last closes finish
+            lambda: sockets(pid) - before <= per_round + 10,
+            10,
+            lambda: f"{sockets(pid) - before} sockets more after {rounds * per_round} finished Tasks",
+        )
     finally:
         bridge.stop()

@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from bridge.wire.schemas import validator
-from tests.support import (
+from tests.support.services import (
     BridgeProcess,
     Env,
     Server,
@@ -185,8 +185,8 @@ async def test_chaos_exactly_once(env: Env, tmp_path: Path) -> None:
         )
         for s in gw_starts:
             if len(by_key[s["taskKey"]]) < 20:
-                trail = [(e["seq"], e["kind"], e["sourceSeq"], e.get("state")) for e in by_key[s["taskKey"]]]
-                print(f"chaos: few events for {s['taskKey']}: {trail}")
+                seen = [(e["seq"], e["kind"], e["sourceSeq"], e.get("state")) for e in by_key[s["taskKey"]]]
+                print(f"chaos: few events for {s['taskKey']}: {seen}")
         assert kills >= KILLS
         assert (lost, duplicated, out_of_order, after_terminal, mismatched) == (0, 0, 0, 0, 0), logs
         assert len(by_key) == len(starts) and one_task_each == len(gw_starts), logs

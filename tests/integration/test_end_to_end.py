@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,11 +11,12 @@ import orjson
 import pytest
 
 from bridge.wire.schemas import validator
-from tests.support import (
+from tests.support.services import (
     BridgeProcess,
     Env,
     bridge_config,
     closed_keys,
+    ops_port,
     produce,
     read_topic,
     reassemble,
@@ -25,6 +24,7 @@ from tests.support import (
     send_commands,
     start_command,
 )
+from tests.support.waiting import until_awaited
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,8 @@ def agent_task(env: Env, agent: str, task_id: str) -> dict[str, Any]:
         body = {"jsonrpc": "2.0", "id": "check", "method": "tasks/get", "params": {"id": task_id}}
         url = f"{env.sdk}/agents/{agent.split('-', 1)[1]}"
     doc: dict[str, Any] = httpx.post(url, json=body, timeout=10).json()
-    return doc["result"]
+    result: dict[str, Any] = doc["result"]
+    return result
 
 
 def check_task_events(events: list[dict[str, Any]]) -> None:
@@ -198,26 +199,23 @@ async def test_ops_endpoints_report_readiness_and_metrics(env: Env, tmp_path: Pa
     assert run_cli(path, "topics").returncode == 0
     bridge = BridgeProcess(path, env.log_dir, "bridge-ops")
     try:
-        port = None
-        for _ in range(100):
-            m = re.search(r"ops endpoints on :(\d+)", bridge.log())
-            if m:
-                port = int(m.group(1))
-                break
-            await asyncio.sleep(0.1)
-        assert port, bridge.log()
-        base = f"http://127.0.0.1:{port}"
+        base = f"http://127.0.0.1:{ops_port(bridge)}"
         async with httpx.AsyncClient(base_url=base, timeout=5) as http:
             assert (await http.get("/healthz")).status_code == 200
-            for _ in range(100):
-                if (await http.get("/readyz")).status_code == 200:
-                    break
-                await asyncio.sleep(0.1)
-            assert (await http.get("/readyz")).status_code == 200
+
+            async def ready() -> bool:
+                return (await http.get("/readyz")).status_code == 200
+
+            await until_awaited(ready, 10, lambda: f"/readyz answering 200:\n{bridge.log()[-3000:]}")
             await send_commands(config, [start_command("m1", "gw-writer", "chunks=2 interval=0.01")])
             await read_topic(config, config.kafka.events_topic, timeout=30, until=lambda c: "m1" in closed_keys(c))
-            await asyncio.sleep(0.3)
-            text = (await http.get("/metrics")).text
+
+            async def counted() -> str | None:  # the Task's close and the caught-up consumer reported
+                text = (await http.get("/metrics")).text
+                caught_up = any(f'bridge_commands_lag{{partition="{p}"}} 0.0' in text for p in (0, 1))
+                return text if caught_up and 'outcome="completed"} 1.0' in text else None
+
+            text = await until_awaited(counted, 10, "the completed Task and a lag of 0 in /metrics")
         assert "bridge_partitions_assigned 2.0" in text
         assert 'bridge_events_published_total{kind="artifact"} 2.0' in text
         assert 'bridge_task_outcomes_total{agent="gw-writer",outcome="completed"} 1.0' in text

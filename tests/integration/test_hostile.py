@@ -19,7 +19,7 @@ import pytest
 
 from bridge.config.model import Config
 from bridge.core.artifacts import unsplit
-from tests.support import (
+from tests.support.services import (
     BridgeProcess,
     Env,
     bridge_config,

@@ -1,6 +1,6 @@
 """The image's contents, built and run without a container engine.
 
-tests/dockerfile.py carries out the Dockerfile's build stage here (its COPY
+tests/support/dockerfile.py carries out the Dockerfile's build stage here (its COPY
 and RUN lines, the ARG paths pointed into a temporary directory): the wheel is
 built, an empty virtualenv gets requirements.lock with --require-hashes and
 then the wheel. That virtualenv is what the final stage copies. The test then
@@ -28,9 +28,9 @@ import orjson
 import pytest
 
 import bridge
-from tests import dockerfile
-from tests.support import ROOT, Env, bridge_config
-from tests.test_dockerfile import pins
+from tests.support import ROOT, dockerfile
+from tests.support.dockerfile import pins
+from tests.support.services import Env, bridge_config
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ import pytest
 from bridge.config.model import Config
 from bridge.core.artifacts import unsplit
 from bridge.demo.procs import free_port
-from tests.support import (
+from tests.support.services import (
     BridgeProcess,
     Collected,
     Env,

@@ -18,7 +18,8 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from tests.support import ROOT, Env, bridge_config, closed_keys, read_topic, run_cli, start_command
+from tests.support import ROOT
+from tests.support.services import Env, bridge_config, closed_keys, read_topic, run_cli, start_command
 
 pytestmark = pytest.mark.integration
 

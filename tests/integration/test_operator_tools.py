@@ -18,16 +18,16 @@ from aiokafka import AIOKafkaProducer
 
 import bridge
 from bridge.config.model import Config
+from bridge.demo.procs import free_port
 from bridge.kafka.transaction import partition_for
 from bridge.ops.display import escape
-from tests.support import (
+from tests.support.services import (
     BridgeProcess,
     Collected,
     Env,
     bridge_config,
     closed_keys,
     create_topics,
-    free_port,
     read_topic,
     run_cli,
     send_commands,

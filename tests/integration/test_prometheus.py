@@ -1,6 +1,6 @@
 """The dashboard and the alerts on a real Prometheus scraping a real bridge.
 
-tests/test_deploy.py checks the queries against bridge/observe/metrics.py and lets
+tests/repo/test_deploy.py checks the queries against bridge/observe/metrics.py and lets
 promtool parse them; here Debian's ``prometheus`` (a required tool, installed
 by scripts/ensure-test-tools.sh) loads deploy/prometheus/alerts.yaml as its
 rule file and scrapes a running ``bridge run`` every second while Tasks flow
@@ -29,17 +29,18 @@ import pytest
 import yaml
 
 from bridge.demo.procs import free_port
-from tests.support import (
+from tests.support.monitoring import ALERTS, EXTERNAL_METRICS, dashboard_exprs
+from tests.support.services import (
     BridgeProcess,
     Env,
     bridge_config,
     closed_keys,
+    ops_port,
     read_topic,
     run_cli,
     send_commands,
     start_command,
 )
-from tests.test_deploy import ALERTS, EXTERNAL_METRICS, dashboard_exprs
 
 pytestmark = pytest.mark.integration
 
@@ -175,16 +176,6 @@ class Prometheus:
                 pass
             time.sleep(0.25)
         pytest.fail(f"prometheus: {what} not within {timeout:.0f}s\n{self.log()}")
-
-
-def ops_port(bridge: BridgeProcess) -> int:
-    for _ in range(300):
-        m = re.search(r"ops endpoints on :(\d+)", bridge.log())
-        if m:
-            return int(m.group(1))
-        assert bridge.alive, bridge.log()[-3000:]
-        time.sleep(0.1)
-    pytest.fail(f"no ops port in the bridge log:\n{bridge.log()[-3000:]}")
 
 
 def value(result: dict[str, Any]) -> float:

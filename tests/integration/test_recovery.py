@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
 import sys
 import time
@@ -13,14 +12,17 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import (
+from bridge.wire import checkpoints
+from tests.support.services import (
     BridgeProcess,
+    Collected,
     Env,
     Server,
     bridge_config,
     closed_keys,
     gapless,
     kafka_script,
+    metric,
     ops_port,
     read_topic,
     reassemble,
@@ -28,6 +30,7 @@ from tests.support import (
     send_commands,
     start_command,
 )
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -71,16 +74,6 @@ async def test_sigterm_drains_and_a_successor_resumes(env: Env, tmp_path: Path) 
         second.stop()
 
 
-def metric(port: int, name: str) -> float | None:
-    """One unlabelled sample of a running bridge's /metrics (None if it does not answer)."""
-    try:
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    except httpx.HTTPError:
-        return None
-    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
-    return float(m.group(1)) if m else None
-
-
 async def test_a_paused_zombie_is_fenced_and_writes_nothing(env: Env, tmp_path: Path) -> None:
     path, config = bridge_config(env, tmp_path, partitions=1)
     assert run_cli(path, "topics").returncode == 0
@@ -94,8 +87,12 @@ async def test_a_paused_zombie_is_fenced_and_writes_nothing(env: Env, tmp_path: 
         zombie.signal(signal.SIGSTOP)
         successor = BridgeProcess(path, env.log_dir, "successor")
         # The successor owns the partition once the zombie's session (6 s) has expired.
-        await asyncio.sleep(10)
-        assert metric(ops_port(successor), "bridge_partitions_assigned") == 1
+        successor_port = ops_port(successor)
+        await until(
+            lambda: metric(successor_port, "bridge_partitions_assigned") == 1,
+            30,
+            lambda: f"the successor owning the partition:\n{successor.log()[-3000:]}",
+        )
         zombie.signal(signal.SIGCONT)
         got = await read_topic(
             config, config.kafka.events_topic, timeout=60, until=lambda c: "z" in closed_keys(c), settle=3.0
@@ -105,10 +102,11 @@ async def test_a_paused_zombie_is_fenced_and_writes_nothing(env: Env, tmp_path: 
         assert events[-1]["state"] == "completed"
         # Woken, the zombie either learns it lost the partition (and owns nothing) or
         # is fenced by the successor's producer and exits with code 3: never a second owner.
-        for _ in range(100):
-            if not zombie.alive or metric(zombie_port, "bridge_partitions_assigned") == 0:
-                break
-            await asyncio.sleep(0.2)
+        await until(
+            lambda: not zombie.alive or metric(zombie_port, "bridge_partitions_assigned") == 0,
+            20,
+            lambda: f"the zombie owning nothing or gone:\n{zombie.log()[-3000:]}",
+        )
         if zombie.alive:
             assert metric(zombie_port, "bridge_partitions_assigned") == 0, zombie.log()[-3000:]
         else:
@@ -169,12 +167,11 @@ async def test_a_bridge_started_while_the_broker_is_down_waits_and_becomes_ready
     finally:
         await asyncio.to_thread(kafka_script, "start-broker")
     try:
-        for _ in range(300):
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200:
-                break
-            await asyncio.sleep(0.2)
-        else:
-            raise AssertionError(f"not ready 60 s after the broker came back:\n{bridge.log()[-3000:]}")
+        await until(
+            lambda: httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200,
+            60,
+            lambda: f"ready after the broker came back:\n{bridge.log()[-3000:]}",
+        )
         keys = {f"late-{i}" for i in range(4)}
         await send_commands(config, [start_command(k, "gw-writer", "chunks=3 interval=0.05") for k in keys])
         got = await read_topic(
@@ -199,7 +196,8 @@ def agent_truth(
     if agent_code:
         body["agent_code"] = agent_code
     doc: dict[str, Any] = httpx.post(url, json=body, headers=headers or {}, timeout=10).json()
-    return doc["result"]
+    result: dict[str, Any] = doc["result"]
+    return result
 
 
 async def test_restart_resumes_standard_a2a_tasks_from_snapshots(env: Env, tmp_path: Path) -> None:
@@ -313,16 +311,24 @@ async def test_a_start_resent_after_a_crash_is_absorbed_by_the_gateway_and_count
     try:
         start = start_command("resend", "gw-writer", "debug=hang chunks=3 interval=0.05")
         await send_commands(config, [start])
+
         # The gateway made the Task but sends nothing on this stream; the bridge
         # waits for a first event and commits the start as in flight.
-        for _ in range(100):
+        def made() -> list[dict[str, Any]]:
             tasks = httpx.get(f"{env.gateway}/_control/tasks", timeout=5).json()
-            mine = [t for t in tasks if f"bridge-{start['commandId']}" in t["messageIds"]]
-            if mine:
-                break
-            await asyncio.sleep(0.1)
-        assert mine, bridge.log()[-2000:]
-        await asyncio.sleep(0.5)  # a few commit ticks
+            return [t for t in tasks if f"bridge-{start['commandId']}" in t["messageIds"]]
+
+        mine = await until(made, 10, lambda: f"the gateway's Task for the start:\n{bridge.log()[-2000:]}")
+
+        def committed_in_flight(c: Collected) -> bool:
+            return any(
+                r.key == checkpoints.PARTITION_KEY
+                and start["commandId"] in checkpoints.PartitionRecord.decode(r.value).starts_in_flight
+                for r in c.records
+            )
+
+        cps = await read_topic(config, config.kafka.checkpoints_topic, timeout=10, until=committed_in_flight)
+        assert committed_in_flight(cps), f"the start committed as in flight:\n{bridge.log()[-2000:]}"
         bridge.signal(signal.SIGKILL)
         bridge.wait(10)
         bridge.start()

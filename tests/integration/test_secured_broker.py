@@ -29,8 +29,9 @@ import pytest
 from bridge.config import model as config_mod
 from bridge.config.model import Config
 from bridge.demo.procs import free_port
-from tests.support import ROOT, BridgeProcess, Env, bridge_config, run_cli
-from tests.tls import make_ca, server_keystore_pem, write_private
+from tests.support import ROOT
+from tests.support.services import BridgeProcess, Env, bridge_config, run_cli
+from tests.support.tls import make_ca, server_keystore_pem, write_private
 
 pytestmark = pytest.mark.integration
 
@@ -112,7 +113,7 @@ def secured_config(
     cafile: Path | None = None,
     protocol: str = "SASL_SSL",
 ) -> tuple[Path, Config]:
-    """The test agents' config (tests.support.bridge_config) on the SASL_SSL listener."""
+    """The test agents' config (tests.support.services.bridge_config) on the SASL_SSL listener."""
     path, _ = bridge_config(dataclasses.replace(env, bootstrap=secured.bootstrap), tmp, partitions=2)
     settings = {"security_protocol": protocol}
     if protocol == "SASL_SSL":

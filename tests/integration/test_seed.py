@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from bridge.config.model import Config
-from tests.support import (
+from tests.support.services import (
     BridgeProcess,
     Collected,
     Env,
@@ -68,7 +68,8 @@ class Seed:
     def truth(self, agent_code: str, task_id: str) -> dict[str, Any]:
         body = {"jsonrpc": "2.0", "id": "t", "method": "tasks/get", "params": {"id": task_id}, "agent_code": agent_code}
         doc: dict[str, Any] = httpx.post(self.endpoint(), json=body, timeout=10).json()
-        return doc["result"]
+        result: dict[str, Any] = doc["result"]
+        return result
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ def test_a_huge_attempt_count_stays_at_the_cap() -> None:
 @given(st.integers(0, 200), st.floats(0.0, 1.0, exclude_max=True))
 def test_every_delay_lies_between_the_floor_and_the_ceiling(attempt: int, draw: float) -> None:
     for b in (AGENT_RETRY, KAFKA_RETRY, polling(1.0, 30.0)):
-        d = b.delay(attempt, lambda draw=draw: draw)
+        d = b.delay(attempt, lambda: draw)
         assert b.floor * b.ceiling(attempt) <= d <= b.ceiling(attempt)
 
 

@@ -21,7 +21,7 @@ from aiokafka import errors as kafka_errors
 from bridge.config.model import Config, KafkaConfig
 from bridge.errors import StartupError
 from bridge.kafka.preflight import KafkaUnreachable, check_kafka, classify
-from tests.tls import make_ca, server_keystore_pem, write_private
+from tests.support.tls import make_ca, server_keystore_pem, write_private
 
 SASL = KafkaConfig(
     bootstrap_servers="broker-0:9093",

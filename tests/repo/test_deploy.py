@@ -14,7 +14,6 @@ import json
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -27,15 +26,14 @@ from bridge.cli import parser as cli_parser
 from bridge.config import model as config_mod
 from bridge.kafka import topics, transaction
 from bridge.observe import metrics
+from tests.support import ROOT
+from tests.support.monitoring import ALERTS, DASHBOARD, EXTERNAL_METRICS, dashboard_exprs
 
-ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 BASE = DEPLOY / "base"
 MONITORING = DEPLOY / "monitoring"
-ALERTS = DEPLOY / "prometheus" / "alerts.yaml"
 ALERT_TESTS = DEPLOY / "prometheus" / "alerts.test.yaml"
 PROMETHEUS_RULE = MONITORING / "prometheusrule.yaml"
-DASHBOARD = MONITORING / "a2a-kafka-bridge.json"
 README = DEPLOY / "README.md"
 # What a default kube-prometheus-stack install selects ServiceMonitors, rules and dashboards by.
 RELEASE_LABEL = {"release": "kube-prometheus-stack"}
@@ -43,15 +41,6 @@ DASHBOARD_LABEL = {"grafana_dashboard": "1"}
 
 # Labels Prometheus (and the Prometheus Operator) attach to every scraped series.
 TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "container", "endpoint"}
-# Metrics from outside the bridge that the alerts may use, and where they come from.
-EXTERNAL_METRICS = {
-    "up": "Prometheus",
-    "kafka_consumergroup_lag": "Kafka Exporter (Strimzi kafkaExporter)",
-    # prometheus_client's process collector, on the bridge's own /metrics.
-    "process_cpu_seconds_total": "the bridge (prometheus_client process collector)",
-    "process_resident_memory_bytes": "the bridge (prometheus_client process collector)",
-    "process_start_time_seconds": "the bridge (prometheus_client process collector)",
-}
 SEVERITIES = {"critical", "warning", "info"}
 
 
@@ -491,24 +480,6 @@ def registered() -> dict[str, tuple[str, frozenset[str]]]:
             for suffix in suffixes[family.type]:
                 out[family.name + suffix] = (family.name, labels)
     return out
-
-
-def dashboard_exprs() -> list[str]:
-    dash = json.loads(DASHBOARD.read_text())
-
-    def panels(ps: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        for p in ps:
-            yield p
-            yield from panels(p.get("panels", []))
-
-    exprs = [t["expr"] for p in panels(dash["panels"]) for t in p.get("targets", []) if t.get("expr")]
-    for var in dash["templating"]["list"]:
-        query = var.get("query")
-        query = query.get("query") if isinstance(query, dict) else query
-        if var["type"] == "query" and query:
-            m = re.fullmatch(r"\s*label_values\((.*),\s*(\w+)\)\s*", query)
-            exprs.append(m.group(1) if m else query)
-    return exprs
 
 
 def rule_groups() -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ import pytest
 from httpx_sse import aconnect_sse
 
 from bridge.demo.gateway import GatewayConfig, bound_port, create_app, make_server
+from tests.support.waiting import blocking_until
 
 TOKEN = "test-token-123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -53,10 +54,8 @@ def base_url() -> Iterator[str]:
     server = make_server(GatewayConfig(port=0, token=TOKEN, seed=7))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "gateway did not start"
-        time.sleep(0.01)
+    blocking_until(lambda: server.started or not thread.is_alive(), 10, "the gateway serving")
+    assert server.started, "the gateway's server thread ended before it served"
     yield f"http://127.0.0.1:{bound_port(server)}"
     server.should_exit = True
     thread.join(10)

@@ -11,27 +11,16 @@ from __future__ import annotations
 
 import re
 from importlib import metadata
-from pathlib import Path
 
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.dockerfile import DOCKERFILE, expand, parse
+from tests.support import ROOT
+from tests.support.dockerfile import DOCKERFILE, expand, parse, pins
 
-ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "requirements.lock"
 PROJECT = "a2a-kafka-bridge"
-
-
-def pins(path: Path) -> dict[str, str]:
-    """name -> version of every ``name==version`` line (continuations and comments skipped)."""
-    out: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        m = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)", line)
-        if m:
-            out[canonicalize_name(m.group(1))] = m.group(2)
-    return out
 
 
 def lock_hashes() -> dict[str, list[str]]:

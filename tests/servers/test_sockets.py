@@ -11,41 +11,16 @@ import asyncio
 import contextlib
 import ssl
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from bridge.agents import transport
-from tests import tls
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=8)
-
-
-@contextlib.asynccontextmanager
-async def serve(handler: Handler, ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[tuple[str, list[int]]]:
-    """A server on a free port; yields its base URL and a list that counts connections."""
-    connections: list[int] = []
-
-    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connections.append(1)
-        try:
-            await handler(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(on_connect, "127.0.0.1", 0, ssl=ssl_context)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"{'https' if ssl_context else 'http'}://127.0.0.1:{port}", connections
-    finally:
-        server.close()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(server.wait_closed(), 2)
+from tests.servers.raw import LIMITS, Handler, serve
+from tests.support import tls
+from tests.support.waiting import until
 
 
 @contextlib.asynccontextmanager
@@ -553,8 +528,8 @@ async def test_a_request_cancelled_during_the_tls_handshake_closes_its_socket() 
 
     async with serve(handler) as (url, connections), client() as http:
         request = asyncio.ensure_future(http.get(url.replace("http://", "https://")))
-        await asyncio.sleep(0.2)
-        assert connections and not request.done()
+        await until(lambda: connections, 2, "the client connected")
+        assert not request.done()
         request.cancel()
         with pytest.raises(asyncio.CancelledError):
             await request

@@ -11,10 +11,8 @@ import json
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,9 +22,10 @@ import uvicorn
 from bridge.demo import scripts
 from bridge.demo.procs import free_port
 from bridge.demo.sdk_agents import create_app
+from tests.support import ROOT
+from tests.support.waiting import blocking_until, until_awaited
 
 V1 = {"A2A-Version": "1.0"}
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +35,8 @@ def base_url() -> Iterator[str]:
     server = uvicorn.Server(uvicorn.Config(create_app(url), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "sdk agents did not start"
-        time.sleep(0.02)
+    blocking_until(lambda: server.started or not thread.is_alive(), 10, "the sdk agents serving")
+    assert server.started, "the sdk agents' server thread ended before it served"
     yield url
     server.should_exit = True
     thread.join(10)
@@ -198,12 +195,12 @@ async def test_writer_poll_v03_polling(client: httpx.AsyncClient, base_url: str)
         {"message": msg03("chunks=3 interval=0.02"), "configuration": {"blocking": False}},
     )
     task_id = sent["result"]["id"]
-    for _ in range(100):
-        task = (await call(client, url, "tasks/get", {"id": task_id}))["result"]
-        if task["status"]["state"] == "completed":
-            break
-        await asyncio.sleep(0.02)
-    assert task["status"]["state"] == "completed"
+
+    async def completed() -> dict[str, Any] | None:
+        task: dict[str, Any] = (await call(client, url, "tasks/get", {"id": task_id}))["result"]
+        return task if task["status"]["state"] == "completed" else None
+
+    task = await until_awaited(completed, 5, "the polled Task completed")
     assert "".join(p["text"] for p in task["artifacts"][0]["parts"]) == "".join(expected_chunks(3))
 
 
@@ -305,7 +302,7 @@ def test_cli_prints_ready_line() -> None:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "bridge.demo.sdk_agents", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=REPO,
+        cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
     )

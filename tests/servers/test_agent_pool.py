@@ -7,7 +7,7 @@ import asyncio
 import httpx
 
 from bridge.agents import client
-from tests.test_sockets import LIMITS, serve
+from tests.servers.raw import LIMITS, serve
 
 
 async def test_a_cookie_one_agent_was_sent_is_never_sent_to_another() -> None:

@@ -7,6 +7,7 @@ Nothing here fakes Kafka or an agent: every helper talks to the real broker
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
@@ -24,8 +26,9 @@ from bridge.config import model as config_mod
 from bridge.config.model import Config
 from bridge.demo.procs import start_listening, stop_group
 from bridge.kafka.topics import partitions
+from tests.support import ROOT
+from tests.support.waiting import blocking_until
 
-ROOT = Path(__file__).resolve().parent.parent
 AGENTS = ("writer", "failer", "asker", "sleeper")
 
 
@@ -49,15 +52,6 @@ class Env:
     gateway: str
     sdk: str
     log_dir: Path
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def bridge_config(
@@ -104,8 +98,8 @@ def bridge_config(
     # mode auto: the agent card says streaming: false
     registry["sdk-autopoll"] = {"url": f"{env.sdk}/agents/writer-poll", "dialect": "a2a-1.0"}
     registry.update(agents or {})
-    for name_, a in registry.items():
-        lines += ["", f'[agents."{name_}"]', *(f"{k} = {orjson.dumps(v).decode()}" for k, v in a.items())]
+    for name_, fields in registry.items():
+        lines += ["", f'[agents."{name_}"]', *(f"{k} = {orjson.dumps(v).decode()}" for k, v in fields.items())]
     path = tmp / f"bridge-{n}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path, config_mod.load(path, env={})
@@ -138,15 +132,27 @@ def kafka_script(*args: str, timeout: float = 180) -> None:
 
 def ops_port(bridge: BridgeProcess, timeout: float = 30) -> int:
     """The port of a running bridge's /metrics /healthz /readyz, from its log."""
-    import re
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def announced() -> int | None:
         found = re.findall(r"ops endpoints on :(\d+)", bridge.log())
         if found:
             return int(found[-1])
-        time.sleep(0.2)
-    raise AssertionError(f"no ops endpoints in the log of {bridge.name}:\n{bridge.log()[-2000:]}")
+        assert bridge.alive, f"{bridge.name} exited:\n{bridge.log()[-3000:]}"
+        return None
+
+    return blocking_until(
+        announced, timeout, lambda: f"ops endpoints in the log of {bridge.name}:\n{bridge.log()[-2000:]}"
+    )
+
+
+def metric(port: int, name: str) -> float | None:
+    """One unlabelled sample of a running bridge's /metrics (None if it does not answer)."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return None
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
 
 
 def run_cli(config_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

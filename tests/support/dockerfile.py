@@ -1,4 +1,5 @@
-"""Read the Dockerfile, and run its build stage without a container engine.
+"""Read the Dockerfile, and run its build stage without a container engine; read the
+versions a requirements file pins.
 
 No Docker engine runs where the tests run, so the image test takes the build
 stage's own instructions (ARG, ENV, WORKDIR, COPY, RUN) and carries them out
@@ -19,7 +20,10 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-ROOT = Path(__file__).resolve().parent.parent
+from packaging.utils import canonicalize_name
+
+from tests.support import ROOT
+
 DOCKERFILE = ROOT / "Dockerfile"
 
 
@@ -167,5 +171,17 @@ def run_stage(
         elif ins.command in ("LABEL", "EXPOSE", "USER", "ENTRYPOINT", "CMD"):
             continue
         else:
-            raise AssertionError(f"Dockerfile:{ins.line}: {ins.command} is not supported by tests/dockerfile.py")
+            raise AssertionError(
+                f"Dockerfile:{ins.line}: {ins.command} is not supported by tests/support/dockerfile.py"
+            )
     return values
+
+
+def pins(path: Path) -> dict[str, str]:
+    """name -> version of every ``name==version`` line (continuations and comments skipped)."""
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)", line)
+        if m:
+            out[canonicalize_name(m.group(1))] = m.group(2)
+    return out
