@@ -9,6 +9,8 @@ them are absorbed, and what offset to commit, is :mod:`bridge.core.offsets`.
 Everything written here is sized against its topic's record budget first
 (:mod:`bridge.core.limits`): events through :func:`bridge.wire.events.encode_within`,
 DLQ copies by keeping the first bytes that fit.
+
+When the partition commits is :mod:`bridge.core.ticks`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from bridge.config.model import Config
 from bridge.core.lifecycle import ClosedTask, Dropped, Event, TaskRecord, new_task
 from bridge.core.limits import Headers, RecordLimits, record_size
 from bridge.core.offsets import PartitionOffsets, Position
+from bridge.core.ticks import first_tick, next_tick
 from bridge.engine.runner import TaskRunner
 from bridge.kafka.transaction import OutRecord, PartitionTransactions, ProducerLoop, partition_for
 from bridge.observe import metrics, tracing
@@ -201,14 +204,14 @@ class PartitionOwner:
     async def _commit_loop(self) -> None:
         interval = self.config.bridge.commit_interval_ms / 1000
         clock = asyncio.get_running_loop().time
-        deadline = clock() + interval * tick_phase(self.partition)
+        deadline = first_tick(clock(), interval, self.partition)
         try:
             while self.failed is None:
                 if self._closing.is_set():
                     pass
                 elif deadline > clock():
-                    # One loop turn from the deadline to the commit (asyncio.wait_for
-                    # took three or four, each a busy loop's full round of readers).
+                    # timeout_at, not wait_for: one loop turn from the deadline to the
+                    # commit, where each extra turn is a busy loop's full round of readers.
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout_at(deadline):
                             await self.txn.wake.wait()
@@ -231,8 +234,8 @@ class PartitionOwner:
             self.ready = False
 
     def _count(self) -> None:
-        """Per-event counters go to Prometheus once a tick (a labelled inc per event
-        was a measurable share of the hot path)."""
+        """Per-event counters go to Prometheus once a tick: a labelled inc per event
+        is a cost on the hot path."""
         for name, n in self._counts.items():
             if n:
                 child = metrics.EVENTS_BY_KIND.get(name) or metrics.DROPPED_BY_REASON.get(name)
@@ -519,31 +522,6 @@ class PartitionOwner:
             metrics.COMMANDS.labels(command.type, "dlq").inc()
         log.info("command at %s/%d/%d to the DLQ: %s", raw.topic, raw.partition, raw.offset, reason)
         self.absorb(raw.offset)
-
-
-# The golden ratio's fractional part: multiples of it spread any set of partitions
-# evenly over an interval.
-_GOLDEN = 0.6180339887498949
-
-
-def tick_phase(partition: int) -> float:
-    """Where in the commit interval ``partition`` ticks, in [0, 1). Partitions that
-    ticked at the same instant ran their transactions at once and each took longer
-    (bench/README.md); spread, they take turns."""
-    return (partition * _GOLDEN) % 1.0
-
-
-def next_tick(deadline: float, started: float, interval: float) -> float:
-    """The deadline after a tick that began at ``started`` (its own deadline was
-    ``deadline``). Ticks keep to a grid ``interval`` apart, so a busy loop's late
-    wake-up is not added to every later tick (they ran 115 ms apart at 100 ms when
-    each tick restarted the count from its own start); a tick begun early (a full
-    outbox) keeps the grid's deadline; one begun more than an interval late restarts
-    the grid from there instead of committing every tick it missed."""
-    if started < deadline:
-        return deadline
-    deadline += interval
-    return deadline if deadline > started else started + interval
 
 
 def dlq_record(
