@@ -8,7 +8,7 @@ them are absorbed, and what offset to commit, is :mod:`bridge.core.offsets`.
 
 Everything written here is sized against its topic's record budget first
 (:mod:`bridge.core.limits`): events through :func:`bridge.wire.events.encode_within`,
-DLQ copies by keeping the first bytes that fit.
+DLQ copies through :func:`bridge.wire.deadletters.encode`.
 
 When the partition commits is :mod:`bridge.core.ticks`.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 from collections import defaultdict, deque
@@ -27,28 +26,22 @@ from typing import TypeAlias
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from bridge import __version__
 from bridge.agents.client import AgentClient
 from bridge.config.model import Config
 from bridge.core.lifecycle import ClosedTask, Dropped, Event, TaskRecord, new_task
-from bridge.core.limits import Headers, RecordLimits, record_size
+from bridge.core.limits import RecordLimits
 from bridge.core.offsets import PartitionOffsets, Position
 from bridge.core.ticks import first_tick, next_tick
 from bridge.engine.runner import TaskRunner
 from bridge.kafka.transaction import OutRecord, PartitionTransactions, ProducerLoop, partition_for
 from bridge.observe import metrics, tracing
-from bridge.wire import checkpoints, events
+from bridge.wire import checkpoints, deadletters, events
 from bridge.wire.commands import Act, Command, Duplicate, Invalid, Refuse, decide, decode
 
 log = logging.getLogger(__name__)
 
 Raw: TypeAlias = "ConsumerRecord[bytes, bytes]"
 
-# A DLQ copy keeps the original key up to this many bytes (the rest of the
-# record budget goes to the value).
-_DLQ_KEY_BYTES = 1024
-# Original headers copied onto a DLQ record, at most this many bytes in all.
-_DLQ_HEADER_BYTES = 4096
 # Restore yields to the event loop after decoding this many records (about
 # 10 ms of work), so heartbeats and other partitions' traffic go on.
 _RESTORE_STEP = 2000
@@ -507,13 +500,14 @@ class PartitionOwner:
         agent = agent or (record.agent if record else None)
         topic = self.config.dlq_topic(agent)
         origin = f"dlq:{raw.offset}"
-        key, value, headers = dlq_record(
+        key, value, headers = deadletters.encode(
             raw,
             reason,
             detail,
             command,
             budget=self._limits().budget(topic),
             refused=origin in self._refused,
+            now=time.time(),
         )
         n = self._partitions(topic)
         self.txn.add(OutRecord(topic, key, value, headers, origin, partition_for(key, n) if n else None))
@@ -522,45 +516,3 @@ class PartitionOwner:
             metrics.COMMANDS.labels(command.type, "dlq").inc()
         log.info("command at %s/%d/%d to the DLQ: %s", raw.topic, raw.partition, raw.offset, reason)
         self.absorb(raw.offset)
-
-
-def dlq_record(
-    raw: Raw, reason: str, detail: str, command: Command | None, *, budget: int, refused: bool = False
-) -> tuple[bytes | None, bytes, Headers]:
-    """A DLQ copy of ``raw`` within ``budget``: its headers, then why it is here.
-
-    A copy too large keeps the first bytes of the value that fit, and says so:
-    ``dlq_truncated``, ``dlq_original_bytes`` and ``dlq_sha256`` of the whole
-    original value. A copy the broker ``refused`` keeps no value at all.
-    """
-    value = raw.value or b""
-    own: Headers = [
-        ("dlq_reason", reason.encode()),
-        ("dlq_detail", detail.encode()[:1000]),
-        ("dlq_topic", raw.topic.encode()),
-        ("dlq_partition", str(raw.partition).encode()),
-        ("dlq_offset", str(raw.offset).encode()),
-        ("dlq_time", events.rfc3339(time.time()).encode()),
-        ("dlq_bridge_version", __version__.encode()),
-    ]
-    if command is not None:
-        own.append(("dlq_command_id", command.command_id.encode()))
-        own.append(("dlq_command_type", command.type.encode()))
-    original: Headers = [(k, v or b"") for k, v in raw.headers or ()]
-    if sum(len(k) + len(v) for k, v in original) > _DLQ_HEADER_BYTES:
-        original = []
-        own.append(("dlq_headers_dropped", b"true"))
-    key = raw.key
-    if key is not None and len(key) > _DLQ_KEY_BYTES:
-        own.append(("dlq_key_bytes", str(len(key)).encode()))
-        key = key[:_DLQ_KEY_BYTES]
-    headers = original + own
-    if not refused and record_size(key, value, headers) <= budget:
-        return key, value, headers
-    headers += [
-        ("dlq_truncated", b"true"),
-        ("dlq_original_bytes", str(len(value)).encode()),
-        ("dlq_sha256", hashlib.sha256(value).hexdigest().encode()),
-    ]
-    room = 0 if refused else max(0, budget - record_size(key, b"", headers))
-    return key, value[:room], headers
