@@ -10,7 +10,10 @@ Everything written here is sized against its topic's record budget first
 (:mod:`bridge.core.limits`): events through :func:`bridge.wire.events.encode_within`,
 DLQ copies through :func:`bridge.wire.deadletters.encode`.
 
-When the partition commits is :mod:`bridge.core.ticks`.
+The rules this class applies are pure and live beside it: which commands wait
+for room (:mod:`bridge.core.intake`), how long a closed Task is remembered
+(:mod:`bridge.core.retention`), when the partition commits
+(:mod:`bridge.core.ticks`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
@@ -28,9 +31,11 @@ from aiokafka.structs import ConsumerRecord
 
 from bridge.agents.client import AgentClient
 from bridge.config.model import Config
+from bridge.core.intake import Intake
 from bridge.core.lifecycle import ClosedTask, Dropped, Event, TaskRecord, new_task
 from bridge.core.limits import RecordLimits
 from bridge.core.offsets import PartitionOffsets, Position
+from bridge.core.retention import Retention
 from bridge.core.ticks import first_tick, next_tick
 from bridge.engine.runner import TaskRunner
 from bridge.kafka.transaction import OutRecord, PartitionTransactions, ProducerLoop, partition_for
@@ -74,19 +79,17 @@ class PartitionOwner:
         self._partitions = partitions
         self.records: dict[str, TaskRecord | ClosedTask] = {}
         self.runners: dict[str, TaskRunner] = {}
-        # Closed Tasks in the order they closed: each is tombstoned a window later.
-        self._closed_order: deque[tuple[float, str]] = deque()
-        self.closed_held = 0
+        # Closed Tasks, each tombstoned a window after it closed.
+        self.retention = Retention(config.bridge.closed_retention_seconds)
         # Runners whose Task is not paused: what max_in_flight_tasks counts.
         self.active: set[str] = set()
         self.offsets = PartitionOffsets()
         # Events and dropped updates by kind/reason since the last tick (see _count).
         self._counts: defaultdict[str, int] = defaultdict(int)
         # Starts waiting for capacity (and later commands of their keys), in order.
-        self._parked: deque[tuple[Command, Raw]] = deque()
-        self._parked_keys: dict[str, int] = {}
-        self._parked_bytes = 0
-        self._deferred_keys: set[str] = set()
+        self.intake: Intake[tuple[Command, Raw]] = Intake(
+            config.bridge.max_parked_starts, config.bridge.max_parked_bytes
+        )
         self._resent: set[str] = set()
         self.txn = PartitionTransactions(config, partition, self._position, limits, producers)
         self._committer: asyncio.Task[None] | None = None
@@ -133,9 +136,7 @@ class PartitionOwner:
             else:
                 live.append(record)
                 self.records[record.task_key] = record
-        closed.sort()
-        self._closed_order.extend(closed)
-        self.closed_held = len(closed)
+        self.retention.restored(closed)
         metrics.CHECKPOINTS_RESTORED.inc(restorer.records)
         if rejected:
             metrics.CHECKPOINTS_REJECTED.inc(rejected)
@@ -274,12 +275,10 @@ class PartitionOwner:
         if cmd.type == "start" and cmd.agent not in self._clients:
             self.dead_letter(raw, "unknown-agent", f"no agent {cmd.agent!r} in the registry", cmd)
             return
-        key = cmd.task_key
-        if key in self._deferred_keys:
+        arrival = self.intake.arrive(cmd.task_key, (cmd, raw), start=cmd.type == "start", size=len(raw.value or b""))
+        if arrival == "defer":
             self.offsets.defer(raw.offset)  # behind a start of its key that waits: keep their order
-        elif self._parked_keys.get(key):
-            self._park(cmd, raw)
-        else:
+        elif arrival == "dispatch":
             self._dispatch_safely(cmd, raw)
 
     def _dispatch_safely(self, cmd: Command, raw: Raw, admitted: bool = False) -> None:
@@ -309,7 +308,9 @@ class PartitionOwner:
         else:
             assert isinstance(decision, Act) and cmd.type == "start" and cmd.agent is not None
             if not admitted and not self._admit():
-                self._hold(cmd, raw)
+                # No room: it waits (bridge.core.intake), parked or read again later.
+                if self.intake.hold(cmd.task_key, (cmd, raw), size=len(raw.value or b"")) == "deferred":
+                    self.offsets.defer(raw.offset)
                 return
             metrics.COMMANDS.labels("start", "accepted").inc()
             self.offsets.begin(raw.offset, cmd.command_id)
@@ -328,58 +329,33 @@ class PartitionOwner:
             fresh.events_topic = self.config.events_topic(cmd.agent)
             fresh.traceparent = tracing.traceparent(raw.headers)
             if isinstance(record, ClosedTask):
-                self.closed_held -= 1
+                self.retention.reopened()
             self.records[cmd.task_key] = fresh
             self._run(fresh, (cmd, raw))
 
     # ------------------------------------------------------------- intake --
     #
-    # A start that finds no capacity waits, and so does every later command of its
-    # taskKey (commands of one key keep their order); commands of other keys go on.
-    # Waiting starts are parked in memory, decoded once, up to max_parked_starts;
-    # past that, a start is dropped from memory and read again later from Kafka
-    # (bridge.core.offsets: deferred). Either way its offset holds the committed one.
-
-    def _hold(self, cmd: Command, raw: Raw) -> None:
-        cfg = self.config.bridge
-        if len(self._parked) < cfg.max_parked_starts and self._parked_bytes < cfg.max_parked_bytes:
-            self._park(cmd, raw)
-        else:
-            self.offsets.defer(raw.offset)
-            self._deferred_keys.add(cmd.task_key)
-
-    def _park(self, cmd: Command, raw: Raw) -> None:
-        self._parked.append((cmd, raw))
-        self._parked_keys[cmd.task_key] = self._parked_keys.get(cmd.task_key, 0) + 1
-        self._parked_bytes += len(raw.value or b"")
+    # Which commands wait for room, and in what order they go on, is
+    # bridge.core.intake; a deferred one's offset holds the committed one back.
 
     def release(self, admit: Callable[[], bool]) -> None:
         """Take parked commands, oldest first, while ``admit`` lets starts in."""
-        while self._parked:
-            cmd, raw = self._parked[0]
-            if cmd.type == "start" and not admit():
-                return
-            self._parked.popleft()
-            left = self._parked_keys[cmd.task_key] - 1
-            if left:
-                self._parked_keys[cmd.task_key] = left
-            else:
-                del self._parked_keys[cmd.task_key]
-            self._parked_bytes -= len(raw.value or b"")
+        while (parked := self.intake.release(admit)) is not None:
+            cmd, raw = parked
             self._dispatch_safely(cmd, raw, admitted=True)
 
     def rewind(self) -> int | None:
         """Where to read deferred starts again from, once nothing is parked."""
-        if self._parked:
+        if not self.intake.may_rewind:
             return None
         point = self.offsets.rewind()
         if point is not None:
-            self._deferred_keys.clear()  # re-read in order from here
+            self.intake.rewound()  # re-read in order from here
         return point
 
     @property
     def parked(self) -> int:
-        return len(self._parked)
+        return self.intake.parked
 
     def _run(self, record: TaskRecord, start: tuple[Command, Raw] | None) -> None:
         if record.agent not in self._clients:
@@ -420,21 +396,25 @@ class PartitionOwner:
             return
         closed_at = record.closed_at or time.time()
         self.records[record.task_key] = ClosedTask.of(record, closed_at)
-        self._closed_order.append((closed_at, record.task_key))
-        self.closed_held += 1
+        self.retention.closed(record.task_key, closed_at)
 
     def _sweep(self, now: float) -> None:
         """Tombstone and forget the closed Tasks whose dedupe window has passed."""
-        horizon = now - self.config.bridge.closed_retention_seconds
-        order = self._closed_order
-        while order and order[0][0] <= horizon:
-            closed_at, key = order.popleft()
-            record = self.records.get(key)
-            if isinstance(record, ClosedTask) and record.closed_at == closed_at:
-                del self.records[key]
-                self.closed_held -= 1
-                self.txn.tombstone(checkpoints.task_key_bytes(key))
-                metrics.TOMBSTONES.inc()
+        records = self.records
+
+        def closed_at(key: str) -> float | None:
+            record = records.get(key)
+            return record.closed_at if isinstance(record, ClosedTask) else None
+
+        for key in self.retention.expired(now, closed_at):
+            del records[key]
+            self.txn.tombstone(checkpoints.task_key_bytes(key))
+            metrics.TOMBSTONES.inc()
+
+    @property
+    def closed_held(self) -> int:
+        """Closed Tasks kept for their dedupe window."""
+        return self.retention.held
 
     # --------------------------------------------------------------- outputs --
 
