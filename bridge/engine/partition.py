@@ -205,7 +205,8 @@ class PartitionOwner:
                     pass
                 elif deadline > clock():
                     # timeout_at, not wait_for: one loop turn from the deadline to the
-                    # commit, where each extra turn is a busy loop's full round of readers.
+                    # commit, where each extra turn is a busy loop's full round of readers
+                    # (measured: bench/README.md, "Commit ticks on a grid").
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout_at(deadline):
                             await self.txn.wake.wait()
