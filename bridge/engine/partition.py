@@ -8,44 +8,45 @@ them are absorbed, and what offset to commit, is :mod:`bridge.core.offsets`.
 
 Everything written here is sized against its topic's record budget first
 (:mod:`bridge.core.limits`): events through :func:`bridge.wire.events.encode_within`,
-DLQ copies by keeping the first bytes that fit.
+DLQ copies through :func:`bridge.wire.deadletters.encode`.
+
+The rules this class applies are pure and live beside it: which commands wait
+for room (:mod:`bridge.core.intake`), how long a closed Task is remembered
+(:mod:`bridge.core.retention`), when the partition commits
+(:mod:`bridge.core.ticks`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from bridge import __version__
 from bridge.agents.client import AgentClient
 from bridge.config.model import Config
+from bridge.core.intake import Intake
 from bridge.core.lifecycle import ClosedTask, Dropped, Event, TaskRecord, new_task
-from bridge.core.limits import Headers, RecordLimits, record_size
+from bridge.core.limits import RecordLimits
 from bridge.core.offsets import PartitionOffsets, Position
+from bridge.core.retention import Retention
+from bridge.core.ticks import first_tick, next_tick
 from bridge.engine.runner import TaskRunner
 from bridge.kafka.transaction import OutRecord, PartitionTransactions, ProducerLoop, partition_for
 from bridge.observe import metrics, tracing
-from bridge.wire import checkpoints, events
+from bridge.wire import checkpoints, deadletters, events
 from bridge.wire.commands import Act, Command, Duplicate, Invalid, Refuse, decide, decode
 
 log = logging.getLogger(__name__)
 
 Raw: TypeAlias = "ConsumerRecord[bytes, bytes]"
 
-# A DLQ copy keeps the original key up to this many bytes (the rest of the
-# record budget goes to the value).
-_DLQ_KEY_BYTES = 1024
-# Original headers copied onto a DLQ record, at most this many bytes in all.
-_DLQ_HEADER_BYTES = 4096
 # Restore yields to the event loop after decoding this many records (about
 # 10 ms of work), so heartbeats and other partitions' traffic go on.
 _RESTORE_STEP = 2000
@@ -78,19 +79,17 @@ class PartitionOwner:
         self._partitions = partitions
         self.records: dict[str, TaskRecord | ClosedTask] = {}
         self.runners: dict[str, TaskRunner] = {}
-        # Closed Tasks in the order they closed: each is tombstoned a window later.
-        self._closed_order: deque[tuple[float, str]] = deque()
-        self.closed_held = 0
+        # Closed Tasks, each tombstoned a window after it closed.
+        self.retention = Retention(config.bridge.closed_retention_seconds)
         # Runners whose Task is not paused: what max_in_flight_tasks counts.
         self.active: set[str] = set()
         self.offsets = PartitionOffsets()
         # Events and dropped updates by kind/reason since the last tick (see _count).
         self._counts: defaultdict[str, int] = defaultdict(int)
         # Starts waiting for capacity (and later commands of their keys), in order.
-        self._parked: deque[tuple[Command, Raw]] = deque()
-        self._parked_keys: dict[str, int] = {}
-        self._parked_bytes = 0
-        self._deferred_keys: set[str] = set()
+        self.intake: Intake[tuple[Command, Raw]] = Intake(
+            config.bridge.max_parked_starts, config.bridge.max_parked_bytes
+        )
         self._resent: set[str] = set()
         self.txn = PartitionTransactions(config, partition, self._position, limits, producers)
         self._committer: asyncio.Task[None] | None = None
@@ -137,9 +136,7 @@ class PartitionOwner:
             else:
                 live.append(record)
                 self.records[record.task_key] = record
-        closed.sort()
-        self._closed_order.extend(closed)
-        self.closed_held = len(closed)
+        self.retention.restored(closed)
         metrics.CHECKPOINTS_RESTORED.inc(restorer.records)
         if rejected:
             metrics.CHECKPOINTS_REJECTED.inc(rejected)
@@ -201,14 +198,15 @@ class PartitionOwner:
     async def _commit_loop(self) -> None:
         interval = self.config.bridge.commit_interval_ms / 1000
         clock = asyncio.get_running_loop().time
-        deadline = clock() + interval * tick_phase(self.partition)
+        deadline = first_tick(clock(), interval, self.partition)
         try:
             while self.failed is None:
                 if self._closing.is_set():
                     pass
                 elif deadline > clock():
-                    # One loop turn from the deadline to the commit (asyncio.wait_for
-                    # took three or four, each a busy loop's full round of readers).
+                    # timeout_at, not wait_for: one loop turn from the deadline to the
+                    # commit, where each extra turn is a busy loop's full round of readers
+                    # (measured: bench/README.md, "Commit ticks on a grid").
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout_at(deadline):
                             await self.txn.wake.wait()
@@ -231,8 +229,8 @@ class PartitionOwner:
             self.ready = False
 
     def _count(self) -> None:
-        """Per-event counters go to Prometheus once a tick (a labelled inc per event
-        was a measurable share of the hot path)."""
+        """Per-event counters go to Prometheus once a tick: a labelled inc per event
+        is a cost on the hot path."""
         for name, n in self._counts.items():
             if n:
                 child = metrics.EVENTS_BY_KIND.get(name) or metrics.DROPPED_BY_REASON.get(name)
@@ -278,12 +276,10 @@ class PartitionOwner:
         if cmd.type == "start" and cmd.agent not in self._clients:
             self.dead_letter(raw, "unknown-agent", f"no agent {cmd.agent!r} in the registry", cmd)
             return
-        key = cmd.task_key
-        if key in self._deferred_keys:
+        arrival = self.intake.arrive(cmd.task_key, (cmd, raw), start=cmd.type == "start", size=len(raw.value or b""))
+        if arrival == "defer":
             self.offsets.defer(raw.offset)  # behind a start of its key that waits: keep their order
-        elif self._parked_keys.get(key):
-            self._park(cmd, raw)
-        else:
+        elif arrival == "dispatch":
             self._dispatch_safely(cmd, raw)
 
     def _dispatch_safely(self, cmd: Command, raw: Raw, admitted: bool = False) -> None:
@@ -313,7 +309,9 @@ class PartitionOwner:
         else:
             assert isinstance(decision, Act) and cmd.type == "start" and cmd.agent is not None
             if not admitted and not self._admit():
-                self._hold(cmd, raw)
+                # No room: it waits (bridge.core.intake), parked or read again later.
+                if self.intake.hold(cmd.task_key, (cmd, raw), size=len(raw.value or b"")) == "deferred":
+                    self.offsets.defer(raw.offset)
                 return
             metrics.COMMANDS.labels("start", "accepted").inc()
             self.offsets.begin(raw.offset, cmd.command_id)
@@ -332,58 +330,33 @@ class PartitionOwner:
             fresh.events_topic = self.config.events_topic(cmd.agent)
             fresh.traceparent = tracing.traceparent(raw.headers)
             if isinstance(record, ClosedTask):
-                self.closed_held -= 1
+                self.retention.reopened()
             self.records[cmd.task_key] = fresh
             self._run(fresh, (cmd, raw))
 
     # ------------------------------------------------------------- intake --
     #
-    # A start that finds no capacity waits, and so does every later command of its
-    # taskKey (commands of one key keep their order); commands of other keys go on.
-    # Waiting starts are parked in memory, decoded once, up to max_parked_starts;
-    # past that, a start is dropped from memory and read again later from Kafka
-    # (bridge.core.offsets: deferred). Either way its offset holds the committed one.
-
-    def _hold(self, cmd: Command, raw: Raw) -> None:
-        cfg = self.config.bridge
-        if len(self._parked) < cfg.max_parked_starts and self._parked_bytes < cfg.max_parked_bytes:
-            self._park(cmd, raw)
-        else:
-            self.offsets.defer(raw.offset)
-            self._deferred_keys.add(cmd.task_key)
-
-    def _park(self, cmd: Command, raw: Raw) -> None:
-        self._parked.append((cmd, raw))
-        self._parked_keys[cmd.task_key] = self._parked_keys.get(cmd.task_key, 0) + 1
-        self._parked_bytes += len(raw.value or b"")
+    # Which commands wait for room, and in what order they go on, is
+    # bridge.core.intake; a deferred one's offset holds the committed one back.
 
     def release(self, admit: Callable[[], bool]) -> None:
         """Take parked commands, oldest first, while ``admit`` lets starts in."""
-        while self._parked:
-            cmd, raw = self._parked[0]
-            if cmd.type == "start" and not admit():
-                return
-            self._parked.popleft()
-            left = self._parked_keys[cmd.task_key] - 1
-            if left:
-                self._parked_keys[cmd.task_key] = left
-            else:
-                del self._parked_keys[cmd.task_key]
-            self._parked_bytes -= len(raw.value or b"")
+        while (parked := self.intake.release(admit)) is not None:
+            cmd, raw = parked
             self._dispatch_safely(cmd, raw, admitted=True)
 
     def rewind(self) -> int | None:
         """Where to read deferred starts again from, once nothing is parked."""
-        if self._parked:
+        if not self.intake.may_rewind:
             return None
         point = self.offsets.rewind()
         if point is not None:
-            self._deferred_keys.clear()  # re-read in order from here
+            self.intake.rewound()  # re-read in order from here
         return point
 
     @property
     def parked(self) -> int:
-        return len(self._parked)
+        return self.intake.parked
 
     def _run(self, record: TaskRecord, start: tuple[Command, Raw] | None) -> None:
         if record.agent not in self._clients:
@@ -424,21 +397,25 @@ class PartitionOwner:
             return
         closed_at = record.closed_at or time.time()
         self.records[record.task_key] = ClosedTask.of(record, closed_at)
-        self._closed_order.append((closed_at, record.task_key))
-        self.closed_held += 1
+        self.retention.closed(record.task_key, closed_at)
 
     def _sweep(self, now: float) -> None:
         """Tombstone and forget the closed Tasks whose dedupe window has passed."""
-        horizon = now - self.config.bridge.closed_retention_seconds
-        order = self._closed_order
-        while order and order[0][0] <= horizon:
-            closed_at, key = order.popleft()
-            record = self.records.get(key)
-            if isinstance(record, ClosedTask) and record.closed_at == closed_at:
-                del self.records[key]
-                self.closed_held -= 1
-                self.txn.tombstone(checkpoints.task_key_bytes(key))
-                metrics.TOMBSTONES.inc()
+        records = self.records
+
+        def closed_at(key: str) -> float | None:
+            record = records.get(key)
+            return record.closed_at if isinstance(record, ClosedTask) else None
+
+        for key in self.retention.expired(now, closed_at):
+            del records[key]
+            self.txn.tombstone(checkpoints.task_key_bytes(key))
+            metrics.TOMBSTONES.inc()
+
+    @property
+    def closed_held(self) -> int:
+        """Closed Tasks kept for their dedupe window."""
+        return self.retention.held
 
     # --------------------------------------------------------------- outputs --
 
@@ -504,13 +481,14 @@ class PartitionOwner:
         agent = agent or (record.agent if record else None)
         topic = self.config.dlq_topic(agent)
         origin = f"dlq:{raw.offset}"
-        key, value, headers = dlq_record(
+        key, value, headers = deadletters.encode(
             raw,
             reason,
             detail,
             command,
             budget=self._limits().budget(topic),
             refused=origin in self._refused,
+            now=time.time(),
         )
         n = self._partitions(topic)
         self.txn.add(OutRecord(topic, key, value, headers, origin, partition_for(key, n) if n else None))
@@ -519,70 +497,3 @@ class PartitionOwner:
             metrics.COMMANDS.labels(command.type, "dlq").inc()
         log.info("command at %s/%d/%d to the DLQ: %s", raw.topic, raw.partition, raw.offset, reason)
         self.absorb(raw.offset)
-
-
-# The golden ratio's fractional part: multiples of it spread any set of partitions
-# evenly over an interval.
-_GOLDEN = 0.6180339887498949
-
-
-def tick_phase(partition: int) -> float:
-    """Where in the commit interval ``partition`` ticks, in [0, 1). Partitions that
-    ticked at the same instant ran their transactions at once and each took longer
-    (bench/README.md); spread, they take turns."""
-    return (partition * _GOLDEN) % 1.0
-
-
-def next_tick(deadline: float, started: float, interval: float) -> float:
-    """The deadline after a tick that began at ``started`` (its own deadline was
-    ``deadline``). Ticks keep to a grid ``interval`` apart, so a busy loop's late
-    wake-up is not added to every later tick (they ran 115 ms apart at 100 ms when
-    each tick restarted the count from its own start); a tick begun early (a full
-    outbox) keeps the grid's deadline; one begun more than an interval late restarts
-    the grid from there instead of committing every tick it missed."""
-    if started < deadline:
-        return deadline
-    deadline += interval
-    return deadline if deadline > started else started + interval
-
-
-def dlq_record(
-    raw: Raw, reason: str, detail: str, command: Command | None, *, budget: int, refused: bool = False
-) -> tuple[bytes | None, bytes, Headers]:
-    """A DLQ copy of ``raw`` within ``budget``: its headers, then why it is here.
-
-    A copy too large keeps the first bytes of the value that fit, and says so:
-    ``dlq_truncated``, ``dlq_original_bytes`` and ``dlq_sha256`` of the whole
-    original value. A copy the broker ``refused`` keeps no value at all.
-    """
-    value = raw.value or b""
-    own: Headers = [
-        ("dlq_reason", reason.encode()),
-        ("dlq_detail", detail.encode()[:1000]),
-        ("dlq_topic", raw.topic.encode()),
-        ("dlq_partition", str(raw.partition).encode()),
-        ("dlq_offset", str(raw.offset).encode()),
-        ("dlq_time", events.rfc3339(time.time()).encode()),
-        ("dlq_bridge_version", __version__.encode()),
-    ]
-    if command is not None:
-        own.append(("dlq_command_id", command.command_id.encode()))
-        own.append(("dlq_command_type", command.type.encode()))
-    original: Headers = [(k, v or b"") for k, v in raw.headers or ()]
-    if sum(len(k) + len(v) for k, v in original) > _DLQ_HEADER_BYTES:
-        original = []
-        own.append(("dlq_headers_dropped", b"true"))
-    key = raw.key
-    if key is not None and len(key) > _DLQ_KEY_BYTES:
-        own.append(("dlq_key_bytes", str(len(key)).encode()))
-        key = key[:_DLQ_KEY_BYTES]
-    headers = original + own
-    if not refused and record_size(key, value, headers) <= budget:
-        return key, value, headers
-    headers += [
-        ("dlq_truncated", b"true"),
-        ("dlq_original_bytes", str(len(value)).encode()),
-        ("dlq_sha256", hashlib.sha256(value).hexdigest().encode()),
-    ]
-    room = 0 if refused else max(0, budget - record_size(key, b"", headers))
-    return key, value[:room], headers

@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 
 # Aborting is best effort (a fenced producer cannot); the next owner's
 # init_transactions aborts whatever is left open.
-_ABORT_TIMEOUT_S = 10.0
+ABORT_TIMEOUT_S = 10.0
 # aiokafka waits for an unreachable coordinator for ever. A transaction still
 # open this long past its timeout (kafka.transaction_timeout_ms) has been aborted
 # by the coordinator, or its outcome is unknown: either way the partition is
@@ -107,7 +107,8 @@ class TransactionFailed(BridgeError):
 
 
 # Slotted, not frozen: one is made per record published, and a frozen dataclass's
-# __init__ costs five times as much. Nothing changes a record once it is in an outbox.
+# __init__ sets each field through object.__setattr__ (measured: bench/README.md,
+# "slotted, not frozen"). Nothing changes a record once it is in an outbox.
 @dataclass(slots=True)
 class OutRecord:
     topic: str
@@ -140,11 +141,10 @@ class ProducerLoop:
     :meth:`inline`: the caller's event loop. :meth:`threaded`: an event loop of
     their own in a thread. A transaction is three round trips (AddPartitionsToTxn,
     Produce, EndTxn; plus the offset when it moved), and on the main loop each
-    round trip's answer waits for its turn behind every stream reader with data:
-    at 10,000 events/s from 100 streams a transaction took 55-120 ms, most of it
-    waiting for turns, and every event's latency with it. In its own thread the
-    answer is read as it arrives (the GIL changes hands at the main loop's next
-    system call or within the switch interval). Everything a transaction decides
+    round trip's answer waits for its turn behind every stream reader with data,
+    and so does every event's latency. In its own thread the answer is read as it
+    arrives (the GIL changes hands at the main loop's next system call or within
+    the switch interval). Everything a transaction decides
     (the outbox swap, the position, the checkpoints) still happens on the main
     loop before it is handed over; this loop only talks to Kafka.
     """
@@ -161,11 +161,8 @@ class ProducerLoop:
     def threaded(cls) -> ProducerLoop:
         # A thread waiting for the GIL gets it at the holder's next system call or
         # after the switch interval: 5 ms by default, several times per transaction,
-        # and the readers wait the same way for the producer thread. Measured over
-        # 100 trickling streams: p99 latency 223-281 ms at 1 ms, 300-351 at 5 ms (at
-        # 10,000 events/s); at 0.2 ms lower than at 1 ms in 9 of 9 pairs (at 10,958
-        # events/s, e.g. 272 against 423 ms), throughput level (burst) or higher
-        # (20 KB events).
+        # and the readers wait the same way for the producer thread (measured:
+        # bench/README.md, "The producer thread's switch interval").
         sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_INTERVAL_S))
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name="kafka-producers", daemon=True)
@@ -203,10 +200,15 @@ class PartitionTransactions:
         position: Callable[[], Position],
         limits: Callable[[], RecordLimits],
         producers: ProducerLoop | None = None,
+        *,
+        make_producer: Callable[..., AIOKafkaProducer] = AIOKafkaProducer,
     ) -> None:
+        """``make_producer`` is called with ``AIOKafkaProducer``'s keyword arguments
+        at :meth:`start` (a test passes one that returns a recording fake)."""
         self.config = config
         self.partition = partition
         self._producers = producers or ProducerLoop.inline()
+        self._make_producer = make_producer
         self._position = position
         self._limits = limits
         self._outbox = Outbox()
@@ -224,14 +226,14 @@ class PartitionTransactions:
         self._producer = await self._producers.run(self._started_producer())
 
     async def _started_producer(self) -> AIOKafkaProducer:
-        producer = AIOKafkaProducer(
+        producer = self._make_producer(
             transactional_id=transactional_id(self.config, self.partition),
             enable_idempotence=True,
             acks="all",
-            # Every batch handed over is whole (see _batches), and all of a transaction's
-            # are queued before its AddPartitionsToTxn answers: a linger only delayed
-            # the Produce after that answer (at 50 ms ticks, 1,000 events/s: delivery
-            # p50 5-11 ms against 11-13 with linger_ms=5, in 3 of 3 pairs).
+            # Every batch handed over is whole (see batches), and all of a transaction's
+            # are queued before its AddPartitionsToTxn answers: a linger only delays
+            # the Produce after that answer (measured: bench/README.md, "linger_ms=0
+            # for the partition producers").
             linger_ms=0,
             # A batch never exceeds the smallest record budget, so no topic's
             # max.message.bytes can refuse a batch of records that each fit.
@@ -254,7 +256,7 @@ class PartitionTransactions:
         if self._producer is not None:
             producer, self._producer = self._producer, None
             with contextlib.suppress(Exception):
-                await self._producers.run(asyncio.wait_for(producer.stop(), _ABORT_TIMEOUT_S))
+                await self._producers.run(asyncio.wait_for(producer.stop(), ABORT_TIMEOUT_S))
 
     # ------------------------------------------------------------ readers --
 
@@ -344,12 +346,10 @@ class PartitionTransactions:
         offset = position.offset if moved else None
         records = [*outbox.records, *staged]
         # Record batches are filled here, on the main loop, when every record's partition
-        # is known (as it is unless a topic's partition count was not learnt at start).
-        # Filled on the producer thread, the two threads traded the GIL every switch
-        # interval while it ran: in 6 paired latency runs (100 streams, 7,500 events/s,
-        # 100 ms ticks) building here had p50 70 against 81 ms and p99 after the start
-        # 122 against 142 ms, with the bridge less busy; throughput level (4 pairs each
-        # of bench cases 1 and 2).
+        # is known (as it is unless a topic's partition count was not learnt at start):
+        # filled on the producer thread, the two threads would trade the GIL every switch
+        # interval while it ran (measured: bench/README.md, "Record batches are filled
+        # on the main loop at the tick").
         built: Batches | None = None
         if all(r.partition is not None for r in records):
             try:
@@ -433,8 +433,7 @@ class PartitionTransactions:
         count for at start has its partition (from the producer's metadata)."""
         for r in records:
             if r.partition is None:
-                await producer.client._wait_on_metadata(r.topic)
-                count = len(producer.client.cluster.partitions_for_topic(r.topic) or (0,))
+                count = len(await producer.partitions_for(r.topic) or (0,))
                 r.partition = partition_for(r.key, count)
         return batches(producer, records)
 
@@ -446,7 +445,7 @@ class PartitionTransactions:
             # Deliveries that fail later are expected now: retrieve them, quietly.
             fut.add_done_callback(_failure)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(producer.abort_transaction(), _ABORT_TIMEOUT_S)
+            await asyncio.wait_for(producer.abort_transaction(), ABORT_TIMEOUT_S)
 
 
 # (topic, partition, batch, origins of its records), in the order they are sent.

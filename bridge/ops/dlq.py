@@ -1,12 +1,6 @@
 """`bridge dlq list` and `bridge dlq replay`: read the dead letters, and send them back.
 
-A DLQ record (:func:`bridge.engine.partition.dlq_record`) is the original command
-record, bytes and key unchanged, with the original record's headers first and
-then the bridge's own ``dlq_*`` headers: why (``dlq_reason``, ``dlq_detail``),
-where it came from (``dlq_topic``, ``dlq_partition``, ``dlq_offset``), what it
-was (``dlq_command_id``, ``dlq_command_type``), and whether the copy is whole
-(``dlq_truncated``, ``dlq_original_bytes``, ``dlq_sha256``; ``dlq_key_bytes``
-for a key cut short; ``dlq_headers_dropped``).
+What a DLQ record holds is :mod:`bridge.wire.deadletters`.
 
 Replay re-produces a record's original bytes to the commands topic it came
 from, keyed as before (so Kafka routes it to the same partition as the Task's
@@ -14,7 +8,8 @@ other commands), with the original headers minus every ``dlq_*`` header, plus
 ``bridge_replay_of: <dlq topic>/<partition>/<offset>``. That header makes
 replay idempotent: before producing, the commands partitions the records route
 to are read (from shortly before the oldest chosen DLQ record was written) for
-replays already made, and those are skipped.
+replays already made, and those are skipped. Which records are sent, skipped
+or refused, and why, is decided by :class:`ReplayPlan`; the rest is IO.
 
 Everything printed that came from a record (key, ids, detail) is caller input
 and goes through :func:`escape` first.
@@ -25,7 +20,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import sys
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,15 +28,13 @@ import orjson
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from bridge.config.model import Config
-from bridge.core.limits import Headers
 from bridge.errors import StartupError
 from bridge.kafka import reading
 from bridge.kafka.transaction import partition_for
 from bridge.ops.display import escape
-from bridge.wire.events import rfc3339
+from bridge.wire import deadletters
+from bridge.wire.deadletters import DeadLetter, replay_headers
 
-DLQ_PREFIX = "dlq_"
-REPLAY_HEADER = "bridge_replay_of"
 # The replay scan starts this long before the oldest chosen DLQ record's
 # timestamp: room for a clock on the operator's machine (the replay's timestamp)
 # running behind the bridge's (the DLQ record's).
@@ -55,86 +48,22 @@ def _err(text: str) -> None:
 # ------------------------------------------------------------------ pure parts --
 
 
-def _text(value: bytes | None) -> str:
-    return (value or b"").decode("utf-8", "replace")
-
-
-@dataclass(frozen=True, slots=True)
-class DlqEntry:
-    """One DLQ record, as read."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int
-    key: bytes | None
-    value: bytes
-    headers: tuple[tuple[str, bytes], ...]
-
-    @classmethod
-    def of(cls, r: reading.Raw) -> DlqEntry:
-        headers = tuple((k, v or b"") for k, v in r.headers or ())
-        return cls(r.topic, r.partition, r.offset, r.timestamp, r.key, r.value or b"", headers)
-
-    def header(self, name: str) -> bytes | None:
-        """The last header of that name: the bridge's own come after the original
-        record's, which a producer could have named the same."""
-        found = None
-        for k, v in self.headers:
-            if k == name:
-                found = v
-        return found
-
-    @property
-    def origin(self) -> str:
-        """This DLQ record's address, the value of ``bridge_replay_of``."""
-        return f"{self.topic}/{self.partition}/{self.offset}"
-
-    @property
-    def reason(self) -> str:
-        return _text(self.header("dlq_reason")) or "?"
-
-    @property
-    def truncated(self) -> bool:
-        return self.header("dlq_truncated") == b"true"
-
-    @property
-    def original_topic(self) -> str | None:
-        t = self.header("dlq_topic")
-        return None if t is None else _text(t)
-
-    @property
-    def original(self) -> str:
-        parts = [self.header(h) for h in ("dlq_topic", "dlq_partition", "dlq_offset")]
-        return "/".join(_text(p) or "?" for p in parts)
-
-    @property
-    def time(self) -> str:
-        """When the bridge sent it to the DLQ: ``dlq_time``, else the record's timestamp."""
-        stamped = self.header("dlq_time")
-        return _text(stamped) if stamped else rfc3339(self.timestamp_ms / 1000)
-
-    def original_bytes(self) -> int:
-        n = _text(self.header("dlq_original_bytes"))
-        return int(n) if n.isdigit() else len(self.value)
-
-
-def line(e: DlqEntry) -> str:
+def line(e: DeadLetter) -> str:
     """One readable line: when, where, why, what, whose, from where, size, detail."""
-    ctype = escape(e.header("dlq_command_type")) or "-"
-    cid = escape(e.header("dlq_command_id")) or "-"
+    ctype = escape(e.header(deadletters.COMMAND_TYPE)) or "-"
+    cid = escape(e.header(deadletters.COMMAND_ID)) or "-"
     key = "(no key)" if e.key is None else escape(e.key)
     size = f"{len(e.value)} B"
     if e.truncated:
         size += f" truncated (of {e.original_bytes()} B)"
-    if e.header("dlq_key_bytes") is not None:
-        size += f", key cut (of {escape(e.header('dlq_key_bytes'))} B)"
-    replayed = e.header(REPLAY_HEADER)  # an original header: this command was itself a replay
+    if e.key_cut:
+        size += f", key cut (of {escape(e.header(deadletters.KEY_BYTES))} B)"
+    replayed = e.header(deadletters.REPLAY_HEADER)  # an original header: this command was itself a replay
     if replayed:
         size += f", a replay of {escape(replayed)}"
     return (
         f"{escape(e.time)}  {escape(e.origin)}  {escape(e.reason)}  {ctype} {cid}  taskKey {key}  "
-        f"from {escape(e.original)}  {size}  {escape(e.header('dlq_detail'))}"
+        f"from {escape(e.original)}  {size}  {escape(e.header(deadletters.DETAIL))}"
     )
 
 
@@ -145,7 +74,7 @@ def _bytes_doc(data: bytes) -> dict[str, str]:
         return {"base64": base64.b64encode(data).decode()}
 
 
-def as_json(e: DlqEntry) -> dict[str, Any]:
+def as_json(e: DeadLetter) -> dict[str, Any]:
     """One JSON line: the record's address and dlq_* headers as fields, the value as
     UTF-8 text when it decodes (``valueEncoding`` says which), else base64."""
     doc: dict[str, Any] = {
@@ -154,20 +83,16 @@ def as_json(e: DlqEntry) -> dict[str, Any]:
         "offset": e.offset,
         "time": e.time,
         "reason": e.reason,
-        "detail": _text(e.header("dlq_detail")),
-        "commandType": _text(e.header("dlq_command_type")) or None,
-        "commandId": _text(e.header("dlq_command_id")) or None,
-        "original": {
-            "topic": e.original_topic,
-            "partition": int(p) if (p := _text(e.header("dlq_partition"))).isdigit() else None,
-            "offset": int(o) if (o := _text(e.header("dlq_offset"))).isdigit() else None,
-        },
-        "bridgeVersion": _text(e.header("dlq_bridge_version")) or None,
+        "detail": e.detail,
+        "commandType": e.command_type,
+        "commandId": e.command_id,
+        "original": {"topic": e.original_topic, "partition": e.original_partition, "offset": e.original_offset},
+        "bridgeVersion": e.bridge_version,
         "truncated": e.truncated,
         "originalBytes": e.original_bytes(),
         "valueBytes": len(e.value),
-        "replayOf": _text(e.header(REPLAY_HEADER)) or None,
-        "headers": [{"name": k, **_bytes_doc(v)} for k, v in original_headers(e.headers)],
+        "replayOf": e.replay_of,
+        "headers": [{"name": k, **_bytes_doc(v)} for k, v in e.original_headers()],
     }
     if e.key is None:
         doc["taskKey"] = None
@@ -182,26 +107,16 @@ def as_json(e: DlqEntry) -> dict[str, Any]:
     return doc
 
 
-def original_headers(headers: Iterable[tuple[str, bytes]]) -> Headers:
-    """The headers a replay carries over: every one but the ``dlq_*`` ones and an
-    earlier replay's mark."""
-    return [(k, v) for k, v in headers if not k.startswith(DLQ_PREFIX) and k != REPLAY_HEADER]
-
-
-def replay_headers(e: DlqEntry) -> Headers:
-    return [*original_headers(e.headers), (REPLAY_HEADER, e.origin.encode())]
-
-
-def refusal(e: DlqEntry, commands_topic: str) -> str | None:
+def refusal(e: DeadLetter, commands_topic: str) -> str | None:
     """Why ``e`` cannot be replayed to ``commands_topic``, or None."""
     if e.truncated:
-        sha = _text(e.header("dlq_sha256"))[:16]
+        sha = (e.sha256 or "")[:16]
         return (
             f"a truncated copy: the DLQ holds {len(e.value)} of its {e.original_bytes()} bytes "
             f"(sha256 {sha}...); replay it from the producer's own copy"
         )
-    if e.header("dlq_key_bytes") is not None:
-        return f"its key was cut to {len(e.key or b'')} of {escape(e.header('dlq_key_bytes'))} bytes"
+    if e.key_cut:
+        return f"its key was cut to {len(e.key or b'')} of {escape(e.header(deadletters.KEY_BYTES))} bytes"
     topic = e.original_topic
     if topic is None:
         return "not a bridge DLQ record (no dlq_topic header)"
@@ -212,8 +127,63 @@ def refusal(e: DlqEntry, commands_topic: str) -> str | None:
     return None
 
 
-def matches(e: DlqEntry, reason: str | None) -> bool:
+def matches(e: DeadLetter, reason: str | None) -> bool:
     return reason is None or e.reason == reason
+
+
+def unusable(chosen: list[DeadLetter], *, offset: int | None, partition: int | None) -> str | None:
+    """Why a replay of ``chosen`` must not start at all, or None: an ``offset``
+    without a ``partition`` that names records in several DLQ partitions."""
+    if offset is not None and partition is None and len(chosen) > 1:
+        places = ", ".join(e.origin for e in chosen)
+        return f"offset {offset} is in several DLQ partitions ({places}); say which with --partition"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayPlan:
+    """Which chosen DLQ records a replay sends, which it refuses and why (in the
+    order chosen); which of those it sends were replayed already is learnt from
+    the commands topic (:meth:`scan_from`, :meth:`pending`)."""
+
+    ready: list[DeadLetter]
+    refused: list[tuple[DeadLetter, str]]
+
+    @classmethod
+    def of(cls, chosen: Iterable[DeadLetter], commands_topic: str) -> ReplayPlan:
+        ready: list[DeadLetter] = []
+        refused: list[tuple[DeadLetter, str]] = []
+        for e in chosen:
+            why = refusal(e, commands_topic)
+            if why is None:
+                ready.append(e)
+            else:
+                refused.append((e, why))
+        return cls(ready, refused)
+
+    def scan_from(self, route: Mapping[str, int]) -> dict[int, int]:
+        """Per commands partition the ready records go to (``route``: origin ->
+        partition), the timestamp (ms) to look for earlier replays from:
+        :data:`REPLAY_SCAN_MARGIN_MS` before the oldest of them."""
+        oldest: dict[int, int] = {}
+        for e in self.ready:
+            p = route[e.origin]
+            oldest[p] = min(oldest.get(p, e.timestamp_ms), e.timestamp_ms)
+        return {p: max(0, ts - REPLAY_SCAN_MARGIN_MS) for p, ts in oldest.items()}
+
+    def pending(
+        self, done: Mapping[str, tuple[int, int]]
+    ) -> tuple[list[DeadLetter], list[tuple[DeadLetter, tuple[int, int]]]]:
+        """The ready records to send, and those to skip with where their replay is
+        (``done``: origin -> (partition, offset) of a replay found)."""
+        todo = [e for e in self.ready if e.origin not in done]
+        skipped = [(e, done[e.origin]) for e in self.ready if e.origin in done]
+        return todo, skipped
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every chosen record is sent or was already, 2 when some are refused."""
+        return 2 if self.refused else 0
 
 
 # -------------------------------------------------------------------- reading --
@@ -232,7 +202,7 @@ async def entries(
     limit: int | None = None,
     partition: int | None = None,
     offset: int | None = None,
-) -> AsyncGenerator[DlqEntry, None]:
+) -> AsyncGenerator[DeadLetter, None]:
     """DLQ records of ``topics`` as they are read (topic, partition, offset order),
     bounded by the end offsets; only ``reason``'s, at most ``limit``; at ``offset``
     only (and in ``partition``)."""
@@ -255,7 +225,7 @@ async def entries(
                 async for r in records:
                     if offset is not None and r.offset != offset:
                         break
-                    e = DlqEntry.of(r)
+                    e = deadletters.decode(r)
                     if matches(e, reason):
                         yield e
                         found += 1
@@ -285,20 +255,18 @@ async def dlq_list(
 # -------------------------------------------------------------------- replay --
 
 
-async def replayed_already(config: Config, targets: dict[TopicPartition, int]) -> dict[str, tuple[int, int]]:
-    """``bridge_replay_of`` values found in the commands partitions of ``targets``,
-    read from ``REPLAY_SCAN_MARGIN_MS`` before each one's timestamp to its end:
-    origin -> (partition, offset) of the replay."""
+async def replayed_already(config: Config, since: dict[TopicPartition, int]) -> dict[str, tuple[int, int]]:
+    """``bridge_replay_of`` values found in the commands partitions of ``since``,
+    read from each one's timestamp (ms) to its end: origin -> (partition, offset)
+    of the replay."""
     seen: dict[str, tuple[int, int]] = {}
     async with reading.consumer(config) as c:
-        times = {tp: max(0, ts - REPLAY_SCAN_MARGIN_MS) for tp, ts in targets.items()}
-        starts = await reading.offsets_after(c, times)
-        tps = [tp for tp, first in starts.items() if first is not None]
+        starts = await reading.offsets_after(c, since)
         begin = {tp: first for tp, first in starts.items() if first is not None}
-        async for r in reading.read_to_end(c, sorted(tps), begin):
+        async for r in reading.read_to_end(c, sorted(begin), begin):
             for k, v in r.headers or ():
-                if k == REPLAY_HEADER and v:
-                    seen.setdefault(_text(v), (r.partition, r.offset))
+                if k == deadletters.REPLAY_HEADER and v:
+                    seen.setdefault(v.decode("utf-8", "replace"), (r.partition, r.offset))
     return seen
 
 
@@ -321,42 +289,28 @@ async def dlq_replay(
         where = f"at offset {offset}" if offset is not None else f"with reason {reason!r}"
         _err(f"no DLQ record {where} in {', '.join(names)}")
         return 1
-    if offset is not None and partition is None and len(chosen) > 1:
-        places = ", ".join(e.origin for e in chosen)
-        _err(f"offset {offset} is in several DLQ partitions ({places}); say which with --partition")
+    if (why := unusable(chosen, offset=offset, partition=partition)) is not None:
+        _err(why)
         return 2
-    refused: list[tuple[DlqEntry, str]] = []
-    ready: list[DlqEntry] = []
-    for e in chosen:
-        why = refusal(e, commands)
-        if why is None:
-            ready.append(e)
-        else:
-            refused.append((e, why))
-    for e, why in refused:
+    plan = ReplayPlan.of(chosen, commands)
+    for e, why in plan.refused:
         print(f"refused  {escape(e.origin)}  {escape(e.reason)}: {why}", flush=True)
-    if ready:
+    if plan.ready:
         n = (await reading.require_topics(config, [commands]))[commands]
-        route = {e.origin: partition_for(e.key, n) for e in ready}
-        targets: dict[TopicPartition, int] = {}
-        for e in ready:
-            tp = TopicPartition(commands, route[e.origin])
-            targets[tp] = min(targets.get(tp, e.timestamp_ms), e.timestamp_ms)
-        done = await replayed_already(config, targets)
-        todo = [e for e in ready if e.origin not in done]
-        for e in ready:
-            if e.origin in done:
-                p, o = done[e.origin]
-                print(f"skipped  {escape(e.origin)}: already replayed as {commands}/{p}/{o}", flush=True)
+        route = {e.origin: partition_for(e.key, n) for e in plan.ready}
+        since = {TopicPartition(commands, p): ts for p, ts in plan.scan_from(route).items()}
+        todo, skipped = plan.pending(await replayed_already(config, since))
+        for e, (p, o) in skipped:
+            print(f"skipped  {escape(e.origin)}: already replayed as {commands}/{p}/{o}", flush=True)
         if todo:
             await _produce(config, todo, route, dry_run=dry_run)
-    return 2 if refused else 0
+    return plan.exit_code
 
 
-async def _produce(config: Config, todo: list[DlqEntry], route: dict[str, int], *, dry_run: bool) -> None:
+async def _produce(config: Config, todo: list[DeadLetter], route: dict[str, int], *, dry_run: bool) -> None:
     commands = config.kafka.commands_topic
     dropped = " (its original headers were not kept in the DLQ)"
-    note = {e.origin: dropped for e in todo if e.header("dlq_headers_dropped")}
+    note = {e.origin: dropped for e in todo if e.headers_dropped}
     if dry_run:
         for e in todo:
             print(

@@ -1,6 +1,6 @@
-"""The pure parts of `bridge dlq` (bridge.ops.dlq, bridge.ops.display): reading a DLQ record
-as the bridge writes it (bridge.engine.partition.dlq_record), printing it safely, and what a
-replay sends."""
+"""The pure parts of `bridge dlq` (bridge.ops.dlq, bridge.ops.display): a DLQ record as the
+bridge writes it (bridge.wire.deadletters), printed safely, and what a replay sends, skips
+and refuses."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import orjson
 import pytest
 from aiokafka.structs import ConsumerRecord
 
-from bridge.engine.partition import dlq_record
 from bridge.ops.display import escape
-from bridge.ops.dlq import REPLAY_HEADER, DlqEntry, as_json, line, refusal, replay_headers
+from bridge.ops.dlq import REPLAY_SCAN_MARGIN_MS, ReplayPlan, as_json, line, refusal, unusable
 from bridge.wire.commands import Command
+from bridge.wire.deadletters import REPLAY_HEADER, DeadLetter, decode, encode, replay_headers
 
 COMMANDS = "orders.commands"
 START = orjson.dumps(
@@ -50,13 +50,12 @@ def dead_letter(
     *,
     budget: int = 1_000_000,
     dlq_offset: int = 7,
-) -> DlqEntry:
-    """A DLQ record as the bridge writes it, as `bridge dlq` reads it back; its time is
-    the record's timestamp (a ``dlq_time`` header, once the bridge writes one, is
-    left out here so the expected lines stay fixed)."""
-    key, value, headers = dlq_record(original, reason, "no agent 'late' in the registry", command, budget=budget)
-    headers = [(k, v) for k, v in headers if k != "dlq_time"]
-    return DlqEntry.of(raw(value, key, headers, topic="orders.dlq", partition=0, offset=dlq_offset))
+) -> DeadLetter:
+    """A DLQ record as the bridge writes it (at ``STAMP_MS``), as `bridge dlq` reads it back."""
+    key, value, headers = encode(
+        original, reason, "no agent 'late' in the registry", command, budget=budget, now=STAMP_MS / 1000
+    )
+    return decode(raw(value, key, headers, topic="orders.dlq", partition=0, offset=dlq_offset))
 
 
 CMD = Command(type="start", command_id="c-1", task_key="order-17", agent="late")
@@ -94,7 +93,9 @@ def test_a_dead_letter_reads_back_with_its_reason_origin_and_command() -> None:
 
 def test_dlq_time_header_is_preferred_to_the_record_timestamp() -> None:
     e = dead_letter(raw(START), command=CMD)
-    stamped = DlqEntry.of(
+    unstamped = [(k, v) for k, v in e.headers if k != "dlq_time"]
+    assert decode(raw(e.value, e.key, unstamped, topic="orders.dlq", offset=7)).time == "2026-01-02T03:04:05.678Z"
+    stamped = decode(
         raw(e.value, e.key, [*e.headers, ("dlq_time", b"2026-05-06T07:08:09.000Z")], topic="orders.dlq", offset=7)
     )
     assert e.time == "2026-01-02T03:04:05.678Z"
@@ -168,10 +169,53 @@ def test_what_cannot_be_replayed_says_why() -> None:
     keyless = dead_letter(raw(START, key=None), "key-mismatch")
     assert refusal(keyless, COMMANDS) is not None and "no key" in str(refusal(keyless, COMMANDS))
 
-    foreign = DlqEntry.of(raw(START, headers=[("dlq_reason", b"x")], topic="orders.dlq"))
+    foreign = decode(raw(START, headers=[("dlq_reason", b"x")], topic="orders.dlq"))
     assert refusal(foreign, COMMANDS) == "not a bridge DLQ record (no dlq_topic header)"
 
 
 @pytest.mark.parametrize("reason", ["not-json", "schema-violation", "unknown-agent"])
 def test_line_names_the_reason(reason: str) -> None:
     assert f"  {reason}  " in line(dead_letter(raw(START), reason))
+
+
+def test_a_replay_plan_sends_the_replayable_and_refuses_the_rest_in_order() -> None:
+    ok = dead_letter(raw(START), command=CMD, dlq_offset=1)
+    cut = dead_letter(raw(START + b" " * 5000), command=CMD, budget=2000, dlq_offset=2)
+    ok2 = dead_letter(raw(START, key=b"order-18"), command=CMD, dlq_offset=3)
+    plan = ReplayPlan.of([ok, cut, ok2], COMMANDS)
+    assert plan.ready == [ok, ok2]
+    assert [(e, why) for e, why in plan.refused] == [(cut, refusal(cut, COMMANDS))]
+    assert plan.exit_code == 2
+    assert ReplayPlan.of([ok], COMMANDS).exit_code == 0
+
+
+def test_a_replay_scans_each_target_partition_from_before_its_oldest_record() -> None:
+    hour = REPLAY_SCAN_MARGIN_MS
+    e = dead_letter(raw(START), command=CMD)
+
+    def at(offset: int, ms: int) -> DeadLetter:
+        return decode(raw(e.value, e.key, list(e.headers), topic="orders.dlq", offset=offset, timestamp=ms))
+
+    new, old, other = at(2, 9 * hour), at(1, 5 * hour), at(3, hour // 2)
+    plan = ReplayPlan([new, old, other], [])
+    route = {new.origin: 1, old.origin: 1, other.origin: 4}
+    assert plan.scan_from(route) == {1: 4 * hour, 4: 0}  # never before the epoch
+
+
+def test_a_record_replayed_already_is_skipped_with_where_its_replay_is() -> None:
+    a = dead_letter(raw(START), command=CMD, dlq_offset=1)
+    b = dead_letter(raw(START), command=CMD, dlq_offset=2)
+    plan = ReplayPlan([a, b], [])
+    assert plan.pending({}) == ([a, b], [])
+    assert plan.pending({a.origin: (3, 70)}) == ([b], [(a, (3, 70))])
+
+
+def test_an_offset_in_several_dlq_partitions_needs_a_partition() -> None:
+    a = dead_letter(raw(START), command=CMD, dlq_offset=7)
+    b = decode(raw(a.value, a.key, list(a.headers), topic="orders.dlq", partition=1, offset=7))
+    assert unusable([a, b], offset=7, partition=None) == (
+        "offset 7 is in several DLQ partitions (orders.dlq/0/7, orders.dlq/1/7); say which with --partition"
+    )
+    assert unusable([a], offset=7, partition=None) is None
+    assert unusable([a, b], offset=7, partition=0) is None
+    assert unusable([a, b], offset=None, partition=None) is None  # chosen by reason: all of them

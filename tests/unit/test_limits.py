@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from bridge.core.lifecycle import ArtifactUpdate, Event, StatusUpdate, TaskRecord, new_task
 from bridge.core.limits import MIN_RECORD_BYTES, cut, record_size, shrink, size
-from bridge.engine.partition import dlq_record
 from bridge.wire.commands import Command
+from bridge.wire.deadletters import encode as dlq_record
 from bridge.wire.events import encode, encode_within
 from bridge.wire.schemas import validator
 from tests.unit.common import FAST

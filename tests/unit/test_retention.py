@@ -1,19 +1,19 @@
-"""Closed Tasks leave (issue 11): slim records for the dedupe window, then tombstones.
+"""Closed Tasks leave: slim records for the dedupe window, then tombstones.
 
 A closed Task keeps only its key, the digests of its commandIds and how it
 ended; the command rules answer it like the full record; after
-``closed_retention_seconds`` its checkpoint is tombstoned in a transaction and
-it is forgotten. No Kafka: a PartitionOwner is exercised up to its outbox.
+``closed_retention_seconds`` (bridge.core.retention, fed one event at a time)
+its checkpoint is tombstoned and it is forgotten.
 """
 
 from __future__ import annotations
 
 import orjson
+from hypothesis import given
+from hypothesis import strategies as st
 
-from bridge.config.model import BridgeConfig, Config
 from bridge.core.lifecycle import ClosedTask, StatusUpdate, new_task
-from bridge.core.limits import RecordLimits
-from bridge.engine.partition import PartitionOwner
+from bridge.core.retention import Retention
 from bridge.wire import checkpoints
 from bridge.wire.commands import Act, Command, Duplicate, Refuse, decide
 
@@ -56,35 +56,112 @@ def test_a_closed_checkpoint_is_slim_and_restores_as_a_closed_task() -> None:
     )
 
 
-def owner(retention: float) -> PartitionOwner:
-    config = Config(bridge=BridgeConfig(closed_retention_seconds=retention))
-    return PartitionOwner(config, 0, {}, limits=lambda: RecordLimits(1_000_000))
+class Held:
+    """What the partition holds under each key: when its closed Task closed, or
+    None for a live Task (the ``closed_at`` Retention.expired asks for)."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, float | None] = {}
+
+    def closed_at(self, key: str) -> float | None:
+        return self.keys.get(key)
 
 
-def test_closed_tasks_are_tombstoned_and_forgotten_after_the_window() -> None:
-    part = owner(retention=60)
+WINDOW = 60.0
+
+
+def test_a_closed_task_is_held_for_its_window_then_expires_once() -> None:
+    r, held = Retention(WINDOW), Held()
+    held.keys["a"] = 100.0
+    r.closed("a", 100.0)
+    assert r.held == 1
+    assert r.expired(159.9, held.closed_at) == [] and r.held == 1
+    assert r.expired(160.0, held.closed_at) == ["a"] and r.held == 0
+    assert r.expired(1000.0, held.closed_at) == []
+
+
+def test_closed_tasks_expire_oldest_first() -> None:
+    r, held = Retention(WINDOW), Held()
     for i, key in enumerate(("a", "b", "c")):
-        r = new_task(key, "writer", f"c-{key}", deadline=None, metadata=None)
-        r.apply(StatusUpdate(f"t-{key}", None, "completed", None, 1))
-        r.closed_at = 100.0 + i
-        part.records[key] = r
-        part._closed(r)
-    assert part.closed_held == 3 and all(isinstance(r, ClosedTask) for r in part.records.values())
-    part._sweep(160.5)
-    assert set(part.records) == {"b", "c"} and part.closed_held == 2
-    assert part.txn._outbox.tombstones == [b"a"]
-    part._sweep(1000.0)
-    assert part.records == {} and part.closed_held == 0
-    assert part.txn._outbox.tombstones == [b"a", b"b", b"c"]
+        held.keys[key] = 100.0 + i
+        r.closed(key, 100.0 + i)
+    assert r.held == 3
+    assert r.expired(160.5, held.closed_at) == ["a"] and r.held == 2
+    assert r.expired(1000.0, held.closed_at) == ["b", "c"] and r.held == 0
 
 
-def test_a_key_reused_by_a_new_task_is_not_tombstoned() -> None:
-    part = owner(retention=60)
-    r = new_task("a", "writer", "c-1", deadline=None, metadata=None)
-    r.apply(StatusUpdate("t-1", None, "completed", None, 1))
-    r.closed_at = 100.0
-    part.records["a"] = r
-    part._closed(r)
-    part.records["a"] = new_task("a", "writer", "c-2", deadline=None, metadata=None, previous=part.records["a"])
-    part._sweep(1000.0)
-    assert "a" in part.records and part.txn._outbox.tombstones == []
+def test_a_key_reused_by_a_new_task_is_not_expired() -> None:
+    r, held = Retention(WINDOW), Held()
+    r.closed("a", 100.0)
+    r.reopened()
+    held.keys["a"] = None  # a live Task took the key
+    assert r.held == 0
+    assert r.expired(1000.0, held.closed_at) == []
+
+
+def test_a_key_closed_again_expires_a_window_after_its_last_close() -> None:
+    r, held = Retention(WINDOW), Held()
+    r.closed("a", 100.0)
+    r.reopened()
+    r.closed("a", 150.0)
+    held.keys["a"] = 150.0
+    assert r.held == 1
+    assert r.expired(200.0, held.closed_at) == []  # the first close's window: not this Task's
+    assert r.expired(210.0, held.closed_at) == ["a"] and r.held == 0
+
+
+def test_a_key_closed_twice_at_the_same_instant_expires_once() -> None:
+    r, held = Retention(WINDOW), Held()
+    r.closed("a", 100.0)
+    r.reopened()
+    r.closed("a", 100.0)
+    held.keys["a"] = 100.0
+    assert r.expired(1000.0, held.closed_at) == ["a"] and r.held == 0
+
+
+def test_restored_closed_tasks_expire_in_the_order_they_closed() -> None:
+    r, held = Retention(WINDOW), Held()
+    restored = [(130.0, "c"), (100.0, "a"), (120.0, "b")]
+    held.keys.update({k: at for at, k in restored})
+    r.restored(restored)
+    assert r.held == 3
+    assert r.expired(185.0, held.closed_at) == ["a", "b"] and r.held == 1
+    r.closed("d", 140.0)
+    held.keys["d"] = 140.0
+    assert r.expired(1000.0, held.closed_at) == ["c", "d"] and r.held == 0
+
+
+keys = st.sampled_from("abcde")
+events = st.lists(
+    st.one_of(
+        st.tuples(st.just("close"), keys, st.floats(min_value=0.0, max_value=30.0)),
+        st.tuples(st.just("start"), keys, st.just(0.0)),
+        st.tuples(st.just("sweep"), st.just(""), st.floats(min_value=0.0, max_value=90.0)),
+    ),
+    max_size=60,
+)
+
+
+@given(events)
+def test_a_sweep_forgets_exactly_the_closed_tasks_past_their_window(steps: list[tuple[str, str, float]]) -> None:
+    """Tasks close, keys start again, sweeps run, as the clock moves on: each sweep
+    forgets exactly the closed Tasks held for a whole window, oldest first, and
+    ``held`` counts the rest."""
+    r, held = Retention(WINDOW), Held()
+    now = 0.0
+    closes: dict[str, int] = {}  # each key's last close, counted: ties of time go in that order
+    for n, (kind, key, dt) in enumerate(steps):
+        now += dt
+        if kind == "close" and held.keys.get(key) is None:
+            # a Task of the key runs (or none did) and closes now
+            held.keys[key], closes[key] = now, n
+            r.closed(key, now)
+        elif kind == "start" and held.keys.get(key) is not None:
+            held.keys[key] = None
+            r.reopened()
+        elif kind == "sweep":
+            due = sorted((at, closes[k], k) for k, at in held.keys.items() if at is not None and at <= now - WINDOW)
+            assert r.expired(now, held.closed_at) == [k for _, _, k in due]
+            for _, _, k in due:
+                del held.keys[k]
+        assert r.held == sum(at is not None for at in held.keys.values())

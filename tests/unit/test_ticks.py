@@ -1,4 +1,4 @@
-"""When a partition commits: the tick schedule of bridge.engine.partition, as pure functions."""
+"""When a partition commits: the tick grid of bridge.core.ticks, one tick at a time."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.engine.partition import next_tick, tick_phase
+from bridge.core.ticks import first_tick, next_tick, tick_phase
 
 INTERVAL = 0.1
 times = st.floats(min_value=0.0, max_value=1e6, allow_nan=False)
@@ -50,6 +50,14 @@ def _smallest_gap(partitions: list[int]) -> float:
 
 def test_phases_are_in_the_interval() -> None:
     assert all(0.0 <= tick_phase(p) < 1.0 for p in range(10_000))
+
+
+@given(now=times, partition=st.integers(min_value=0, max_value=100_000))
+def test_the_first_tick_is_within_one_interval_at_the_partitions_phase(now: float, partition: int) -> None:
+    first = first_tick(now, INTERVAL, partition)
+    assert now <= first < now + INTERVAL or math.isclose(first, now + INTERVAL)
+    assert math.isclose(first - now, INTERVAL * tick_phase(partition), abs_tol=1e-6)
+    assert first_tick(now, INTERVAL, 0) == now  # partition 0 ticks at the start of the interval
 
 
 def test_the_partitions_of_a_process_tick_spread_over_the_interval() -> None:

@@ -1,9 +1,10 @@
 """The commit path (bridge.kafka.transaction) without Kafka: a recording fake producer.
 
-As quixstreams tests its checkpoints: a ``MagicMock(spec_set=AIOKafkaProducer)``
-records every call, and the tests assert their order, and that nothing is
-committed when a single send's delivery fails (KAFKA-9279: aiokafka would
-otherwise commit the rest of the transaction).
+As quixstreams tests its checkpoints: a ``MagicMock(spec_set=AIOKafkaProducer)``,
+given to the transactions as their producer (``make_producer``), records every
+call, and the tests assert their order, and that nothing is committed when a
+single send's delivery fails (KAFKA-9279: aiokafka would otherwise commit the
+rest of the transaction).
 """
 
 from __future__ import annotations
@@ -11,20 +12,34 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
-from unittest.mock import AsyncMock, MagicMock
+from unittest.mock import MagicMock
 
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, ProducerFenced, TopicAuthorizationFailedError
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    ProducerFenced,
+    TopicAuthorizationFailedError,
+)
 from aiokafka.structs import OffsetAndMetadata
 
 from bridge.config.model import BridgeConfig, Config, KafkaConfig
 from bridge.core.lifecycle import TaskRecord
 from bridge.core.limits import RecordLimits
 from bridge.core.offsets import Position
-from bridge.kafka.transaction import OutRecord, PartitionTransactions, ProducerLoop, TransactionFailed, partition_for
+from bridge.kafka.transaction import (
+    OutRecord,
+    PartitionTransactions,
+    ProducerLoop,
+    TransactionFailed,
+    partition_for,
+    transactional_id,
+)
 from bridge.wire import checkpoints
 
 CONFIG = Config(kafka=KafkaConfig(commands_topic="cmds", checkpoints_topic="cps", group_id="g"), bridge=BridgeConfig())
@@ -41,18 +56,20 @@ class FakeBatch:
 
 class Fake:
     """A producer that records calls; ``fail`` maps a record value to the error its delivery gets
-    (aiokafka fails the whole batch holding it)."""
+    (aiokafka fails the whole batch holding it). :meth:`make` is the transactions' ``make_producer``."""
 
-    def __init__(self, fail: dict[bytes, BaseException] | None = None, client: Any = None) -> None:
+    def __init__(self, fail: dict[bytes, BaseException] | None = None) -> None:
         self.fail = fail or {}
         self.mock = MagicMock(spec_set=AIOKafkaProducer)
-        if client is not None:  # an instance attribute, which the class spec does not know
-            self.mock = MagicMock(spec=AIOKafkaProducer)
-            self.mock.client = client
         self.mock.create_batch.side_effect = FakeBatch
-        self.mock.send_batch.side_effect = self._send_batch
+        self.mock.send_batch.side_effect = self.send_batch
+        self.options: dict[str, Any] = {}
 
-    async def _send_batch(self, batch: FakeBatch, topic: str, *, partition: int) -> asyncio.Future[Any]:
+    def make(self, **options: Any) -> Any:
+        self.options = options
+        return self.mock
+
+    async def send_batch(self, batch: FakeBatch, topic: str, *, partition: int) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         failed = [self.fail[v] for _, v in batch.records if v in self.fail]
         if failed:
@@ -70,32 +87,64 @@ class Fake:
         return out
 
     def calls(self) -> list[tuple[str, Any]]:
+        """Every call after the producer's start, sends record by record."""
         out: list[tuple[str, Any]] = []
         for name, args, _ in self.mock.mock_calls:
             if name == "send_batch":
                 out += [("send", (args[1], v)) for _, v in args[0].records]
-            elif name and name != "create_batch":
+            elif name and name not in ("create_batch", "start"):
                 out.append((name, args))
         return out
 
 
-def txn(position: Position, fake: Fake, **bridge: Any) -> PartitionTransactions:
-    config = Config(kafka=CONFIG.kafka, bridge=BridgeConfig(**bridge))
-    t = PartitionTransactions(config, 2, lambda: position, lambda: RecordLimits(1_000_000))
-    t._producer = fake.mock
+POS = Position(7, (9,), ("s1",))
+
+
+async def started(
+    fake: Fake,
+    position: Callable[[], Position] = lambda: POS,
+    producers: ProducerLoop | None = None,
+    config: Config = CONFIG,
+) -> PartitionTransactions:
+    t = PartitionTransactions(config, 2, position, lambda: RecordLimits(1_000_000), producers, make_producer=fake.make)
+    await t.start()
     return t
+
+
+async def txn(position: Position, fake: Fake, **bridge: Any) -> PartitionTransactions:
+    return await started(fake, lambda: position, config=Config(kafka=CONFIG.kafka, bridge=BridgeConfig(**bridge)))
 
 
 def record(key: str, seq: int = 1) -> TaskRecord:
     return TaskRecord(task_key=key, agent="writer", task_id=f"t-{key}", seq=seq)
 
 
-POS = Position(7, (9,), ("s1",))
+async def test_the_producer_is_the_partitions_transactional_one_started_before_any_transaction() -> None:
+    fake = Fake()
+    t = await started(fake)
+    assert fake.options["transactional_id"] == transactional_id(CONFIG, 2) == "a2a-bridge-cmds-2"
+    assert fake.options["enable_idempotence"] is True and fake.options["acks"] == "all"
+    t.mark(record("a"))
+    await t.commit()
+    assert [name for name, _, _ in fake.mock.mock_calls if name != "create_batch"][:2] == [
+        "start",
+        "begin_transaction",
+    ]
+    await t.stop()
+    fake.mock.stop.assert_awaited_once()
+
+
+async def test_a_producer_that_fails_to_start_is_stopped() -> None:
+    fake = Fake()
+    fake.mock.start.side_effect = KafkaConnectionError()
+    with pytest.raises(KafkaConnectionError):
+        await started(fake)
+    fake.mock.stop.assert_awaited_once()
 
 
 async def test_one_transaction_in_the_documented_order() -> None:
     fake = Fake()
-    t = txn(POS, fake)
+    t = await txn(POS, fake)
     t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
     t.add(OutRecord("dlq", b"k", b"bad", [], "dlq:8", 1))
     t.mark(record("a"))
@@ -119,7 +168,7 @@ async def test_one_transaction_in_the_documented_order() -> None:
 
 async def test_nothing_changed_nothing_sent() -> None:
     fake = Fake()
-    t = txn(POS, fake)
+    t = await txn(POS, fake)
     await t.commit()
     fake.mock.reset_mock()
     assert await t.commit() == 0
@@ -128,7 +177,7 @@ async def test_nothing_changed_nothing_sent() -> None:
 
 async def test_a_failed_delivery_aborts_and_commits_nothing() -> None:
     fake = Fake(fail={b"e2": MessageSizeTooLargeError()})
-    t = txn(POS, fake)
+    t = await txn(POS, fake)
     for n in (1, 2, 3):
         t.add(OutRecord("events", b"t-a", f"e{n}".encode(), [], f"event:t-a:{n}", n))  # one batch each
     t.mark(record("a"))
@@ -144,7 +193,7 @@ async def test_a_failed_delivery_aborts_and_commits_nothing() -> None:
 async def test_a_failed_send_call_aborts_too() -> None:
     fake = Fake()
     fake.mock.send_batch.side_effect = KafkaTimeoutError()
-    t = txn(POS, fake)
+    t = await txn(POS, fake)
     t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
     with pytest.raises(TransactionFailed):
         await t.commit()
@@ -155,7 +204,7 @@ async def test_a_failed_send_call_aborts_too() -> None:
 async def test_a_failed_commit_aborts_and_the_next_commit_sends_the_position_again() -> None:
     fake = Fake()
     fake.mock.commit_transaction.side_effect = ProducerFenced()
-    t = txn(POS, fake)
+    t = await txn(POS, fake)
     t.mark(record("a"))
     with pytest.raises(TransactionFailed) as failed:
         await t.commit()
@@ -174,21 +223,21 @@ def test_fenced_after_the_transaction_timeout_is_a_coordinator_timeout_not_a_tak
 async def test_an_abort_that_hangs_does_not_hang_the_partition(monkeypatch: pytest.MonkeyPatch) -> None:
     from bridge.kafka import transaction
 
-    monkeypatch.setattr(transaction, "_ABORT_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(transaction, "ABORT_TIMEOUT_S", 0.05)
     fake = Fake(fail={b"e1": MessageSizeTooLargeError()})
 
     async def hang() -> None:
         await asyncio.sleep(3600)
 
     fake.mock.abort_transaction.side_effect = hang
-    t = txn(POS, fake)
+    t = await txn(POS, fake)
     t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
     with pytest.raises(TransactionFailed):
         await asyncio.wait_for(t.commit(), 5)
 
 
 async def test_the_outbox_is_bounded_in_records_and_in_bytes() -> None:
-    t = txn(POS, Fake(), max_buffered_events=3, max_buffered_bytes=100)
+    t = await txn(POS, Fake(), max_buffered_events=3, max_buffered_bytes=100)
     t.add(OutRecord("events", None, b"x" * 10, [], "", 0))
     assert not t.wake.is_set()
     t.add(OutRecord("events", None, b"x" * 95, [], "", 0))
@@ -207,7 +256,7 @@ async def test_the_outbox_is_bounded_in_records_and_in_bytes() -> None:
 
 async def test_a_checkpoint_is_written_as_it_is_at_the_commit() -> None:
     fake = Fake()
-    t = txn(POS, fake)
+    t = await txn(POS, fake)
     r = record("a")
     t.mark(r)
     r.seq = 5  # changed again before the tick ended
@@ -218,7 +267,7 @@ async def test_a_checkpoint_is_written_as_it_is_at_the_commit() -> None:
 
 async def test_tombstones_go_first_and_a_later_checkpoint_of_the_key_wins() -> None:
     fake = Fake()
-    t = txn(POS, fake)
+    t = await txn(POS, fake)
     t.mark(record("gone"))
     t.tombstone(b"gone")  # closed, and past its window in the same tick: only the tombstone
     t.tombstone(b"again")
@@ -226,7 +275,8 @@ async def test_tombstones_go_first_and_a_later_checkpoint_of_the_key_wins() -> N
     await t.commit()
     cps = [(k, v) for topic, _, k, v in fake.sends() if topic == "cps"]
     assert cps[0] == (b"gone", None) and cps[1] == (b"again", None)
-    assert cps[2][0] == b"again" and orjson.loads(cps[2][1])["taskKey"] == "again"
+    key, value = cps[2]
+    assert key == b"again" and value is not None and orjson.loads(value)["taskKey"] == "again"
     assert [k for k, _ in cps[3:]] == [checkpoints.PARTITION_KEY]
 
 
@@ -234,8 +284,7 @@ async def test_an_offset_already_committed_is_not_sent_again() -> None:
     """Tasks streaming while no command arrives: the ticks hold events, not the offset."""
     position = POS
     fake = Fake()
-    t = PartitionTransactions(CONFIG, 2, lambda: position, lambda: RecordLimits(1_000_000))
-    t._producer = fake.mock
+    t = await started(fake, lambda: position)
     t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
     await t.commit()
     fake.mock.reset_mock()
@@ -255,8 +304,7 @@ async def test_an_offset_already_committed_is_not_sent_again() -> None:
 async def test_an_offset_moved_by_an_aborted_transaction_goes_into_the_next_one() -> None:
     position = POS
     fake = Fake(fail={b"e2": MessageSizeTooLargeError()})
-    t = PartitionTransactions(CONFIG, 2, lambda: position, lambda: RecordLimits(1_000_000))
-    t._producer = fake.mock
+    t = await started(fake, lambda: position)
     t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
     await t.commit()
     position = Position(8, (), ())
@@ -290,8 +338,7 @@ async def test_on_a_producer_thread_the_transaction_is_the_same() -> None:
         fake = Fake(fail={b"e2": MessageSizeTooLargeError()})
         threads: list[str] = []
         fake.mock.begin_transaction.side_effect = lambda: threads.append(threading.current_thread().name)
-        t = PartitionTransactions(CONFIG, 2, lambda: POS, lambda: RecordLimits(1_000_000), producers)
-        t._producer = fake.mock
+        t = await started(fake, producers=producers)
         t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
         t.mark(record("a"))
         assert await t.commit() == 3
@@ -329,12 +376,11 @@ async def test_batches_are_filled_by_the_caller_and_only_sent_by_the_producer_th
 
         async def send_batch(batch: FakeBatch, topic: str, *, partition: int) -> asyncio.Future[Any]:
             sent.append(threading.current_thread().name)
-            return await fake._send_batch(batch, topic, partition=partition)
+            return await fake.send_batch(batch, topic, partition=partition)
 
         fake.mock.create_batch.side_effect = batch
         fake.mock.send_batch.side_effect = send_batch
-        t = PartitionTransactions(CONFIG, 2, lambda: POS, lambda: RecordLimits(1_000_000), producers)
-        t._producer = fake.mock
+        t = await started(fake, producers=producers)
         t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
         assert await t.commit() == 2
         assert filled and set(filled) == {threading.current_thread().name}
@@ -351,7 +397,7 @@ async def test_a_batch_that_cannot_be_filled_fails_the_transaction_before_it_beg
             raise TypeError("not bytes")
 
     fake.mock.create_batch.side_effect = Broken
-    t = txn(POS, fake)
+    t = await txn(POS, fake)
     t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
     with pytest.raises(TransactionFailed) as failed:
         await t.commit()
@@ -362,14 +408,12 @@ async def test_a_batch_that_cannot_be_filled_fails_the_transaction_before_it_beg
 async def test_a_record_without_a_known_partition_gets_the_one_its_key_hashes_to() -> None:
     """A topic whose partition count the bridge did not learn at start: the producer's
     metadata says how many, and the record goes where Kafka's partitioner puts its key."""
-    client = MagicMock()
-    client._wait_on_metadata = AsyncMock()
-    client.cluster.partitions_for_topic.return_value = {0, 1, 2, 3, 4}
-    fake = Fake(client=client)
-    t = txn(POS, fake)
+    fake = Fake()
+    fake.mock.partitions_for.return_value = {0, 1, 2, 3, 4}
+    t = await txn(POS, fake)
     t.add(OutRecord("ws-a.dlq", b"order-17", b"d1", [], "dlq:8", None))
     t.add(OutRecord("ws-a.dlq", b"order-17", b"d2", [], "dlq:9", None))
     await t.commit()
-    client._wait_on_metadata.assert_awaited_with("ws-a.dlq")
+    fake.mock.partitions_for.assert_awaited_with("ws-a.dlq")
     dlq = [(p, v) for topic, p, _, v in fake.sends() if topic == "ws-a.dlq"]
     assert dlq == [(partition_for(b"order-17", 5), b"d1"), (partition_for(b"order-17", 5), b"d2")]

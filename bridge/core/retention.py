@@ -1,0 +1,58 @@
+"""How long a closed Task is remembered: its dedupe window. Pure.
+
+A closed Task is held (as a :class:`bridge.core.lifecycle.ClosedTask`: its key,
+the digests of its commandIds and how it ended) for ``closed_retention_seconds``
+after it closed, so that a command repeated in that time is answered as a
+duplicate. After that its checkpoint is tombstoned and it is forgotten.
+
+The window is kept in the order Tasks closed; each sweep forgets those whose
+time has come, oldest first. A key may close, start again and close again
+within one window: an entry whose Task is no longer the one held under its key
+(the caller says when each key's held Task closed) forgets nothing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+
+
+class Retention:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._order: deque[tuple[float, str]] = deque()  # (closed at, taskKey), as they closed
+        self._held = 0
+
+    def closed(self, key: str, at: float) -> None:
+        """The Task of ``key`` closed at ``at`` and is held from now on."""
+        self._order.append((at, key))
+        self._held += 1
+
+    def restored(self, closed: Iterable[tuple[float, str]]) -> None:
+        """Closed Tasks read back from the checkpoints, as (closed at, taskKey)."""
+        entries = sorted(closed)
+        self._order.extend(entries)
+        self._held += len(entries)
+
+    def reopened(self) -> None:
+        """A new Task took the key of a held closed Task: that one is held no more."""
+        self._held -= 1
+
+    def expired(self, now: float, closed_at: Callable[[str], float | None]) -> list[str]:
+        """The keys whose closed Task's window has passed at ``now``, to tombstone
+        and forget; ``closed_at(key)``: when the closed Task held under ``key``
+        closed (None if the key holds none). They are held no more."""
+        horizon = now - self.seconds
+        order = self._order
+        gone: dict[str, None] = {}  # a key at most once, in the order they closed
+        while order and order[0][0] <= horizon:
+            at, key = order.popleft()
+            if closed_at(key) == at:
+                gone[key] = None
+        self._held -= len(gone)
+        return list(gone)
+
+    @property
+    def held(self) -> int:
+        """Closed Tasks held now."""
+        return self._held
