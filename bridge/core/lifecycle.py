@@ -408,7 +408,7 @@ class ClosedTask:
     """A closed Task while its key is inside the dedupe window: only what dedupe
     and the command rules need (its key, digests of its last commandIds, how it
     ended, when). A few hundred bytes, where a live :class:`TaskRecord` costs
-    kilobytes; it answers :func:`bridge.wire.commands.decide` like one.
+    kilobytes; it answers :func:`bridge.core.commands.decide` like one.
 
     After ``closed_retention_seconds`` its checkpoint is tombstoned and it is
     forgotten: a commandId repeated after that is new to the bridge.

@@ -28,6 +28,7 @@ from aiokafka.structs import ConsumerRecord
 from bridge import __version__
 from bridge.agents.client import AgentClient
 from bridge.config.model import Config
+from bridge.core.commands import Act, Command, Duplicate, Refuse, decide
 from bridge.core.lifecycle import ClosedTask, Dropped, Event, TaskRecord, new_task
 from bridge.core.limits import Headers, RecordLimits, record_size
 from bridge.core.offsets import PartitionOffsets, Position
@@ -35,7 +36,7 @@ from bridge.engine.runner import TaskRunner
 from bridge.kafka.transaction import OutRecord, PartitionTransactions, ProducerLoop, partition_for
 from bridge.observe import metrics, tracing
 from bridge.wire import checkpoints, events
-from bridge.wire.commands import Act, Command, Duplicate, Invalid, Refuse, decide, decode
+from bridge.wire.commands import Invalid, decode
 
 log = logging.getLogger(__name__)
 

@@ -1,46 +1,20 @@
-"""Commands from the commands topic: decoding, validation, and what they ask.
+"""Commands from the commands topic: decoding and validation.
 
-Decoding never raises: every record becomes either a :class:`Command` or a
-:class:`Invalid` with a machine-readable reason for the DLQ.
+Decoding never raises: every record becomes either a
+:class:`~bridge.core.commands.Command` or an :class:`Invalid` with a
+machine-readable reason for the DLQ. What a valid command then does is
+:func:`bridge.core.commands.decide`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
 
 import orjson
 from jsonschema.exceptions import ValidationError, best_match
 
-from bridge.core.lifecycle import ClosedTask, TaskRecord
+from bridge.core.commands import Command, DlqReason
 from bridge.wire.schemas import check, validator
-
-DlqReason = Literal[
-    "not-json",
-    "not-an-object",
-    "schema-violation",
-    "oversize",
-    "unknown-agent",
-    "unknown-task-key",
-    "key-busy",
-    "task-closed",
-    "not-awaiting-input",
-    "key-mismatch",
-    "agent-error",
-    "bridge-error",
-]
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    type: Literal["start", "reply", "cancel"]
-    command_id: str
-    task_key: str
-    agent: str | None = None
-    message: dict[str, Any] | None = None
-    metadata: dict[str, Any] | None = None
-    deadline_seconds: float | None = None
-    context_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,44 +71,3 @@ def describe(error: ValidationError) -> str:
             else (f"{where}: must be {error.validator} {orjson.dumps(error.validator_value).decode()[:100]}")
         )
     return f"{where}: does not satisfy {error.validator} {orjson.dumps(error.validator_value).decode()[:100]}"
-
-
-@dataclass(frozen=True, slots=True)
-class Act:
-    """Do what the command says."""
-
-
-@dataclass(frozen=True, slots=True)
-class Duplicate:
-    """Already absorbed: no second effect."""
-
-
-@dataclass(frozen=True, slots=True)
-class Refuse:
-    reason: DlqReason
-    detail: str
-
-
-Decision = Act | Duplicate | Refuse
-
-
-def decide(command: Command, record: TaskRecord | ClosedTask | None) -> Decision:
-    """What a command does to the taskKey's current record (pure rules of DESIGN §2)."""
-    if record is not None and record.seen(command.command_id):
-        return Duplicate()
-    if command.type == "start":
-        if record is not None and not record.closed:
-            return Refuse("key-busy", f"taskKey has a live Task ({record.state or 'starting'})")
-        return Act()
-    if record is None:
-        return Refuse("unknown-task-key", f"no Task for this taskKey to {command.type}")
-    if record.closed:
-        return Refuse("task-closed", f"the Task ended ({record.ended_as}); {command.type} has nothing to act on")
-    if command.type == "reply" and not record.paused:
-        return Refuse("not-awaiting-input", f"the Task is {record.state or 'starting'}, not input-required")
-    return Act()
-
-
-def message_id(command_id: str) -> str:
-    """The A2A messageId for a command: stable, so a re-sent start is recognisable."""
-    return f"bridge-{command_id}"

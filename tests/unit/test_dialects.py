@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from bridge.agents.client import rpc_id
+from bridge.core.commands import message_id
 from bridge.core.lifecycle import (
     ArtifactUpdate,
     Dropped,
@@ -26,7 +27,6 @@ from bridge.core.lifecycle import (
     new_task,
 )
 from bridge.errors import AgentError, AgentProtocolError, RpcError
-from bridge.wire.commands import message_id
 from bridge.wire.dialects import (
     Dialect,
     GatewayDialect,

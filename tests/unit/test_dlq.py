@@ -11,10 +11,10 @@ import orjson
 import pytest
 from aiokafka.structs import ConsumerRecord
 
+from bridge.core.commands import Command
 from bridge.engine.partition import dlq_record
 from bridge.ops.display import escape
 from bridge.ops.dlq import REPLAY_HEADER, DlqEntry, as_json, line, refusal, replay_headers
-from bridge.wire.commands import Command
 
 COMMANDS = "orders.commands"
 START = orjson.dumps(

@@ -14,10 +14,10 @@ from aiokafka.structs import ConsumerRecord
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bridge.core.commands import Command
 from bridge.core.lifecycle import ArtifactUpdate, Event, StatusUpdate, TaskRecord, new_task
 from bridge.core.limits import MIN_RECORD_BYTES, cut, record_size, shrink, size
 from bridge.engine.partition import dlq_record
-from bridge.wire.commands import Command
 from bridge.wire.events import encode, encode_within
 from bridge.wire.schemas import validator
 from tests.unit.common import FAST

@@ -11,11 +11,11 @@ from __future__ import annotations
 import orjson
 
 from bridge.config.model import BridgeConfig, Config
+from bridge.core.commands import Act, Command, Duplicate, Refuse, decide
 from bridge.core.lifecycle import ClosedTask, StatusUpdate, new_task
 from bridge.core.limits import RecordLimits
 from bridge.engine.partition import PartitionOwner
 from bridge.wire import checkpoints
-from bridge.wire.commands import Act, Command, Duplicate, Refuse, decide
 
 
 def finished(key: str = "order-1", *ids: str) -> ClosedTask:
