@@ -9,6 +9,7 @@ machine-readable reason for the DLQ. What a valid command then does is
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from jsonschema.exceptions import ValidationError, best_match
@@ -25,8 +26,8 @@ class Invalid:
     agent: str | None = None
 
 
-def decode(value: bytes | None, key: bytes | None, *, max_bytes: int) -> Command | Invalid:
-    """Parse and validate one command record against ``schemas/command.schema.json``."""
+def _json_object(value: bytes | None, max_bytes: int) -> dict[str, Any] | Invalid:
+    """The record's value as a JSON object: the checks on its bytes, before any on a command."""
     if value is None:
         return Invalid("not-json", "empty record value")
     if len(value) > max_bytes:
@@ -37,6 +38,14 @@ def decode(value: bytes | None, key: bytes | None, *, max_bytes: int) -> Command
         return Invalid("not-json", f"not JSON: {exc}"[:300])
     if not isinstance(doc, dict):
         return Invalid("not-an-object", f"a command is a JSON object, not {type(doc).__name__}")
+    return doc
+
+
+def decode(value: bytes | None, key: bytes | None, *, max_bytes: int) -> Command | Invalid:
+    """Parse and validate one command record against ``schemas/command.schema.json``."""
+    doc = _json_object(value, max_bytes)
+    if isinstance(doc, Invalid):
+        return doc
     command_id = doc.get("commandId") if isinstance(doc.get("commandId"), str) else None
     agent = doc.get("agent") if isinstance(doc.get("agent"), str) else None
     if not check("command")(doc):  # the fast verdict; why it fails is jsonschema's to say
@@ -63,11 +72,8 @@ def decode(value: bytes | None, key: bytes | None, *, max_bytes: int) -> Command
 def describe(error: ValidationError) -> str:
     """Where and which rule failed, without echoing the value (it may be a secret)."""
     where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-    if error.validator in ("required", "const", "enum"):
-        # These messages name the property or the expected value, not the input.
-        return (
-            f"{where}: {error.message}"[:300]
-            if error.validator == "required"
-            else (f"{where}: must be {error.validator} {orjson.dumps(error.validator_value).decode()[:100]}")
-        )
-    return f"{where}: does not satisfy {error.validator} {orjson.dumps(error.validator_value).decode()[:100]}"
+    if error.validator == "required":  # the message names the missing property, not the input
+        return f"{where}: {error.message}"[:300]
+    expected = orjson.dumps(error.validator_value).decode()[:100]  # the schema's, not the input's
+    verb = "must be" if error.validator in ("const", "enum") else "does not satisfy"
+    return f"{where}: {verb} {error.validator} {expected}"
