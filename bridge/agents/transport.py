@@ -69,10 +69,11 @@ class _Socket(asyncio.BufferedProtocol):
 
     Buffered, so the kernel copies into a buffer that is reused. A plain
     protocol's transport allocates 256 KiB per receive; until glibc's dynamic
-    mmap threshold has risen past that, each is an mmap and munmap: 12 µs of
-    system calls for every trickled SSE frame, against 1.3 µs for the receive
-    itself. (In the bridge the threshold had risen, in a fresh process it had
-    not: the cost of a read no longer depends on the allocator's history.)
+    mmap threshold has risen past that, each is an mmap and munmap, system calls
+    costing several times the receive itself for every trickled SSE frame
+    (measured: bench/README.md, "Receive buffers"). Whether the threshold has
+    risen depends on the allocator's history; a reused buffer costs the same
+    in every process.
     """
 
     transport: asyncio.Transport  # set by connection_made, before any other callback

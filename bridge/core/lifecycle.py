@@ -22,8 +22,8 @@ from bridge.core import artifacts
 TERMINAL_STATES = frozenset({"completed", "failed", "canceled", "rejected"})
 # The Task waits for a reply; its stream may end without it being lost.
 PAUSED_STATES = frozenset({"input-required", "auth-required"})
-# What the bridge observed that is not an agent state (seed: "Record cancellation,
-# failure, and client timeout separately"). `rejected` is the agent refusing a
+# What the bridge observed that is not an agent state (docs/gateway-protocol.md:
+# "Record cancellation, failure, and client timeout separately"). `rejected` is the agent refusing a
 # start; the bridge's own give-ups have their own names.
 BridgeOutcome = Literal[
     "timeout",  # the bridge's deadline passed; the agent's Task may still run
@@ -200,7 +200,7 @@ class TaskRecord:
     artifacts: dict[str, ArtifactProgress] = field(default_factory=dict)
     # Digests of the history messages (and status messages) published, newest last.
     messages: list[str] = field(default_factory=list)
-    # What routed the Task when it started (seed: "Store the Agent selector ...
+    # What routed the Task when it started (docs/gateway-protocol.md: "Store the Agent selector ...
     # together"): a config change must not re-route a live Task.
     endpoint: str | None = None
     dialect: str | None = None

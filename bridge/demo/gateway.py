@@ -1,4 +1,4 @@
-"""The seed's agent gateway: A2A v0.3 JSON-RPC over ``POST /newmoi/agents/a2a``.
+"""The agent gateway of docs/gateway-protocol.md: A2A v0.3 JSON-RPC over ``POST /newmoi/agents/a2a``.
 
 A small, faithful implementation of the gateway the bridge talks to, used by the
 integration tests, the chaos tests and ``make demo``. Agents are the scripted
@@ -25,7 +25,7 @@ it exists), ``tasks/get`` ``{"id", "historyLength"?}``, ``tasks/cancel`` ``{"id"
 ``tasks/resubscribe`` ``{"taskId", "afterSeq"?}`` (SSE).
 
 A user message continues an ``input-required`` Task of the same agent when it
-carries that Task's ``taskId``, or, as in the seed's example answer message,
+carries that Task's ``taskId``, or, as in the protocol's example answer message,
 when it carries no ``taskId`` but the ``contextId`` of such a Task (the newest
 one wins). Any other message starts a new Task. A ``messageId`` already seen
 for the agent attaches to its Task instead (stream: replay retained events,
@@ -170,7 +170,7 @@ class GatewayConfig:
     seed: int | None = None
     token: str | None = None
     # Resubscribe replays this many events at or before afterSeq as well: the
-    # redelivery the seed warns of ("network recovery can redeliver an event"),
+    # redelivery docs/gateway-protocol.md warns of ("network recovery can redeliver an event"),
     # so tests can check that clients de-duplicate by sequence.
     redeliver: int = 0
     # How every tasks/resubscribe fails, if it should (see the module docstring).

@@ -37,7 +37,8 @@ from bridge.core.limits import record_size
 
 INTERNAL_PREFIX = b"\xff"
 PARTITION_KEY = INTERNAL_PREFIX + b"bridge/partition"
-# Before 0.2 the partition record lived here, in the taskKey key space.
+# Releases before 0.2 wrote the partition record under this key, in the taskKey
+# key space; a restore still reads it there.
 LEGACY_PARTITION_KEY = b"\x00partition"
 VERSION = 2
 

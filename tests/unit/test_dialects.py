@@ -1,5 +1,5 @@
-"""Dialects (bridge.wire.dialects): requests per DESIGN §4, and responses normalized
-from REAL wire captures of the official a2a-sdk server (tests/fixtures/a2a_sdk,
+"""Dialects (bridge.wire.dialects): requests as README.md's "Agent dialects" lists
+them, and responses normalized from REAL wire captures of the official a2a-sdk server (tests/fixtures/a2a_sdk,
 format in its NOTES.md) plus hand-written gateway frames (shapes from the
 module docstring of bridge.demo.gateway)."""
 
