@@ -69,10 +69,11 @@ class _Socket(asyncio.BufferedProtocol):
 
     Buffered, so the kernel copies into a buffer that is reused. A plain
     protocol's transport allocates 256 KiB per receive; until glibc's dynamic
-    mmap threshold has risen past that, each is an mmap and munmap: 12 µs of
-    system calls for every trickled SSE frame, against 1.3 µs for the receive
-    itself. (In the bridge the threshold had risen, in a fresh process it had
-    not: the cost of a read no longer depends on the allocator's history.)
+    mmap threshold has risen past that, each is an mmap and munmap, system calls
+    costing several times the receive itself for every trickled SSE frame
+    (measured: bench/README.md, "Receive buffers"). Whether the threshold has
+    risen depends on the allocator's history; a reused buffer costs the same
+    in every process.
     """
 
     transport: asyncio.Transport  # set by connection_made, before any other callback
@@ -392,23 +393,8 @@ class _Body(httpx.AsyncByteStream):
             raise httpx.StreamClosed()
         try:
             if self._chunked:
-                decoder = chunked.Decoder(_MAX_HEAD_BYTES)
-                data, conn.unread = conn.unread, b""
-                while not decoder.done:
-                    if not data:
-                        data = await conn.stream.read(_READ_BYTES, self._timeout)
-                        if not data:
-                            raise httpx.RemoteProtocolError("the server closed the connection before the body ended")
-                    try:
-                        body = decoder.feed(data)
-                    except chunked.ChunkedError as exc:
-                        if exc.body:
-                            yield exc.body  # what came before the fault, as h11 would give it
-                        raise httpx.RemoteProtocolError(str(exc)) from None
-                    data = b""
-                    if body:
-                        yield body
-                conn.h11.receive_data(decoder.rest)  # the last chunk on: h11's
+                async for body in self._chunks(conn):
+                    yield body
             elif conn.unread:
                 data, conn.unread = conn.unread, b""
                 conn.h11.receive_data(data)
@@ -424,6 +410,27 @@ class _Body(httpx.AsyncByteStream):
         except BaseException:
             conn.close()  # mid-body (an error, a cancellation, a reader that stopped): unusable
             raise
+
+    async def _chunks(self, conn: _Connection) -> AsyncIterator[bytes]:
+        """A chunked body up to its last chunk, decoded here; what follows (the
+        last chunk, trailers) is handed to h11."""
+        decoder = chunked.Decoder(_MAX_HEAD_BYTES)
+        data, conn.unread = conn.unread, b""
+        while not decoder.done:
+            if not data:
+                data = await conn.stream.read(_READ_BYTES, self._timeout)
+                if not data:
+                    raise httpx.RemoteProtocolError("the server closed the connection before the body ended")
+            try:
+                body = decoder.feed(data)
+            except chunked.ChunkedError as exc:
+                if exc.body:
+                    yield exc.body  # what came before the fault, as h11 would give it
+                raise httpx.RemoteProtocolError(str(exc)) from None
+            data = b""
+            if body:
+                yield body
+        conn.h11.receive_data(decoder.rest)
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None

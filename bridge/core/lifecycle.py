@@ -22,8 +22,8 @@ from bridge.core import artifacts
 TERMINAL_STATES = frozenset({"completed", "failed", "canceled", "rejected"})
 # The Task waits for a reply; its stream may end without it being lost.
 PAUSED_STATES = frozenset({"input-required", "auth-required"})
-# What the bridge observed that is not an agent state (seed: "Record cancellation,
-# failure, and client timeout separately"). `rejected` is the agent refusing a
+# What the bridge observed that is not an agent state (docs/gateway-protocol.md:
+# "Record cancellation, failure, and client timeout separately"). `rejected` is the agent refusing a
 # start; the bridge's own give-ups have their own names.
 BridgeOutcome = Literal[
     "timeout",  # the bridge's deadline passed; the agent's Task may still run
@@ -200,7 +200,7 @@ class TaskRecord:
     artifacts: dict[str, ArtifactProgress] = field(default_factory=dict)
     # Digests of the history messages (and status messages) published, newest last.
     messages: list[str] = field(default_factory=list)
-    # What routed the Task when it started (seed: "Store the Agent selector ...
+    # What routed the Task when it started (docs/gateway-protocol.md: "Store the Agent selector ...
     # together"): a config change must not re-route a live Task.
     endpoint: str | None = None
     dialect: str | None = None
@@ -255,24 +255,10 @@ class TaskRecord:
         Artifact parts beyond ``max_artifact_bytes`` are spread over several
         events (see :mod:`bridge.core.artifacts`).
         """
-        if self.closed:
-            return [Dropped("after-terminal")]
+        dropped = self._admit(update)
+        if dropped is not None:
+            return [Dropped(dropped)]
         src = update.source_seq
-        if src is not None and self.after_seq is not None and src <= self.after_seq:
-            return [Dropped("replayed")]
-        task_id = update.task_id
-        if task_id is None:  # a Message that names no Task
-            if self.task_id is None:
-                return [Dropped("no-task")]
-            task_id = self.task_id
-        if self.task_id is None:
-            self.task_id = task_id
-        elif task_id != self.task_id:
-            return [Dropped("foreign-task")]
-        if update.context_id and not self.context_id:
-            self.context_id = update.context_id
-        if src is not None:
-            self.after_seq = src
         if isinstance(update, StatusUpdate):
             return [self._status(update.state, update.message, src)]
         if isinstance(update, ArtifactUpdate):
@@ -280,6 +266,29 @@ class TaskRecord:
         if isinstance(update, MessageUpdate):
             return [self._message(update.message, src)]
         return self._snapshot(update, max_artifact_bytes)
+
+    def _admit(self, update: Update) -> DropReason | None:
+        """Why ``update`` is not this Task's to publish, if it is not (closed, a
+        replay, no Task named, another Task); else None, and the update's Task id,
+        context id and SSE id are taken: the first names the Task, the last is
+        the cursor."""
+        if self.closed:
+            return "after-terminal"
+        src = update.source_seq
+        if src is not None and self.after_seq is not None and src <= self.after_seq:
+            return "replayed"
+        task_id = self.task_id if update.task_id is None else update.task_id
+        if task_id is None:  # a Message that names no Task, before any did
+            return "no-task"
+        if self.task_id is None:
+            self.task_id = task_id
+        elif task_id != self.task_id:
+            return "foreign-task"
+        if update.context_id and not self.context_id:
+            self.context_id = update.context_id
+        if src is not None:
+            self.after_seq = src
+        return None
 
     def _status(self, state: str, message: JSON | None, src: int | None) -> Event | Dropped:
         digest = _digest([state, message])
@@ -408,7 +417,7 @@ class ClosedTask:
     """A closed Task while its key is inside the dedupe window: only what dedupe
     and the command rules need (its key, digests of its last commandIds, how it
     ended, when). A few hundred bytes, where a live :class:`TaskRecord` costs
-    kilobytes; it answers :func:`bridge.wire.commands.decide` like one.
+    kilobytes; it answers :func:`bridge.core.commands.decide` like one.
 
     After ``closed_retention_seconds`` its checkpoint is tombstoned and it is
     forgotten: a commandId repeated after that is new to the bridge.

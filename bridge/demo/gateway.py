@@ -1,4 +1,4 @@
-"""The seed's agent gateway: A2A v0.3 JSON-RPC over ``POST /newmoi/agents/a2a``.
+"""The agent gateway of docs/gateway-protocol.md: A2A v0.3 JSON-RPC over ``POST /newmoi/agents/a2a``.
 
 A small, faithful implementation of the gateway the bridge talks to, used by the
 integration tests, the chaos tests and ``make demo``. Agents are the scripted
@@ -25,7 +25,7 @@ it exists), ``tasks/get`` ``{"id", "historyLength"?}``, ``tasks/cancel`` ``{"id"
 ``tasks/resubscribe`` ``{"taskId", "afterSeq"?}`` (SSE).
 
 A user message continues an ``input-required`` Task of the same agent when it
-carries that Task's ``taskId``, or, as in the seed's example answer message,
+carries that Task's ``taskId``, or, as in the protocol's example answer message,
 when it carries no ``taskId`` but the ``contextId`` of such a Task (the newest
 one wins). Any other message starts a new Task. A ``messageId`` already seen
 for the agent attaches to its Task instead (stream: replay retained events,
@@ -110,7 +110,7 @@ import secrets
 import socket
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -149,6 +149,17 @@ UNSUPPORTED_OPERATION = -32004
 _UNFINISHED_MSG = "ASGI callable returned without completing response."
 
 
+# The checks of a JSON-RPC request's envelope, in order: what must hold of the
+# payload, else the error code and message (``{agent}``: the agent_code given).
+_ENVELOPE: tuple[tuple[Callable[[JSON], bool], int, str], ...] = (
+    (lambda p: p.get("jsonrpc") == "2.0", INVALID_REQUEST, 'Invalid Request: jsonrpc must be "2.0"'),
+    (lambda p: isinstance(p.get("method"), str), INVALID_REQUEST, "Invalid Request: method must be a string"),
+    (lambda p: p.get("agent_code") not in (None, ""), AGENT_CODE_MISSING, "agent_code is required beside jsonrpc"),
+    (lambda p: p.get("agent_code") in scripts.AGENTS, AGENT_CODE_UNKNOWN, "unknown agent_code: {agent!r}"),
+    (lambda p: isinstance(p.get("params", {}), dict), INVALID_PARAMS, "params must be an object"),
+)
+
+
 @dataclass(slots=True)
 class GatewayConfig:
     host: str = "127.0.0.1"
@@ -159,7 +170,7 @@ class GatewayConfig:
     seed: int | None = None
     token: str | None = None
     # Resubscribe replays this many events at or before afterSeq as well: the
-    # redelivery the seed warns of ("network recovery can redeliver an event"),
+    # redelivery docs/gateway-protocol.md warns of ("network recovery can redeliver an event"),
     # so tests can check that clients de-duplicate by sequence.
     redeliver: int = 0
     # How every tasks/resubscribe fails, if it should (see the module docstring).
@@ -529,6 +540,16 @@ class Gateway:
 
     # -- JSON-RPC -----------------------------------------------------------
 
+    @property
+    def _methods(self) -> dict[str, Callable[[Any, str, JSON], Response | EventStream | _RawStream]]:
+        return {
+            "message/stream": self._message_stream,
+            "message/send": self._message_send,
+            "tasks/get": self._tasks_get,
+            "tasks/cancel": self._tasks_cancel,
+            "tasks/resubscribe": self._resubscribe,
+        }
+
     async def dispatch(self, request: Request) -> Response | EventStream | _RawStream:
         auth = self._check_auth(request)
         if auth is not None:
@@ -543,33 +564,15 @@ class Gateway:
         if isinstance(rpc_id, bool) or not isinstance(rpc_id, str | int):
             return _rpc_error(None, RpcError(INVALID_REQUEST, "Invalid Request: id must be a string or integer"))
         try:
-            if payload.get("jsonrpc") != "2.0":
-                raise RpcError(INVALID_REQUEST, 'Invalid Request: jsonrpc must be "2.0"')
-            method = payload.get("method")
-            if not isinstance(method, str):
-                raise RpcError(INVALID_REQUEST, "Invalid Request: method must be a string")
-            agent = payload.get("agent_code")
-            if agent is None or agent == "":
-                raise RpcError(AGENT_CODE_MISSING, "agent_code is required beside jsonrpc")
-            if agent not in scripts.AGENTS:
-                raise RpcError(AGENT_CODE_UNKNOWN, f"unknown agent_code: {agent!r}"[:200])
-            params = payload.get("params", {})
-            if not isinstance(params, dict):
-                raise RpcError(INVALID_PARAMS, "params must be an object")
+            for holds, code, says in _ENVELOPE:
+                if not holds(payload):
+                    raise RpcError(code, says.format(agent=payload.get("agent_code"))[:200])
             self.sweep()
             self._trace = request.headers.get("traceparent")
-            if method == "message/stream":
-                return self._message_stream(rpc_id, agent, params)
-            if method == "message/send":
-                return self._message_send(rpc_id, agent, params)
-            if method == "tasks/get":
-                rec = self.get_task(agent, _str_param(params, "id"))
-                return _rpc_result(rpc_id, rec.snapshot(_int_param(params, "historyLength", required=False)))
-            if method == "tasks/cancel":
-                return _rpc_result(rpc_id, self._cancel(self.get_task(agent, _str_param(params, "id"))))
-            if method == "tasks/resubscribe":
-                return self._resubscribe(rpc_id, agent, params)
-            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}"[:200])
+            handler = self._methods.get(payload["method"])
+            if handler is None:
+                raise RpcError(METHOD_NOT_FOUND, f"Method not found: {payload['method']}"[:200])
+            return handler(rpc_id, payload["agent_code"], payload.get("params", {}))
         except RpcError as err:
             return _rpc_error(rpc_id, err)
 
@@ -615,6 +618,13 @@ class Gateway:
         if mode == "json":
             return _rpc_result(rpc_id, rec.snapshot())
         return EventStream(self, rec, rpc_id, cursor, mode)
+
+    def _tasks_get(self, rpc_id: Any, agent: str, params: JSON) -> Response:
+        rec = self.get_task(agent, _str_param(params, "id"))
+        return _rpc_result(rpc_id, rec.snapshot(_int_param(params, "historyLength", required=False)))
+
+    def _tasks_cancel(self, rpc_id: Any, agent: str, params: JSON) -> Response:
+        return _rpc_result(rpc_id, self._cancel(self.get_task(agent, _str_param(params, "id"))))
 
     def _message_send(self, rpc_id: Any, agent: str, params: JSON) -> Response:
         message = _validate_message(params)

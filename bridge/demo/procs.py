@@ -1,6 +1,6 @@
 """Local agent servers as child processes: start one, learn its URL, stop it.
 
-The demo, the tests and the benchmarks all run the seed gateway and the
+The demo, the tests and the benchmarks all run the demo gateway and the
 a2a-sdk agents this way; each server prints ``... listening on http://HOST:PORT``
 once it accepts connections.
 """

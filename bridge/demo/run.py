@@ -1,6 +1,7 @@
 """`bridge demo`: the main job end to end on a local broker.
 
-Starts the seed gateway and the a2a-sdk agents, creates fresh topics, runs
+Starts the demo gateway (bridge.demo.gateway, following
+docs/gateway-protocol.md) and the a2a-sdk agents, creates fresh topics, runs
 the bridge in this process, writes a few commands (including one reply, one
 cancel, one dropped stream and one malformed command) and prints the events
 as a timeline until every Task has ended. Exit 0 when each ended as it should.
@@ -15,7 +16,7 @@ import logging
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -55,13 +56,91 @@ def _config(base: Config, gateway: str, sdk: str) -> Config:
 
 
 def _start(key: str, agent: str, text: str) -> dict[str, Any]:
-    return {
-        "type": "start",
-        "commandId": f"{key}-start",
-        "taskKey": key,
-        "agent": agent,
-        "message": {"role": "user", "parts": [{"kind": "text", "text": text}]},
-    }
+    return {"type": "start", "commandId": f"{key}-start", "taskKey": key, "agent": agent, "message": _text(text)}
+
+
+# The demo's Tasks: taskKey, agent, what the start asks, and how the Task should end.
+_TASKS = (
+    ("invoice-1001", "writer", "chunks=8 interval=0.25", "completed"),  # gateway writer, its stream dropped mid-way
+    ("summary-7", "sdk-writer", "chunks=4 interval=0.1", "completed"),  # a2a-1.0 writer
+    ("export-42", "asker", "prepare the export", "completed"),  # asks a question, gets a reply
+    ("report-9", "failer", "interval=0.3", "failed"),  # the agent fails
+    ("crawl-3", "sdk-sleeper", "ticks=100 interval=0.3", "canceled"),  # canceled by a command
+)
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"role": "user", "parts": [{"kind": "text", "text": text}]}
+
+
+class _Script:
+    """The demo's commands: the starts, and the interventions made once each, on
+    the first event for which their condition holds."""
+
+    def __init__(self, config: Config, gateway: str, producer: AIOKafkaProducer) -> None:
+        self.config, self.gateway, self.producer = config, gateway, producer
+        self.interventions: list[tuple[Callable[[dict[str, Any]], bool], Callable[[str], Awaitable[str]]]] = [
+            (lambda e: e.get("state") == "input-required", self.reply),
+            (lambda e: e["taskKey"] == "invoice-1001" and e["kind"] == "artifact", self.drop),
+            (lambda e: e["taskKey"] == "crawl-3" and e["seq"] >= 3, self.cancel),
+        ]
+
+    async def send(self, cmd: dict[str, Any] | bytes, key: str) -> None:
+        value = cmd if isinstance(cmd, bytes) else orjson.dumps(cmd)
+        await self.producer.send_and_wait(self.config.kafka.commands_topic, value, key=key.encode())
+
+    async def start(self) -> None:
+        for key, agent, text, _end in _TASKS:
+            await self.send(_start(key, agent, text), key)
+        await self.send(b"{this is not a command", "broken-1")
+        print(f"demo: {len(_TASKS)} starts and 1 malformed command written\n")
+
+    async def react(self, e: dict[str, Any]) -> None:
+        for when, act in [(when, act) for when, act in self.interventions if when(e)]:
+            self.interventions.remove((when, act))
+            print(f"demo: -- {await act(e['taskKey'])} --")
+
+    async def reply(self, key: str) -> str:
+        await self.send(
+            {"type": "reply", "commandId": "export-42-reply", "taskKey": key, "message": _text("json")}, key
+        )
+        return "replied 'json' to the question"
+
+    async def drop(self, key: str) -> str:
+        async with httpx.AsyncClient() as http:
+            await http.post(f"{self.gateway}/_control/drop", json={})
+        return "the gateway dropped every open stream; the bridge resubscribes after afterSeq"
+
+    async def cancel(self, key: str) -> str:
+        await self.send({"type": "cancel", "commandId": "crawl-3-cancel", "taskKey": key}, key)
+        return "sent a cancel command"
+
+
+async def _follow(config: Config, script: _Script) -> dict[str, str]:
+    """The events as a timeline, with the script's interventions, until every
+    Task has ended; how each ended."""
+    ended: dict[str, str] = {}
+    async for e in read_events(config, [config.kafka.events_topic]):
+        print(timeline_line(e), flush=True)
+        await script.react(e)
+        if closes(e):
+            ended[e["taskKey"]] = e.get("state") or e.get("outcome", "")
+            if set(ended) >= {key for key, *_ in _TASKS}:
+                break
+    return ended
+
+
+def _report(ended: dict[str, str], dlq: list[str]) -> bool:
+    """Print how each Task ended against how it should have; True when all did
+    and the DLQ holds the one malformed command."""
+    ok = True
+    for key, _agent, _text, want in _TASKS:
+        got = ended.get(key)
+        ok &= got == want
+        print(f"demo: {key:<13} ended {got} ({'ok' if got == want else 'UNEXPECTED'})")
+    print(f"demo: DLQ holds {len(dlq)} record(s): {dlq}")
+    print("demo: " + ("every Task ended as expected" if ok else "something went wrong"))
+    return ok and len(dlq) == 1
 
 
 async def demo(base: Config, *, timeout: float) -> int:
@@ -83,68 +162,12 @@ async def demo(base: Config, *, timeout: float) -> int:
         print(f"demo: topics {config.kafka.commands_topic} / events / checkpoints / dlq (3 partitions each)")
         runner = asyncio.create_task(service.run())
         await producer.start()
-
-        async def send(cmd: dict[str, Any] | bytes, key: str) -> None:
-            value = cmd if isinstance(cmd, bytes) else orjson.dumps(cmd)
-            await producer.send_and_wait(config.kafka.commands_topic, value, key=key.encode())
-
-        expected = {
-            "invoice-1001": "completed",  # gateway writer, its stream dropped mid-way
-            "summary-7": "completed",  # a2a-1.0 writer
-            "export-42": "completed",  # asks a question, gets a reply
-            "report-9": "failed",  # the agent fails
-            "crawl-3": "canceled",  # canceled by a command
-        }
-        await send(_start("invoice-1001", "writer", "chunks=8 interval=0.25"), "invoice-1001")
-        await send(_start("summary-7", "sdk-writer", "chunks=4 interval=0.1"), "summary-7")
-        await send(_start("export-42", "asker", "prepare the export"), "export-42")
-        await send(_start("report-9", "failer", "interval=0.3"), "report-9")
-        await send(_start("crawl-3", "sdk-sleeper", "ticks=100 interval=0.3"), "crawl-3")
-        await send(b"{this is not a command", "broken-1")
-        print("demo: 5 starts and 1 malformed command written\n")
-
-        ended: dict[str, str] = {}
-        done: set[str] = set()  # interventions made, each once
+        script = _Script(config, gateway, producer)
+        await script.start()
         async with asyncio.timeout(timeout):
-            async for e in read_events(config, [config.kafka.events_topic]):
-                print(timeline_line(e), flush=True)
-                key = e["taskKey"]
-                if e.get("state") == "input-required" and "reply" not in done:
-                    done.add("reply")
-                    await send(
-                        {
-                            "type": "reply",
-                            "commandId": "export-42-reply",
-                            "taskKey": key,
-                            "message": {"role": "user", "parts": [{"kind": "text", "text": "json"}]},
-                        },
-                        key,
-                    )
-                    print("demo: -- replied 'json' to the question --")
-                if key == "invoice-1001" and e["kind"] == "artifact" and "drop" not in done:
-                    done.add("drop")
-                    async with httpx.AsyncClient() as http:
-                        await http.post(f"{gateway}/_control/drop", json={})
-                    print("demo: -- the gateway dropped every open stream; the bridge resubscribes after afterSeq --")
-                if key == "crawl-3" and e["seq"] >= 3 and "cancel" not in done:
-                    done.add("cancel")
-                    await send({"type": "cancel", "commandId": "crawl-3-cancel", "taskKey": key}, key)
-                    print("demo: -- sent a cancel command --")
-                if closes(e):
-                    ended[key] = e.get("state") or e.get("outcome", "")
-                    if set(ended) >= set(expected):
-                        break
+            ended = await _follow(config, script)
         print()
-        ok = True
-        for key, want in expected.items():
-            got = ended.get(key)
-            mark = "ok" if got == want else "UNEXPECTED"
-            ok &= got == want
-            print(f"demo: {key:<13} ended {got} ({mark})")
-        dlq = [e async for e in _dlq(config)]
-        print(f"demo: DLQ holds {len(dlq)} record(s): {dlq}")
-        print("demo: " + ("every Task ended as expected" if ok else "something went wrong"))
-        return 0 if ok and len(dlq) == 1 else 1
+        return 0 if _report(ended, [e async for e in _dlq(config)]) else 1
     except TimeoutError:
         print(f"demo: not every Task ended within {timeout:.0f}s")
         return 1

@@ -31,6 +31,7 @@ from aiokafka.structs import ConsumerRecord
 
 from bridge.agents.client import AgentClient
 from bridge.config.model import Config
+from bridge.core.commands import Act, Command, Duplicate, Refuse, decide
 from bridge.core.intake import Intake
 from bridge.core.lifecycle import ClosedTask, Dropped, Event, TaskRecord, new_task
 from bridge.core.limits import RecordLimits
@@ -41,7 +42,7 @@ from bridge.engine.runner import TaskRunner
 from bridge.kafka.transaction import OutRecord, PartitionTransactions, ProducerLoop, partition_for
 from bridge.observe import metrics, tracing
 from bridge.wire import checkpoints, deadletters, events
-from bridge.wire.commands import Act, Command, Duplicate, Invalid, Refuse, decide, decode
+from bridge.wire.commands import Invalid, decode
 
 log = logging.getLogger(__name__)
 

@@ -35,6 +35,7 @@ from bridge.agents.client import AgentClient, close_stream, rpc_id
 from bridge.config.model import Config
 from bridge.core import policy
 from bridge.core.backoff import AGENT_RETRY, polling
+from bridge.core.commands import Act, Command, Duplicate, Refuse, decide, message_id
 from bridge.core.lifecycle import (
     JSON,
     PAUSED_STATES,
@@ -50,7 +51,6 @@ from bridge.core.lifecycle import (
 )
 from bridge.errors import AgentError, AgentNoTask, AgentOversize, RpcError
 from bridge.observe import logs, metrics
-from bridge.wire.commands import Act, Command, Duplicate, Refuse, decide, message_id
 
 log = logging.getLogger(__name__)
 

@@ -26,6 +26,7 @@ import asyncio
 import logging
 import ssl
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import errors as kafka_errors
@@ -62,55 +63,103 @@ def _tls_record_length(exc: asyncio.IncompleteReadError) -> bool:
     return (expected >> 24) in (0x15, 0x16) and (expected >> 16) & 0xFF == 0x03
 
 
+def _user(kafka: KafkaConfig) -> str:
+    return f"user {kafka.sasl_username!r}" if kafka.sasl_username else "no user name"
+
+
+def _cafile(kafka: KafkaConfig) -> str:
+    return f"kafka.ssl_cafile {kafka.ssl_cafile!r}" if kafka.ssl_cafile else "the system CAs (kafka.ssl_cafile unset)"
+
+
+def _listener_speaks_tls(exc: BaseException) -> bool:
+    cause = exc.__cause__ or exc.__context__
+    return isinstance(cause, asyncio.IncompleteReadError) and _tls_record_length(cause)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """What an exception of type ``raised`` (for which ``when`` holds) means: an
+    ``error`` of the class given, saying ``says`` after the broker's address."""
+
+    raised: type[BaseException]
+    error: type[StartupError | KafkaUnreachable]
+    says: Callable[[Any, KafkaConfig], str]
+    when: Callable[[Any], bool] = lambda exc: True
+
+
+# The first rule that matches decides; a subclass comes before its base class.
+_RULES = (
+    _Rule(
+        ssl.SSLCertVerificationError,
+        StartupError,
+        lambda exc, kafka: (
+            f"TLS certificate is not valid for this host name ({exc.verify_message or 'certificate verify failed'}); "
+            "use a bootstrap address the broker certificate names"
+        ),
+        when=lambda exc: exc.verify_code in _HOST_MISMATCH,
+    ),
+    _Rule(
+        ssl.SSLCertVerificationError,
+        StartupError,
+        lambda exc, kafka: (
+            f"TLS certificate not trusted ({exc.verify_message or 'certificate verify failed'}); check {_cafile(kafka)}"
+        ),
+    ),
+    _Rule(ssl.SSLEOFError, KafkaUnreachable, lambda exc, kafka: "connection closed during the TLS handshake"),
+    _Rule(
+        ssl.SSLError,
+        StartupError,
+        lambda exc, kafka: (
+            f"TLS handshake failed ({getattr(exc, 'reason', None) or exc}); "
+            f"is this a TLS listener, and is kafka.security_protocol {kafka.security_protocol!r} right?"
+        ),
+    ),
+    _Rule(
+        kafka_errors.SaslAuthenticationFailed,
+        StartupError,
+        lambda exc, kafka: (
+            f"SASL {kafka.sasl_mechanism} login refused for {_user(kafka)} "
+            f"({exc.args[0] if exc.args and isinstance(exc.args[0], str) else 'authentication failed'}); "
+            "check kafka.sasl_username and the password file or variable"
+        ),
+    ),
+    _Rule(
+        kafka_errors.UnsupportedSaslMechanismError,
+        StartupError,
+        lambda exc, kafka: f"{exc}; check kafka.sasl_mechanism",
+    ),
+    _Rule(
+        kafka_errors.IllegalSaslStateError,
+        StartupError,
+        lambda exc, kafka: (
+            "the listener does not take SASL; "
+            f"is kafka.security_protocol {kafka.security_protocol!r} right for this port?"
+        ),
+    ),
+    _Rule(
+        kafka_errors.KafkaConnectionError,
+        StartupError,
+        lambda exc, kafka: (
+            f"the listener answered with TLS but kafka.security_protocol is {kafka.security_protocol!r}; "
+            "use SSL or SASL_SSL"
+        ),
+        when=_listener_speaks_tls,
+    ),
+    _Rule(
+        kafka_errors.AuthenticationFailedError,
+        StartupError,
+        lambda exc, kafka: f"authentication failed for {_user(kafka)}; check the credentials",
+    ),
+    _Rule(TimeoutError, KafkaUnreachable, lambda exc, kafka: "no answer in time"),
+    _Rule(OSError, KafkaUnreachable, lambda exc, kafka: f"cannot connect ({exc.strerror or type(exc).__name__})"),
+)
+
+
 def classify(exc: BaseException, broker: str, kafka: KafkaConfig) -> StartupError | KafkaUnreachable:
     """Map what connecting to ``broker`` raised to a permanent or a transient error (pure)."""
-    user = f"user {kafka.sasl_username!r}" if kafka.sasl_username else "no user name"
-    cafile = f"kafka.ssl_cafile {kafka.ssl_cafile!r}" if kafka.ssl_cafile else "the system CAs (kafka.ssl_cafile unset)"
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        reason = exc.verify_message or "certificate verify failed"
-        if exc.verify_code in _HOST_MISMATCH:
-            return StartupError(
-                f"Kafka {broker}: TLS certificate is not valid for this host name ({reason}); "
-                "use a bootstrap address the broker certificate names"
-            )
-        return StartupError(f"Kafka {broker}: TLS certificate not trusted ({reason}); check {cafile}")
-    if isinstance(exc, ssl.SSLEOFError):
-        return KafkaUnreachable(f"Kafka {broker}: connection closed during the TLS handshake")
-    if isinstance(exc, ssl.SSLError):
-        return StartupError(
-            f"Kafka {broker}: TLS handshake failed ({getattr(exc, 'reason', None) or exc}); "
-            f"is this a TLS listener, and is kafka.security_protocol {kafka.security_protocol!r} right?"
-        )
-    if isinstance(exc, kafka_errors.SaslAuthenticationFailed):
-        detail = exc.args[0] if exc.args and isinstance(exc.args[0], str) else "authentication failed"
-        return StartupError(
-            f"Kafka {broker}: SASL {kafka.sasl_mechanism} login refused for {user} ({detail}); "
-            "check kafka.sasl_username and the password file or variable"
-        )
-    if isinstance(exc, kafka_errors.UnsupportedSaslMechanismError):
-        return StartupError(f"Kafka {broker}: {exc}; check kafka.sasl_mechanism")
-    if isinstance(exc, kafka_errors.IllegalSaslStateError):
-        return StartupError(
-            f"Kafka {broker}: the listener does not take SASL; "
-            f"is kafka.security_protocol {kafka.security_protocol!r} right for this port?"
-        )
-    cause = exc.__cause__ or exc.__context__
-    if (
-        isinstance(exc, kafka_errors.KafkaConnectionError)
-        and isinstance(cause, asyncio.IncompleteReadError)
-        and _tls_record_length(cause)
-    ):
-        return StartupError(
-            f"Kafka {broker}: the listener answered with TLS but kafka.security_protocol is "
-            f"{kafka.security_protocol!r}; use SSL or SASL_SSL"
-        )
-    if isinstance(exc, kafka_errors.AuthenticationFailedError):
-        return StartupError(f"Kafka {broker}: authentication failed for {user}; check the credentials")
-    if isinstance(exc, TimeoutError):
-        return KafkaUnreachable(f"Kafka {broker}: no answer in time")
-    if isinstance(exc, OSError):
-        reason = exc.strerror or type(exc).__name__
-        return KafkaUnreachable(f"Kafka {broker}: cannot connect ({reason})")
+    for rule in _RULES:
+        if isinstance(exc, rule.raised) and rule.when(exc):
+            return rule.error(f"Kafka {broker}: {rule.says(exc, kafka)}")
     # Anything else (a broker that closes the connection, a request timing out):
     # may pass. The service retries it with backoff.
     return KafkaUnreachable(f"Kafka {broker}: {type(exc).__name__}")

@@ -1,8 +1,9 @@
-"""`bridge inspect`: one Task's checkpoint, events and the seed's diagnosis order.
+"""`bridge inspect`: one Task's checkpoint, events and a diagnosis.
 
-The seed: first check for confusion between the JSON-RPC id and the Task id,
-then inspect the Agent selector, authorization, last event sequence and the
-terminal event.
+The diagnosis follows the order docs/gateway-protocol.md gives: first check
+for confusion between the JSON-RPC id and the Task id, then inspect the Agent
+selector, authorization, last event sequence and the terminal event
+(:func:`diagnosis`, pure).
 
 It reads only what the Task's keys route to, bounded by the end offsets:
 
@@ -23,7 +24,7 @@ from typing import Any
 import orjson
 from aiokafka import TopicPartition
 
-from bridge.config.model import Config
+from bridge.config.model import AgentConfig, Config
 from bridge.core.lifecycle import TaskRecord
 from bridge.errors import AgentFault
 from bridge.kafka import reading
@@ -137,17 +138,9 @@ async def live(config: Config, record: TaskRecord, events: list[dict[str, Any]])
     return True
 
 
-async def inspect(config: Config, key: str, *, live_check: bool = False) -> int:
-    record, notes = await find(config, key)
-    for note in notes:
-        print(note)
-    if record is None:
-        print(f"no checkpoint for taskKey or taskId '{escape(key)}'")
-        if key.startswith("bridge-") or key.startswith("req"):
-            print("  hint: this looks like a JSON-RPC request id, not a Task id")
-        return 1
-    print(f"checkpoint (taskKey '{escape(record.task_key)}'):")
-    doc: dict[str, Any] = {
+def checkpoint_fields(record: TaskRecord) -> dict[str, Any]:
+    """What ``bridge inspect`` shows of a checkpoint, in its field names."""
+    return {
         "taskId": record.task_id,
         "contextId": record.context_id,
         "agent": record.agent,
@@ -165,40 +158,55 @@ async def inspect(config: Config, key: str, *, live_check: bool = False) -> int:
         "agentCode": record.agent_code,
         "eventsTopic": record.events_topic,
     }
-    for k, v in doc.items():
-        print(f"  {k:<14} {escape(str(v))}")
-    events, where = await task_events(config, record)
-    print(f"events ({len(events)}; {where}):")
-    for e in events:
-        print("  " + timeline_line(e))
-    agent = config.agents.get(record.agent)
-    last = events[-1] if events else None
-    terminal = next((e for e in events if e.get("terminal")), None)
-    print("diagnosis:")
-    print(
-        f"  1. JSON-RPC id vs Task id: the Task id is {record.task_id!r}; the bridge's JSON-RPC ids look like "
-        "'bridge-<op>-<n>' and are never used as Task ids"
-    )
+
+
+def diagnosis(record: TaskRecord, events: list[dict[str, Any]], agent: AgentConfig | None) -> list[str]:
+    """The diagnosis, one line per check in the order docs/gateway-protocol.md
+    gives: JSON-RPC id against Task id, the Agent selector, authorization, the
+    last event sequence, the terminal event. ``agent``: as configured now."""
     routed = (
         f"dialect {record.dialect}, agent_code {record.agent_code!r}, url {record.endpoint}"
         if record.endpoint
         else "(not recorded)"
     )
     now = f"dialect {agent.dialect}, agent_code {agent.agent_code!r}, url {agent.url}" if agent else "NOT CONFIGURED"
-    print(f"  2. Agent selector: {record.agent!r} started with {routed}; configured now: {now}")
     auth = "token configured" if agent and (agent.token_file or agent.token_env) else "no token configured"
-    rejected = [e for e in events if e.get("outcome") == "rejected" and "unauthorized" in str(e.get("reason"))]
-    print(f"  3. Authorization: {auth}" + ("; the agent answered 401/403" if rejected else ""))
+    refused = any(e.get("outcome") == "rejected" and "unauthorized" in str(e.get("reason")) for e in events)
     seqs = [e.get("seq") for e in events]
-    gaps = seqs != list(range(1, len(seqs) + 1))
-    print(
-        f"  4. Last event sequence: published seq {record.seq}, agent cursor afterSeq {record.after_seq}; "
-        f"events topic shows {len(seqs)} events" + (" WITH GAPS/REPEATS" if gaps else ", 1..N without gaps")
-    )
-    print(
-        f"  5. Terminal event: {timeline_line(terminal) if terminal else 'none yet'}"
-        + ("" if terminal or record.closed else f" (Task is {record.state}; last: #{last and last.get('seq')})")
-    )
+    in_order = seqs == list(range(1, len(seqs) + 1))
+    terminal = next((e for e in events if e.get("terminal")), None)
+    last = events[-1] if events else None
+    return [
+        f"1. JSON-RPC id vs Task id: the Task id is {record.task_id!r}; the bridge's JSON-RPC ids look like "
+        "'bridge-<op>-<n>' and are never used as Task ids",
+        f"2. Agent selector: {record.agent!r} started with {routed}; configured now: {now}",
+        f"3. Authorization: {auth}" + ("; the agent answered 401/403" if refused else ""),
+        f"4. Last event sequence: published seq {record.seq}, agent cursor afterSeq {record.after_seq}; "
+        f"events topic shows {len(seqs)} events" + (", 1..N without gaps" if in_order else " WITH GAPS/REPEATS"),
+        f"5. Terminal event: {timeline_line(terminal) if terminal else 'none yet'}"
+        + ("" if terminal or record.closed else f" (Task is {record.state}; last: #{last and last.get('seq')})"),
+    ]
+
+
+async def inspect(config: Config, key: str, *, live_check: bool = False) -> int:
+    record, notes = await find(config, key)
+    for note in notes:
+        print(note)
+    if record is None:
+        print(f"no checkpoint for taskKey or taskId '{escape(key)}'")
+        if key.startswith(("bridge-", "req")):
+            print("  hint: this looks like a JSON-RPC request id, not a Task id")
+        return 1
+    print(f"checkpoint (taskKey '{escape(record.task_key)}'):")
+    for k, v in checkpoint_fields(record).items():
+        print(f"  {k:<14} {escape(str(v))}")
+    events, where = await task_events(config, record)
+    print(f"events ({len(events)}; {where}):")
+    for e in events:
+        print("  " + timeline_line(e))
+    print("diagnosis:")
+    for line in diagnosis(record, events, config.agents.get(record.agent)):
+        print("  " + line)
     if live_check:
         print("live:")
         if not await live(config, record, events):

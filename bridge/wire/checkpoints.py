@@ -26,7 +26,7 @@ fatal to the partition.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
@@ -37,7 +37,8 @@ from bridge.core.limits import record_size
 
 INTERNAL_PREFIX = b"\xff"
 PARTITION_KEY = INTERNAL_PREFIX + b"bridge/partition"
-# Before 0.2 the partition record lived here, in the taskKey key space.
+# Releases before 0.2 wrote the partition record under this key, in the taskKey
+# key space; a restore still reads it there.
 LEGACY_PARTITION_KEY = b"\x00partition"
 VERSION = 2
 
@@ -132,7 +133,7 @@ def _decode(value: bytes, *, slim_closed: bool) -> TaskRecord | ClosedTask:
             ids = [command_digest(c) for c in ids]
             if state in get_args(BridgeOutcome):
                 state, outcome = None, state
-        closed_at = float(d["closedAt"]) if isinstance(d.get("closedAt"), int | float) else None
+        closed_at = _opt_number(d.get("closedAt"))
         if slim_closed and d.get("closed") is True:
             if not all(len(c) == 16 for c in ids):
                 raise CheckpointError("commandIds are not digests")
@@ -140,34 +141,16 @@ def _decode(value: bytes, *, slim_closed: bool) -> TaskRecord | ClosedTask:
         seq = d.get("seq", 0)
         if not isinstance(seq, int) or seq < 0:
             raise CheckpointError("seq is not a count")
+        fields = {name: read(d.get(key)) for name, key, read in _FIELDS}
         return TaskRecord(
             task_key=d["taskKey"],
             agent=d["agent"],
-            task_id=_opt_str(d.get("taskId")),
-            context_id=_opt_str(d.get("contextId")),
             state=state,
             outcome=outcome,
-            after_seq=_opt_int(d.get("afterSeq")),
             seq=seq,
             command_ids=ids,
-            command_id=_opt_str(d.get("commandId")),
-            start_command_id=_opt_str(d.get("startCommandId")),
-            deadline=float(d["deadline"]) if isinstance(d.get("deadline"), int | float) else None,
-            closed=d.get("closed") is True,
-            cancel_pending=_opt_str(d.get("cancelPending")),
-            status_digest=_opt_str(d.get("statusDigest")),
-            artifacts={
-                str(k): ArtifactProgress(int(a["parts"]), str(a["digest"]), bool(a["done"]))
-                for k, a in (d.get("artifacts") or {}).items()
-            },
-            messages=[str(m) for m in d.get("messages") or []],
-            endpoint=_opt_str(d.get("endpoint")),
-            dialect=_opt_str(d.get("dialect")),
-            agent_code=_opt_str(d.get("agentCode")),
-            events_topic=_opt_str(d.get("eventsTopic")),
-            traceparent=_opt_str(d.get("traceparent")),
             closed_at=closed_at,
-            snapshots_only=d.get("snapshotsOnly") is True,
+            **fields,
         )
     except CheckpointError:
         raise
@@ -185,6 +168,45 @@ def _opt_int(v: Any) -> int | None:
     if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
         raise CheckpointError("an integer field holds a non-integer")
     return v
+
+
+def _opt_number(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) else None
+
+
+def _is_true(v: Any) -> bool:
+    return v is True
+
+
+def _artifacts(v: Any) -> dict[str, ArtifactProgress]:
+    return {str(k): ArtifactProgress(int(a["parts"]), str(a["digest"]), bool(a["done"])) for k, a in (v or {}).items()}
+
+
+def _strings(v: Any) -> list[str]:
+    return [str(m) for m in v or []]
+
+
+# The TaskRecord fields read as they are, each from its checkpoint field, in
+# checkpoint.schema.json's names; the fields above are read by their own rules.
+_FIELDS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
+    ("task_id", "taskId", _opt_str),
+    ("context_id", "contextId", _opt_str),
+    ("after_seq", "afterSeq", _opt_int),
+    ("command_id", "commandId", _opt_str),
+    ("start_command_id", "startCommandId", _opt_str),
+    ("deadline", "deadline", _opt_number),
+    ("closed", "closed", _is_true),
+    ("cancel_pending", "cancelPending", _opt_str),
+    ("status_digest", "statusDigest", _opt_str),
+    ("artifacts", "artifacts", _artifacts),
+    ("messages", "messages", _strings),
+    ("endpoint", "endpoint", _opt_str),
+    ("dialect", "dialect", _opt_str),
+    ("agent_code", "agentCode", _opt_str),
+    ("events_topic", "eventsTopic", _opt_str),
+    ("traceparent", "traceparent", _opt_str),
+    ("snapshots_only", "snapshotsOnly", _is_true),
+)
 
 
 # ----------------------------------------------------------- partition record --

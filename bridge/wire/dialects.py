@@ -4,7 +4,7 @@ Each dialect turns the bridge's five operations into JSON-RPC bodies and
 turns what the agent sends back into :mod:`bridge.core.lifecycle` updates:
 
 ========== ======================== ================== =======================
-op         gateway (the seed)       a2a-0.3            a2a-1.0
+op         gateway                  a2a-0.3            a2a-1.0
 ========== ======================== ================== =======================
 stream     message/stream           message/stream     SendStreamingMessage
 send       message/send             message/send       SendMessage
@@ -247,7 +247,7 @@ class Dialect:
 
 
 class GatewayDialect(Dialect):
-    """The seed's gateway: v0.3 names, ``agent_code`` selector, SSE ids + afterSeq."""
+    """The gateway of docs/gateway-protocol.md: v0.3 names, ``agent_code`` selector, SSE ids + afterSeq."""
 
     name = "gateway"
     sequenced = True

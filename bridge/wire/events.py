@@ -1,7 +1,10 @@
-"""Event records: the JSON value and CloudEvents binary-mode headers. Pure.
+"""Event records: the JSON value and CloudEvents binary-mode headers, and
+what is written when an event does not fit its topic. Pure.
 
-One ``orjson.dumps`` per event; headers are built from the same fields. An
-event too large for its topic is cut to fit by :func:`encode_within`.
+One ``orjson.dumps`` per event; headers are built from the same fields. The
+record budget of an event is decided here, in one pass
+(:func:`encode_within`); :mod:`bridge.core.limits` sizes records and cuts
+values.
 """
 
 from __future__ import annotations
@@ -46,13 +49,9 @@ def ce_type(event: Event) -> str:
     return f"a2a.task.{event.kind}"
 
 
-def encode(event: Event, record: TaskRecord, now: float, metadata: Any = ...) -> tuple[bytes, bytes, Headers]:
-    """(key, value, headers) of one event of ``record``'s Task; ``metadata`` (on
-    seq 1) defaults to the record's."""
-    time = rfc3339(now)
-    event_id = f"{event.task_id}:{event.seq}"
-    value = {
-        "eventId": event_id,
+def _document(event: Event, record: TaskRecord, time: str, metadata: Any) -> dict[str, Any]:
+    doc = {
+        "eventId": f"{event.task_id}:{event.seq}",
         "seq": event.seq,
         "taskId": event.task_id,
         "contextId": record.context_id,
@@ -64,13 +63,15 @@ def encode(event: Event, record: TaskRecord, now: float, metadata: Any = ...) ->
         "sourceSeq": event.source_seq,
         **event.body,
     }
-    if metadata is ...:
-        metadata = record.metadata
     if event.seq == 1 and metadata is not None:
-        value["metadata"] = metadata  # the start's business record, once, in the Task's own topic
+        doc["metadata"] = metadata  # the start's business record, once, in the Task's own topic
+    return doc
+
+
+def _headers(event: Event, record: TaskRecord, time: str) -> Headers:
     headers: Headers = [
         ("ce_specversion", SPEC_VERSION),
-        ("ce_id", event_id.encode()),
+        ("ce_id", f"{event.task_id}:{event.seq}".encode()),
         ("ce_source", (SOURCE_PREFIX + record.agent).encode()),
         ("ce_type", ce_type(event).encode()),
         ("ce_subject", event.task_id.encode()),
@@ -80,7 +81,15 @@ def encode(event: Event, record: TaskRecord, now: float, metadata: Any = ...) ->
     ]
     if record.traceparent:
         headers.append(("ce_traceparent", record.traceparent.encode()))  # CloudEvents distributed tracing
-    return event.task_id.encode(), orjson.dumps(value), headers
+    return headers
+
+
+def encode(event: Event, record: TaskRecord, now: float, metadata: Any = ...) -> tuple[bytes, bytes, Headers]:
+    """(key, value, headers) of one event of ``record``'s Task; ``metadata`` (on
+    seq 1) defaults to the record's."""
+    time = rfc3339(now)
+    value = _document(event, record, time, record.metadata if metadata is ... else metadata)
+    return event.task_id.encode(), orjson.dumps(value), _headers(event, record, time)
 
 
 # ------------------------------------------------------------- within budget --
@@ -107,46 +116,56 @@ def unpublishable(event: Event, why: str, size: int) -> Event:
     return Event(event.task_id, event.seq, "bridge", body, event.source_seq)
 
 
-def _fitted(event: Event, record: TaskRecord, now: float, budget: int) -> Event | None:
-    """``event`` with its agent-supplied content cut or projected to fit ``budget``."""
-    name = _CONTENT[event.kind]
-    content = event.body.get(name)
-    metadata = record.metadata
-    if event.seq == 1 and metadata is not None:
-        metadata = limits.shrink(metadata, budget // 4)
-    bare = Event(event.task_id, event.seq, event.kind, {**event.body, name: None}, event.source_seq)
-    room = budget - limits.record_size(*encode(bare, record, now, metadata)) + len(b"null")
-    if room <= 0:
-        return None
-    if event.kind == "artifact" and isinstance(content, dict):
-        art = dict(content)
-        if isinstance(art.get("name"), str):
-            art["name"] = limits.cut(art["name"], _NAME_BYTES)
-        if limits.size(art) > room:
-            art["parts"] = limits.shrink(art.get("parts") or [], room - limits.size({**art, "parts": []}))
-        content = art
-    else:
-        content = limits.shrink(content, room)
-    fitted = Event(event.task_id, event.seq, event.kind, {**event.body, name: content}, event.source_seq)
-    return fitted if limits.record_size(*encode(fitted, record, now, metadata)) <= budget else None
+def _content_within(kind: str, content: Any, room: int) -> Any:
+    """An event's agent-supplied ``content`` projected into ``room`` bytes of JSON:
+    an artifact keeps its ids and a cut name and has its parts shrunk; anything
+    else is shrunk as a whole."""
+    if kind != "artifact" or not isinstance(content, dict):
+        return limits.shrink(content, room)
+    art = dict(content)
+    if isinstance(art.get("name"), str):
+        art["name"] = limits.cut(art["name"], _NAME_BYTES)
+    if limits.size(art) > room:
+        art["parts"] = limits.shrink(art.get("parts") or [], room - limits.size({**art, "parts": []}))
+    return art
 
 
 def encode_within(
     event: Event, record: TaskRecord, now: float, budget: int, *, refused: bool = False
 ) -> tuple[bytes, bytes, Headers, Event]:
-    """:func:`encode`, within ``budget`` bytes as a record: agent content is
-    projected to fit (see :mod:`bridge.core.limits`); an event that still cannot be
-    written (or that the broker ``refused`` before) becomes :func:`unpublishable`.
-    Returns the event actually encoded as well."""
-    key, value, headers = encode(event, record, now)
-    size = limits.record_size(key, value, headers)
-    if size <= budget and not refused:
+    """:func:`encode`, within ``budget`` bytes as a record; returns the event
+    actually encoded as well.
+
+    Fitting changes only the value: the key and headers of an event are the same
+    however its content is cut, so the room left for the value is known first and
+    every later step compares a value's length with it. In order:
+
+    1. the event as it is, unless the broker ``refused`` it before;
+    2. the event with its agent-supplied content (see ``_CONTENT``) projected into
+       what the rest of the value leaves (the start's metadata, on seq 1, gets a
+       quarter of the budget; see :mod:`bridge.core.limits` for projections);
+    3. an :func:`unpublishable` marker with the event's seq in its place.
+    """
+    time = rfc3339(now)
+    key, headers = event.task_id.encode(), _headers(event, record, time)
+    value = orjson.dumps(_document(event, record, time, record.metadata))
+    room = budget - limits.record_size(key, None, headers)  # bytes the value may take
+    if len(value) <= room and not refused:
         return key, value, headers, event
-    fitted = None if refused else _fitted(event, record, now, budget)
-    metadata = record.metadata
-    if fitted is None:
-        why = "the broker refused the record" if refused else f"over the topic's {budget}-byte record limit"
-        fitted, metadata = unpublishable(event, why, size), None
-    elif event.seq == 1 and metadata is not None:
-        metadata = limits.shrink(metadata, budget // 4)
-    return (*encode(fitted, record, now, metadata), fitted)
+    if not refused:
+        name = _CONTENT[event.kind]
+        metadata = record.metadata
+        if event.seq == 1 and metadata is not None:
+            metadata = limits.shrink(metadata, budget // 4)
+        bare = Event(event.task_id, event.seq, event.kind, {**event.body, name: None}, event.source_seq)
+        doc = _document(bare, record, time, metadata)
+        left = room - len(orjson.dumps(doc)) + len(b"null")
+        if left > 0:
+            doc[name] = content = _content_within(event.kind, event.body.get(name), left)
+            fitted = orjson.dumps(doc)
+            if len(fitted) <= room:
+                projected = Event(event.task_id, event.seq, event.kind, {**event.body, name: content}, event.source_seq)
+                return key, fitted, headers, projected
+    why = "the broker refused the record" if refused else f"over the topic's {budget}-byte record limit"
+    marker = unpublishable(event, why, limits.record_size(key, value, headers))
+    return (*encode(marker, record, now, None), marker)

@@ -55,11 +55,12 @@ class _Unsupported(Exception):
 @cache
 def check(name: str) -> Check:
     """Whether a JSON document satisfies ``name``'s schema: :func:`validator`'s
-    verdict, some 20 times faster.
+    verdict, much faster.
 
     jsonschema walks its general machinery for every document (a validator
-    object per subschema, ``$ref`` resolution): 240-330 µs per command, a sixth of
-    the bridge's CPU when 2,000 Tasks start at once. The keywords the schemas in
+    object per subschema, ``$ref`` resolution), a large share of the bridge's CPU
+    when many Tasks start at once (measured: bench/README.md, "Command
+    validation"). The keywords the schemas in
     ``schemas/`` use are compiled once into plain checks, by the 2020-12 rules
     (tests/unit/test_schemas.py holds them to jsonschema's verdicts on generated
     documents). A schema with any other keyword is left to jsonschema whole. Only

@@ -28,13 +28,22 @@ class EventTooLarge(ValueError):
 
 
 # Slotted, not frozen: one is made per SSE event, and a frozen dataclass's __init__
-# (object.__setattr__ per field) costs four times as much. Nothing mutates a Frame.
+# (object.__setattr__ per field) costs several times as much. Nothing mutates a Frame.
 @dataclass(slots=True)
 class Frame:
     data: bytes
     id: str | None
     last_id: str
     event: str = ""
+
+
+def _lf_ended(buf: bytes) -> tuple[bytes, bytes]:
+    """``buf`` with its CRLF and CR line ends made LF, and a final CR held back
+    (maybe the first half of a CRLF: the next read decides)."""
+    held = b""
+    if buf.endswith(b"\r"):
+        buf, held = buf[:-1], b"\r"
+    return buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n"), held
 
 
 class Parser:
@@ -55,37 +64,24 @@ class Parser:
 
     def feed(self, chunk: bytes) -> list[Frame]:
         """The events completed by ``chunk``, in order."""
+        if not self._started:
+            return self._start(chunk)
         pieces = self._open
-        if self._started and not (pieces and pieces[-1][-1:] == b"\r"):
+        if not (pieces and pieces[-1][-1:] == b"\r"):
             if len(chunk) > _FIND_BYTES and b"\r" not in chunk and (end := chunk.find(b"\n")) >= 0:
                 return self._lf_lines(chunk, end)
             if b"\n" not in chunk and b"\r" not in chunk:
-                # Still inside a line: keep the read aside. Joining and splitting the whole
-                # line again on every read made a long line quadratic in its reads (1 MiB
-                # trickled in 1 KiB reads: 285 ms of the event loop; 8 MiB, the default
-                # cap, ~18 s).
-                pieces.append(chunk)
-                self._open_size += len(chunk)
-                if self._open_size > self._max:
-                    raise EventTooLarge(f"an SSE line exceeds {self._max} bytes")
+                # Still inside a line: keep the read aside, not joined and split again
+                # on every read, which made a long line quadratic in its reads.
+                self._hold(chunk)
                 return []
         # Any other read: joined to the open line, its line ends made LF, split.
         buf = b"".join([*pieces, chunk]) if pieces else chunk
         pieces.clear()
         self._open_size = 0
-        if not self._started:
-            if len(buf) < len(_BOM) and _BOM.startswith(buf):
-                pieces.append(buf)
-                self._open_size = len(buf)
-                return []
-            self._started = True
-            if buf.startswith(_BOM):
-                buf = buf[len(_BOM) :]
         held = b""
         if b"\r" in buf:
-            if buf.endswith(b"\r"):  # maybe the first half of a CRLF: decide with the next chunk
-                buf, held = buf[:-1], b"\r"
-            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            buf, held = _lf_ended(buf)
         lines = buf.split(b"\n")
         rest = lines.pop()
         if len(rest) > self._max:
@@ -111,13 +107,33 @@ class Parser:
         self._data, self._size = data, size
         return out
 
+    def _start(self, chunk: bytes) -> list[Frame]:
+        """:meth:`feed` of the stream's first bytes: a UTF-8 BOM, which may come
+        split over reads, is dropped; the rest is fed as any read."""
+        pieces = self._open
+        buf = b"".join([*pieces, chunk]) if pieces else chunk
+        pieces.clear()
+        self._open_size = 0
+        if len(buf) < len(_BOM) and _BOM.startswith(buf):
+            self._hold(buf)
+            return []
+        self._started = True
+        return self.feed(buf.removeprefix(_BOM))
+
+    def _hold(self, piece: bytes) -> None:
+        """Keep ``piece`` of a line not yet ended aside, within the cap."""
+        self._open.append(piece)
+        self._open_size += len(piece)
+        if self._open_size > self._max:
+            raise EventTooLarge(f"an SSE line exceeds {self._max} bytes")
+
     def _lf_lines(self, chunk: bytes, end: int) -> list[Frame]:
         """:meth:`feed` of a large chunk whose lines all end in LF (no CR in it, none
         held; ``end``: where its first line ends). Each line is found in place and only
-        a data line's value is copied out: :meth:`feed` copies a read three times
-        (joined to the open line, split, each data value sliced), 11.3 against 4.6 µs
-        per 20 KB event in 64 KiB reads. A small read is split: finding its few lines
-        one by one costs more than copying them (2.9 against 2.4 µs per 200 B frame)."""
+        a data line's value is copied out, where :meth:`feed` copies a read three times
+        (joined to the open line, split, each data value sliced). A small read is split:
+        finding its few lines one by one costs more than copying them. Measured:
+        bench/README.md, "SSE parsing"."""
         out: list[Frame] = []
         pieces = self._open
         pos = 0
@@ -146,11 +162,7 @@ class Parser:
             end = chunk.find(b"\n", pos)
         self._data, self._size = data, size
         if pos < len(chunk):
-            rest = chunk[pos:]
-            if len(rest) > cap:
-                raise EventTooLarge(f"an SSE line exceeds {cap} bytes")
-            pieces.append(rest)
-            self._open_size = len(rest)
+            self._hold(chunk[pos:])
         return out
 
     def close(self) -> list[Frame]:

@@ -6,8 +6,8 @@ from typing import Any, get_args
 
 import yaml
 
+from bridge.core.commands import DlqReason
 from bridge.core.lifecycle import BridgeOutcome
-from bridge.wire.commands import DlqReason
 from bridge.wire.schemas import load, schema_dir, validator
 
 

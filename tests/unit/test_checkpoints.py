@@ -102,7 +102,7 @@ def test_partition_record_round_trip_and_schema(p: PartitionRecord) -> None:
     assert errors(orjson.loads(raw)) == []
 
 
-def test_checkpoint_holds_what_the_seed_asks_to_store_together() -> None:
+def test_checkpoint_holds_what_the_gateway_protocol_asks_to_store_together() -> None:
     """Selector, Task id, contextId, state, last event sequence, with the business key;
     no caller data (the checkpoints topic is shared by every workspace)."""
     r = new_task("order-1", "writer", "c1", deadline=1_900_000_000.5, metadata={"order": {"id": 7}})

@@ -1,5 +1,6 @@
-"""Commands (bridge.wire.commands): decoding never raises, every bad input has its
-DLQ reason, the DLQ detail never echoes a value, and decide() follows DESIGN §2."""
+"""Commands: decoding (bridge.wire.commands) never raises, every bad input has its
+DLQ reason, the DLQ detail never echoes a value; decide() (bridge.core.commands)
+follows the rules of README.md's "Wire contract"."""
 
 from __future__ import annotations
 
@@ -11,17 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bridge.core.commands import Act, Command, Duplicate, Refuse, decide, message_id
 from bridge.core.lifecycle import StatusUpdate, TaskRecord, new_task
-from bridge.wire.commands import (
-    Act,
-    Command,
-    Duplicate,
-    Invalid,
-    Refuse,
-    decide,
-    decode,
-    message_id,
-)
+from bridge.wire.commands import Invalid, decode
 from bridge.wire.dialects import Dialect, GatewayDialect, V1Dialect
 from tests.unit.common import FAST, json_values
 

@@ -1,5 +1,5 @@
-"""Dialects (bridge.wire.dialects): requests per DESIGN §4, and responses normalized
-from REAL wire captures of the official a2a-sdk server (tests/fixtures/a2a_sdk,
+"""Dialects (bridge.wire.dialects): requests as README.md's "Agent dialects" lists
+them, and responses normalized from REAL wire captures of the official a2a-sdk server (tests/fixtures/a2a_sdk,
 format in its NOTES.md) plus hand-written gateway frames (shapes from the
 module docstring of bridge.demo.gateway)."""
 
@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from bridge.agents.client import rpc_id
+from bridge.core.commands import message_id
 from bridge.core.lifecycle import (
     ArtifactUpdate,
     Dropped,
@@ -26,7 +27,6 @@ from bridge.core.lifecycle import (
     new_task,
 )
 from bridge.errors import AgentError, AgentProtocolError, RpcError
-from bridge.wire.commands import message_id
 from bridge.wire.dialects import (
     Dialect,
     GatewayDialect,
@@ -324,8 +324,8 @@ def test_requests_match_what_the_sdk_accepted() -> None:
         assert ours.headers.get("A2A-Version") == t.request_headers.get("a2a-version")
     # The shapes the SDK refused are not what we send.
     refused = load("v10_role_lowercase").request["params"]["message"]
-    ours = V1Dialect("w").message(MSG, message_id="m", context_id=None, task_id=None)
-    assert refused["role"] != ours["role"]
+    sent = V1Dialect("w").message(MSG, message_id="m", context_id=None, task_id=None)
+    assert refused["role"] != sent["role"]
 
 
 def test_for_agent_picks_the_dialect() -> None:
@@ -372,6 +372,7 @@ def strip_ids(u: Update) -> tuple[Any, ...]:
         return ("status", u.state, msg)
     if isinstance(u, ArtifactUpdate):
         return ("artifact", u.artifact_id, u.name, u.parts, u.append, u.last_chunk)
+    assert isinstance(u, TaskSnapshot)
     return ("task", u.state, u.artifacts and [(a["artifactId"], a["parts"]) for a in u.artifacts])
 
 
@@ -394,7 +395,7 @@ def test_writer_stream(name: str) -> None:
     ]
     task_id = us[0].task_id
     assert all(u.task_id == task_id and u.context_id for u in us)
-    assert [u.state for u in us if not isinstance(u, ArtifactUpdate)] == ["submitted", "working", "completed"]
+    assert [u.state for u in us if isinstance(u, StatusUpdate | TaskSnapshot)] == ["submitted", "working", "completed"]
     arts = [u for u in us if isinstance(u, ArtifactUpdate)]
     assert [(a.append, a.last_chunk) for a in arts] == [(False, False), (True, False), (True, True)]
     assert [a.parts for a in arts] == [[c] for c in CHUNKS]
@@ -578,7 +579,7 @@ def test_polling_with_tasks_get(send: str, gets: list[str]) -> None:
     first = snapshot(send)
     assert first.state == "submitted"
     snaps = [first, *(snapshot(g) for g in gets)]
-    record, events = run(snaps)
+    record, events = run([*snaps])
     assert record.closed and record.state == "completed"
     arts = reassemble(events)
     final = snaps[-1].artifacts[0]
@@ -674,7 +675,9 @@ def test_error_without_an_integer_code() -> None:
 
 @pytest.mark.parametrize("d", [Dialect("a"), GatewayDialect("a", "x"), V1Dialect("a")])
 def test_results_that_are_not_about_a_task(d: Dialect) -> None:
-    msg = {"kind": "message", "role": "agent", "parts": []} if not isinstance(d, V1Dialect) else {"message": {}}
+    msg: dict[str, Any] = (
+        {"kind": "message", "role": "agent", "parts": []} if not isinstance(d, V1Dialect) else {"message": {}}
+    )
     said = d.update(msg)
     assert isinstance(said, MessageUpdate) and said.task_id is None  # an answer without a Task
     with pytest.raises(AgentProtocolError):

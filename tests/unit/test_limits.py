@@ -14,12 +14,13 @@ from aiokafka.structs import ConsumerRecord
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.core.lifecycle import ArtifactUpdate, Event, StatusUpdate, TaskRecord, new_task
+from bridge.core.commands import Command
+from bridge.core.lifecycle import ArtifactUpdate, Event, EventKind, StatusUpdate, TaskRecord, new_task
 from bridge.core.limits import MIN_RECORD_BYTES, cut, record_size, shrink, size
-from bridge.wire.commands import Command
 from bridge.wire.deadletters import encode as dlq_record
 from bridge.wire.events import encode, encode_within
 from bridge.wire.schemas import validator
+from tests.unit import fit_oracle
 from tests.unit.common import FAST
 
 json_leaf = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=3000)
@@ -144,6 +145,62 @@ def test_an_event_that_fits_is_encoded_exactly_as_before() -> None:
     assert isinstance(event, Event)
     key, value, headers, written = encode_within(event, r, 1.0, MIN_RECORD_BYTES)
     assert (key, value, headers) == encode(event, r, 1.0) and written is event
+
+
+big_text = st.integers(0, 120_000).flatmap(lambda n: st.sampled_from(["Q" * n, "\x01" * (n // 6), "é" * (n // 2)]))
+contents = (
+    json_values
+    | big_text
+    | st.builds(
+        lambda text, meta: {
+            "kind": "message",
+            "role": "agent",
+            "parts": [{"kind": "text", "text": text}],
+            "metadata": meta,
+        },
+        big_text,
+        json_values,
+    )
+)
+artifacts = st.builds(
+    lambda name, parts: {"artifactId": "a" * 100, "name": name, "parts": parts},
+    st.text(max_size=2000) | big_text,
+    st.lists(json_values | st.builds(lambda t: {"kind": "text", "text": t}, big_text), max_size=4),
+)
+
+
+@st.composite
+def events_of_every_kind(draw: st.DrawFn) -> Event:
+    kinds: list[EventKind] = ["status", "artifact", "message", "bridge"]
+    kind = draw(st.sampled_from(kinds))
+    body: dict[str, Any]
+    if kind == "status":
+        body = {"state": draw(st.sampled_from(["working", "completed"])), "message": draw(contents), "terminal": False}
+    elif kind == "artifact":
+        body = {"artifact": draw(artifacts), "append": draw(st.booleans()), "lastChunk": True}
+    elif kind == "message":
+        body = {"message": draw(contents)}
+    else:
+        body = {"outcome": "no-task", "terminal": True, "reason": "r"}
+        if draw(st.booleans()):
+            body["message"] = draw(contents)
+    return Event(
+        "t" * draw(st.integers(1, 256)), draw(st.integers(1, 3)), kind, body, draw(st.none() | st.integers(0, 2**32))
+    )
+
+
+@FAST
+@given(events_of_every_kind(), st.none() | json_values | big_text, st.none() | st.just("00-" + "a" * 32), budgets)
+def test_every_event_is_written_byte_for_byte_as_the_earlier_fitting_wrote_it(
+    event: Event, metadata: Any, traceparent: str | None, budget: int
+) -> None:
+    r = new_task("k" * 200, "writer", "c" * 256, deadline=None, metadata=metadata)
+    r.task_id, r.context_id, r.traceparent = event.task_id, "x" * 256, traceparent
+    for refused in (False, True):
+        got = encode_within(event, r, 1.5, budget, refused=refused)
+        assert got == fit_oracle.encode_within(event, r, 1.5, budget, refused=refused)
+        assert record_size(*got[:3]) <= budget
+    assert encode(event, r, 1.5) == fit_oracle.encode(event, r, 1.5)
 
 
 # --------------------------------------------------------------------- DLQ --

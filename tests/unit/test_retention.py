@@ -12,10 +12,10 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bridge.core.commands import Act, Command, Duplicate, Refuse, decide
 from bridge.core.lifecycle import ClosedTask, StatusUpdate, new_task
 from bridge.core.retention import Retention
 from bridge.wire import checkpoints
-from bridge.wire.commands import Act, Command, Duplicate, Refuse, decide
 
 
 def finished(key: str = "order-1", *ids: str) -> ClosedTask:

@@ -22,6 +22,7 @@ from aiokafka.structs import ConsumerRecord
 from bridge.agents.client import close_stream
 from bridge.config.model import AgentConfig, BridgeConfig, Config
 from bridge.core.backoff import Backoff
+from bridge.core.commands import Command
 from bridge.core.lifecycle import (
     ArtifactProgress,
     Dropped,
@@ -37,7 +38,6 @@ from bridge.core.lifecycle import (
 from bridge.engine import runner as runner_module
 from bridge.engine.runner import TaskRunner
 from bridge.errors import AgentOversize
-from bridge.wire.commands import Command
 from bridge.wire.dialects import GatewayDialect, Request
 
 AGENT = AgentConfig(name="gw", url="http://agent.invalid/a2a", dialect="gateway", agent_code="writer")
