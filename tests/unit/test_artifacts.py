@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.core.artifacts import size, split, unsplit
+from bridge.core.artifacts import split, unsplit
 from bridge.core.lifecycle import ArtifactUpdate, Event, TaskRecord
+from bridge.core.limits import size
 
 texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=3000)
 parts = st.lists(
@@ -21,7 +24,7 @@ parts = st.lists(
 
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(parts, st.integers(min_value=300, max_value=4000))
-def test_split_stays_within_the_cap_and_unsplit_restores_text(ps: list[dict], cap: int) -> None:
+def test_split_stays_within_the_cap_and_unsplit_restores_text(ps: list[dict[str, Any]], cap: int) -> None:
     groups = split(ps, cap)
     assert all(groups) or ps == []
     assert all(size(g) <= cap for g in groups)

@@ -38,7 +38,7 @@ def record() -> TaskRecord:
 def check(event: Event, rec: TaskRecord, now: float = NOW) -> dict[str, Any]:
     """Encode one event and check everything a consumer relies on; return the value."""
     key, raw, headers = encode(event, rec, now)
-    value = orjson.loads(raw)
+    value: dict[str, Any] = orjson.loads(raw)
     errs = [e.message for e in validator("event").iter_errors(value)]
     assert errs == [], (value, errs)
     h = dict(headers)

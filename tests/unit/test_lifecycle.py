@@ -516,6 +516,7 @@ def test_any_update_sequence_keeps_the_publishing_rules(updates: list[Update]) -
             assert events == []
         for e in events:
             if e.kind == "status":
+                assert isinstance(u, StatusUpdate | TaskSnapshot)
                 # Verbatim, whatever the state; only the four known ones are terminal.
                 assert e.body["state"] == u.state
                 assert e.body["terminal"] is (u.state in TERMINAL_STATES)

@@ -73,7 +73,7 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "other": json_values,
 }
 commands = st.fixed_dictionaries({}, optional=FIELDS)
-VALID = {
+VALID: dict[str, dict[str, Any]] = {
     "start": {
         "type": "start",
         "commandId": "c1",

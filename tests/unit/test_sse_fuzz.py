@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.agents.client import AgentClient
-from bridge.config.model import AgentConfig
-from bridge.core.lifecycle import ArtifactUpdate, MessageUpdate, StatusUpdate, TaskSnapshot
+from bridge.config.model import AgentConfig, Dialect
+from bridge.core.lifecycle import ArtifactUpdate, MessageUpdate, StatusUpdate, TaskSnapshot, Update
 from bridge.errors import AgentError
 
 json_values = st.recursive(
@@ -99,17 +99,19 @@ content_types = st.sampled_from(
     ["text/event-stream", "text/event-stream; charset=utf-8", "application/json", "text/html", ""]
 )
 statuses = st.sampled_from([200, 200, 200, 401, 403, 404, 500, 503])
-dialects = st.sampled_from([("gateway", "writer"), ("a2a-0.3", None), ("a2a-1.0", None)])
+dialects: st.SearchStrategy[tuple[Dialect, str | None]] = st.sampled_from(
+    [("gateway", "writer"), ("a2a-0.3", None), ("a2a-1.0", None)]
+)
 
 
-async def run(body: bytes, ctype: str, status: int, dialect: tuple[str, str | None]) -> list[object]:
+async def run(body: bytes, ctype: str, status: int, dialect: tuple[Dialect, str | None]) -> list[Update]:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(status, content=body, headers={"content-type": ctype} if ctype else {})
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
         client = AgentClient(AgentConfig("fuzz", "http://agent/a2a", dialect[0], agent_code=dialect[1]), http)
         req = client.dialect.send("stream", "rpc-1", {"role": "user", "parts": [{"kind": "text", "text": "hi"}]})
-        out: list[object] = []
+        out: list[Update] = []
         try:
             async for update in client.stream(req):
                 out.append(update)
@@ -123,7 +125,7 @@ async def run(body: bytes, ctype: str, status: int, dialect: tuple[str, str | No
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(bodies, content_types, statuses, dialects)
 def test_arbitrary_agent_responses_raise_only_agent_errors(
-    body: bytes, ctype: str, status: int, dialect: tuple[str, str | None]
+    body: bytes, ctype: str, status: int, dialect: tuple[Dialect, str | None]
 ) -> None:
     updates = asyncio.run(run(body, ctype, status, dialect))
     assert all(isinstance(u, StatusUpdate | ArtifactUpdate | TaskSnapshot | MessageUpdate) for u in updates)
@@ -151,5 +153,5 @@ def test_a_well_formed_gateway_stream_is_read_in_order() -> None:
         for i, f in enumerate(frames, 1)
     )
     updates = asyncio.run(run(body, "text/event-stream", 200, ("gateway", "writer")))
-    assert [u.source_seq for u in updates] == [1, 2, 3, 4]  # type: ignore[attr-defined]
+    assert [u.source_seq for u in updates] == [1, 2, 3, 4]
     assert [type(u).__name__ for u in updates] == ["TaskSnapshot", "StatusUpdate", "ArtifactUpdate", "StatusUpdate"]
