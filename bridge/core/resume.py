@@ -44,7 +44,7 @@ import random
 from dataclasses import dataclass
 
 from bridge.core.backoff import AGENT_RETRY, Backoff, Draw
-from bridge.core.lifecycle import PAUSED_STATES, TaskSnapshot, is_terminal
+from bridge.core.lifecycle import PAUSED_STATES, StatusUpdate, TaskSnapshot, Update, is_terminal
 from bridge.errors import AgentError, RpcError
 
 # Resubscribes that brought nothing, in a row, before a running gateway Task is
@@ -133,6 +133,13 @@ class Resume:
         if self._refused or for_good:
             return Snapshots(for_good)
         return Retry()
+
+
+def reconcile_first(update: Update, *, sequenced: bool, resumed: bool) -> bool:
+    """Whether to publish what ``tasks/get`` shows before ``update``: a dialect
+    without SSE ids may have missed chunks during a gap (``resumed``), and the
+    terminal status is the last chance to publish them."""
+    return not sequenced and resumed and isinstance(update, StatusUpdate) and is_terminal(update.state)
 
 
 class Poll:

@@ -46,13 +46,12 @@ from bridge.core.lifecycle import (
     Dropped,
     Event,
     MessageUpdate,
-    StatusUpdate,
     TaskRecord,
     TaskSnapshot,
     Update,
     is_terminal,
 )
-from bridge.core.resume import Lost, Poll, Publish, Resume, Snapshots
+from bridge.core.resume import Lost, Poll, Publish, Resume, Snapshots, reconcile_first
 from bridge.errors import AgentError, AgentNoTask, RpcError
 from bridge.observe import logs, metrics
 from bridge.wire.commands import Act, Command, Duplicate, Refuse, decide, message_id
@@ -445,8 +444,9 @@ class TaskRunner:
         try:
             n = 0
             async for update in it:
-                if self._reconcile_before(update):
-                    await self._reconcile()
+                if reconcile_first(update, sequenced=self.client.dialect.sequenced, resumed=self.follow.resumed):
+                    with contextlib.suppress(AgentError):
+                        self._apply(await self._snapshot())
                 self._apply(update)
                 await self.part.space()
                 if self.record.closed:
@@ -461,20 +461,6 @@ class TaskRunner:
             # while this close is under way (close_stream says why that matters).
             with contextlib.suppress(Exception):
                 await close_stream(it)
-
-    def _reconcile_before(self, update: Update) -> bool:
-        """Dialects without SSE ids may have missed chunks during a gap: before
-        the terminal status, publish what tasks/get shows that we have not."""
-        return (
-            not self.client.dialect.sequenced
-            and self.follow.resumed
-            and isinstance(update, StatusUpdate)
-            and is_terminal(update.state)
-        )
-
-    async def _reconcile(self) -> None:
-        with contextlib.suppress(AgentError):
-            self._apply(await self._snapshot())
 
     async def _snapshot(self) -> TaskSnapshot:
         """tasks/get."""

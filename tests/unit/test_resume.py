@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.core.backoff import Backoff
-from bridge.core.lifecycle import TaskSnapshot
-from bridge.core.resume import FAILED_RESUBSCRIBES, Lost, Poll, Publish, Resume, Retry, Snapshots
+from bridge.core.lifecycle import StatusUpdate, TaskSnapshot
+from bridge.core.resume import FAILED_RESUBSCRIBES, Lost, Poll, Publish, Resume, Retry, Snapshots, reconcile_first
 from bridge.errors import AgentError, AgentUnavailable, RpcError
 
 BUDGET = 60.0
@@ -207,3 +207,22 @@ def test_polls_failing_for_longer_than_the_budget_lose_the_task_and_an_answer_re
     p.answered(changed=False)
     assert p.failed(down(), now=170.0) == Retry()  # counted from the first failure after the answer
     assert p.failed(down(), now=230.5) == Lost("tasks/get kept failing")
+
+
+# --------------------------------------------------------------- reconcile --
+
+
+@pytest.mark.parametrize(
+    ("update", "sequenced", "resumed", "first"),
+    [
+        (StatusUpdate("t-1", "ctx", "completed", None, None), False, True, True),
+        (StatusUpdate("t-1", "ctx", "completed", None, None), True, True, False),  # replay is exact
+        (StatusUpdate("t-1", "ctx", "completed", None, None), False, False, False),  # no gap
+        (StatusUpdate("t-1", "ctx", "working", None, None), False, True, False),  # not the last chance
+        (StatusUpdate("t-1", "ctx", "input-required", None, None), False, True, False),
+    ],
+)
+def test_a_resumed_task_without_sse_ids_is_reconciled_before_its_terminal_status(
+    update: StatusUpdate, sequenced: bool, resumed: bool, first: bool
+) -> None:
+    assert reconcile_first(update, sequenced=sequenced, resumed=resumed) is first

@@ -22,7 +22,7 @@ from aiokafka.structs import ConsumerRecord
 from bridge.agents.client import close_stream
 from bridge.config.model import AgentConfig, BridgeConfig, Config
 from bridge.core.backoff import Backoff
-from bridge.core.follow import IDLE
+from bridge.core.follow import AUTH_WATCH, CLOSED, IDLE
 from bridge.core.lifecycle import (
     ArtifactProgress,
     Dropped,
@@ -321,6 +321,7 @@ async def test_a_snapshot_that_published_what_replay_had_not_makes_the_task_snap
     await first.put(None)  # the stream drops
     await asyncio.wait_for(part.done.wait(), 5)
     assert record.snapshots_only and record.closed
+    await until(lambda: runner.follow.mode is CLOSED, "the follower ends with the Task")
     assert [r.body["method"] for r in script.requests] == ["message/stream"] + ["tasks/resubscribe"] * 3
     parts = [p["text"] for e in part.events if e["kind"] == "artifact" for p in e["artifact"]["parts"]]
     assert parts == ["p0", "p1", "p2", "p3", "p4"]
@@ -347,3 +348,30 @@ async def test_a_restored_snapshots_only_task_is_never_replayed() -> None:
     assert script.requests == [] and client.gets == 1  # no tasks/resubscribe after afterSeq 3
     parts = [p["text"] for e in part.events if e["kind"] == "artifact" for p in e["artifact"]["parts"]]
     assert parts == ["p3"] and record.closed
+
+
+async def test_a_restored_task_paused_for_sign_in_is_watched_then_replayed_once_it_moves() -> None:
+    script = Script()
+    part = FakePartition(script)
+    part.agent = client = SnapshotClient(
+        script, [TaskSnapshot("t-1", "ctx", "auth-required"), TaskSnapshot("t-1", "ctx", "working")]
+    )
+    record = dataclasses.replace(
+        new_task("k", "gw", "c-start", deadline=None, metadata=None),
+        task_id="t-1",
+        context_id="ctx",
+        state="auth-required",
+        after_seq=2,
+        seq=2,
+    )
+    replay = script.next_stream()
+    runner = TaskRunner(part, record)
+    runner.launch(None)
+    await until(lambda: runner.follow.mode is AUTH_WATCH, "the sign-in is watched")
+    await replay.put(status("working", 3))  # the replay after afterSeq 2, not the snapshot
+    await replay.put(status("completed", 4))
+    await replay.put(None)
+    await asyncio.wait_for(part.done.wait(), 5)
+    assert [r.body["method"] for r in script.requests] == ["tasks/resubscribe"] and client.gets == 2
+    assert [e["state"] for e in part.events if e["kind"] == "status"] == ["working", "completed"]
+    await until(lambda: runner.follow.mode is CLOSED, "the follower ends with the Task")
