@@ -1,6 +1,6 @@
-"""What the runner does about a failed agent call: pure decisions, no IO.
+"""What the runner does about a failed agent call or a failed follower: pure decisions, no IO.
 
-The seed asks to "record cancellation, failure, and client timeout
+docs/gateway-protocol.md asks to "record cancellation, failure, and client timeout
 separately": an agent that refused a start is ``rejected`` (an A2A state
 that means exactly that), while the bridge's own give-ups name themselves.
 
@@ -21,11 +21,14 @@ the start at once.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from bridge.core.lifecycle import BridgeOutcome
 from bridge.errors import (
     AgentAuthError,
     AgentError,
     AgentHTTPError,
+    AgentOversize,
     AgentProtocolError,
     AgentUnavailable,
     RpcError,
@@ -57,3 +60,20 @@ def cancel_failure(exc: AgentError) -> str:
     if isinstance(exc, RpcError):
         return f"tasks/cancel: JSON-RPC {exc.code}: {exc.rpc_message[:200]}"
     return f"tasks/cancel: {exc.kind}: {exc.detail}"
+
+
+class Crash(NamedTuple):
+    """How a Task whose follower failed is closed. ``bug``: the failure is the
+    bridge's own (logged with its traceback), not what the agent sent."""
+
+    outcome: BridgeOutcome
+    reason: str
+    bug: bool
+
+
+def crash(exc: BaseException) -> Crash:
+    """A follower that failed must not leave its Task hanging: an agent past the size
+    caps makes it ``unreadable``; anything else is a bridge error and the Task ``lost``."""
+    if isinstance(exc, AgentOversize):
+        return Crash("unreadable", str(exc), bug=False)
+    return Crash("lost", f"bridge error: {type(exc).__name__}", bug=True)

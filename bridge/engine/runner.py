@@ -12,11 +12,15 @@ offset) or in the DLQ, whatever happens to the Task: a command still queued
 when the Task ends goes back to the partition's rules; one in flight when a
 follower crashes is answered by the closing event (a start) or the DLQ.
 
-Retry budgets: a dropped stream or failed resume is retried with exponential
-backoff (0.2 s doubling to 10 s, full jitter so that many Tasks do not retry
-in lockstep) until ``resume_deadline_seconds`` pass without progress; then
-the Task is ``lost``. Polling backs off from ``poll_initial_seconds`` to
-``poll_max_seconds`` the same way.
+The runner is the IO; the rules it follows are pure and live in
+:mod:`bridge.core`: the mode it follows the Task in (:mod:`bridge.core.follow`:
+sending, streaming, resubscribing, polling, snapshots only, the auth watch),
+each step of a resume and of polling (:mod:`bridge.core.resume`), what a failed
+start, cancel or follower becomes (:mod:`bridge.core.policy`), and every wait
+(:mod:`bridge.core.backoff`): a dropped stream or failed resume is retried
+with :data:`~bridge.core.backoff.AGENT_RETRY` until ``resume_deadline_seconds``
+pass without progress, then the Task is ``lost``; polling backs off from
+``poll_initial_seconds`` to ``poll_max_seconds``.
 """
 
 from __future__ import annotations
@@ -31,30 +35,45 @@ from typing import Any, Literal, Protocol
 
 from aiokafka.structs import ConsumerRecord
 
-from bridge.agents.client import AgentClient, close_stream, rpc_id
-from bridge.config.model import Config
-from bridge.core import policy
+from bridge.agents.client import close_stream, rpc_id
+from bridge.config.model import AgentConfig, Config
+from bridge.core import follow, policy
 from bridge.core.backoff import AGENT_RETRY, polling
 from bridge.core.commands import Act, Command, Duplicate, Refuse, decide, message_id
+from bridge.core.follow import AUTH_WATCH, POLLING, RESUBSCRIBING, SENDING, SNAPSHOTS, STREAMING, Follow, Mode
 from bridge.core.lifecycle import (
     JSON,
-    PAUSED_STATES,
     BridgeOutcome,
     Dropped,
     Event,
     MessageUpdate,
-    StatusUpdate,
     TaskRecord,
     TaskSnapshot,
     Update,
     is_terminal,
 )
-from bridge.errors import AgentError, AgentNoTask, AgentOversize, RpcError
+from bridge.core.resume import Lost, Poll, Publish, Resume, Snapshots, reconcile_first
+from bridge.errors import AgentError, AgentNoTask, RpcError
 from bridge.observe import logs, metrics
+from bridge.wire.dialects import Dialect, Request
 
 log = logging.getLogger(__name__)
 
 Incoming = tuple[Command, "ConsumerRecord[bytes, bytes]"]
+
+
+class Client(Protocol):
+    """What a runner needs of its agent (:class:`bridge.agents.client.AgentClient`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def config(self) -> AgentConfig: ...
+    @property
+    def dialect(self) -> Dialect: ...
+    async def streaming(self) -> bool: ...
+    def stream(self, req: Request, trace: str | None = None) -> AsyncIterator[Update]: ...
+    async def task(self, req: Request, trace: str | None = None) -> TaskSnapshot: ...
 
 
 class Partition(Protocol):
@@ -72,16 +91,11 @@ class Partition(Protocol):
     ) -> None: ...
     def space(self) -> Awaitable[None]: ...
     def resume_turn(self) -> Awaitable[None]: ...
-    def client(self, record: TaskRecord) -> AgentClient: ...
+    def client(self, record: TaskRecord) -> Client: ...
     def runner_done(self, runner: TaskRunner) -> None: ...
     def start_resent(self, command_id: str) -> bool: ...
     def activity(self, task_key: str, active: bool) -> None: ...
     def artifact_cap(self, agent: str) -> int: ...
-
-
-# Resubscribes that brought nothing, in a row, before a running gateway Task is
-# followed by tasks/get snapshots instead of its replay.
-_FAILED_RESUBSCRIBES = 3
 
 
 class TaskRunner:
@@ -89,8 +103,8 @@ class TaskRunner:
         self.part = part
         self.record = record
         self.client = part.client(record)
-        # Later commands, in order. Lists, not deques: a live Task costs memory for as
-        # long as it waits (a deque and an asyncio.Event are 600 bytes each).
+        # Later commands, in order. Lists, not deques or asyncio.Events: a live Task
+        # costs memory for as long as it waits, and those are the larger objects.
         self.inbox: list[Incoming] = []
         self._waiter: asyncio.Future[None] | None = None
         self._follower: asyncio.Future[None] | None = None
@@ -98,8 +112,8 @@ class TaskRunner:
         self.task: asyncio.Future[None] | None = None
         # The start or reply sent to the agent and not yet answered.
         self._sending: Incoming | None = None
-        # Set once the Task was resumed after a gap (restart or dropped stream).
-        self._resumed = False
+        # What the follower does (bridge.core.follow).
+        self.follow = Follow()
         self._stopping = False
         self._cap = part.artifact_cap(record.agent)
         self._log: dict[str, object] = {}
@@ -180,7 +194,15 @@ class TaskRunner:
         t.add_done_callback(self._background.remove)
         t.add_done_callback(self._crashed)
 
-    def _follow(self, source: Awaitable[None]) -> None:
+    def _live(self) -> bool:
+        """Whether the Task still needs following: neither closed nor paused."""
+        return not self.record.closed and not self.record.paused
+
+    def _follow(self, mode: Mode, source: Awaitable[None]) -> None:
+        """``source`` replaces the follower; it follows the Task in ``mode``. (A
+        replaced follower is cancelled before it runs again, so it moves the
+        mode no more.)"""
+        self.follow.to(mode)
         if self._follower is not None:
             self._follower.cancel()
         self._follower = follower = asyncio.ensure_future(source)
@@ -190,23 +212,23 @@ class TaskRunner:
     def _followed(self, follower: asyncio.Future[None]) -> None:
         if self._follower is follower:
             self._follower = None  # a paused Task keeps no finished follower
+            if not follower.cancelled():
+                self.follow.ended(self.record.closed)
 
     def _crashed(self, task: asyncio.Future[None]) -> None:
         """A follower that failed must not leave the Task or its command hanging:
-        close the Task (``unreadable`` for an agent past the size caps, else
-        ``lost``) and answer the command in flight."""
+        close the Task as :func:`bridge.core.policy.crash` says and answer the
+        command in flight."""
         if task.cancelled() or task.exception() is None:
             return
         exc = task.exception()
-        outcome: BridgeOutcome
-        if isinstance(exc, AgentOversize):
-            outcome, reason = "unreadable", str(exc)
-        else:
+        assert exc is not None
+        crash = policy.crash(exc)
+        if crash.bug:
             log.error("following %s crashed", self.record.task_id or self.record.task_key, exc_info=exc)
-            outcome, reason = "lost", f"bridge error: {type(exc).__name__}"
         if not self.record.closed:
-            self._outcome(outcome, reason)
-        self._answered(reason)
+            self._outcome(crash.outcome, crash.reason)
+        self._answered(crash.reason)
 
     def _answered(self, failure: str | None = None, reason: str = "agent-error") -> None:
         """The command in flight got its answer (or ``failure``): absorb it, or DLQ
@@ -227,17 +249,9 @@ class TaskRunner:
         try:
             if start is not None:
                 self._sending = start
-                self._follow(self._send(*start))
-            elif self.record.task_id is None:
-                self._outcome("lost", "restored before the agent named the Task")
+                self._follow(SENDING, self._send(*start))
             else:
-                if self.record.cancel_pending:
-                    self._spawn(self._cancel())
-                if not self.record.paused:
-                    await self.part.resume_turn()
-                    self._follow(self._resume("restart"))
-                elif self.record.state == "auth-required":
-                    self._follow(self._watch_auth())
+                await self._restore()
             del start  # not kept alive for the Task's whole life
             while not self.record.closed:
                 if self.inbox and self._sending is None:
@@ -256,6 +270,7 @@ class TaskRunner:
             if self._follower is not None:
                 self._follower.cancel()
             if self.record.closed:
+                self.follow.close()
                 log.info("the Task ended: %s", self.record.ended_as)
             if not self._stopping:
                 # The Task ended (deadline, say) before the agent answered the command in flight.
@@ -266,6 +281,21 @@ class TaskRunner:
             # partition close they stay unabsorbed and are read again later.
             while not self._stopping and self.inbox:
                 self.part.dispatch(*self.inbox.pop(0))
+
+    async def _restore(self) -> None:
+        """Follow a Task restored from its checkpoint again: a live one reconnects
+        in its turn (:meth:`bridge.engine.service.Service.resume_turn`)."""
+        if self.record.task_id is None:
+            self._outcome("lost", "restored before the agent named the Task")
+            return
+        if self.record.cancel_pending:
+            self._spawn(self._cancel())
+        mode = follow.next_mode(self.record.closed, self.record.state)
+        if mode is RESUBSCRIBING:
+            await self.part.resume_turn()
+            self._follow(mode, self._resume("restart"))
+        elif mode is AUTH_WATCH:
+            self._follow(mode, self._watch_auth())
 
     def _command(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
         decision = decide(command, self.record)
@@ -281,7 +311,7 @@ class TaskRunner:
         if command.type == "reply":
             self._sending = (command, raw)
             self._active_now()
-            self._follow(self._send(command, raw))
+            self._follow(SENDING, self._send(command, raw))
         elif command.type == "cancel":
             self.record.command_id = command.command_id
             self.record.cancel_pending = command.command_id
@@ -324,10 +354,12 @@ class TaskRunner:
         rest = await self._answer(command, raw)
         del command, raw
         if rest == "poll":
+            self.follow.to(POLLING)
             await self._poll()
             return
         if rest is None:
             return
+        self.follow.to(STREAMING)
         with contextlib.suppress(AgentError):  # dropped after the answer: resumed below
             await self._consume(rest)
         await self._after_stream()
@@ -369,8 +401,8 @@ class TaskRunner:
                     raise
                 return it
             except AgentNoTask as exc:
-                # The agent answered without a Task: that is the answer (seed: a
-                # start that never names a Task is closed, not left pending).
+                # The agent answered without a Task: that is the answer (a start that
+                # never names a Task is closed, not left pending: docs/gateway-protocol.md).
                 if command.type == "start":
                     self._outcome("no-task", exc.detail, exc.said)
                     self._answered()
@@ -412,8 +444,9 @@ class TaskRunner:
         try:
             n = 0
             async for update in it:
-                if self._reconcile_before(update):
-                    await self._reconcile()
+                if reconcile_first(update, sequenced=self.client.dialect.sequenced, resumed=self.follow.resumed):
+                    with contextlib.suppress(AgentError):
+                        self._apply(await self._snapshot())
                 self._apply(update)
                 await self.part.space()
                 if self.record.closed:
@@ -429,190 +462,146 @@ class TaskRunner:
             with contextlib.suppress(Exception):
                 await close_stream(it)
 
-    def _reconcile_before(self, update: Update) -> bool:
-        """Dialects without SSE ids may have missed chunks during a gap: before
-        the terminal status, publish what tasks/get shows that we have not."""
-        return (
-            not self.client.dialect.sequenced
-            and self._resumed
-            and isinstance(update, StatusUpdate)
-            and is_terminal(update.state)
-        )
-
-    async def _reconcile(self) -> None:
+    async def _snapshot(self) -> TaskSnapshot:
+        """tasks/get."""
         assert self.record.task_id is not None
-        with contextlib.suppress(AgentError):
-            self._apply(
-                await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id), self._trace)
-            )
+        return await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id), self._trace)
+
+    async def _observe(self) -> TaskSnapshot | AgentError:
+        """tasks/get: the snapshot, or the error it failed with."""
+        try:
+            return await self._snapshot()
+        except AgentError as exc:
+            return exc
+
+    async def _replay(self, why: str) -> None:
+        """tasks/resubscribe: the Task's events after afterSeq, applied as they come."""
+        assert self.record.task_id is not None
+        metrics.RECONNECTS.labels(why).inc()
+        resubscribe = self.client.dialect.resubscribe(rpc_id("resubscribe"), self.record.task_id, self.record.after_seq)
+        await self._consume(self.client.stream(resubscribe, self._trace))
 
     async def _after_stream(self) -> None:
         """The stream ended: done, paused, or dropped (then resume)."""
-        if self.record.closed:
-            return
-        if self.record.state == "auth-required":
+        mode = follow.next_mode(self.record.closed, self.record.state)
+        if mode is AUTH_WATCH:
+            self.follow.to(mode)
             await self._watch_auth()
-        elif not self.record.paused:
+        elif mode is RESUBSCRIBING:
+            self.follow.to(mode)
             await self._resume("dropped")
 
     async def _resume(self, why: str) -> None:
-        """Recover a live Task: resubscribe (after afterSeq); when that fails, tasks/get
-        first (seed: "If resubscription fails, call tasks/get first to determine the
-        latest state"); ``lost`` only when both keep failing.
-
-        A resubscribe *fails* when it brings nothing new: an error, or a stream that
-        ends without a new event. (A stream that drops after new events is just
-        dropped again.) Each failure asks tasks/get, which tells whether the Task
-        still exists. The gateway's replay keeps every chunk as its own event, so
-        what tasks/get shows (terminal, with the artifacts reconciled) is published
-        only once replay is refused, or failed :data:`_FAILED_RESUBSCRIBES` times in
-        a row; from then on a still running Task is followed by snapshots.
-        """
-        assert self.record.task_id is not None
-        task_id = self.record.task_id
-        dialect = self.client.dialect
-        self._resumed = True
+        """Recover a live Task: resubscribe after afterSeq, ask tasks/get when that
+        brings nothing, and publish the snapshot, follow by snapshots or give the
+        Task up as :class:`bridge.core.resume.Resume` decides."""
         if self.record.snapshots_only:
-            # Replay would repeat what a snapshot published (see below), restored or not.
-            metrics.RECONNECTS.labels("poll").inc()
-            await self._poll()
+            # Replay would repeat what a snapshot published (bridge.core.resume), restored or not.
+            await self._snapshots()
             return
-        budget = self.part.config.bridge.resume_deadline_seconds
-        deadline = time.monotonic() + budget
-        attempt = failed = 0
         if not await self.client.streaming():
+            self.follow.to(POLLING)
             await self._poll()
             return
-        while not self.record.closed and not self.record.paused:
-            if attempt:
-                await asyncio.sleep(AGENT_RETRY.delay(attempt))
-            attempt += 1
+        plan = Resume(
+            sequenced=self.client.dialect.sequenced,
+            budget=self.part.config.bridge.resume_deadline_seconds,
+            now=time.monotonic(),
+            backoff=AGENT_RETRY,
+        )
+        while self._live():
+            if pause := plan.wait():
+                await asyncio.sleep(pause)
             before = self.record.seq, self.record.after_seq
-            failure: AgentError | None = None
-            try:
-                if not dialect.sequenced:
-                    # No ids to resume after: catch up from the snapshot first.
-                    self._apply(await self.client.task(dialect.get(rpc_id("get"), task_id), self._trace))
-                    if self.record.closed or self.record.paused:
-                        return
-                metrics.RECONNECTS.labels(why).inc()
-                await self._consume(
-                    self.client.stream(
-                        dialect.resubscribe(rpc_id("resubscribe"), task_id, self.record.after_seq), self._trace
-                    )
-                )
-            except AgentError as exc:
-                log.info("resume of %s failed: %s", task_id, exc)
-                failure = exc
-            if self.record.closed or self.record.paused:
+            failure = await self._resubscribe(why)
+            if not self._live():
                 return
             if (self.record.seq, self.record.after_seq) != before:
-                attempt, failed = 1, 0  # progress: renew the budget; a failing call still backs off
-                deadline = time.monotonic() + budget
+                plan.progressed(time.monotonic())
                 continue
-            failed += 1
-            try:
-                snap: TaskSnapshot | None = await self.client.task(dialect.get(rpc_id("get"), task_id), self._trace)
-                got: AgentError | None = None
-            except AgentError as exc:
-                snap, got = None, exc
-            if snap is not None:
-                deadline = time.monotonic() + budget  # observable: not lost
-                refused = isinstance(failure, RpcError)
-                # (Without SSE ids the next attempt starts from a snapshot anyway.)
-                ends = not dialect.sequenced and (is_terminal(snap.state) or snap.state in PAUSED_STATES)
-                if refused or ends or (dialect.sequenced and failed >= _FAILED_RESUBSCRIBES):
-                    seq = self.record.seq
-                    self._apply(snap)
-                    if dialect.sequenced and self.record.seq != seq:
-                        # The snapshot published what replay had not delivered: replay
-                        # after afterSeq would repeat it. Set before any await, so the
-                        # checkpoint committed with these events says so.
-                        self.record.snapshots_only = True
-                    if self.record.closed or self.record.paused:
-                        return
-                    if refused or self.record.snapshots_only:
-                        # Replay is gone, or would repeat what the snapshot showed:
-                        # snapshots are the only safe source now.
-                        metrics.RECONNECTS.labels("poll").inc()
-                        await self._poll()
-                        return
-            elif isinstance(failure, RpcError) and isinstance(got, RpcError) and got.code == RpcError.TASK_NOT_FOUND:
-                self._outcome("lost", f"resubscribe: JSON-RPC {failure.code}; tasks/get: JSON-RPC {got.code}")
+            decision = plan.fruitless(failure, await self._observe(), time.monotonic())
+            if isinstance(decision, Lost):
+                self._outcome("lost", decision.reason)
                 return
-            elif time.monotonic() > deadline:
-                said = failure.kind if failure else "no new events"
-                self._outcome("lost", f"resubscribe: {said}; tasks/get: {got.kind if got else '?'}; for {budget:.0f}s")
-                return
+            if isinstance(decision, Publish):
+                seq = self.record.seq
+                self._apply(decision.snapshot)
+                after = plan.published(new=self.record.seq != seq)
+                if isinstance(after, Snapshots):
+                    # Before any await: the checkpoint committed with the snapshot's events says so.
+                    self.record.snapshots_only |= after.for_good
+                    if self._live():
+                        await self._snapshots()
+                    return
+
+    async def _resubscribe(self, why: str) -> AgentError | None:
+        """One attempt of a resume; the error it failed with, if any."""
+        try:
+            if not self.client.dialect.sequenced:
+                # No ids to resume after: catch up from the snapshot first.
+                self._apply(await self._snapshot())
+                if not self._live():
+                    return None
+            await self._replay(why)
+        except AgentError as exc:
+            log.info("resume of %s failed: %s", self.record.task_id, exc)
+            return exc
+        return None
+
+    async def _snapshots(self) -> None:
+        """Follow the Task by snapshots only: its replay is gone or would repeat them."""
+        self.follow.to(SNAPSHOTS)
+        metrics.RECONNECTS.labels("poll").inc()
+        await self._poll()
 
     async def _watch_auth(self) -> None:
         """A Task paused in auth-required goes on when the user signs in out of band:
         watch it with tasks/get (backoff with jitter) and follow it again once it
         moves. A reply, a cancel or the deadline end the watch too."""
-        assert self.record.task_id is not None
-        dialect, cfg = self.client.dialect, self.client.config
+        cfg = self.client.config
         pace = polling(cfg.poll_initial_seconds, cfg.poll_max_seconds)
         attempt = 0
         while self.record.state == "auth-required" and not self.record.closed:
             await asyncio.sleep(pace.delay(attempt))
             attempt += 1
-            try:
-                snap = await self.client.task(dialect.get(rpc_id("get"), self.record.task_id), self._trace)
-            except AgentError:
+            snap = await self._observe()
+            if isinstance(snap, AgentError) or snap.state == "auth-required":
                 continue
-            if snap.state == "auth-required":
-                continue
-            if not dialect.sequenced:
+            if not self.client.dialect.sequenced:
                 self._apply(snap)
                 break
             # The Task's own events after afterSeq replay the change, in order; a
             # snapshot applied first would make that replay repeat what it showed.
             try:
-                metrics.RECONNECTS.labels("auth").inc()
-                await self._consume(
-                    self.client.stream(
-                        dialect.resubscribe(rpc_id("resubscribe"), self.record.task_id, self.record.after_seq),
-                        self._trace,
-                    )
-                )
+                await self._replay("auth")
             except AgentError:
                 self._apply(snap)  # no replay: the snapshot is what there is, and snapshots from now on
-                if not self.record.closed and not self.record.paused:
+                if self._live():
+                    self.follow.to(SNAPSHOTS)
                     await self._poll()
                 return
         await self._after_stream()
 
     async def _poll(self) -> None:
-        """tasks/get with backoff and jitter until the Task ends or pauses."""
-        assert self.record.task_id is not None
+        """tasks/get with backoff and jitter until the Task ends or pauses, or
+        :class:`bridge.core.resume.Poll` gives it up."""
         cfg = self.client.config
-        pace = polling(cfg.poll_initial_seconds, cfg.poll_max_seconds)
-        attempt = 0  # since the Task last moved: a change is polled again soon
-        failing_since: float | None = None
-        while not self.record.closed and not self.record.paused:
-            await asyncio.sleep(pace.delay(attempt))
-            snap: TaskSnapshot | None = None
-            try:
-                snap = await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id), self._trace)
-            except RpcError as exc:
-                if exc.code == RpcError.TASK_NOT_FOUND:
-                    self._outcome("lost", f"tasks/get: JSON-RPC {exc.code}")
+        plan = Poll(
+            budget=self.part.config.bridge.resume_deadline_seconds,
+            pace=polling(cfg.poll_initial_seconds, cfg.poll_max_seconds),
+        )
+        while self._live():
+            await asyncio.sleep(plan.wait())
+            got = await self._observe()
+            if isinstance(got, AgentError):
+                decision = plan.failed(got, time.monotonic())
+                if isinstance(decision, Lost):
+                    self._outcome("lost", decision.reason)
                     return
-            except AgentError:
-                pass  # counted below against the resume budget
-            if snap is None:
-                failing_since = failing_since or time.monotonic()
-                if time.monotonic() - failing_since > self.part.config.bridge.resume_deadline_seconds:
-                    self._outcome("lost", "tasks/get kept failing")
-                    return
-            else:
-                failing_since = None
-                seq = self.record.seq
-                self._apply(snap)
-                if self.record.seq != seq:
-                    attempt = 0
-                    continue
-            attempt += 1
+                continue
+            seq = self.record.seq
+            self._apply(got)
+            plan.answered(changed=self.record.seq != seq)
 
     # -------------------------------------------------------------- cancel --
 
@@ -647,8 +636,8 @@ class TaskRunner:
                 raise
             snap = None
         if snap is None or not is_terminal(snap.state):
-            # Ambiguous: the seed says confirm with tasks/get.
-            snap = await self.client.task(dialect.get(rpc_id("get"), self.record.task_id), self._trace)
+            # Ambiguous: confirm with tasks/get (docs/gateway-protocol.md).
+            snap = await self._snapshot()
         # Only a terminal snapshot is published from here: a non-terminal one
         # may be ahead of the open stream, which would then repeat its chunks.
         # The stream (or the poll) reports the rest as it comes.

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ from bridge.agents.client import close_stream
 from bridge.config.model import AgentConfig, BridgeConfig, Config
 from bridge.core.backoff import Backoff
 from bridge.core.commands import Command
+from bridge.core.follow import AUTH_WATCH, CLOSED, IDLE
 from bridge.core.lifecycle import (
     ArtifactProgress,
     Dropped,
@@ -38,7 +39,7 @@ from bridge.core.lifecycle import (
 from bridge.engine import runner as runner_module
 from bridge.engine.runner import TaskRunner
 from bridge.errors import AgentOversize
-from bridge.wire.dialects import GatewayDialect, Request
+from bridge.wire.dialects import Dialect, GatewayDialect, Request
 
 AGENT = AgentConfig(name="gw", url="http://agent.invalid/a2a", dialect="gateway", agent_code="writer")
 
@@ -61,7 +62,7 @@ class FakeClient:
     def __init__(self, script: Script) -> None:
         self.name = AGENT.name
         self.config = AGENT
-        self.dialect = GatewayDialect("gw", "writer")
+        self.dialect: Dialect = GatewayDialect("gw", "writer")
         self.script = script
 
     async def streaming(self) -> bool:
@@ -79,7 +80,7 @@ class FakeClient:
                 raise item
             yield item
 
-    async def task(self, req: Request, trace: str | None = None) -> Any:
+    async def task(self, req: Request, trace: str | None = None) -> TaskSnapshot:
         raise AssertionError("not scripted")
 
 
@@ -93,6 +94,8 @@ class FakePartition:
     dlq: list[tuple[int, str]] = field(default_factory=list)
     dispatched: list[int] = field(default_factory=list)
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    # The agent's client, when the test scripts more than its streams.
+    agent: FakeClient | None = None
 
     def publish(self, record: TaskRecord, results: list[Event | Dropped]) -> None:
         self.events += [{"seq": e.seq, "kind": e.kind, **e.body} for e in results if isinstance(e, Event)]
@@ -119,8 +122,8 @@ class FakePartition:
     async def resume_turn(self) -> None:
         pass
 
-    def client(self, agent: str) -> Any:
-        return FakeClient(self.script)
+    def client(self, record: TaskRecord) -> FakeClient:
+        return self.agent or FakeClient(self.script)
 
     def runner_done(self, runner: TaskRunner) -> None:
         self.done.set()
@@ -154,9 +157,14 @@ def status(state: str, seq: int) -> StatusUpdate:
     return StatusUpdate("t-1", "ctx", state, None, seq)
 
 
-async def settle() -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
+async def until(condition: Callable[[], bool], what: str, timeout: float = 2.0) -> None:
+    """Wait until ``condition()`` holds; fail, saying ``what`` did not happen, after ``timeout`` seconds."""
+    try:
+        async with asyncio.timeout(timeout):
+            while not condition():
+                await asyncio.sleep(0.001)
+    except TimeoutError:
+        raise AssertionError(f"not within {timeout}s: {what}") from None
 
 
 async def started_runner(deadline: float | None = None) -> tuple[TaskRunner, FakePartition, Script]:
@@ -169,7 +177,7 @@ async def started_runner(deadline: float | None = None) -> tuple[TaskRunner, Fak
     await first.put(status("working", 1))
     await first.put(status("input-required", 2))
     await first.put(None)
-    await settle()
+    await until(lambda: record.paused and runner.follow.mode is IDLE, "the start's stream ends with the Task paused")
     assert part.absorbed == [(1, "c-start")] and record.paused
     return runner, part, script
 
@@ -178,11 +186,11 @@ async def test_a_reply_is_remembered_only_with_the_agents_answer() -> None:
     runner, part, script = await started_runner()
     answer = script.next_stream()
     runner.deliver(*reply("r-1", 2))
-    await settle()
+    await until(lambda: len(script.requests) == 2, "the reply is sent")
     assert not runner.record.seen("r-1")  # sent, not answered: a crash now re-sends it
     assert part.absorbed == [(1, "c-start")]
     await answer.put(status("working", 3))
-    await settle()
+    await until(lambda: len(part.absorbed) == 2, "the reply is absorbed")
     assert runner.record.seen("r-1") and part.absorbed[-1] == (2, "r-1")
     assert part.events[-1]["state"] == "working"
     await answer.put(status("completed", 4))
@@ -194,11 +202,10 @@ async def test_a_duplicate_reply_waits_for_the_first_and_is_not_sent_twice() -> 
     answer = script.next_stream()
     runner.deliver(*reply("r-1", 2))
     runner.deliver(*reply("r-1", 3))  # the producer re-sent it
-    await settle()
-    assert len(script.requests) == 2  # the start and one reply
+    await until(lambda: len(script.requests) == 2, "the reply is sent")  # the start and one reply
     await answer.put(status("working", 3))
-    await settle()
-    assert (3, None) in part.absorbed and len(script.requests) == 2
+    await until(lambda: (3, None) in part.absorbed, "the duplicate is absorbed")
+    assert len(script.requests) == 2 and part.dlq == []
     await answer.put(status("completed", 4))
     await asyncio.wait_for(part.done.wait(), 2)
 
@@ -224,7 +231,7 @@ async def test_a_crash_before_the_agent_names_the_task_closes_it_and_absorbs_the
     runner.launch(start(7))
     await first.put(RuntimeError("a bug"))
     await asyncio.wait_for(part.done.wait(), 2)
-    await settle()
+    await until(lambda: bool(part.absorbed), "the start is absorbed")
     assert part.absorbed == [(7, "c-start")]
     assert [(e["kind"], e["outcome"], e["terminal"]) for e in part.events] == [("bridge", "lost", True)]
     assert part.events[0]["reason"] == "bridge error: RuntimeError"
@@ -234,11 +241,10 @@ async def test_an_event_over_the_cap_closes_the_task_as_unreadable() -> None:
     runner, part, script = await started_runner()
     answer = script.next_stream()
     runner.deliver(*reply("r-1", 2))
-    await settle()
     await answer.put(status("working", 3))
     await answer.put(AgentOversize("gw", "message/stream", "an SSE event exceeds 100 bytes"))
     await asyncio.wait_for(part.done.wait(), 2)
-    await settle()
+    await until(lambda: (2, "r-1") in part.absorbed, "the reply is absorbed")
     assert part.events[-1]["outcome"] == "unreadable" and part.events[-1]["terminal"] is True
     assert (2, "r-1") in part.absorbed and part.dlq == []
 
@@ -284,7 +290,7 @@ class SnapshotClient(FakeClient):
         self.snapshots = snapshots
         self.gets = 0
 
-    async def task(self, req: Request, trace: str | None = None) -> Any:
+    async def task(self, req: Request, trace: str | None = None) -> TaskSnapshot:
         self.gets += 1
         return self.snapshots.pop(0)
 
@@ -304,8 +310,7 @@ async def test_a_snapshot_that_published_what_replay_had_not_makes_the_task_snap
     part = FakePartition(script)
     # tasks/get after each fruitless resubscribe; the third is published, then polling
     gets = [snapshot("working", 3)] * 3 + [snapshot("completed", 5)]
-    client = SnapshotClient(script, gets)
-    part.client = lambda agent: client  # type: ignore[method-assign]
+    part.agent = SnapshotClient(script, gets)
     record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
     runner = TaskRunner(part, record)
     first = script.next_stream()
@@ -316,6 +321,7 @@ async def test_a_snapshot_that_published_what_replay_had_not_makes_the_task_snap
     await first.put(None)  # the stream drops
     await asyncio.wait_for(part.done.wait(), 5)
     assert record.snapshots_only and record.closed
+    await until(lambda: runner.follow.mode is CLOSED, "the follower ends with the Task")
     assert [r.body["method"] for r in script.requests] == ["message/stream"] + ["tasks/resubscribe"] * 3
     parts = [p["text"] for e in part.events if e["kind"] == "artifact" for p in e["artifact"]["parts"]]
     assert parts == ["p0", "p1", "p2", "p3", "p4"]
@@ -324,8 +330,7 @@ async def test_a_snapshot_that_published_what_replay_had_not_makes_the_task_snap
 async def test_a_restored_snapshots_only_task_is_never_replayed() -> None:
     script = Script()
     part = FakePartition(script)
-    client = SnapshotClient(script, [snapshot("completed", 4)])
-    part.client = lambda agent: client  # type: ignore[method-assign]
+    part.agent = client = SnapshotClient(script, [snapshot("completed", 4)])
     published = ArtifactProgress(3, roll("", [{"kind": "text", "text": f"p{i}"} for i in range(3)]), False)
     record = dataclasses.replace(
         new_task("k", "gw", "c-start", deadline=None, metadata=None),
@@ -343,3 +348,30 @@ async def test_a_restored_snapshots_only_task_is_never_replayed() -> None:
     assert script.requests == [] and client.gets == 1  # no tasks/resubscribe after afterSeq 3
     parts = [p["text"] for e in part.events if e["kind"] == "artifact" for p in e["artifact"]["parts"]]
     assert parts == ["p3"] and record.closed
+
+
+async def test_a_restored_task_paused_for_sign_in_is_watched_then_replayed_once_it_moves() -> None:
+    script = Script()
+    part = FakePartition(script)
+    part.agent = client = SnapshotClient(
+        script, [TaskSnapshot("t-1", "ctx", "auth-required"), TaskSnapshot("t-1", "ctx", "working")]
+    )
+    record = dataclasses.replace(
+        new_task("k", "gw", "c-start", deadline=None, metadata=None),
+        task_id="t-1",
+        context_id="ctx",
+        state="auth-required",
+        after_seq=2,
+        seq=2,
+    )
+    replay = script.next_stream()
+    runner = TaskRunner(part, record)
+    runner.launch(None)
+    await until(lambda: runner.follow.mode is AUTH_WATCH, "the sign-in is watched")
+    await replay.put(status("working", 3))  # the replay after afterSeq 2, not the snapshot
+    await replay.put(status("completed", 4))
+    await replay.put(None)
+    await asyncio.wait_for(part.done.wait(), 5)
+    assert [r.body["method"] for r in script.requests] == ["tasks/resubscribe"] and client.gets == 2
+    assert [e["state"] for e in part.events if e["kind"] == "status"] == ["working", "completed"]
+    await until(lambda: runner.follow.mode is CLOSED, "the follower ends with the Task")

@@ -1,0 +1,179 @@
+"""Resuming a live Task after a dropped stream or a restart: the decisions, no IO.
+
+The runner resubscribes after ``afterSeq`` (a dialect without SSE ids first
+catches up from a ``tasks/get`` snapshot), then tells a :class:`Resume` what
+happened; it does the IO the answer names. docs/gateway-protocol.md: "If
+resubscription fails, call tasks/get first to determine the latest state";
+the Task is given up (``lost``) only when both keep failing.
+
+A resubscribe *fails* when it brings nothing new: an error, or a stream that
+ends without a new event (a stream that drops after new events is
+:meth:`Resume.progressed`: just dropped again). After each failure the runner
+asks ``tasks/get`` and feeds its answer to :meth:`Resume.fruitless`:
+
+===========================================  =======================================
+the resubscribe / tasks/get                  decision
+===========================================  =======================================
+refused (JSON-RPC error) / a snapshot        :class:`Publish`, then snapshots only
+any / a terminal or paused snapshot,         :class:`Publish` (the Task ends or
+  the dialect has no SSE ids                   pauses with it)
+the 3rd failure in a row / a snapshot,       :class:`Publish`
+  the dialect has SSE ids
+any other / a snapshot                       :class:`Retry`; the Task is observable,
+                                               so the budget starts again
+refused / JSON-RPC TaskNotFound              :class:`Lost`
+any / failed, the budget passed since the    :class:`Lost`
+  last progress or snapshot
+any other / failed                           :class:`Retry`
+===========================================  =======================================
+
+The gateway's replay keeps every chunk as its own event, so a snapshot (the
+Task's artifacts reconciled) is published only as a last resort. Once a
+published snapshot showed what replay had not delivered, replay after
+``afterSeq`` would repeat it: :meth:`Resume.published` then says to follow the
+Task by snapshots only, for good (the record keeps it across restarts).
+
+Retries back off with :data:`bridge.core.backoff.AGENT_RETRY` (the first
+attempt does not wait); progress renews the budget, and a failing call after
+progress still backs off.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from bridge.core.backoff import AGENT_RETRY, Backoff, Draw
+from bridge.core.lifecycle import PAUSED_STATES, StatusUpdate, TaskSnapshot, Update, is_terminal
+from bridge.errors import AgentError, RpcError
+
+# Resubscribes that brought nothing, in a row, before a running gateway Task is
+# followed by tasks/get snapshots instead of its replay.
+FAILED_RESUBSCRIBES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Resubscribe again, after :meth:`Resume.wait`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """Apply ``snapshot`` to the record, then ask :meth:`Resume.published`."""
+
+    snapshot: TaskSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """Give the Task up: close it ``lost`` with ``reason``."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshots:
+    """Follow the Task by ``tasks/get`` from now on. ``for_good``: the record says
+    so (set before anything is awaited, so the checkpoint committed with the
+    snapshot's events carries it)."""
+
+    for_good: bool
+
+
+Decision = Retry | Publish | Lost
+
+
+class Resume:
+    """One resume of one Task, fed one event at a time. Times are monotonic seconds."""
+
+    def __init__(self, *, sequenced: bool, budget: float, now: float, backoff: Backoff = AGENT_RETRY) -> None:
+        self.sequenced = sequenced
+        self.budget = budget
+        self.backoff = backoff
+        self.deadline = now + budget
+        self.attempts = 0  # resubscribes begun (restarted at 1 by progress)
+        self.failed = 0  # fruitless resubscribes in a row
+        self._refused = False
+
+    def wait(self, draw: Draw = random.random) -> float:
+        """How long to wait before the next resubscribe (0 for the first); counts it."""
+        delay = self.backoff.delay(self.attempts, draw) if self.attempts else 0.0
+        self.attempts += 1
+        return delay
+
+    def progressed(self, now: float) -> None:
+        """The attempt brought new events: the budget and the failure count start again."""
+        self.attempts, self.failed = 1, 0
+        self.deadline = now + self.budget
+
+    def fruitless(self, failure: AgentError | None, got: TaskSnapshot | AgentError, now: float) -> Decision:
+        """The attempt brought nothing (``failure``: its error, if any); ``got`` is
+        what ``tasks/get`` answered after it."""
+        self.failed += 1
+        refused = isinstance(failure, RpcError)
+        if isinstance(got, TaskSnapshot):
+            self.deadline = now + self.budget  # observable: not lost
+            ends = not self.sequenced and (is_terminal(got.state) or got.state in PAUSED_STATES)
+            if refused or ends or (self.sequenced and self.failed >= FAILED_RESUBSCRIBES):
+                self._refused = refused
+                return Publish(got)
+            return Retry()
+        if isinstance(failure, RpcError) and isinstance(got, RpcError) and got.code == RpcError.TASK_NOT_FOUND:
+            return Lost(f"resubscribe: JSON-RPC {failure.code}; tasks/get: JSON-RPC {got.code}")
+        if now > self.deadline:
+            said = failure.kind if failure else "no new events"
+            return Lost(f"resubscribe: {said}; tasks/get: {got.kind}; for {self.budget:.0f}s")
+        return Retry()
+
+    def published(self, new: bool) -> Snapshots | Retry:
+        """The snapshot of the last :class:`Publish` was applied; ``new``: it published
+        events replay had not delivered. (Without SSE ids every attempt starts from
+        a snapshot anyway, so nothing is repeated.)"""
+        for_good = self.sequenced and new
+        if self._refused or for_good:
+            return Snapshots(for_good)
+        return Retry()
+
+
+def reconcile_first(update: Update, *, sequenced: bool, resumed: bool) -> bool:
+    """Whether to publish what ``tasks/get`` shows before ``update``: a dialect
+    without SSE ids may have missed chunks during a gap (``resumed``), and the
+    terminal status is the last chance to publish them."""
+    return not sequenced and resumed and isinstance(update, StatusUpdate) and is_terminal(update.state)
+
+
+class Poll:
+    """Following a Task by ``tasks/get`` (an agent that does not stream, or snapshots
+    only), fed one answer at a time.
+
+    The pace grows from ``pace.base`` while nothing changes and starts again when
+    a snapshot moved the Task (it is polled again soon). A Task the agent no
+    longer knows (JSON-RPC TaskNotFound) is ``lost`` at once; ``tasks/get``
+    failing otherwise is ``lost`` once it failed for longer than ``budget``
+    seconds in a row.
+    """
+
+    def __init__(self, *, budget: float, pace: Backoff) -> None:
+        self.budget = budget
+        self.pace = pace
+        self.attempts = 0  # since the Task last moved
+        self.failing_since: float | None = None
+
+    def wait(self, draw: Draw = random.random) -> float:
+        """How long to wait before the next ``tasks/get``."""
+        return self.pace.delay(self.attempts, draw)
+
+    def answered(self, changed: bool) -> None:
+        """``tasks/get`` answered; ``changed``: the snapshot moved the Task."""
+        self.failing_since = None
+        self.attempts = 0 if changed else self.attempts + 1
+
+    def failed(self, exc: AgentError, now: float) -> Lost | Retry:
+        self.attempts += 1
+        if isinstance(exc, RpcError) and exc.code == RpcError.TASK_NOT_FOUND:
+            return Lost(f"tasks/get: JSON-RPC {exc.code}")
+        if self.failing_since is None:
+            self.failing_since = now
+        if now - self.failing_since > self.budget:
+            return Lost("tasks/get kept failing")
+        return Retry()

@@ -1,0 +1,228 @@
+"""bridge.core.resume: each step of a resume and of polling, one event at a time."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bridge.core.backoff import Backoff
+from bridge.core.lifecycle import StatusUpdate, TaskSnapshot
+from bridge.core.resume import FAILED_RESUBSCRIBES, Lost, Poll, Publish, Resume, Retry, Snapshots, reconcile_first
+from bridge.errors import AgentError, AgentUnavailable, RpcError
+
+BUDGET = 60.0
+RETRY = Backoff(base=0.2, cap=10.0)
+
+
+def resume(sequenced: bool = True, now: float = 0.0) -> Resume:
+    return Resume(sequenced=sequenced, budget=BUDGET, now=now, backoff=RETRY)
+
+
+def working() -> TaskSnapshot:
+    return TaskSnapshot("t-1", "ctx", "working")
+
+
+def refused(code: int = -32601) -> RpcError:
+    return RpcError("gw", "tasks/resubscribe", code, "no replay", 1)
+
+
+def not_found() -> RpcError:
+    return RpcError("gw", "tasks/get", RpcError.TASK_NOT_FOUND, "no such task", 2)
+
+
+def down() -> AgentUnavailable:
+    return AgentUnavailable("gw", "tasks/get", "ConnectError")
+
+
+# ------------------------------------------------------------------ resume --
+
+
+def test_the_first_attempt_does_not_wait_and_later_ones_back_off() -> None:
+    r = resume()
+    assert r.wait(lambda: 0.5) == 0.0
+    assert r.wait(lambda: 0.5) == pytest.approx(0.2)  # attempt 1: ceiling 0.4
+    assert r.wait(lambda: 0.5) == pytest.approx(0.4)
+
+
+def test_progress_renews_the_budget_and_still_backs_off() -> None:
+    r = resume()
+    r.wait()
+    assert r.fruitless(None, down(), now=50.0) == Retry()
+    r.progressed(now=100.0)
+    assert r.wait(lambda: 1.0) == pytest.approx(0.4)  # not at once: a failing call after progress
+    assert r.fruitless(None, down(), now=159.0) == Retry()  # within 60 s of the progress
+    assert isinstance(r.fruitless(None, down(), now=161.0), Lost)
+
+
+def test_a_running_sequenced_task_is_published_only_after_three_fruitless_resubscribes() -> None:
+    r = resume()
+    snap = working()
+    for _ in range(FAILED_RESUBSCRIBES - 1):
+        assert r.fruitless(None, snap, now=1.0) == Retry()
+    assert r.fruitless(None, snap, now=1.0) == Publish(snap)
+
+
+def test_progress_starts_the_count_of_fruitless_resubscribes_again() -> None:
+    r = resume()
+    snap = working()
+    for _ in range(FAILED_RESUBSCRIBES - 1):
+        r.fruitless(None, snap, now=1.0)
+    r.progressed(now=2.0)
+    assert r.fruitless(None, snap, now=3.0) == Retry()
+
+
+def test_a_refused_resubscribe_publishes_the_snapshot_then_snapshots_only() -> None:
+    r = resume()
+    snap = working()
+    assert r.fruitless(refused(), snap, now=1.0) == Publish(snap)
+    assert r.published(new=False) == Snapshots(for_good=False)  # replay is gone; nothing to repeat
+
+
+def test_a_snapshot_that_published_what_replay_had_not_is_followed_by_snapshots_for_good() -> None:
+    r = resume()
+    for _ in range(FAILED_RESUBSCRIBES):
+        decision = r.fruitless(None, working(), now=1.0)
+    assert isinstance(decision, Publish)
+    assert r.published(new=True) == Snapshots(for_good=True)
+
+
+def test_a_snapshot_that_published_nothing_new_leaves_replay_in_use() -> None:
+    r = resume()
+    for _ in range(FAILED_RESUBSCRIBES):
+        r.fruitless(None, working(), now=1.0)
+    assert r.published(new=False) == Retry()
+
+
+@pytest.mark.parametrize("state", ["completed", "failed", "canceled", "rejected", "input-required", "auth-required"])
+def test_without_sse_ids_a_terminal_or_paused_snapshot_is_published_at_once(state: str) -> None:
+    r = resume(sequenced=False)
+    snap = TaskSnapshot("t-1", "ctx", state)
+    assert r.fruitless(None, snap, now=1.0) == Publish(snap)
+    assert r.published(new=True) == Retry()  # every attempt starts from a snapshot anyway
+
+
+def test_without_sse_ids_a_running_snapshot_is_not_published_however_often() -> None:
+    r = resume(sequenced=False)
+    for _ in range(10):
+        assert r.fruitless(None, working(), now=1.0) == Retry()
+
+
+def test_a_task_both_calls_say_is_gone_is_lost_at_once() -> None:
+    assert resume().fruitless(refused(-32001), not_found(), now=0.0) == Lost(
+        "resubscribe: JSON-RPC -32001; tasks/get: JSON-RPC -32001"
+    )
+
+
+def test_task_not_found_from_tasks_get_alone_waits_for_the_budget() -> None:
+    r = resume()
+    assert r.fruitless(down(), not_found(), now=1.0) == Retry()
+    assert r.fruitless(None, not_found(), now=1.0) == Retry()
+
+
+def test_the_task_is_lost_once_the_budget_passes_without_progress_or_snapshot() -> None:
+    r = resume(now=10.0)
+    assert r.fruitless(down(), down(), now=70.0) == Retry()
+    assert r.fruitless(down(), down(), now=70.5) == Lost("resubscribe: unavailable; tasks/get: unavailable; for 60s")
+    assert resume().fruitless(None, down(), now=61.0) == Lost(
+        "resubscribe: no new events; tasks/get: unavailable; for 60s"
+    )
+
+
+def test_a_snapshot_renews_the_budget() -> None:
+    r = resume()
+    assert r.fruitless(down(), working(), now=59.0) == Retry()
+    assert r.fruitless(down(), down(), now=100.0) == Retry()
+    assert isinstance(r.fruitless(down(), down(), now=120.0), Lost)
+
+
+failures = st.sampled_from([None, down(), refused(), refused(-32001)])
+answers = st.sampled_from([working(), TaskSnapshot("t-1", "ctx", "completed"), down(), not_found()])
+steps = st.lists(
+    st.tuples(st.booleans(), failures, answers, st.floats(0.0, 30.0)),
+    max_size=30,
+)
+
+
+@given(st.booleans(), steps)
+def test_no_task_is_lost_while_tasks_get_answers_or_within_the_budget(
+    sequenced: bool, history: list[tuple[bool, AgentError | None, TaskSnapshot | AgentError, float]]
+) -> None:
+    """Fed any history, a resume gives up only with both calls saying the Task is gone,
+    or with no progress and no snapshot for longer than the budget."""
+    r = resume(sequenced)
+    now = last_seen = 0.0
+    for progress, failure, got, dt in history:
+        now += dt
+        r.wait(lambda: 0.0)
+        if progress:
+            r.progressed(now)
+            last_seen = now
+            continue
+        decision = r.fruitless(failure, got, now)
+        if isinstance(got, TaskSnapshot):
+            last_seen = now
+            assert not isinstance(decision, Lost)
+        if isinstance(decision, Lost):
+            gone = isinstance(failure, RpcError) and isinstance(got, RpcError)
+            assert gone or now - last_seen > BUDGET
+            return
+        if isinstance(decision, Publish):
+            assert decision.snapshot is got
+            assert isinstance(r.published(new=False), Snapshots) == isinstance(failure, RpcError)
+
+
+# -------------------------------------------------------------------- poll --
+
+
+def poll() -> Poll:
+    return Poll(budget=BUDGET, pace=Backoff(base=1.0, cap=30.0, floor=0.5))
+
+
+def test_the_poll_pace_grows_while_nothing_changes_and_starts_again_on_a_change() -> None:
+    p = poll()
+    top = lambda: 1.0 - 1e-12  # noqa: E731
+    assert p.wait(top) == pytest.approx(1.0)
+    p.answered(changed=False)
+    p.answered(changed=False)
+    assert p.wait(top) == pytest.approx(4.0)
+    p.answered(changed=True)
+    assert p.wait(top) == pytest.approx(1.0)
+
+
+def test_a_failed_poll_backs_off_too() -> None:
+    p = poll()
+    assert p.failed(down(), now=0.0) == Retry()
+    assert p.wait(lambda: 1.0 - 1e-12) == pytest.approx(2.0)
+
+
+def test_a_task_the_agent_no_longer_knows_is_lost_at_once() -> None:
+    assert poll().failed(not_found(), now=0.0) == Lost("tasks/get: JSON-RPC -32001")
+
+
+def test_polls_failing_for_longer_than_the_budget_lose_the_task_and_an_answer_renews_it() -> None:
+    p = poll()
+    assert p.failed(down(), now=100.0) == Retry()
+    assert p.failed(down(), now=160.0) == Retry()
+    p.answered(changed=False)
+    assert p.failed(down(), now=170.0) == Retry()  # counted from the first failure after the answer
+    assert p.failed(down(), now=230.5) == Lost("tasks/get kept failing")
+
+
+# --------------------------------------------------------------- reconcile --
+
+
+@pytest.mark.parametrize(
+    ("update", "sequenced", "resumed", "first"),
+    [
+        (StatusUpdate("t-1", "ctx", "completed", None, None), False, True, True),
+        (StatusUpdate("t-1", "ctx", "completed", None, None), True, True, False),  # replay is exact
+        (StatusUpdate("t-1", "ctx", "completed", None, None), False, False, False),  # no gap
+        (StatusUpdate("t-1", "ctx", "working", None, None), False, True, False),  # not the last chance
+        (StatusUpdate("t-1", "ctx", "input-required", None, None), False, True, False),
+    ],
+)
+def test_a_resumed_task_without_sse_ids_is_reconciled_before_its_terminal_status(
+    update: StatusUpdate, sequenced: bool, resumed: bool, first: bool
+) -> None:
+    assert reconcile_first(update, sequenced=sequenced, resumed=resumed) is first
