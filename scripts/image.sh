@@ -24,6 +24,9 @@ LABEL=org.a2a-kafka-bridge.inputs
 die() { echo "image: $*" >&2; exit 1; }
 say() { echo "image: $*" >&2; }
 
+# One build at a time on a machine (worktrees share podman's image store).
+exec 9>/run/lock/a2a-kafka-bridge-image.lock
+flock 9
 "$ROOT/scripts/podman-setup.sh"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -55,6 +58,10 @@ else
   say "building $IMAGE on $BASE"
   "${PODMAN[@]}" build --network host "${mounts[@]}" --build-arg "PYTHON_IMAGE=$BASE" \
     --label "$LABEL=$inputs" --label "org.a2a-kafka-bridge.base=$BASE" -t "$IMAGE" . >&2 || die "podman build failed"
+  # The build stage left untagged, and bridge images not used for a week (the
+  # base and stand-in images carry no base label and stay).
+  "${PODMAN[@]}" image prune --force --filter label=org.a2a-kafka-bridge.base >/dev/null
+  "${PODMAN[@]}" image prune --force --all --filter label=org.a2a-kafka-bridge.base --filter until=168h >/dev/null
 fi
 "${PODMAN[@]}" tag "$IMAGE" "$NAME:dev"
 
