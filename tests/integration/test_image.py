@@ -479,6 +479,9 @@ async def test_kube_play_runs_the_rendered_deployment(image: str, env: Env, tmp_
         assert ready, logs.stdout + logs.stderr
         user = podman("inspect", "--format", "{{.Config.User}} {{.HostConfig.ReadonlyRootfs}}", wanted).stdout
         assert user.split() == ["10001:10001", "true"]
+        # The one replica joined the group and owns every commands partition.
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert f"bridge_partitions_assigned {float(config.kafka.partitions)}" in metrics.splitlines()
         await send_commands(config, [start_command("kube-1", "gw-writer", "chunks=3 interval=0.02")])
         got = await read_topic(config, config.kafka.events_topic, until=lambda c: "kube-1" in closed_keys(c))
         events = got.by_task_key()["kube-1"]
