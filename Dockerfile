@@ -9,9 +9,9 @@
 # wheel, no pip in it. Final stage: that virtualenv on a slim Python with pip
 # removed, no compilers, a numeric non-root user, `bridge` as the entrypoint.
 #
-# tests/integration/test_image.py runs this build stage's COPY and RUN lines
-# outside a container engine (with other ARG values for the paths) and then
-# runs the result: keep paths in the ARGs below, not written into RUN lines.
+# Where no registry is reachable, `make image` (scripts/image.sh) builds this
+# same file with podman on a stand-in base made from Debian's packages, given
+# as PYTHON_IMAGE; tests/integration/test_image.py runs what it builds.
 # Pin the base by digest for production: --build-arg PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:...
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -38,8 +38,11 @@ RUN python -m venv --without-pip "$VENV" \
 FROM ${PYTHON_IMAGE}
 ARG VENV=/opt/bridge
 # Nothing installs packages at run time: no pip (nor setuptools/wheel/ensurepip).
+# Nothing outside /tmp is writable by the bridge's user, even without
+# readOnlyRootFilesystem: Debian leaves /var/tmp and /run/lock world-writable.
 RUN python -m pip uninstall --yes --quiet pip setuptools wheel \
-    && rm -rf /usr/local/lib/python3.11/ensurepip /root/.cache
+    && rm -rf /usr/local/lib/python3.11/ensurepip /root/.cache \
+    && find / -xdev -path /tmp -prune -o -perm -0002 ! -type l -exec chmod o-w {} +
 COPY --from=build ${VENV} ${VENV}
 ENV PATH=${VENV}/bin:${PATH} \
     PYTHONUNBUFFERED=1 \

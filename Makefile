@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
-.PHONY: help venv lint unit integration test chaos demo bench bench-scale kafka-up kafka-down clean lock monitoring
+.PHONY: help venv lint unit integration test chaos demo bench bench-scale kafka-up kafka-down clean lock monitoring image
 
 help:
 	@echo "make demo    - the bridge end to end on a local broker with demo agents"
@@ -16,6 +16,7 @@ help:
 	@echo "make bench-scale - the scale section alone at its full sizes (long), .bench/scale.json"
 	@echo "make kafka-up / kafka-down - a local broker on 127.0.0.1:19092"
 	@echo "make lock    - regenerate requirements.lock (the image's hashed runtime deps)"
+	@echo "make image   - build the image with podman (sets podman up; no Docker, no registry), SBOM in .image/"
 	@echo "make monitoring - regenerate deploy/monitoring/prometheusrule.yaml from the alerts"
 
 $(STAMP): pyproject.toml constraints.txt
@@ -71,6 +72,12 @@ bench-scale: venv
 # after changing constraints.txt or the dependencies in pyproject.toml.
 lock: venv
 	$(PY) scripts/lock-runtime.py
+
+# The Dockerfile built with podman on a stand-in base made from Debian's
+# packages (scripts/podman-setup.sh sets that up); reuses an image built from
+# the same inputs. Writes .image/image (its reference) and .image/sbom.cdx.json.
+image:
+	scripts/image.sh
 
 # deploy/monitoring's PrometheusRule wraps deploy/prometheus/alerts.yaml; run
 # after editing the alerts (tests/repo/test_deploy.py fails until they agree).

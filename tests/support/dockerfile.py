@@ -1,24 +1,13 @@
-"""Read the Dockerfile, and run its build stage without a container engine; read the
-versions a requirements file pins.
-
-No Docker engine runs where the tests run, so the image test takes the build
-stage's own instructions (ARG, ENV, WORKDIR, COPY, RUN) and carries them out
-in a temporary directory: WORKDIR and COPY land under that directory, RUN runs
-with ``sh -c`` there, and the ARGs (the only way the RUN lines name paths) get
-temporary values, as ``docker build --build-arg`` would give them. What the
-test installs is thus what the image installs, by the same commands.
-"""
+"""Read the Dockerfile's stages and instructions (for tests/repo/test_dockerfile.py's
+checks of its shape), and the versions a requirements file pins. The image itself is
+built and run by podman in tests/integration/test_image.py."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shlex
-import shutil
-import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
@@ -111,70 +100,6 @@ def expand(text: str, variables: dict[str, str]) -> str:
     """Docker's ${VAR} / $VAR substitution in ENV, COPY, WORKDIR and friends."""
 
     return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: variables.get(m.group(1) or m.group(2), ""), text)
-
-
-def run_stage(
-    stage: Stage, root: Path, *, context: Path = ROOT, args: dict[str, str] | None = None, path_prefix: str = ""
-) -> dict[str, str]:
-    """Carry out ``stage`` with ``root`` standing for the image's filesystem.
-
-    ``args`` overrides ARG defaults (as ``--build-arg``); ``path_prefix`` goes in
-    front of PATH (to put the interpreter to use first). Returns the ARG values used.
-    """
-    values = stage.args() | (args or {})
-    env = dict(os.environ)
-    env["PATH"] = path_prefix + os.pathsep + env["PATH"] if path_prefix else env["PATH"]
-    env.pop("PYTHONPATH", None)
-    env.pop("VIRTUAL_ENV", None)
-    workdir = PurePosixPath("/")
-    for ins in stage.instructions:
-        variables = {**env, **values}
-        if ins.command == "ARG":
-            continue
-        if ins.command == "ENV":
-            for item in shlex.split(ins.value):
-                key, _, value = item.partition("=")
-                env[key] = expand(value, variables)
-        elif ins.command == "WORKDIR":
-            workdir = workdir / expand(ins.value, variables)
-            (root / str(workdir).lstrip("/")).mkdir(parents=True, exist_ok=True)
-        elif ins.command == "COPY":
-            parts = shlex.split(expand(ins.value, variables))
-            flags = [p for p in parts if p.startswith("--")]
-            assert not any(f.startswith("--from") for f in flags), (
-                f"Dockerfile:{ins.line}: COPY --from in a build stage"
-            )
-            *sources, dest = [p for p in parts if not p.startswith("--")]
-            target = root / str(workdir / dest).lstrip("/")
-            for src in sources:
-                source = context / src
-                assert source.exists(), f"Dockerfile:{ins.line}: COPY {src}: not in the build context"
-                if source.is_dir():
-                    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-                else:
-                    into = target / source.name if dest.endswith("/") or len(sources) > 1 else target
-                    into.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(source, into)
-        elif ins.command == "RUN":
-            assert ins.exec_form() is None, f"Dockerfile:{ins.line}: RUN in exec form is not supported here"
-            cwd = root / str(workdir).lstrip("/")
-            out = subprocess.run(
-                ["sh", "-c", ins.value],
-                cwd=cwd,
-                env={**env, **values},
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=False,
-            )
-            assert out.returncode == 0, f"Dockerfile:{ins.line}: RUN {ins.value}\n{out.stdout}\n{out.stderr}"
-        elif ins.command in ("LABEL", "EXPOSE", "USER", "ENTRYPOINT", "CMD"):
-            continue
-        else:
-            raise AssertionError(
-                f"Dockerfile:{ins.line}: {ins.command} is not supported by tests/support/dockerfile.py"
-            )
-    return values
 
 
 def pins(path: Path) -> dict[str, str]:
