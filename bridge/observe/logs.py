@@ -23,6 +23,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -40,10 +41,10 @@ def bind(fields: dict[str, object]) -> None:
 
 
 class RateLimit(logging.Filter):
-    def __init__(self, interval: float = REPEAT_INTERVAL_S) -> None:
+    def __init__(self, interval: float = REPEAT_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self.interval = interval
-        self._clock = time.monotonic
+        self._clock = clock
         self._seen: dict[tuple[str, str], tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:

@@ -48,7 +48,7 @@ _ANNOTATIONS = frozenset(
 )
 
 
-class _Unsupported(Exception):
+class Unsupported(Exception):
     """A keyword :func:`check` does not compile: jsonschema judges that schema."""
 
 
@@ -66,11 +66,16 @@ def check(name: str) -> Check:
     documents). A schema with any other keyword is left to jsonschema whole. Only
     the verdict is fast: why a document fails is still jsonschema's to say.
     """
-    schema = load(name)
     try:
-        return _compile(schema, schema, ())
-    except _Unsupported:
+        return compiled(load(name))
+    except Unsupported:
         return validator(name).is_valid
+
+
+def compiled(schema: dict[str, Any]) -> Check:
+    """``schema``'s verdict as plain checks; :class:`Unsupported` if it uses a keyword
+    (or a ``$ref`` shape) the compiler does not know."""
+    return _compile(schema, schema, ())
 
 
 def _compile(node: Any, root: dict[str, Any], refs: tuple[str, ...]) -> Check:
@@ -79,16 +84,16 @@ def _compile(node: Any, root: dict[str, Any], refs: tuple[str, ...]) -> Check:
     if node is False:
         return lambda _: False
     if not isinstance(node, dict):
-        raise _Unsupported(repr(node)[:40])
+        raise Unsupported(repr(node)[:40])
     checks: list[Check] = []
     for key, value in node.items():
         if key == "$id" and node is not root:
-            raise _Unsupported("$id below the root")  # a new base for the $refs under it
+            raise Unsupported("$id below the root")  # a new base for the $refs under it
         if key in _ANNOTATIONS or key in ("then", "else"):
             continue
         compiler = _KEYWORDS.get(key)
         if compiler is None:
-            raise _Unsupported(key)
+            raise Unsupported(key)
         checks.append(compiler(value, node, root, refs))
     return _every(checks)
 
@@ -121,16 +126,16 @@ _TYPES: dict[str, Check] = {
 }
 
 
-def _equal(a: Any, b: Any) -> bool:
+def json_equal(a: Any, b: Any) -> bool:
     """JSON equality as the spec has it: 1 equals 1.0, true does not equal 1."""
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
     if _is_number(a) and _is_number(b):
         return bool(a == b)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
     return type(a) is type(b) and bool(a == b)
 
 
@@ -140,28 +145,28 @@ _Compiler = Callable[[Any, dict[str, Any], dict[str, Any], tuple[str, ...]], Che
 def _type(value: Any, node: dict[str, Any], root: dict[str, Any], refs: tuple[str, ...]) -> Check:
     names = [value] if isinstance(value, str) else value
     if not isinstance(names, list) or not all(n in _TYPES for n in names):
-        raise _Unsupported(f"type {value!r}")
+        raise Unsupported(f"type {value!r}")
     tests = [_TYPES[n] for n in names]
     return lambda doc: any(t(doc) for t in tests)
 
 
 def _enum(value: Any, node: dict[str, Any], root: dict[str, Any], refs: tuple[str, ...]) -> Check:
     if not isinstance(value, list):
-        raise _Unsupported("enum")
-    return lambda doc: any(_equal(doc, v) for v in value)
+        raise Unsupported("enum")
+    return lambda doc: any(json_equal(doc, v) for v in value)
 
 
 def _const(value: Any, node: dict[str, Any], root: dict[str, Any], refs: tuple[str, ...]) -> Check:
-    return lambda doc: _equal(doc, value)
+    return lambda doc: json_equal(doc, value)
 
 
 def _ref(value: Any, node: dict[str, Any], root: dict[str, Any], refs: tuple[str, ...]) -> Check:
     prefix = "#/$defs/"
     if not isinstance(value, str) or not value.startswith(prefix) or value in refs:
-        raise _Unsupported(f"$ref {value!r}")  # another document, or recursion
+        raise Unsupported(f"$ref {value!r}")  # another document, or recursion
     target = root.get("$defs", {}).get(value[len(prefix) :])
     if target is None:
-        raise _Unsupported(f"$ref {value!r}")
+        raise Unsupported(f"$ref {value!r}")
     return _compile(target, root, (*refs, value))
 
 
@@ -209,7 +214,7 @@ def _length(kind: type[str] | type[list[Any]], test: Callable[[int, int], bool])
 
     def compiler(value: Any, node: dict[str, Any], root: dict[str, Any], refs: tuple[str, ...]) -> Check:
         if not isinstance(value, int) or isinstance(value, bool):
-            raise _Unsupported(f"length {value!r}")
+            raise Unsupported(f"length {value!r}")
         return lambda doc: not isinstance(doc, kind) or test(len(doc), value)
 
     return compiler
@@ -220,7 +225,7 @@ def _limit(test: Callable[[Any, Any], bool]) -> _Compiler:
 
     def compiler(value: Any, node: dict[str, Any], root: dict[str, Any], refs: tuple[str, ...]) -> Check:
         if not _is_number(value):
-            raise _Unsupported(f"limit {value!r}")
+            raise Unsupported(f"limit {value!r}")
         return lambda doc: not _is_number(doc) or test(doc, value)
 
     return compiler
@@ -233,7 +238,7 @@ def _pattern(value: Any, node: dict[str, Any], root: dict[str, Any], refs: tuple
 
 def _items(value: Any, node: dict[str, Any], root: dict[str, Any], refs: tuple[str, ...]) -> Check:
     if "prefixItems" in node:
-        raise _Unsupported("prefixItems")
+        raise Unsupported("prefixItems")
     sub = _compile(value, root, refs)
 
     def items(doc: Any) -> bool:

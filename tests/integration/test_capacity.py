@@ -1,4 +1,4 @@
-"""Runs for months (issue 11): closed Tasks leave, restore never starves the group,
+"""Runs for months: closed Tasks leave, restore never starves the group,
 capacity is visible and holds new starts back.
 
 Memory and speed at scale are measured by `make bench-scale`, not asserted here.

@@ -1,4 +1,4 @@
-"""The exactly-once chaos test (issue 3), against the real broker and gateway.
+"""The exactly-once chaos test, against the real broker and gateway.
 
 Several ``bridge run`` processes share one consumer group. Tasks stream many
 artifact chunks; the gateway drops streams at random; bridge processes are

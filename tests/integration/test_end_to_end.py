@@ -1,4 +1,4 @@
-"""The first end-to-end path (issue 2): commands in, events out, bad input to the DLQ."""
+"""The end-to-end path: commands in, events out, bad input to the DLQ."""
 
 from __future__ import annotations
 

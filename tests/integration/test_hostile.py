@@ -1,4 +1,4 @@
-"""Hostile input and topic limits (issue 10), checked on the records of the real broker.
+"""Hostile input and topic limits, checked on the records of the real broker.
 
 Oversized values from agents and producers, taskKeys no one expected, and
 topics that take small records: every event arrives (projected to fit where

@@ -1,4 +1,4 @@
-"""The whole Task lifecycle through a running bridge (issue 4), every dialect."""
+"""The whole Task lifecycle through a running bridge, every dialect."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Follow one Task through logs and traces (issue 12).
+"""Follow one Task through logs and traces.
 
 A start carrying a W3C ``traceparent`` is continued: the agent receives the
 trace on its calls, and every event of the Task carries it as

@@ -1,4 +1,4 @@
-"""Operator tools against the real broker and a running bridge (issue 12):
+"""Operator tools against the real broker and a running bridge:
 `bridge dlq list|replay`, `inspect` (one partition, --live), `tail` filters,
 `start` validated before producing, and one-line failures."""
 

@@ -1,6 +1,6 @@
-"""The seed, sentence by sentence (issue 13), against the seed gateway and a running bridge.
+"""The gateway protocol (docs/gateway-protocol.md), rule by rule, against the demo gateway and a running bridge.
 
-Each test names the sentence of ``shared/spec`` (the gateway's guide) it checks.
+Each test names the rule of docs/gateway-protocol.md it checks.
 """
 
 from __future__ import annotations

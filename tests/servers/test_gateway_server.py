@@ -1,4 +1,4 @@
-"""The demo gateway (bridge.demo.gateway) against the seed's contract.
+"""The demo gateway (bridge.demo.gateway) against docs/gateway-protocol.md.
 
 Protocol errors and auth run in-process over httpx.ASGITransport. Anything that
 streams runs against a real uvicorn on a free port in a background thread,
@@ -238,7 +238,7 @@ async def test_input_required_continuation(client: httpx.AsyncClient) -> None:
     again = await rpc(client, "asker", "message/send", {"message": user_message("json", taskId=task_id)})
     assert again["error"]["code"] == -32013
 
-    # The seed's answer message carries only the contextId.
+    # The gateway's answer message carries only the contextId (docs/gateway-protocol.md).
     t2 = (await rpc(client, "asker", "message/send", {"message": user_message("interval=0.001")}))["result"]
     await wait_for(client, t2["id"], lambda v: v["state"] == "input-required")
     cont = await rpc(client, "asker", "message/send", {"message": user_message("json", contextId=t2["contextId"])})

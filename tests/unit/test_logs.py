@@ -13,8 +13,7 @@ def record(msg: str, name: str = "aiokafka") -> logging.LogRecord:
 
 def test_one_line_per_template_per_interval_then_a_count_of_the_rest() -> None:
     now = [0.0]
-    limit = RateLimit(10)
-    limit._clock = lambda: now[0]
+    limit = RateLimit(10, clock=lambda: now[0])
     assert limit.filter(record("Unable connect to node %s"))
     passed = 0
     for t in range(1, 100):

@@ -161,14 +161,14 @@ def test_the_command_schema_is_compiled_not_left_to_jsonschema() -> None:
 
 def test_a_schema_with_a_keyword_it_does_not_know_is_left_to_jsonschema(monkeypatch: pytest.MonkeyPatch) -> None:
     schema = {"type": "object", "properties": {"a": {"type": "string", "format": "email"}}}
-    with pytest.raises(schemas._Unsupported):
-        schemas._compile(schema, schema, ())
+    with pytest.raises(schemas.Unsupported):
+        schemas.compiled(schema)
     recursive = {"$defs": {"node": {"items": {"$ref": "#/$defs/node"}}}, "$ref": "#/$defs/node"}
-    with pytest.raises(schemas._Unsupported):
-        schemas._compile(recursive, recursive, ())
+    with pytest.raises(schemas.Unsupported):
+        schemas.compiled(recursive)
     rebased = {"$defs": {"a": {"type": "string"}}, "properties": {"x": {"$id": "other.json", "$ref": "#/$defs/a"}}}
-    with pytest.raises(schemas._Unsupported):
-        schemas._compile(rebased, rebased, ())
+    with pytest.raises(schemas.Unsupported):
+        schemas.compiled(rebased)
     monkeypatch.setattr(schemas, "load", lambda name: schema)
     check.cache_clear()
     validator.cache_clear()
@@ -193,7 +193,7 @@ def test_a_schema_with_a_keyword_it_does_not_know_is_left_to_jsonschema(monkeypa
     ],
 )
 def test_json_equality(a: Any, b: Any, equal: bool) -> None:
-    assert schemas._equal(a, b) is equal
+    assert schemas.json_equal(a, b) is equal
 
 
 KEYWORD_SCHEMAS = [
@@ -217,5 +217,5 @@ small_docs = st.one_of(
 @pytest.mark.parametrize("schema", KEYWORD_SCHEMAS, ids=lambda s: ",".join(s))
 @given(doc=small_docs)
 def test_each_keyword_gets_jsonschemas_verdict(schema: dict[str, Any], doc: Any) -> None:
-    fast = schemas._compile(schema, schema, ())
+    fast = schemas.compiled(schema)
     assert fast(doc) == Draft202012Validator(schema).is_valid(doc)
