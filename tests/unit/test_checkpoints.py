@@ -23,6 +23,7 @@ from bridge.wire.checkpoints import (
     restore,
 )
 from bridge.wire.schemas import validator
+from tests.factories import task_record
 from tests.unit.common import FAST, kept
 
 ids = st.text(min_size=1, max_size=20)
@@ -146,7 +147,7 @@ def key(k: str) -> bytes:
 
 
 def rec(task_key: str, seq: int, **kw: Any) -> TaskRecord:
-    return TaskRecord(task_key=task_key, agent="writer", task_id=f"t-{task_key}-{seq}", seq=seq, **kw)
+    return task_record(task_key, seq, task_id=f"t-{task_key}-{seq}", **kw)
 
 
 def test_restore_keeps_the_newest_record_per_key() -> None:

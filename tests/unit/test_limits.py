@@ -20,6 +20,7 @@ from bridge.core.limits import MIN_RECORD_BYTES, cut, record_size, shrink, size
 from bridge.wire.deadletters import encode as dlq_record
 from bridge.wire.events import encode, encode_within
 from bridge.wire.schemas import validator
+from tests.factories import consumer_record
 from tests.unit import fit_oracle
 from tests.unit.common import FAST
 
@@ -207,7 +208,7 @@ def test_every_event_is_written_byte_for_byte_as_the_earlier_fitting_wrote_it(
 
 
 def raw(value: bytes, key: bytes | None = b"k", headers: Any = ()) -> ConsumerRecord[bytes, bytes]:
-    return ConsumerRecord("cmds", 1, 42, 0, 0, key, value, None, len(key or b""), len(value), tuple(headers))
+    return consumer_record(value, key, partition=1, offset=42, headers=headers)
 
 
 @FAST

@@ -40,6 +40,7 @@ from bridge.engine import runner as runner_module
 from bridge.engine.runner import TaskRunner
 from bridge.errors import AgentOversize
 from bridge.wire.dialects import Dialect, GatewayDialect, Request
+from tests.factories import consumer_record
 
 AGENT = AgentConfig(name="gw", url="http://agent.invalid/a2a", dialect="gateway", agent_code="writer")
 
@@ -138,19 +139,15 @@ class FakePartition:
         return 1_000_000
 
 
-def raw(offset: int) -> ConsumerRecord[bytes, bytes]:
-    return ConsumerRecord("cmds", 0, offset, 0, 0, b"k", b"{}", None, 1, 2, ())
-
-
 MESSAGE = {"role": "user", "parts": [{"kind": "text", "text": "hi"}]}
 
 
 def start(offset: int = 1) -> tuple[Command, ConsumerRecord[bytes, bytes]]:
-    return Command("start", "c-start", "k", agent="gw", message=MESSAGE), raw(offset)
+    return Command("start", "c-start", "k", agent="gw", message=MESSAGE), consumer_record(offset=offset)
 
 
 def reply(command_id: str, offset: int) -> tuple[Command, ConsumerRecord[bytes, bytes]]:
-    return Command("reply", command_id, "k", message=MESSAGE), raw(offset)
+    return Command("reply", command_id, "k", message=MESSAGE), consumer_record(offset=offset)
 
 
 def status(state: str, seq: int) -> StatusUpdate:
@@ -215,7 +212,7 @@ async def test_commands_queued_when_the_task_ends_are_not_lost() -> None:
     runner, part, script = await started_runner(deadline=time.time() + 0.5)
     script.next_stream()  # the agent never answers the reply
     runner.deliver(*reply("r-1", 2))
-    runner.deliver(Command("cancel", "x-1", "k"), raw(3))
+    runner.deliver(Command("cancel", "x-1", "k"), consumer_record(offset=3))
     await asyncio.wait_for(part.done.wait(), 5)
     assert part.events[-1]["outcome"] == "timeout"
     assert part.dlq == [(2, "task-closed")]  # the reply, never answered

@@ -29,7 +29,6 @@ from aiokafka.errors import (
 from aiokafka.structs import OffsetAndMetadata
 
 from bridge.config.model import BridgeConfig, Config, KafkaConfig
-from bridge.core.lifecycle import TaskRecord
 from bridge.core.limits import RecordLimits
 from bridge.core.offsets import Position
 from bridge.kafka.transaction import (
@@ -41,6 +40,7 @@ from bridge.kafka.transaction import (
     transactional_id,
 )
 from bridge.wire import checkpoints
+from tests.factories import task_record
 
 CONFIG = Config(kafka=KafkaConfig(commands_topic="cmds", checkpoints_topic="cps", group_id="g"), bridge=BridgeConfig())
 
@@ -115,16 +115,12 @@ async def txn(position: Position, fake: Fake, **bridge: Any) -> PartitionTransac
     return await started(fake, lambda: position, config=Config(kafka=CONFIG.kafka, bridge=BridgeConfig(**bridge)))
 
 
-def record(key: str, seq: int = 1) -> TaskRecord:
-    return TaskRecord(task_key=key, agent="writer", task_id=f"t-{key}", seq=seq)
-
-
 async def test_the_producer_is_the_partitions_transactional_one_started_before_any_transaction() -> None:
     fake = Fake()
     t = await started(fake)
     assert fake.options["transactional_id"] == transactional_id(CONFIG, 2) == "a2a-bridge-cmds-2"
     assert fake.options["enable_idempotence"] is True and fake.options["acks"] == "all"
-    t.mark(record("a"))
+    t.mark(task_record("a", 1))
     await t.commit()
     assert [name for name, _, _ in fake.mock.mock_calls if name != "create_batch"][:2] == [
         "start",
@@ -147,14 +143,14 @@ async def test_one_transaction_in_the_documented_order() -> None:
     t = await txn(POS, fake)
     t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
     t.add(OutRecord("dlq", b"k", b"bad", [], "dlq:8", 1))
-    t.mark(record("a"))
+    t.mark(task_record("a", 1))
     assert await t.commit() == 4
     partition = checkpoints.PartitionRecord(2, [9], ["s1"], 7).encode()
     assert fake.calls() == [
         ("begin_transaction", ()),
         ("send", ("events", b"e1")),
         ("send", ("dlq", b"bad")),
-        ("send", ("cps", checkpoints.encode(record("a"), 1_000_000))),
+        ("send", ("cps", checkpoints.encode(task_record("a", 1), 1_000_000))),
         ("send", ("cps", partition)),
         ("send_offsets_to_transaction", ({TopicPartition("cmds", 2): OffsetAndMetadata(7, "")}, "g")),
         ("commit_transaction", ()),
@@ -180,7 +176,7 @@ async def test_a_failed_delivery_aborts_and_commits_nothing() -> None:
     t = await txn(POS, fake)
     for n in (1, 2, 3):
         t.add(OutRecord("events", b"t-a", f"e{n}".encode(), [], f"event:t-a:{n}", n))  # one batch each
-    t.mark(record("a"))
+    t.mark(task_record("a", 1))
     with pytest.raises(TransactionFailed) as failed:
         await t.commit()
     names = [n for n, _ in fake.calls()]
@@ -205,7 +201,7 @@ async def test_a_failed_commit_aborts_and_the_next_commit_sends_the_position_aga
     fake = Fake()
     fake.mock.commit_transaction.side_effect = ProducerFenced()
     t = await txn(POS, fake)
-    t.mark(record("a"))
+    t.mark(task_record("a", 1))
     with pytest.raises(TransactionFailed) as failed:
         await t.commit()
     assert failed.value.fenced and not failed.value.timed_out
@@ -257,7 +253,7 @@ async def test_the_outbox_is_bounded_in_records_and_in_bytes() -> None:
 async def test_a_checkpoint_is_written_as_it_is_at_the_commit() -> None:
     fake = Fake()
     t = await txn(POS, fake)
-    r = record("a")
+    r = task_record("a", 1)
     t.mark(r)
     r.seq = 5  # changed again before the tick ended
     await t.commit()
@@ -268,10 +264,10 @@ async def test_a_checkpoint_is_written_as_it_is_at_the_commit() -> None:
 async def test_tombstones_go_first_and_a_later_checkpoint_of_the_key_wins() -> None:
     fake = Fake()
     t = await txn(POS, fake)
-    t.mark(record("gone"))
+    t.mark(task_record("gone", 1))
     t.tombstone(b"gone")  # closed, and past its window in the same tick: only the tombstone
     t.tombstone(b"again")
-    t.mark(record("again"))  # a new Task of the same key after the tombstone
+    t.mark(task_record("again", 1))  # a new Task of the same key after the tombstone
     await t.commit()
     cps = [(k, v) for topic, _, k, v in fake.sends() if topic == "cps"]
     assert cps[0] == (b"gone", None) and cps[1] == (b"again", None)
@@ -340,7 +336,7 @@ async def test_on_a_producer_thread_the_transaction_is_the_same() -> None:
         fake.mock.begin_transaction.side_effect = lambda: threads.append(threading.current_thread().name)
         t = await started(fake, producers=producers)
         t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
-        t.mark(record("a"))
+        t.mark(task_record("a", 1))
         assert await t.commit() == 3
         assert [n for n, _ in fake.calls()] == [
             "begin_transaction",
