@@ -113,6 +113,7 @@ class PartitionOwner:
         """
         started = time.monotonic()
         await self.txn.start()
+        await self._close_left_open()
         restorer = await self._read_checkpoints()
         rejected = 0
         try:
@@ -157,6 +158,51 @@ class PartitionOwner:
             len(live),
             self.closed_held,
         )
+
+    async def _close_left_open(self) -> None:
+        """Abort what an earlier transaction of this partition's producer left open.
+
+        Only this partition's producer writes its checkpoints partition, and its
+        start (init_transactions) waits until the coordinator has completed the last
+        transaction of its id. Records past the last stable offset then belong to a
+        transaction whose markers the coordinator skipped (see
+        :meth:`PartitionTransactions.abort_left_open`): restored without them, and the
+        next commit would commit them after the fact (its marker closes them with
+        its own records), here and in the events partitions apart. Aborted everywhere
+        the producer writes, they are gone alike, and the restore below is whole."""
+        tp = TopicPartition(self.config.kafka.checkpoints_topic, self.partition)
+        stable, end = await self._ends(tp)
+        if stable >= end:
+            return
+        log.error(
+            "partition %d: %s has records of an open transaction (stable offset %d, end %d) although its"
+            " producer was just initialized: the transaction coordinator skipped its markers; aborting it",
+            self.partition,
+            tp.topic,
+            stable,
+            end,
+        )
+        cfg = self.config
+        scope: list[tuple[str, int | None]] = [(tp.topic, self.partition)]
+        scope += [(topic, None) for topic in sorted({*cfg.all_events_topics(), *cfg.all_dlq_topics()})]
+        await self.txn.abort_left_open(scope)
+        stable, end = await self._ends(tp)
+        if stable < end:
+            raise RuntimeError(f"{tp.topic}-{self.partition}: still open after the abort ({stable} < {end})")
+
+    async def _ends(self, tp: TopicPartition) -> tuple[int, int]:
+        """The last stable offset (what read_committed reads to) and the end of ``tp``."""
+        ends: list[int] = []
+        for isolation in ("read_committed", "read_uncommitted"):
+            consumer = AIOKafkaConsumer(
+                isolation_level=isolation, enable_auto_commit=False, **self.config.kafka.client_options()
+            )
+            await consumer.start()
+            try:
+                ends.append((await consumer.end_offsets([tp]))[tp])
+            finally:
+                await consumer.stop()
+        return ends[0], ends[1]
 
     async def _read_checkpoints(self) -> checkpoints.Restorer:
         tp = TopicPartition(self.config.kafka.checkpoints_topic, self.partition)

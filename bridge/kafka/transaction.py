@@ -252,6 +252,37 @@ class PartitionTransactions:
             raise
         return producer
 
+    async def abort_left_open(self, topics: list[tuple[str, int | None]]) -> None:
+        """Abort whatever an earlier transaction of this transactional id left open in
+        every partition of ``topics`` (topic, partition; None: all its partitions).
+
+        A coordinator that finds no leader for a partition while it writes a
+        transaction's markers skips that partition as deleted, and still records the
+        transaction complete (a broker that restarts unclean can do this for its own
+        partitions). The records stay open with no marker: ``read_committed`` readers
+        stop before them, and the next marker this producer id writes there decides
+        their fate, commit or abort, partition by partition. This transaction adds
+        the partitions (empty batches: no record is written) and aborts, so they are
+        aborted everywhere alike. Call it after :meth:`start`, before anything else."""
+        producer = self._producer
+        if producer is None:
+            raise RuntimeError("partition producer is not started")
+        await self._producers.run(self._abort_left_open(producer, topics))
+
+    async def _abort_left_open(self, producer: AIOKafkaProducer, topics: list[tuple[str, int | None]]) -> None:
+        await producer.begin_transaction()
+        sent: list[asyncio.Future[object]] = []
+        try:
+            for topic, only in topics:
+                numbers = [only] if only is not None else sorted(await producer.partitions_for(topic) or ())
+                for n in numbers:
+                    sent.append(await producer.send_batch(producer.create_batch(), topic, partition=n))
+        finally:
+            for fut in sent:
+                fut.add_done_callback(_failure)
+            metrics.TRANSACTION_ABORTS.inc()
+            await asyncio.wait_for(producer.abort_transaction(), ABORT_TIMEOUT_S)
+
     async def stop(self) -> None:
         if self._producer is not None:
             producer, self._producer = self._producer, None
