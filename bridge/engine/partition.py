@@ -160,19 +160,31 @@ class PartitionOwner:
         )
 
     async def _close_left_open(self) -> None:
-        """Abort what an earlier transaction of this partition's producer left open.
+        """Close, one way everywhere, what the last transaction of this partition's
+        producer left open (see :meth:`PartitionTransactions.close_left_open`).
 
-        Only this partition's producer writes its checkpoints partition, and its
-        start (init_transactions) waits until the coordinator has completed the last
-        transaction of its id. Records past the last stable offset then belong to a
-        transaction whose markers the coordinator skipped (see
-        :meth:`PartitionTransactions.abort_left_open`): restored without them, and the
-        next commit would commit them after the fact (its marker closes them with
-        its own records), here and in the events partitions apart. Aborted everywhere
-        the producer writes, they are gone alike, and the restore below is whole."""
+        Every transaction of the partition writes its checkpoints partition (the
+        partition record), only this producer writes there, and its start
+        (init_transactions) waits for the coordinator to complete its last
+        transaction. So records there past the last stable offset are that
+        transaction's, left open, and nothing says whether it committed: it is
+        aborted everywhere the producer writes, and the restore below reads the
+        state before it (its events are published again). A clean checkpoints
+        partition holds the last transaction's outcome as committed or aborted; open
+        records it left in events and DLQ partitions are committed, which is what
+        the next commit would do to them, but here before any failure can make that
+        an abort of events whose checkpoint is committed (a gap at the next
+        restore). Repeats stay possible where the coordinator wrote some markers
+        and skipped others (downstream drops them by ``eventId``); a gap does not.
+        """
         tp = TopicPartition(self.config.kafka.checkpoints_topic, self.partition)
+        cfg = self.config
+        outputs: list[tuple[str, int | None]] = [
+            (topic, None) for topic in sorted({*cfg.all_events_topics(), *cfg.all_dlq_topics()})
+        ]
         stable, end = await self._ends(tp)
         if stable >= end:
+            await self.txn.close_left_open(outputs, commit=True)
             return
         log.error(
             "partition %d: %s has records of an open transaction (stable offset %d, end %d) although its"
@@ -182,10 +194,7 @@ class PartitionOwner:
             stable,
             end,
         )
-        cfg = self.config
-        scope: list[tuple[str, int | None]] = [(tp.topic, self.partition)]
-        scope += [(topic, None) for topic in sorted({*cfg.all_events_topics(), *cfg.all_dlq_topics()})]
-        await self.txn.abort_left_open(scope)
+        await self.txn.close_left_open([(tp.topic, self.partition), *outputs], commit=False)
         stable, end = await self._ends(tp)
         if stable < end:
             raise RuntimeError(f"{tp.topic}-{self.partition}: still open after the abort ({stable} < {end})")
