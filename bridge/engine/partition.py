@@ -113,6 +113,7 @@ class PartitionOwner:
         """
         started = time.monotonic()
         await self.txn.start()
+        await self._close_left_open()
         restorer = await self._read_checkpoints()
         rejected = 0
         try:
@@ -157,6 +158,60 @@ class PartitionOwner:
             len(live),
             self.closed_held,
         )
+
+    async def _close_left_open(self) -> None:
+        """Close, one way everywhere, what the last transaction of this partition's
+        producer left open (see :meth:`PartitionTransactions.close_left_open`).
+
+        Every transaction of the partition writes its checkpoints partition (the
+        partition record), only this producer writes there, and its start
+        (init_transactions) waits for the coordinator to complete its last
+        transaction. So records there past the last stable offset are that
+        transaction's, left open, and nothing says whether it committed: it is
+        aborted everywhere the producer writes, and the restore below reads the
+        state before it (its events are published again). A clean checkpoints
+        partition holds the last transaction's outcome as committed or aborted; open
+        records it left in events and DLQ partitions are committed, which is what
+        the next commit would do to them, but here before any failure can make that
+        an abort of events whose checkpoint is committed (a gap at the next
+        restore). Repeats stay possible where the coordinator wrote some markers
+        and skipped others (downstream drops them by ``eventId``); a gap does not.
+        """
+        tp = TopicPartition(self.config.kafka.checkpoints_topic, self.partition)
+        cfg = self.config
+        outputs: list[tuple[str, int | None]] = [
+            (topic, None) for topic in sorted({*cfg.all_events_topics(), *cfg.all_dlq_topics()})
+        ]
+        stable, end = await self._ends(tp)
+        if stable >= end:
+            await self.txn.close_left_open(outputs, commit=True)
+            return
+        log.error(
+            "partition %d: %s has records of an open transaction (stable offset %d, end %d) although its"
+            " producer was just initialized: the transaction coordinator skipped its markers; aborting it",
+            self.partition,
+            tp.topic,
+            stable,
+            end,
+        )
+        await self.txn.close_left_open([(tp.topic, self.partition), *outputs], commit=False)
+        stable, end = await self._ends(tp)
+        if stable < end:
+            raise RuntimeError(f"{tp.topic}-{self.partition}: still open after the abort ({stable} < {end})")
+
+    async def _ends(self, tp: TopicPartition) -> tuple[int, int]:
+        """The last stable offset (what read_committed reads to) and the end of ``tp``."""
+        ends: list[int] = []
+        for isolation in ("read_committed", "read_uncommitted"):
+            consumer = AIOKafkaConsumer(
+                isolation_level=isolation, enable_auto_commit=False, **self.config.kafka.client_options()
+            )
+            await consumer.start()
+            try:
+                ends.append((await consumer.end_offsets([tp]))[tp])
+            finally:
+                await consumer.stop()
+        return ends[0], ends[1]
 
     async def _read_checkpoints(self) -> checkpoints.Restorer:
         tp = TopicPartition(self.config.kafka.checkpoints_topic, self.partition)

@@ -252,6 +252,46 @@ class PartitionTransactions:
             raise
         return producer
 
+    async def close_left_open(self, topics: list[tuple[str, int | None]], *, commit: bool) -> None:
+        """Close, one way for all, whatever an earlier transaction of this transactional
+        id left open in every partition of ``topics`` (topic, partition; None: all its
+        partitions): committed if ``commit``, else aborted.
+
+        A coordinator that finds no leader for a partition while it writes a
+        transaction's markers skips that partition as deleted, and still records the
+        transaction complete (a broker that restarts unclean can do this for its own
+        partitions). The records stay open with no marker: ``read_committed`` readers
+        stop before them, and the next marker this producer id writes there decides
+        their fate, partition by partition, whatever the others got. This transaction
+        adds the partitions (empty batches: no record is written) and ends as asked,
+        so they all end alike. Call it after :meth:`start`, before anything else."""
+        producer = self._producer
+        if producer is None:
+            raise RuntimeError("partition producer is not started")
+        await self._producers.run(self._close_left_open(producer, topics, commit))
+
+    async def _close_left_open(
+        self, producer: AIOKafkaProducer, topics: list[tuple[str, int | None]], commit: bool
+    ) -> None:
+        await producer.begin_transaction()
+        sent: list[tuple[tuple[str, ...], asyncio.Future[object]]] = []
+        try:
+            for topic, only in topics:
+                numbers = [only] if only is not None else sorted(await producer.partitions_for(topic) or ())
+                for n in numbers:
+                    sent.append(((), await producer.send_batch(producer.create_batch(), topic, partition=n)))
+            if commit:
+                await asyncio.gather(*(f for _, f in sent))
+        except BaseException:
+            await self._abort(producer, sent)
+            raise
+        if commit:
+            # A commit that fails leaves the producer unusable: the open fails and is retried.
+            await asyncio.wait_for(producer.commit_transaction(), ABORT_TIMEOUT_S)
+        else:
+            metrics.TRANSACTION_ABORTS.inc()
+            await asyncio.wait_for(producer.abort_transaction(), ABORT_TIMEOUT_S)
+
     async def stop(self) -> None:
         if self._producer is not None:
             producer, self._producer = self._producer, None

@@ -151,6 +151,38 @@ async def test_a_broker_crash_of_35_seconds_mid_run_loses_nothing(env: Env, tmp_
         bridge.stop()
 
 
+async def test_a_broker_killed_mid_commit_leaves_no_transaction_half_resolved(env: Env, tmp_path: Path) -> None:
+    """Commits back to back on six partitions, so that the kill likely lands after a
+    transaction's EndTxn reached the transaction log and before its markers were all
+    written. Restarting, the single KRaft node can complete that transaction without
+    the markers it found no leader for; its records must not be resolved later, one
+    partition at a time, by the next marker the producer writes (repeats or gaps)."""
+    path, config = bridge_config(env, tmp_path, partitions=6, bridge={"commit_interval_ms": 5})
+    path.write_text(path.read_text().replace("[kafka]\n", "[kafka]\ntransaction_timeout_ms = 10000\n", 1))
+    assert run_cli(path, "topics").returncode == 0
+    bridge = BridgeProcess(path, env.log_dir, "broker-killed-mid-commit")
+    try:
+        keys = [f"mc-{i}" for i in range(12)]
+        await send_commands(config, [start_command(k, "gw-writer", "chunks=60 interval=0.02") for k in keys])
+        await wait_events(config, keys[0], 5)
+        await asyncio.to_thread(kafka_script, "kill-broker")
+        try:
+            await asyncio.sleep(35)  # past the transaction timeout and the bridge's bound on it: rebuilt
+            assert bridge.alive, bridge.log()[-3000:]
+        finally:
+            await asyncio.to_thread(kafka_script, "start-broker")
+        got = await read_topic(
+            config, config.kafka.events_topic, timeout=180, until=lambda c: closed_keys(c) >= set(keys), settle=2.0
+        )
+        by_key = got.by_task_key()
+        for k in keys:
+            gapless(by_key[k])
+            assert by_key[k][-1]["state"] == "completed", bridge.log()[-3000:]
+        assert bridge.alive and bridge.starts == 1, bridge.log()[-3000:]
+    finally:
+        bridge.stop()
+
+
 async def test_a_bridge_started_while_the_broker_is_down_waits_and_becomes_ready(env: Env, tmp_path: Path) -> None:
     path, config = bridge_config(env, tmp_path, partitions=2)
     assert run_cli(path, "topics").returncode == 0

@@ -413,3 +413,41 @@ async def test_a_record_without_a_known_partition_gets_the_one_its_key_hashes_to
     fake.mock.partitions_for.assert_awaited_with("ws-a.dlq")
     dlq = [(p, v) for topic, p, _, v in fake.sends() if topic == "ws-a.dlq"]
     assert dlq == [(partition_for(b"order-17", 5), b"d1"), (partition_for(b"order-17", 5), b"d2")]
+
+
+async def test_a_transaction_left_open_is_aborted_in_every_partition_without_writing_a_record() -> None:
+    fake = Fake()
+    fake.mock.partitions_for.return_value = {0, 1, 2}
+    t = await started(fake)
+    await t.close_left_open([("cps", 2), ("events", None)], commit=False)
+    calls = [(n, a, k) for n, a, k in fake.mock.mock_calls if n not in ("start", "create_batch")]
+    names = [n for n, _, _ in calls]
+    assert names[0] == "begin_transaction" and names[-1] == "abort_transaction"
+    assert "commit_transaction" not in names
+    added = [(a[1], k["partition"]) for n, a, k in calls if n == "send_batch"]
+    assert added == [("cps", 2), ("events", 0), ("events", 1), ("events", 2)]
+    assert fake.sends() == []  # the batches are empty: the partitions join the transaction, nothing is written
+
+
+async def test_a_transaction_left_open_is_committed_in_every_partition_when_asked() -> None:
+    fake = Fake()
+    fake.mock.partitions_for.return_value = {0, 1}
+    t = await started(fake)
+    await t.close_left_open([("events", None)], commit=True)
+    names = [n for n, _, _ in fake.mock.mock_calls if n not in ("start", "create_batch", "partitions_for")]
+    assert names == ["begin_transaction", "send_batch", "send_batch", "commit_transaction"]
+    assert fake.sends() == []
+
+
+async def test_closing_what_was_left_open_that_fails_fails_the_open() -> None:
+    fake = Fake()
+    fake.mock.abort_transaction.side_effect = KafkaConnectionError()
+    t = await started(fake)
+    with pytest.raises(KafkaConnectionError):
+        await t.close_left_open([("cps", 2)], commit=False)
+    fake.mock.send_batch.side_effect = KafkaConnectionError()
+    fake.mock.abort_transaction.side_effect = None
+    with pytest.raises(KafkaConnectionError):
+        await t.close_left_open([("cps", 2)], commit=True)
+    fake.mock.commit_transaction.assert_not_called()
+    fake.mock.abort_transaction.assert_awaited()
