@@ -120,22 +120,24 @@ async def test_a_paused_zombie_is_fenced_and_writes_nothing(env: Env, tmp_path: 
             successor.stop()
 
 
-async def test_a_broker_crash_of_35_seconds_mid_run_loses_nothing(env: Env, tmp_path: Path) -> None:
-    """The broker is killed while Tasks stream and stays away past the transaction timeout
-    (10 s here) and the bridge's bound on a transaction (timeout + 15 s): commits are given
-    up on, partitions are reopened while Kafka is still away (and retried), nothing exits."""
-    path, config = bridge_config(env, tmp_path, partitions=3)
+async def _broker_away_for_35_seconds(
+    env: Env, tmp_path: Path, name: str, keys: list[str], text: str, *, partitions: int, bridge: dict[str, Any]
+) -> dict[str, list[dict[str, Any]]]:
+    """Start a Task per key, kill the broker once the first has 5 events, keep it away
+    35 s (past the transaction timeout of 10 s and the bridge's bound on a transaction,
+    timeout + 15 s: partitions are rebuilt), start it again and read every Task to its
+    end: each gapless and completed, the bridge alive and never restarted."""
+    path, config = bridge_config(env, tmp_path, partitions=partitions, bridge=bridge)
     path.write_text(path.read_text().replace("[kafka]\n", "[kafka]\ntransaction_timeout_ms = 10000\n", 1))
     assert run_cli(path, "topics").returncode == 0
-    bridge = BridgeProcess(path, env.log_dir, "broker-crash")
+    process = BridgeProcess(path, env.log_dir, name)
     try:
-        keys = [f"br-{i}" for i in range(6)]
-        await send_commands(config, [start_command(k, "gw-writer", "chunks=300 interval=0.1") for k in keys])
+        await send_commands(config, [start_command(k, "gw-writer", text) for k in keys])
         await wait_events(config, keys[0], 5)
         await asyncio.to_thread(kafka_script, "kill-broker")
         try:
             await asyncio.sleep(35)
-            assert bridge.alive, bridge.log()[-3000:]
+            assert process.alive, process.log()[-3000:]
         finally:
             await asyncio.to_thread(kafka_script, "start-broker")
         got = await read_topic(
@@ -144,11 +146,23 @@ async def test_a_broker_crash_of_35_seconds_mid_run_loses_nothing(env: Env, tmp_
         by_key = got.by_task_key()
         for k in keys:
             gapless(by_key[k])
-            assert by_key[k][-1]["state"] == "completed", bridge.log()[-3000:]
-            assert sum(1 for e in by_key[k] if e["kind"] == "artifact") == 300
-        assert bridge.alive and bridge.starts == 1, bridge.log()[-3000:]
+            assert by_key[k][-1]["state"] == "completed", process.log()[-3000:]
+        assert process.alive and process.starts == 1, process.log()[-3000:]
+        return by_key
     finally:
-        bridge.stop()
+        process.stop()
+
+
+async def test_a_broker_crash_of_35_seconds_mid_run_loses_nothing(env: Env, tmp_path: Path) -> None:
+    """The broker is killed while Tasks stream and stays away past the transaction timeout
+    (10 s here) and the bridge's bound on a transaction (timeout + 15 s): commits are given
+    up on, partitions are reopened while Kafka is still away (and retried), nothing exits."""
+    keys = [f"br-{i}" for i in range(6)]
+    by_key = await _broker_away_for_35_seconds(
+        env, tmp_path, "broker-crash", keys, "chunks=300 interval=0.1", partitions=3, bridge={}
+    )
+    for k in keys:
+        assert sum(1 for e in by_key[k] if e["kind"] == "artifact") == 300
 
 
 async def test_a_broker_killed_mid_commit_leaves_no_transaction_half_resolved(env: Env, tmp_path: Path) -> None:
@@ -157,30 +171,16 @@ async def test_a_broker_killed_mid_commit_leaves_no_transaction_half_resolved(en
     written. Restarting, the single KRaft node can complete that transaction without
     the markers it found no leader for; its records must not be resolved later, one
     partition at a time, by the next marker the producer writes (repeats or gaps)."""
-    path, config = bridge_config(env, tmp_path, partitions=6, bridge={"commit_interval_ms": 5})
-    path.write_text(path.read_text().replace("[kafka]\n", "[kafka]\ntransaction_timeout_ms = 10000\n", 1))
-    assert run_cli(path, "topics").returncode == 0
-    bridge = BridgeProcess(path, env.log_dir, "broker-killed-mid-commit")
-    try:
-        keys = [f"mc-{i}" for i in range(12)]
-        await send_commands(config, [start_command(k, "gw-writer", "chunks=60 interval=0.02") for k in keys])
-        await wait_events(config, keys[0], 5)
-        await asyncio.to_thread(kafka_script, "kill-broker")
-        try:
-            await asyncio.sleep(35)  # past the transaction timeout and the bridge's bound on it: rebuilt
-            assert bridge.alive, bridge.log()[-3000:]
-        finally:
-            await asyncio.to_thread(kafka_script, "start-broker")
-        got = await read_topic(
-            config, config.kafka.events_topic, timeout=180, until=lambda c: closed_keys(c) >= set(keys), settle=2.0
-        )
-        by_key = got.by_task_key()
-        for k in keys:
-            gapless(by_key[k])
-            assert by_key[k][-1]["state"] == "completed", bridge.log()[-3000:]
-        assert bridge.alive and bridge.starts == 1, bridge.log()[-3000:]
-    finally:
-        bridge.stop()
+    keys = [f"mc-{i}" for i in range(12)]
+    await _broker_away_for_35_seconds(
+        env,
+        tmp_path,
+        "broker-killed-mid-commit",
+        keys,
+        "chunks=60 interval=0.02",
+        partitions=6,
+        bridge={"commit_interval_ms": 5},
+    )
 
 
 async def test_a_bridge_started_while_the_broker_is_down_waits_and_becomes_ready(env: Env, tmp_path: Path) -> None:
