@@ -19,6 +19,7 @@ them out of reprs, logs and exceptions.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
@@ -70,40 +71,43 @@ class Secret:
     __str__ = __repr__
 
 
-def _control(value: str) -> bool:
-    """Whether ``value`` holds a control character (below 0x20, or 0x7f)."""
-    return any(c < " " or c == "\x7f" for c in value)
-
-
-def _read_secret(
+def read_secret(
     where: str, key: str, file: str | None, env: str | None, environ: Mapping[str, str] | None = None
 ) -> Secret | None:
-    """The secret ``<key>_file`` or ``<key>_env`` of section ``where`` names (``environ``:
-    the variables to read, the process's own by default).
-
-    A file's value loses its surrounding whitespace (the newline an editor or
-    ``kubectl create secret --from-file`` leaves); a variable's is taken as it is.
-    A value with a control character is refused: it would reach a header (an
-    ``Authorization`` line with a CR or LF in it) or a SASL exchange broken.
-    """
+    """The secret ``<key>_file`` or ``<key>_env`` of section ``where`` names, or
+    :class:`ConfigError` naming the key (``environ``: the variables to read, the
+    process's own by default)."""
     if file:
-        try:
-            value = Path(file).read_text().strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-            raise ConfigError(f"{where}.{key}_file: cannot read the secret file {file!r} ({why})") from None
-        named = f"{where}.{key}_file: the secret in {file!r}"
-    elif env:
-        found = (os.environ if environ is None else environ).get(env)
-        if found is None:
+        return secret_file(f"{where}.{key}_file", file)
+    if env:
+        value = (os.environ if environ is None else environ).get(env)
+        if value is None:
             raise ConfigError(f"{where}.{key}_env: environment variable {env!r} is not set")
-        value = found
-        named = f"{where}.{key}_env: the secret in the environment variable {env!r}"
-    else:
-        return None
-    if _control(value):
-        raise ConfigError(f"{named} holds a control character (a newline?); it would corrupt the request")
-    return Secret(value)
+        return secret_text(f"{where}.{key}_env", value)
+    return None
+
+
+def secret_file(at: str, path: str) -> Secret:
+    """The secret in file ``path`` (which key ``at`` names), surrounding white space stripped."""
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"{at}: cannot read the secret file {path!r} ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{at}: the secret file {path!r} is not UTF-8 text") from None
+    return secret_text(at, text)
+
+
+def secret_text(where: str, text: str) -> Secret:
+    """``text`` as a secret, refused when it holds a control character: it would end
+    up in a header, where it breaks the request (and an error message could echo it)."""
+    if _CONTROL.search(text):
+        raise ConfigError(f"{where}: the secret holds a control character (a stray newline?); it is not used")
+    return Secret(text)
+
+
+# C0 controls and DEL: never part of a token, a key or a password.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +152,7 @@ class KafkaConfig:
             "security_protocol": self.security_protocol,
         }
         if self.sasl_mechanism:
-            password = _read_secret("kafka", "sasl_password", self.sasl_password_file, self.sasl_password_env)
+            password = read_secret("kafka", "sasl_password", self.sasl_password_file, self.sasl_password_env)
             opts.update(
                 sasl_mechanism=self.sasl_mechanism,
                 sasl_plain_username=self.sasl_username,
@@ -253,7 +257,7 @@ class AgentConfig:
     tls_ca_file: str | None = None
 
     def token(self) -> Secret | None:
-        return _read_secret(f"agents.{self.name}", "token", self.token_file, self.token_env)
+        return read_secret(f"agents.{self.name}", "token", self.token_file, self.token_env)
 
     @property
     def own_tls(self) -> bool:
@@ -576,7 +580,7 @@ class _Reader:
         if out or (file and var):
             return out  # two places are their own problem (rules.secret_source)
         try:
-            _read_secret(where, key, file, var, self.env)
+            read_secret(where, key, file, var, self.env)
         except ConfigError as exc:
             at, _, message = str(exc).partition(": ")
             return [Problem(at, message)]
