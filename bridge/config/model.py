@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
@@ -289,6 +290,36 @@ class Config:
 # An agent's secrets (``<key>_file`` / ``<key>_env``) and the other files it names.
 AGENT_SECRETS = ("token", "oauth2_client_secret", "api_key")
 AGENT_FILES = ("tls_cert_file", "tls_key_file", "tls_ca_file", "oauth2_ca_file")
+
+
+def _tls_files(where: str, a: Mapping[str, Any]) -> list[Problem]:
+    """An agent's CA and client certificate load as ``bridge run`` loads them (PEM, the
+    key matching the certificate); what is wrong is the TLS library's reason, never
+    the files' bytes."""
+    out: list[Problem] = []
+    for key in ("tls_ca_file", "oauth2_ca_file"):
+        if a.get(key):
+            try:
+                ssl.create_default_context(cafile=a[key])
+            except (OSError, ssl.SSLError) as exc:
+                out.append(
+                    Problem(f"{where}.{key}", f"{a[key]!r} does not load as PEM CA certificates ({_reason(exc)})")
+                )
+    if a.get("tls_cert_file") and a.get("tls_key_file"):
+        try:
+            ssl.create_default_context().load_cert_chain(a["tls_cert_file"], a["tls_key_file"])
+        except (OSError, ssl.SSLError) as exc:
+            message = (
+                f"{a['tls_cert_file']!r} and tls_key_file do not load as a certificate and its key ({_reason(exc)})"
+            )
+            out.append(Problem(f"{where}.tls_cert_file", message))
+    return out
+
+
+def _reason(exc: OSError) -> str:
+    reason = getattr(exc, "reason", None)
+    return str(reason or exc.strerror or type(exc).__name__)
+
 
 # ------------------------------------------------------------------ keys --
 
@@ -561,9 +592,10 @@ class _Reader:
         ]:
             out += self.secret_here(where, values, key)
         for name, a in agents.items():
-            for key in AGENT_FILES:
-                if a.get(key) and not os.path.isfile(a[key]):
-                    out.append(Problem(f"agents.{name}.{key}", f"{a[key]!r} is not a file here"))
+            missing = [key for key in AGENT_FILES if a.get(key) and not os.path.isfile(a[key])]
+            out += [Problem(f"agents.{name}.{key}", f"{a[key]!r} is not a file here") for key in missing]
+            if not missing:
+                out += _tls_files(f"agents.{name}", a)
         if k["security_protocol"] in rules.TLS_PROTOCOLS:
             for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
                 if k[key] and not os.path.isfile(k[key]):

@@ -12,6 +12,7 @@ from bridge.config import rules
 from bridge.config.check import check, render
 from bridge.config.model import AgentConfig, ConfigError, read_secret, effective
 from bridge.config.rules import Problem
+from tests.support import tls
 
 SECRET = "Zq81-never-print-this-secret"
 OAUTH2 = {
@@ -207,10 +208,20 @@ tls_ca_file = "{ca}"
 """
 
 
+def tls_files(tmp_path: Path) -> dict[str, Path]:
+    """A CA, and a client certificate and key it signed, as files."""
+    ca = tls.make_ca("agents CA")
+    key, cert = tls.issue(ca, ["bridge"], client=True)
+    return {
+        "ca": tls.write_private(tmp_path / "ca.pem", ca.pem()),
+        "cert": tls.write_private(tmp_path / "client.crt", cert),
+        "key": tls.write_private(tmp_path / "client.key", key),
+    }
+
+
 def test_check_prints_where_every_secret_comes_from_never_the_secret(tmp_path: Path) -> None:
-    files = {name: tmp_path / name for name in ("secret", "cert", "key", "ca")}
-    for path in files.values():
-        path.write_text(SECRET)
+    files = {"secret": tmp_path / "secret", **tls_files(tmp_path)}
+    files["secret"].write_text(SECRET)
     config = tmp_path / "bridge.toml"
     config.write_text(FULL.format(**files))
     report = check(str(config), {"W_API_KEY": SECRET})
@@ -237,3 +248,19 @@ def test_check_finds_missing_files_and_bad_secrets_unless_static(tmp_path: Path)
     ]
     assert SECRET not in "\n".join(report.errors)
     assert check(str(config), {}, static=True).ok
+
+
+def test_check_loads_the_certificate_key_and_ca_as_run_does(tmp_path: Path) -> None:
+    files = {"secret": tmp_path / "secret", **tls_files(tmp_path)}
+    files["secret"].write_text(SECRET)
+    other_key, _ = tls.issue(tls.make_ca("other"), ["bridge"], client=True)
+    tls.write_private(files["key"], other_key)  # not the certificate's key
+    files["ca"].write_text("not a certificate\n")
+    config = tmp_path / "bridge.toml"
+    config.write_text(FULL.format(**files))
+    errors = check(str(config), {"W_API_KEY": "k"}).errors
+    assert [e.partition(" (")[0] for e in errors] == [
+        f"agents.w.tls_ca_file: '{files['ca']}' does not load as PEM CA certificates",
+        f"agents.w.tls_cert_file: '{files['cert']}' and tls_key_file do not load as a certificate and its key",
+    ]
+    assert "PRIVATE KEY" not in "\n".join(errors)
