@@ -302,6 +302,22 @@ class AgentClient:
                 yield response
                 return
 
+    def _rpc(
+        self, req: Request, accept: str, content: bytes, timeout: httpx.Timeout, trace: str | None
+    ) -> contextlib.AbstractAsyncContextManager[httpx.Response]:
+        """The JSON-RPC POST of ``req`` (see :meth:`_exchange`)."""
+        headers = self._headers(req, accept)
+        return self._exchange(
+            "POST",
+            self._url,
+            op=req.op,
+            method=req.method,
+            headers=headers,
+            content=content,
+            timeout=timeout,
+            trace=trace,
+        )
+
     def _check_status(self, method: str, response: httpx.Response) -> None:
         if response.status_code in (401, 403):
             raise AgentAuthError(self.name, method, response.status_code)
@@ -345,19 +361,7 @@ class AgentClient:
         traceparent, continued on the request (bridge.observe.tracing)."""
         started = time.monotonic()
         try:
-            content = orjson.dumps(req.body)
-            headers = self._headers(req, "application/json")
-            exchange = self._exchange(
-                "POST",
-                self._url,
-                op=req.op,
-                method=req.method,
-                headers=headers,
-                content=content,
-                timeout=self._timeout,
-                trace=trace,
-            )
-            async with exchange as r:
+            async with self._rpc(req, "application/json", orjson.dumps(req.body), self._timeout, trace) as r:
                 body = await self._read(r, self.config.max_response_bytes, req.method)
             result = self._result(req, body, "response body")
         except httpx.TransportError as exc:
@@ -390,18 +394,7 @@ class AgentClient:
             # A copy of exact size: orjson's output sits in a 4 KiB block, and httpx
             # keeps the request body for as long as the stream is open.
             content = bytes(memoryview(orjson.dumps(req.body)))
-            headers = self._headers(req, "text/event-stream")
-            request = self._exchange(
-                "POST",
-                self._url,
-                op=req.op,
-                method=req.method,
-                headers=headers,
-                content=content,
-                timeout=self._stream_timeout,
-                trace=trace,
-            )
-            async with request as response:
+            async with self._rpc(req, "text/event-stream", content, self._stream_timeout, trace) as response:
                 ctype = response.headers.get("content-type", "").partition(";")[0].strip().lower()
                 if ctype == "application/json":
                     body = await self._read(response, self.config.max_response_bytes, req.method)
