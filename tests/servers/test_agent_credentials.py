@@ -48,6 +48,7 @@ class Agent:
 
     decide: Callable[[Seen], int] = lambda seen: 200
     seen: list[Seen] = field(default_factory=list)
+    card: dict[str, Any] | None = None  # served at /.well-known/agent-card.json
 
     async def handler(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
@@ -60,8 +61,11 @@ class Agent:
             seen = Seen(method, url.path, parse_qs(url.query), headers)
             self.seen.append(seen)
             status = self.decide(seen)
-            if status != 200:
-                writer.write(b"HTTP/1.1 %d No\r\nContent-Length: 0\r\n\r\n" % status)
+            if status != 200 or (method == "GET" and self.card is None):
+                writer.write(b"HTTP/1.1 %d No\r\nContent-Length: 0\r\n\r\n" % (404 if status == 200 else status))
+            elif method == "GET":
+                doc = orjson.dumps(self.card)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(doc), doc))
             else:
                 writer.write(answer(orjson.loads(body) if body else {}, headers.get("accept", "")))
             await writer.drain()
