@@ -480,7 +480,9 @@ class Service:
     async def _check_cards(self) -> None:
         """One warning per agent whose card requires credentials its configuration
         does not present (bridge/core/security.py): its Tasks will be refused."""
-        found = await asyncio.gather(*(client.card_problem(c) for c in self.clients.values()))
+        # A gateway is no A2A agent: it has no agent card (docs/gateway-protocol.md).
+        agents = [c for c in self.clients.values() if c.config.dialect != "gateway"]
+        found = await asyncio.gather(*(client.card_problem(c) for c in agents))
         for problem in found:
             if problem is not None:
                 log.warning("%s", problem)
