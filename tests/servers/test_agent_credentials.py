@@ -24,7 +24,8 @@ from bridge.agents import client as client_mod
 from bridge.agents.client import AgentClient, clients, close_stream, rpc_id
 from bridge.agents.credentials import credentials
 from bridge.config.model import AgentConfig, Config, ConfigError
-from bridge.errors import AgentAuthError, AgentUnavailable
+from bridge.errors import AgentAuthError, AgentUnavailable, CredentialsUnavailable
+from bridge.observe import metrics
 from tests.servers.raw import LIMITS, serve
 from tests.support import tls
 
@@ -340,3 +341,22 @@ async def test_a_key_that_is_not_the_certificates_is_refused_naming_the_key(pki:
 
 def test_the_default_tls_is_one_context() -> None:
     assert isinstance(client_mod.default_tls(), ssl.SSLContext)
+
+
+async def test_no_token_is_counted_and_the_agent_never_asked(tmp_path: Path) -> None:
+    """The token endpoint is down: the call raises CredentialsUnavailable (the runner
+    holds the Task) and bridge_agent_requests_total counts it as no-credentials."""
+    async with serve(Agent().handler) as (dead, _):
+        pass  # a port that was free a moment ago: nothing listens there now
+    secret = tmp_path / "secret"
+    secret.write_text("s")
+    keys = {"oauth2_token_url": f"{dead}/token", "oauth2_client_id": "c", "oauth2_client_secret_file": str(secret)}
+    counter = metrics.AGENT_REQUESTS.labels("w", "get", "no-credentials")
+    before = counter._value.get()
+    agent = Agent()
+    async with running(agent, None, **keys) as (_, w):
+        with pytest.raises(CredentialsUnavailable) as caught:
+            await get(w)
+    assert caught.value.source == "agents.w" and not caught.value.refused
+    assert counter._value.get() == before + 1
+    assert agent.seen == []
