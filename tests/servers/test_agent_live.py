@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from bridge.agents import client as client_mod
 from bridge.agents.client import clients
 from bridge.config.model import AgentConfig, Config
+from bridge.engine.service import Service
 from tests.servers.raw import LIMITS, serve
 from tests.servers.test_agent_credentials import Agent, Pki, bearer, get, pki  # noqa: F401 (pki: a fixture)
 from tests.servers.test_token_endpoint import TOKEN, Endpoint, issued, json_answer
@@ -78,6 +80,37 @@ async def test_start_up_warns_of_a_card_requirement_not_met(monkeypatch: pytest.
         "'cc' is not met: OAuth2 client credentials (set oauth2_*)"
     )
     assert [s.path for s in agent.seen] == ["/a2a/.well-known/agent-card.json"]
+
+
+async def test_bridge_run_logs_one_warning_per_agent_whose_card_is_not_met(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("W_TOKEN", "t")
+    met, unmet, gateway = Agent(card=BEARER_CARD), Agent(card=MTLS_CARD), Agent(card=MTLS_CARD)
+    async with (
+        serve(met.handler) as (met_url, _),
+        serve(unmet.handler) as (unmet_url, _),
+        serve(gateway.handler) as (gateway_url, _),
+        contextlib.AsyncExitStack() as stack,
+    ):
+        config = Config(
+            agents={
+                "met": AgentConfig(name="met", url=f"{met_url}/a2a", token_env="W_TOKEN"),
+                "unmet": AgentConfig(name="unmet", url=f"{unmet_url}/a2a", token_env="W_TOKEN"),
+                "gw": AgentConfig(name="gw", url=f"{gateway_url}/a2a", dialect="gateway", agent_code="x"),
+                "down": AgentConfig(name="down", url="http://127.0.0.1:9/a2a"),
+            }
+        )
+        service = Service(config)
+        service.clients.update(await clients(config, stack, LIMITS, 1))
+        with caplog.at_level(logging.WARNING, logger="bridge.engine.service"):
+            await service._check_cards()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "bridge.engine.service"]
+    assert warnings == [
+        "agents.unmet: agent card: 'mtls' is not met: mutual TLS (set tls_cert_file and tls_key_file); "
+        "'cc' is not met: OAuth2 client credentials (set oauth2_*)"
+    ]
+    assert gateway.seen == []  # a gateway has no card to ask for
 
 
 # ----------------------------------------------------- config check --live --
