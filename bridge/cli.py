@@ -226,7 +226,7 @@ def _config_check(args: argparse.Namespace) -> int:
     if args.live and report.config is not None:
         if args.static:
             raise UsageError("--live uses the secrets and certificates here; it cannot go with --static")
-        from bridge.agents.client import check_live
+        from bridge.agents.live import check_live
 
         # What the check finds is its output, one line per agent; the log lines of the
         # token sources and clients on the way would only repeat it.

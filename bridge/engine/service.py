@@ -54,7 +54,7 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
 )
 
-from bridge.agents import client
+from bridge.agents import client, live
 from bridge.agents.client import AgentClient
 from bridge.config.model import Config, ConfigError
 from bridge.core import txn_failure
@@ -482,7 +482,7 @@ class Service:
         does not present (bridge/core/security.py): its Tasks will be refused."""
         # A gateway is no A2A agent: it has no agent card (docs/gateway-protocol.md).
         agents = [c for c in self.clients.values() if c.config.dialect != "gateway"]
-        found = await asyncio.gather(*(client.card_problem(c) for c in agents))
+        found = await asyncio.gather(*(live.card_problem(c) for c in agents))
         for problem in found:
             if problem is not None:
                 log.warning("%s", problem)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bridge.agents import client as client_mod
+from bridge.agents import live
 from bridge.agents.client import clients
 from bridge.config.model import AgentConfig, Config
 from bridge.engine.service import Service
@@ -72,7 +72,7 @@ async def test_start_up_warns_of_a_card_requirement_not_met(monkeypatch: pytest.
     async with serve(agent.handler) as (url, _), contextlib.AsyncExitStack() as stack:
         config = Config(agents={"w": AgentConfig(name="w", url=f"{url}/a2a", token_env="W_TOKEN")})
         w = (await clients(config, stack, LIMITS, 1))["w"]
-        problem = await client_mod.card_problem(w)
+        problem = await live.card_problem(w)
         assert await w.streaming() is True  # the card was read once, for both
     assert problem is not None and problem.warning
     assert str(problem) == (
