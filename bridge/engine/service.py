@@ -442,9 +442,10 @@ class Service:
         metrics.init(list(cfg.agents))
         shards = cfg.bridge.http_pools
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=max(8, 256 // shards))
-        self._producers = ProducerLoop.threaded()
         async with contextlib.AsyncExitStack() as pools:
+            # First: a certificate that does not load stops the start before any thread runs.
             self.clients.update(await client.clients(cfg, pools, limits, shards))
+            self._producers = ProducerLoop.threaded()
             cards = asyncio.create_task(self._check_cards(), name="agent-cards")
             ops = OpsServer(cfg.bridge.http_port, self.ready) if cfg.bridge.http_port >= 0 else None
             if ops:
