@@ -51,10 +51,9 @@ def rpc_id(op: str) -> str:
 
 
 def pool(limits: httpx.Limits, tls: ssl.SSLContext) -> httpx.AsyncClient:
-    """One connection pool to agents, shared by every agent with the same TLS context
-    (so by every workspace and token). It keeps no cookies: a session cookie one agent
-    set would be sent to every other agent on the same host. Each request carries its
-    own agent's credentials."""
+    """One connection pool to agents, shared by every agent (so by every workspace and
+    token). It keeps no cookies: a session cookie one agent set would be sent to
+    every other agent on the same host. Each request carries its own agent's token."""
     refuse_all = http.cookiejar.DefaultCookiePolicy(allowed_domains=[])
     return httpx.AsyncClient(
         limits=limits,
