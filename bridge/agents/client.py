@@ -89,14 +89,22 @@ async def clients(
     return out
 
 
+_TLS = ": TLS: "
+
+
 def _unavailable(exc: httpx.TransportError) -> str:
     """What a transport failure says: its kind, and a TLS failure's reason (an untrusted
     certificate, a client certificate the agent asked for). Never the request's URL,
     which may carry an API key."""
     text = str(exc)
     if "SSL" in text or "certificate" in text.lower():
-        return f"{type(exc).__name__}: TLS: {text[:200]}"
+        return f"{type(exc).__name__}{_TLS}{text[:200]}"
     return type(exc).__name__
+
+
+def tls_failure(exc: AgentUnavailable) -> bool:
+    """Whether the agent was out of reach for TLS (its certificate, or ours), not for being down."""
+    return _TLS in exc.detail
 
 
 def _source_seq(event_id: str | None) -> int | None:
