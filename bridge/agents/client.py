@@ -60,8 +60,17 @@ def pool(limits: httpx.Limits, tls: ssl.SSLContext) -> httpx.AsyncClient:
     )
 
 
+# The longest SSE id read as a source seq: 18 digits fit a signed 64-bit integer
+# (the events' sourceSeq), and int() of more than 4,300 raises.
+_SEQ_DIGITS = 18
+
+
 def _source_seq(event_id: str | None) -> int | None:
-    return int(event_id) if event_id is not None and event_id.isdigit() else None
+    """The SSE id as a number when it is one in ASCII digits (``str.isdigit`` also
+    takes ``²``, which int() refuses); anything else is no source seq."""
+    if event_id is None or not 0 < len(event_id) <= _SEQ_DIGITS or not event_id.isascii() or not event_id.isdigit():
+        return None
+    return int(event_id)
 
 
 class AgentClient:
