@@ -7,6 +7,7 @@ what a dialect built and maps transport failures onto :mod:`bridge.errors`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import http.cookiejar
@@ -57,6 +58,10 @@ def pool(limits: httpx.Limits, tls: ssl.SSLContext) -> httpx.AsyncClient:
         verify=tls,
         transport=transport.unless_proxied(limits, tls),
         cookies=http.cookiejar.CookieJar(policy=refuse_all),
+        # httpx asks for gzip by default: a few KiB on the wire may inflate to GiB, and
+        # agents' JSON is not worth the CPU. One that compresses anyway is inflated
+        # piece by piece under the caps (transport.decoded).
+        headers={"Accept-Encoding": "identity"},
     )
 
 
@@ -71,6 +76,21 @@ def _source_seq(event_id: str | None) -> int | None:
     if event_id is None or not 0 < len(event_id) <= _SEQ_DIGITS or not event_id.isascii() or not event_id.isdigit():
         return None
     return int(event_id)
+
+
+@contextlib.asynccontextmanager
+async def _whole_exchange(seconds: float) -> AsyncIterator[None]:
+    """A non-streaming exchange done within ``seconds`` in all, else
+    :class:`httpx.ReadTimeout`: httpx's timeouts bound each read, so an agent
+    trickling a byte a second would hold the call for ever."""
+    deadline = asyncio.timeout(seconds)
+    try:
+        async with deadline:
+            yield
+    except TimeoutError:
+        if deadline.expired():
+            raise httpx.ReadTimeout(f"no whole answer within {seconds:g} s") from None
+        raise
 
 
 class AgentClient:
@@ -146,7 +166,10 @@ class AgentClient:
     async def _card_streaming(self) -> bool:
         url = self.config.url.rstrip("/") + "/.well-known/agent-card.json"
         try:
-            async with self._http.stream("GET", url, headers=self._auth, timeout=self._timeout) as response:
+            async with (
+                _whole_exchange(self.config.request_timeout_seconds),
+                self._http.stream("GET", url, headers=self._auth, timeout=self._timeout) as response,
+            ):
                 ok = response.status_code == 200
                 card = orjson.loads(await self._read(response, CARD_BYTES, "agent card")) if ok else {}
         except (httpx.TransportError, orjson.JSONDecodeError, AgentOversize):
@@ -180,7 +203,7 @@ class AgentClient:
             raise AgentOversize(self.name, what, f"response of {declared} bytes is over the {cap}-byte cap")
         chunks: list[bytes] = []
         n = 0
-        async for chunk in response.aiter_bytes():
+        async for chunk in transport.decoded(response):  # inflated piece by piece, counted as it grows
             n += len(chunk)
             if n > cap:
                 raise AgentOversize(self.name, what, f"response is over the {cap}-byte cap")
@@ -208,7 +231,7 @@ class AgentClient:
                     headers={**self._headers(req, "application/json"), **carrier},
                     timeout=self._timeout,
                 )
-            async with request as response:
+            async with _whole_exchange(self.config.request_timeout_seconds), request as response:
                 self._check_status(req, response)
                 body = await self._read(response, self.config.max_response_bytes, req.method)
             result = self._result(req, body, "response body")
