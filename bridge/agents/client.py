@@ -60,6 +60,10 @@ def pool(limits: httpx.Limits, tls: ssl.SSLContext) -> httpx.AsyncClient:
         verify=tls,
         transport=transport.unless_proxied(limits, tls),
         cookies=http.cookiejar.CookieJar(policy=refuse_all),
+        # httpx asks for gzip by default: a few KiB on the wire may inflate to GiB, and
+        # agents' JSON is not worth the CPU. One that compresses anyway is inflated
+        # piece by piece under the caps (transport.decoded).
+        headers={"Accept-Encoding": "identity"},
     )
 
 
@@ -107,8 +111,32 @@ def tls_failure(exc: AgentUnavailable) -> bool:
     return _TLS in exc.detail
 
 
+# The longest SSE id read as a source seq: 18 digits fit a signed 64-bit integer
+# (the events' sourceSeq), and int() of more than 4,300 raises.
+_SEQ_DIGITS = 18
+
+
 def _source_seq(event_id: str | None) -> int | None:
-    return int(event_id) if event_id is not None and event_id.isdigit() else None
+    """The SSE id as a number when it is one in ASCII digits (``str.isdigit`` also
+    takes ``²``, which int() refuses); anything else is no source seq."""
+    if event_id is None or not 0 < len(event_id) <= _SEQ_DIGITS or not event_id.isascii() or not event_id.isdigit():
+        return None
+    return int(event_id)
+
+
+@contextlib.asynccontextmanager
+async def _whole_exchange(seconds: float) -> AsyncIterator[None]:
+    """A non-streaming exchange done within ``seconds`` in all, else
+    :class:`httpx.ReadTimeout`: httpx's timeouts bound each read, so an agent
+    trickling a byte a second would hold the call for ever."""
+    deadline = asyncio.timeout(seconds)
+    try:
+        async with deadline:
+            yield
+    except TimeoutError:
+        if deadline.expired():
+            raise httpx.ReadTimeout(f"no whole answer within {seconds:g} s") from None
+        raise
 
 
 class AgentClient:
@@ -209,7 +237,7 @@ class AgentClient:
                 exchange = self._exchange(
                     "GET", url, op="card", method="agent card", headers=accept, content=None, timeout=self._timeout
                 )
-                async with exchange as response:
+                async with _whole_exchange(self.config.request_timeout_seconds), exchange as response:
                     card = orjson.loads(await self._read(response, CARD_BYTES, "agent card"))
             except httpx.TransportError as exc:
                 unavailable = AgentUnavailable(self.name, "agent card", _unavailable(exc))
@@ -305,7 +333,7 @@ class AgentClient:
             raise AgentOversize(self.name, what, f"response of {declared} bytes is over the {cap}-byte cap")
         chunks: list[bytes] = []
         n = 0
-        async for chunk in response.aiter_bytes():
+        async for chunk in transport.decoded(response):  # inflated piece by piece, counted as it grows
             n += len(chunk)
             if n > cap:
                 raise AgentOversize(self.name, what, f"response is over the {cap}-byte cap")
@@ -326,7 +354,10 @@ class AgentClient:
         started = time.monotonic()
         unavailable: AgentUnavailable | None = None
         try:
-            async with self._rpc(req, "application/json", orjson.dumps(req.body), self._timeout, trace) as r:
+            async with (
+                _whole_exchange(self.config.request_timeout_seconds),
+                self._rpc(req, "application/json", orjson.dumps(req.body), self._timeout, trace) as r,
+            ):
                 body = await self._read(r, self.config.max_response_bytes, req.method)
             result = self._result(req, body, "response body")
         except httpx.TransportError as exc:
