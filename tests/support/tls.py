@@ -1,4 +1,4 @@
-"""Throwaway certificate authorities and broker certificates for the secured-broker tests.
+"""Throwaway certificate authorities and certificates: the secured broker, agents over HTTPS, client certificates.
 
 Made fresh by each test session with the ``cryptography`` package; nothing
 here is a secret worth keeping.
@@ -65,8 +65,9 @@ def make_ca(common_name: str) -> CA:
     return CA(key, _validity(builder).sign(key, hashes.SHA256()))
 
 
-def server_keystore_pem(ca: CA, hosts: list[str]) -> bytes:
-    """A PEM keystore as Kafka's ``ssl.keystore.type=PEM`` reads it: PKCS#8 key, then the chain."""
+def issue(ca: CA, common_name: str, *, hosts: tuple[str, ...] = (), client: bool = False) -> tuple[bytes, bytes]:
+    """A fresh PKCS#8 key and its certificate signed by ``ca`` (PEM each): a server
+    certificate for ``hosts``, or with ``client`` a TLS client certificate."""
     key = ec.generate_private_key(ec.SECP256R1())
     names: list[x509.GeneralName] = []
     for h in hosts:
@@ -74,22 +75,46 @@ def server_keystore_pem(ca: CA, hosts: list[str]) -> bytes:
             names.append(x509.IPAddress(ipaddress.ip_address(h)))
         except ValueError:
             names.append(x509.DNSName(h))
+    usage = x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH if client else x509.oid.ExtendedKeyUsageOID.SERVER_AUTH
     builder = (
         x509.CertificateBuilder()
-        .subject_name(_name(hosts[0]))
+        .subject_name(_name(common_name))
         .issuer_name(ca.cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
     )
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
     cert = _validity(builder).sign(ca.key, hashes.SHA256())
     key_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    return key_pem + cert.public_bytes(serialization.Encoding.PEM) + ca.pem()
+    return key_pem, cert.public_bytes(serialization.Encoding.PEM)
+
+
+def server_keystore_pem(ca: CA, hosts: list[str]) -> bytes:
+    """A PEM keystore as Kafka's ``ssl.keystore.type=PEM`` reads it: PKCS#8 key, then the chain."""
+    key_pem, cert_pem = issue(ca, hosts[0], hosts=tuple(hosts))
+    return key_pem + cert_pem + ca.pem()
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    """A certificate (with its chain) and its key, as files: what ``tls_cert_file``/``tls_key_file`` name."""
+
+    cert: Path
+    key: Path
+
+
+def key_pair(ca: CA, directory: Path, name: str, *, hosts: tuple[str, ...] = (), client: bool = False) -> KeyPair:
+    key_pem, cert_pem = issue(ca, name, hosts=hosts, client=client)
+    directory.mkdir(parents=True, exist_ok=True)
+    cert = directory / f"{name}.crt"
+    cert.write_bytes(cert_pem + ca.pem())
+    return KeyPair(cert, write_private(directory / f"{name}.key", key_pem))
 
 
 def write_private(path: Path, data: bytes) -> Path:
