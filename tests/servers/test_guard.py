@@ -35,6 +35,7 @@ from bridge.demo.sdk_agents import create_app as sdk_app
 from bridge.demo.sdk_agents import main as sdk_main
 from tests.support import ROOT
 from tests.support.tls import CA, key_pair, make_ca
+from tests.support.volumes import kubernetes_secret
 from tests.support.waiting import blocking_until
 
 GET = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": "no-such-task"}}
@@ -164,21 +165,6 @@ async def test_bearer_and_api_key_together_need_both(issuer: Issuer, tmp_path: P
         both = await c.post("/agents/writer", json=GET, headers={**bearer(token), "X-Api-Key": key})
         assert both.status_code == 200
         assert (await c.get(CARD)).json()["security"] == [{"oidc": [], "apiKey": []}]
-
-
-def kubernetes_secret(directory: Path, name: str, value: str) -> Path:
-    """A secret volume as the kubelet writes it: ``name -> ..data/name``, ``..data -> ..<timestamp>``;
-    an update writes a new timestamped directory and renames a new ``..data`` symlink over the old."""
-    stamp = directory / f"..{time.time_ns()}"
-    stamp.mkdir(parents=True)
-    (stamp / name).write_text(value + "\n")
-    tmp_link = directory / "..data_tmp"
-    tmp_link.symlink_to(stamp.name)
-    os.replace(tmp_link, directory / "..data")
-    link = directory / name
-    if not link.is_symlink():
-        link.symlink_to(f"..data/{name}")
-    return link
 
 
 async def test_the_token_file_is_reread_when_kubernetes_swaps_it(tmp_path: Path) -> None:

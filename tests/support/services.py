@@ -169,10 +169,11 @@ def run_cli(config_path: Path, *args: str, timeout: float = 60) -> subprocess.Co
 class BridgeProcess:
     """One ``bridge run`` process; logs go to a file the test prints on failure."""
 
-    def __init__(self, config_path: Path, log_dir: Path, name: str = "bridge") -> None:
+    def __init__(self, config_path: Path, log_dir: Path, name: str = "bridge", log_level: str = "info") -> None:
         self.config_path = config_path
         self.log_dir = log_dir
         self.name = name
+        self.log_level = log_level
         self.starts = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
@@ -181,7 +182,7 @@ class BridgeProcess:
         self.starts += 1
         log = (self.log_dir / f"{self.name}.log").open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bridge", "--config", str(self.config_path), "--log-level", "info", "run"],
+            [sys.executable, "-m", "bridge", "--config", str(self.config_path), "--log-level", self.log_level, "run"],
             stdout=log,
             stderr=log,
             cwd=ROOT,
