@@ -119,6 +119,22 @@ async def create_topics(config: Config, overrides: dict[str, dict[str, str]], pa
         await admin.close()
 
 
+def service_script(
+    script: str, cmd: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """``scripts/<script> <cmd>`` (kafka.sh, keycloak.sh) with ``env`` on top of ours; the
+    caller reads the exit status and output (a failed ``up`` prints its log tail)."""
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / script), cmd],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+        check=False,
+    )
+
+
 def kafka_script(*args: str, timeout: float = 180) -> None:
     """scripts/kafka.sh on the test broker (kill-broker, start-broker, restart-broker)."""
     if os.environ.get("BRIDGE_TEST_BOOTSTRAP"):
