@@ -195,6 +195,11 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not check that the secret, certificate and CA files or variables it names exist here",
     )
+    cc.add_argument(
+        "--live",
+        action="store_true",
+        help="also get each agent's token and card: one line per agent whose credentials would not do",
+    )
     dm = command("demo", "everything local: agents, topics, the bridge, a few Tasks")
     dm.add_argument("--timeout", type=float, default=120)
     return p
@@ -223,6 +228,16 @@ def _config_check(args: argparse.Namespace) -> int:
         for e in report.errors:
             print(f"  {e}", file=sys.stderr)
         return 2
+    if args.live and report.config is not None:
+        if args.static:
+            raise UsageError("--live uses the secrets and certificates here; it cannot go with --static")
+        from bridge.agents.client import check_live
+
+        live = asyncio.run(check_live(report.config))
+        for problem in live:
+            print(f"bridge config: {'warning: ' if problem.warning else ''}{problem}", file=sys.stderr)
+        if any(not p.warning for p in live):
+            return 2
     print(check.render(report), end="")
     return 0
 

@@ -175,8 +175,8 @@ def mtls(env: Env, vault: Vault, jwt_args: list[str], tmp_path_factory: pytest.T
     ca, other = make_ca("agents CA"), make_ca("someone else's CA")
     (d / "ca.pem").write_bytes(ca.pem())
     (d / "untrusted-ca.pem").write_bytes(other.pem())
-    server_pair = vault.key_pair(key_pair(ca, d / "server", "agents", hosts=("127.0.0.1",)))
-    client = vault.key_pair(key_pair(ca, d / "client", "bridge", client=True))
+    server_pair = vault.key_pair(key_pair(ca, d / "server", ["127.0.0.1"]))
+    client = vault.key_pair(key_pair(ca, d / "client", ["bridge"], client=True))
     tls = ["--tls-cert", str(server_pair.cert), "--tls-key", str(server_pair.key), "--tls-client-ca", str(d / "ca.pem")]
     server = agent_server(env.log_dir, "sdk-mtls", "sdk", *tls, *jwt_args)
     yield Mtls(server, d / "ca.pem", d / "untrusted-ca.pem", client, other)

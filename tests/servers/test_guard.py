@@ -187,9 +187,9 @@ class TlsServer:
 
     def __init__(self, tmp: Path, *, gateway: bool) -> None:
         self.ca, self.other_ca = make_ca("agents CA"), make_ca("someone else's CA")
-        server_pair = key_pair(self.ca, tmp / "server", "127.0.0.1", hosts=("127.0.0.1",))
-        self.client = key_pair(self.ca, tmp / "client", "bridge", client=True)
-        self.stranger = key_pair(self.other_ca, tmp / "stranger", "bridge", client=True)
+        server_pair = key_pair(self.ca, tmp / "server", ["127.0.0.1"])
+        self.client = key_pair(self.ca, tmp / "client", ["bridge"], client=True)
+        self.stranger = key_pair(self.other_ca, tmp / "stranger", ["bridge"], client=True)
         self.ca_file = tmp / "ca.pem"
         self.ca_file.write_bytes(self.ca.pem())
         tls = TlsOptions(str(server_pair.cert), str(server_pair.key), str(self.ca_file))

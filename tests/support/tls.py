@@ -1,4 +1,5 @@
-"""Throwaway certificate authorities and certificates: the secured broker, agents over HTTPS, client certificates.
+"""Throwaway certificate authorities, server and client certificates for the TLS tests
+(the secured broker, agents over mutual TLS).
 
 Made fresh by each test session with the ``cryptography`` package; nothing
 here is a secret worth keeping.
@@ -65,29 +66,32 @@ def make_ca(common_name: str) -> CA:
     return CA(key, _validity(builder).sign(key, hashes.SHA256()))
 
 
-def issue(ca: CA, common_name: str, *, hosts: tuple[str, ...] = (), client: bool = False) -> tuple[bytes, bytes]:
-    """A fresh PKCS#8 key and its certificate signed by ``ca`` (PEM each): a server
-    certificate for ``hosts``, or with ``client`` a TLS client certificate."""
+def server_keystore_pem(ca: CA, hosts: list[str]) -> bytes:
+    """A PEM keystore as Kafka's ``ssl.keystore.type=PEM`` reads it: PKCS#8 key, then the chain."""
+    key_pem, cert_pem = issue(ca, hosts)
+    return key_pem + cert_pem + ca.pem()
+
+
+def issue(ca: CA, names: list[str], *, client: bool = False) -> tuple[bytes, bytes]:
+    """A key (PKCS#8 PEM) and its certificate (PEM) signed by ``ca``: for a server at
+    ``names`` (hosts or IP addresses), or with ``client`` a client certificate whose
+    subject is ``names[0]``."""
     key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = []
-    for h in hosts:
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(h)))
-        except ValueError:
-            names.append(x509.DNSName(h))
-    usage = x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH if client else x509.oid.ExtendedKeyUsageOID.SERVER_AUTH
     builder = (
         x509.CertificateBuilder()
-        .subject_name(_name(common_name))
+        .subject_name(_name(names[0]))
         .issuer_name(ca.cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
     )
-    if names:
-        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    if client:
+        usage = x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
+    else:
+        usage = x509.oid.ExtendedKeyUsageOID.SERVER_AUTH
+        builder = builder.add_extension(x509.SubjectAlternativeName(_alt_names(names)), critical=False)
+    builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     cert = _validity(builder).sign(ca.key, hashes.SHA256())
     key_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -95,10 +99,21 @@ def issue(ca: CA, common_name: str, *, hosts: tuple[str, ...] = (), client: bool
     return key_pem, cert.public_bytes(serialization.Encoding.PEM)
 
 
-def server_keystore_pem(ca: CA, hosts: list[str]) -> bytes:
-    """A PEM keystore as Kafka's ``ssl.keystore.type=PEM`` reads it: PKCS#8 key, then the chain."""
-    key_pem, cert_pem = issue(ca, hosts[0], hosts=tuple(hosts))
-    return key_pem + cert_pem + ca.pem()
+def _alt_names(hosts: list[str]) -> list[x509.GeneralName]:
+    names: list[x509.GeneralName] = []
+    for h in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            names.append(x509.DNSName(h))
+    return names
+
+
+def write_private(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.write_bytes(data)
+    return path
 
 
 @dataclass(frozen=True)
@@ -109,16 +124,10 @@ class KeyPair:
     key: Path
 
 
-def key_pair(ca: CA, directory: Path, name: str, *, hosts: tuple[str, ...] = (), client: bool = False) -> KeyPair:
-    key_pem, cert_pem = issue(ca, name, hosts=hosts, client=client)
+def key_pair(ca: CA, directory: Path, names: list[str], *, client: bool = False) -> KeyPair:
+    """:func:`issue` written to ``directory``: ``<names[0]>.crt`` (certificate, then the CA) and ``.key``."""
+    key_pem, cert_pem = issue(ca, names, client=client)
     directory.mkdir(parents=True, exist_ok=True)
-    cert = directory / f"{name}.crt"
+    cert = directory / f"{names[0]}.crt"
     cert.write_bytes(cert_pem + ca.pem())
-    return KeyPair(cert, write_private(directory / f"{name}.key", key_pem))
-
-
-def write_private(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.touch(mode=0o600)
-    path.write_bytes(data)
-    return path
+    return KeyPair(cert, write_private(directory / f"{names[0]}.key", key_pem))
