@@ -62,8 +62,10 @@ def bridge_config(
     bridge: dict[str, Any] | None = None,
     agents: dict[str, dict[str, Any]] | None = None,
     name: str | None = None,
+    only_these_agents: bool = False,
 ) -> tuple[Path, Config]:
-    """A config with fresh topic names (tests never share topics) and every test agent."""
+    """A config with fresh topic names (tests never share topics) and every test agent
+    (with ``only_these_agents``, only ``agents``)."""
     n = name or uuid.uuid4().hex[:8]
     lines = [
         "[kafka]",
@@ -97,6 +99,8 @@ def bridge_config(
     registry["sdk-poller"] = {"url": f"{env.sdk}/agents/writer-poll", "dialect": "a2a-0.3", "mode": "poll"}
     # mode auto: the agent card says streaming: false
     registry["sdk-autopoll"] = {"url": f"{env.sdk}/agents/writer-poll", "dialect": "a2a-1.0"}
+    if only_these_agents:
+        registry.clear()
     registry.update(agents or {})
     for name_, fields in registry.items():
         lines += ["", f'[agents."{name_}"]', *(f"{k} = {orjson.dumps(v).decode()}" for k, v in fields.items())]
