@@ -17,6 +17,7 @@ query is built per request and never leaves :mod:`bridge.agents.client`.
 
 from __future__ import annotations
 
+import logging
 import ssl
 from dataclasses import dataclass
 
@@ -25,6 +26,19 @@ import httpx
 from bridge.config.model import AgentConfig, ConfigError, Secret
 from bridge.core.security import Held
 from bridge.identity import Grant, SecretSource, TokenSource, bearer, client_credentials, secret_from
+
+
+class _WithoutQuery(logging.Filter):
+    """httpx logs each request's URL (at INFO, which the bridge's logging keeps off, but
+    a debugging session may not): the query, where an API key may be, is left out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(isinstance(a, httpx.URL) and a.query for a in record.args):
+            record.args = tuple(a.copy_with(query=None) if isinstance(a, httpx.URL) else a for a in record.args)
+        return True
+
+
+logging.getLogger("httpx").addFilter(_WithoutQuery())
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,7 +81,7 @@ def scheme(name: str, raw: Any) -> Scheme:
         http_scheme=_str(body.get("scheme")).lower(),
         location=_str(body.get("in") or body.get("location")).lower(),
         param=_str(body.get("name")),
-        flows=frozenset(k for k, v in flows.items() if v) if isinstance(flows, Mapping) else frozenset(),
+        flows=frozenset(k for k, v in flows.items() if v is not None) if isinstance(flows, Mapping) else frozenset(),
     )
 
 

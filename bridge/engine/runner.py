@@ -540,6 +540,9 @@ class TaskRunner:
             except CredentialsUnavailable as exc:
                 await self._hold(exc)
                 continue
+            except AgentError:
+                self._unheld()
+                raise
             self._unheld()
             return
 
@@ -681,6 +684,7 @@ class TaskRunner:
             except CredentialsUnavailable as exc:
                 await self._hold(exc)
             except AgentError as exc:
+                self._unheld()
                 if exc.retryable and self._clock() < deadline:
                     await asyncio.sleep(AGENT_RETRY.delay(attempt))
                     attempt += 1

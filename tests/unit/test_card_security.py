@@ -204,3 +204,8 @@ def test_an_unknown_scheme_type_is_unmet() -> None:
 def test_a_v10_card_prefers_security_requirements() -> None:
     mixed = {"securitySchemes": V10, "securityRequirements": [{"schemes": {"mtls": {"list": []}}}], "security": []}
     assert unmet(mixed, NONE) is not None
+
+
+def test_a_flow_declared_empty_is_still_offered() -> None:
+    declared = {"type": "oauth2", "flows": {"clientCredentials": {}, "implicit": None}}
+    assert scheme("cc", declared).flows == frozenset({"clientCredentials"})

@@ -10,7 +10,7 @@ import pytest
 
 from bridge.config import rules
 from bridge.config.check import check, render
-from bridge.config.model import AgentConfig, ConfigError, read_secret, effective
+from bridge.config.model import AgentConfig, ConfigError, effective, read_secret
 from bridge.config.rules import Problem
 from tests.support import tls
 
