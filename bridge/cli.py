@@ -248,10 +248,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # aiokafka logs every failed connection attempt; a one-shot command says
         # what went wrong in one line of its own instead.
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-    if args.cmd == "config" and level.upper() != "DEBUG":
-        # `config check --live` says what a token endpoint answered in its own one line
-        # per agent; the token source's retry warnings would repeat it.
-        logging.getLogger("bridge.identity").setLevel(logging.ERROR)
     try:
         if args.cmd == "config":
             return _config_check(args)
