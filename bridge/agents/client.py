@@ -89,14 +89,22 @@ async def clients(
     return out
 
 
+_TLS = ": TLS: "
+
+
 def _unavailable(exc: httpx.TransportError) -> str:
     """What a transport failure says: its kind, and a TLS failure's reason (an untrusted
     certificate, a client certificate the agent asked for). Never the request's URL,
     which may carry an API key."""
     text = str(exc)
     if "SSL" in text or "certificate" in text.lower():
-        return f"{type(exc).__name__}: TLS: {text[:200]}"
+        return f"{type(exc).__name__}{_TLS}{text[:200]}"
     return type(exc).__name__
+
+
+def tls_failure(exc: AgentUnavailable) -> bool:
+    """Whether the agent was out of reach for TLS (its certificate, or ours), not for being down."""
+    return _TLS in exc.detail
 
 
 def _source_seq(event_id: str | None) -> int | None:
@@ -196,6 +204,7 @@ class AgentClient:
         if root._card is None:
             url = httpx.URL(self.config.url.rstrip("/") + "/.well-known/agent-card.json")
             accept = {"Accept": "application/json"}
+            unavailable: AgentUnavailable | None = None
             try:
                 exchange = self._exchange(
                     "GET", url, op="card", method="agent card", headers=accept, content=None, timeout=self._timeout
@@ -203,9 +212,11 @@ class AgentClient:
                 async with exchange as response:
                     card = orjson.loads(await self._read(response, CARD_BYTES, "agent card"))
             except httpx.TransportError as exc:
-                raise AgentUnavailable(self.name, "agent card", _unavailable(exc)) from None
+                unavailable = AgentUnavailable(self.name, "agent card", _unavailable(exc))
             except orjson.JSONDecodeError:
                 raise AgentProtocolError(self.name, "agent card", "not JSON") from None
+            if unavailable is not None:
+                raise unavailable  # see call()
             if not isinstance(card, dict):
                 raise AgentProtocolError(self.name, "agent card", "not a JSON object")
             root._card = card
@@ -313,16 +324,19 @@ class AgentClient:
         """A non-streaming JSON-RPC call; returns ``result``. ``trace``: the Task's
         traceparent, continued on the request (bridge.observe.tracing)."""
         started = time.monotonic()
+        unavailable: AgentUnavailable | None = None
         try:
             async with self._rpc(req, "application/json", orjson.dumps(req.body), self._timeout, trace) as r:
                 body = await self._read(r, self.config.max_response_bytes, req.method)
             result = self._result(req, body, "response body")
         except httpx.TransportError as exc:
             self._observe(req, "unavailable", started)
-            raise AgentUnavailable(self.name, req.method, _unavailable(exc)) from None
+            unavailable = AgentUnavailable(self.name, req.method, _unavailable(exc))
         except AgentFault as exc:
             self._observe(req, exc.kind, started)
             raise
+        if unavailable is not None:
+            raise unavailable  # outside the handler: nothing links it to httpx's error and its URL
         self._observe(req, "ok", started)
         return result
 
@@ -334,6 +348,14 @@ class AgentClient:
             raise AgentNoTask(self.name, req.method, said.message if isinstance(said, MessageUpdate) else None)
         return self.dialect.task(result)
 
+    def _json_where_sse(self, req: Request, response: httpx.Response) -> bool:
+        """Whether a stream's answer is JSON (read as JSON-RPC) instead of SSE;
+        :class:`AgentProtocolError` for anything else."""
+        ctype: str = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if ctype not in ("application/json", "text/event-stream"):
+            raise AgentProtocolError(self.name, req.method, f"unexpected content-type {ctype[:60]!r}")
+        return ctype == "application/json"
+
     async def stream(self, req: Request, trace: str | None = None) -> AsyncIterator[Update]:
         """Updates from a streaming call, in order; ends when the agent ends the stream.
 
@@ -342,22 +364,20 @@ class AgentClient:
         """
         started = time.monotonic()
         first = True
+        unavailable: AgentUnavailable | None = None
         metrics.OPEN_STREAMS.inc()
         try:
             # A copy of exact size: orjson's output sits in a 4 KiB block, and httpx
             # keeps the request body for as long as the stream is open.
             content = bytes(memoryview(orjson.dumps(req.body)))
             async with self._rpc(req, "text/event-stream", content, self._stream_timeout, trace) as response:
-                ctype = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-                if ctype == "application/json":
+                if self._json_where_sse(req, response):
                     body = await self._read(response, self.config.max_response_bytes, req.method)
                     update = self.dialect.update(self._result(req, body, "JSON body"))
                     self._observe(req, "ok", started)
                     if update is not None:
                         yield update
                     return
-                if ctype != "text/event-stream":
-                    raise AgentProtocolError(self.name, req.method, f"unexpected content-type {ctype[:60]!r}")
                 parser = sse.Parser(self.config.max_event_bytes)
                 chunks = response.aiter_bytes()
                 chunk: bytes | None = b""
@@ -375,7 +395,7 @@ class AgentClient:
                             yield update
         except httpx.TransportError as exc:
             self._observe(req, "unavailable", started)
-            raise AgentUnavailable(self.name, req.method, _unavailable(exc)) from None
+            unavailable = AgentUnavailable(self.name, req.method, _unavailable(exc))
         except sse.EventTooLarge as exc:
             self._observe(req, "oversize", started)
             raise AgentOversize(self.name, req.method, str(exc)) from None
@@ -385,6 +405,8 @@ class AgentClient:
             raise
         finally:
             metrics.OPEN_STREAMS.dec()
+        if unavailable is not None:
+            raise unavailable  # see call()
 
 
 # Stream closes still running after their caller was cancelled (asyncio keeps only

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -49,6 +49,7 @@ class Credentials:
     api_key: SecretSource | None = None
     api_key_header: str | None = None
     api_key_query: str | None = None
+    _urls: dict[tuple[httpx.URL, str], httpx.URL] = field(default_factory=dict, repr=False, compare=False)
 
     async def authorization(self) -> tuple[Secret | None, dict[str, str]]:
         """The token sent now (for :meth:`refused`) and the headers that carry the
@@ -64,7 +65,15 @@ class Credentials:
         """``url`` with the API key parameter, when the key goes in the query."""
         if self.api_key is None or not self.api_key_query:
             return url
-        return url.copy_set_param(self.api_key_query, self.api_key.get().get())
+        key = self.api_key.get().get()
+        # httpx rebuilds a URL in some 30 us: kept for the few URLs of an agent (its
+        # endpoint, its card, the routes of Tasks started before a config change).
+        made = self._urls.get((url, key))
+        if made is None:
+            if len(self._urls) >= 16:
+                self._urls.clear()  # a rotated key leaves its URLs behind
+            made = self._urls[(url, key)] = url.copy_set_param(self.api_key_query, key)
+        return made
 
     def refused(self, token: Secret | None) -> None:
         """The agent answered 401: the next request gets fresh credentials."""

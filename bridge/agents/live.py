@@ -9,7 +9,7 @@ import contextlib
 
 import httpx
 
-from bridge.agents.client import AgentClient, clients
+from bridge.agents.client import AgentClient, clients, tls_failure
 from bridge.config.model import Config
 from bridge.config.rules import Problem
 from bridge.core import security
@@ -41,7 +41,10 @@ async def live_problem(agent: AgentClient) -> Problem | None:
     try:
         card = await agent.card()
     except AgentUnavailable as exc:
-        return Problem(where, f"cannot reach the agent: {exc.detail}")
+        if tls_failure(exc):
+            return Problem(where, f"cannot reach the agent: {exc.detail}")
+        # Down now is no fault of the configuration: `bridge run` waits for it.
+        return Problem(where, f"cannot reach the agent now ({exc.detail}); not checked further", warning=True)
     except AgentAuthError as exc:
         return Problem(where, f"the agent refused the credentials: {exc.detail}")
     except (AgentFault, CredentialsUnavailable) as exc:

@@ -245,7 +245,7 @@ class AgentConfig:
     oauth2_scopes: str | None = None  # space-separated, as OAuth writes scope
     oauth2_audience: str | None = None
     oauth2_auth_method: OAuth2AuthMethod = "client_secret_basic"
-    oauth2_ca_file: str | None = None  # the token endpoint's CA (else the agent's trust)
+    oauth2_ca_file: str | None = None  # the token endpoint's CA (else certifi, or SSL_CERT_FILE)
     # An API key in a header or a query parameter of its own (beside a bearer token or not).
     api_key_file: str | None = field(default=None, metadata=SECRET_FILE)
     api_key_env: str | None = field(default=None, metadata=SECRET_ENV)

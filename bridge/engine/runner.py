@@ -189,7 +189,8 @@ class TaskRunner:
     async def _hold(self, exc: CredentialsUnavailable) -> None:
         """No token for the agent yet: wait as :func:`bridge.core.policy.credentials_wait` says."""
         if self._held is None:
-            log.info("waiting for a token to send to %s: %s", self.client.name, exc.detail)
+            # Debug only: the token source logs each failed fetch once for all its Tasks.
+            log.debug("waiting for a token to send to %s: %s", self.client.name, exc.detail)
         self._held = exc
         delay = policy.credentials_wait(exc, self._held_waits)
         self._held_waits += 1

@@ -169,6 +169,8 @@ async def test_a_failure_with_the_api_key_in_the_query_never_shows_it(
     shown = "".join(traceback.format_exception(caught.value)) + caplog.text + repr(caught.value)
     assert "agent 'w'" in str(caught.value)
     assert API_KEY not in shown
+    # Nothing links the bridge's error to httpx's, whose request holds the URL.
+    assert caught.value.__context__ is None and caught.value.__cause__ is None
 
 
 # ------------------------------------------------------------------- 401 --

@@ -187,3 +187,11 @@ async def test_live_check_without_a_card_warns_and_passes(tmp_path: Path) -> Non
     assert err == (
         "bridge config: warning: agents.w: no agent card to check its security requirements against (HTTP 404)\n"
     )
+
+
+async def test_live_check_of_an_agent_that_is_down_warns_and_passes(tmp_path: Path) -> None:
+    async with serve(Agent().handler) as (url, _):
+        pass  # nothing listens there now
+    code, out, err = await check_live(write(tmp_path / "bridge.toml", url))
+    assert code == 0 and "[agents.w]" in out
+    assert err == "bridge config: warning: agents.w: cannot reach the agent now (ConnectError); not checked further\n"
