@@ -114,3 +114,20 @@ def write_private(path: Path, data: bytes) -> Path:
     path.touch(mode=0o600)
     path.write_bytes(data)
     return path
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    """A certificate (with its chain) and its key, as files: what ``tls_cert_file``/``tls_key_file`` name."""
+
+    cert: Path
+    key: Path
+
+
+def key_pair(ca: CA, directory: Path, names: list[str], *, client: bool = False) -> KeyPair:
+    """:func:`issue` written to ``directory``: ``<names[0]>.crt`` (certificate, then the CA) and ``.key``."""
+    key_pem, cert_pem = issue(ca, names, client=client)
+    directory.mkdir(parents=True, exist_ok=True)
+    cert = directory / f"{names[0]}.crt"
+    cert.write_bytes(cert_pem + ca.pem())
+    return KeyPair(cert, write_private(directory / f"{names[0]}.key", key_pem))
