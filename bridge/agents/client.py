@@ -410,7 +410,7 @@ class AgentClient:
                         yield update
                     return
                 parser = sse.Parser(self.config.max_event_bytes)
-                chunks = response.aiter_bytes()
+                chunks = transport.decoded(response)  # behind a proxy too: inflated under the cap
                 chunk: bytes | None = b""
                 while chunk is not None:
                     chunk = await anext(chunks, None)

@@ -38,6 +38,8 @@ async def live_problem(agent: AgentClient) -> Problem | None:
             await agent.credentials.token.token()
         except CredentialsUnavailable as exc:
             return Problem(where, f"the token endpoint gave no token: {exc.detail}")
+    if agent.config.dialect == "gateway":
+        return None  # a gateway serves no agent card (docs/gateway-protocol.md): nothing more to ask
     try:
         card = await agent.card()
     except AgentUnavailable as exc:

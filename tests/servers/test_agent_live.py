@@ -195,3 +195,13 @@ async def test_live_check_of_an_agent_that_is_down_warns_and_passes(tmp_path: Pa
     code, out, err = await check_live(write(tmp_path / "bridge.toml", url))
     assert code == 0 and "[agents.w]" in out
     assert err == "bridge config: warning: agents.w: cannot reach the agent now (ConnectError); not checked further\n"
+
+
+async def test_live_check_of_a_gateway_asks_for_its_token_but_no_card(tmp_path: Path) -> None:
+    """A gateway serves no agent card (docs/gateway-protocol.md): no warning about a missing one."""
+    agent = Agent()
+    async with serve(Endpoint(issued)) as (idp, _), serve(agent.handler) as (url, _):
+        keys = {**oauth2(f"{idp}/token", tmp_path / "secret"), "dialect": "gateway", "agent_code": "x"}
+        code, out, err = await check_live(write(tmp_path / "bridge.toml", url, **keys))
+    assert (code, err) == (0, "")
+    assert "[agents.w]" in out and agent.seen == []

@@ -12,6 +12,7 @@ checks the one rule they share: what leaves the transport is an
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import contextlib
 import functools
 import gzip
@@ -257,6 +258,24 @@ async def test_a_gzip_bomb_is_refused_at_the_cap_without_inflating_past_it(kind:
         finally:
             tracemalloc.stop()
     # The cap (1 MiB), a piece past it, the bomb itself (the server's copy and the reads).
+    assert peak < 4 * (1 << 20) + 2 * len(bomb), f"peak {peak / (1 << 20):.1f} MiB"
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_a_gzip_bomb_on_an_event_stream_is_refused_at_the_event_cap(kind: str) -> None:
+    bomb = gzip_bomb()  # one endless line of spaces, once inflated
+    config = dataclasses.replace(agent("", timeout=10), max_event_bytes=1 << 20)
+    handler = compressed(bomb, ctype=b"text/event-stream")
+    async with serve(handler) as (url, _), httpx.AsyncClient(transport=TRANSPORTS[kind]()) as http:
+        agent_api = AgentClient(dataclasses.replace(config, url=url), http)
+        tracemalloc.start()
+        try:
+            with pytest.raises(AgentOversize):
+                async for _ in agent_api.stream(agent_api.dialect.send("stream", "rpc-1", {"messageId": "m"})):
+                    pass
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
     assert peak < 4 * (1 << 20) + 2 * len(bomb), f"peak {peak / (1 << 20):.1f} MiB"
 
 
