@@ -33,13 +33,23 @@ async def live_problem(agent: AgentClient) -> Problem | None:
     certificate) or refuses the credentials, a card requirement not met. A card that
     cannot be read is a warning. One problem at most, never a secret."""
     where = f"agents.{agent.name}"
-    if agent.credentials.token is not None:
-        try:
-            await agent.credentials.token.token()
-        except CredentialsUnavailable as exc:
-            return Problem(where, f"the token endpoint gave no token: {exc.detail}")
-    if agent.config.dialect == "gateway":
-        return None  # a gateway serves no agent card (docs/gateway-protocol.md): nothing more to ask
+    problem = await _token_problem(agent, where)
+    if problem is not None or agent.config.dialect == "gateway":
+        return problem  # a gateway serves no agent card (docs/gateway-protocol.md): nothing more to ask
+    return await _card_problem(agent, where)
+
+
+async def _token_problem(agent: AgentClient, where: str) -> Problem | None:
+    if agent.credentials.token is None:
+        return None
+    try:
+        await agent.credentials.token.token()
+    except CredentialsUnavailable as exc:
+        return Problem(where, f"the token endpoint gave no token: {exc.detail}")
+    return None
+
+
+async def _card_problem(agent: AgentClient, where: str) -> Problem | None:
     try:
         card = await agent.card()
     except AgentUnavailable as exc:

@@ -12,8 +12,8 @@ checks the one rule they share: what leaves the transport is an
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import contextlib
+import dataclasses
 import functools
 import gzip
 import os
