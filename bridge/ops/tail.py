@@ -8,17 +8,28 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from bridge.config.model import Config
+from bridge.core.timeline import Merge
+from bridge.kafka import reading
 from bridge.kafka.topics import partitions
+from bridge.ops import NothingFound
 from bridge.ops.display import escape
 
 
 async def read_events(
-    config: Config, topics: list[str], *, from_beginning: bool = True, idle_exit: float | None = None
+    config: Config,
+    topics: list[str],
+    *,
+    from_beginning: bool = True,
+    idle_exit: float | None = None,
+    by_time: bool = False,
 ) -> AsyncIterator[dict[str, Any]]:
-    """Decoded event values from ``topics``; stops after ``idle_exit`` quiet seconds if given."""
+    """Decoded event values from ``topics``; stops after ``idle_exit`` quiet seconds if given.
+
+    In each partition's order; with ``by_time``, ordered by the events' ``time``
+    across partitions as well (:class:`~bridge.core.timeline.Merge`)."""
     consumer = AIOKafkaConsumer(
         isolation_level="read_committed", enable_auto_commit=False, **config.kafka.client_options()
     )
@@ -30,20 +41,35 @@ async def read_events(
             await consumer.seek_to_beginning(*tps)
         else:
             await consumer.seek_to_end(*tps)
+        merge: Merge[dict[str, Any]] = Merge()
+        for tp in tps:
+            merge.track(tp)
         quiet_since = time.monotonic()
-        while True:
+        while idle_exit is None or time.monotonic() - quiet_since <= idle_exit:
             batch = await consumer.getmany(timeout_ms=200)
-            got = False
-            for records in batch.values():
+            now = time.monotonic()
+            if batch:
+                quiet_since = now
+            for tp, records in batch.items():
                 for r in records:
-                    got = True
-                    yield orjson.loads(r.value)
-            if got:
-                quiet_since = time.monotonic()
-            elif idle_exit is not None and time.monotonic() - quiet_since > idle_exit:
-                return
+                    event = orjson.loads(r.value)
+                    merge.push(tp, str(event.get("time", "")) if by_time else "", event, now)
+            if by_time:
+                for tp in tps:
+                    merge.at_end(tp, await _read_to_end(consumer, tp))
+            # Without by_time, each partition's events as fetched.
+            for event in merge.ready(time.monotonic()) if by_time else merge.flush():
+                yield event
+        for event in merge.flush():
+            yield event
     finally:
         await consumer.stop()
+
+
+async def _read_to_end(consumer: AIOKafkaConsumer, tp: TopicPartition) -> bool:
+    """Whether ``tp`` has nothing more to fetch now (its last stable offset reached)."""
+    end = consumer.last_stable_offset(tp)
+    return end is not None and await consumer.position(tp) >= end
 
 
 def closes(event: dict[str, Any]) -> bool:
@@ -94,13 +120,16 @@ async def tail(
     task_keys: set[str] | None = None,
     agents: set[str] | None = None,
 ) -> int:
-    """Print events; with ``agents``, only those agents' events topics are read."""
+    """Print events; with ``agents``, only those agents' events topics are read. A
+    ``timeline`` is ordered by time across partitions; JSON lines come in each
+    partition's order, as they are read."""
     open_keys = set(until_closed or ())
     started = time.monotonic()
     topics = sorted({config.events_topic(a) for a in agents}) if agents else config.all_events_topics()
+    await reading.require_topics(config, topics)
 
     async def consume() -> None:
-        async for e in read_events(config, topics, from_beginning=from_beginning):
+        async for e in read_events(config, topics, from_beginning=from_beginning, by_time=timeline):
             if not wanted(e, task_keys, agents):
                 continue
             print(timeline_line(e) if timeline else orjson.dumps(e).decode(), flush=True)
@@ -113,6 +142,6 @@ async def tail(
         async with asyncio.timeout(timeout or None):
             await consume()
     except TimeoutError:
-        print(f"tail: gave up after {time.monotonic() - started:.0f}s; still open: {sorted(open_keys)}")
-        return 1
+        still = f"; still open: {', '.join(escape(k) for k in sorted(open_keys))}" if open_keys else ""
+        raise NothingFound(f"tail gave up after {time.monotonic() - started:.0f}s (--timeout){still}") from None
     return 0
