@@ -29,9 +29,11 @@ from bridge.core.lifecycle import TaskRecord
 from bridge.errors import AgentFault
 from bridge.kafka import reading
 from bridge.kafka.transaction import partition_for
+from bridge.ops import NothingFound
 from bridge.ops.display import escape
 from bridge.ops.tail import timeline_line
 from bridge.wire import checkpoints
+from bridge.wire.events import rfc3339
 
 
 def key_partition(task_key: str, partitions: int) -> int:
@@ -138,6 +140,11 @@ async def live(config: Config, record: TaskRecord, events: list[dict[str, Any]])
     return True
 
 
+def _when(epoch: float | None) -> str | None:
+    """An epoch time as the events show times (RFC 3339, UTC)."""
+    return None if epoch is None else rfc3339(epoch)
+
+
 def checkpoint_fields(record: TaskRecord) -> dict[str, Any]:
     """What ``bridge inspect`` shows of a checkpoint, in its field names."""
     return {
@@ -150,7 +157,7 @@ def checkpoint_fields(record: TaskRecord) -> dict[str, Any]:
         "seq": record.seq,
         "closed": record.closed,
         "commandIds": record.command_ids,
-        "deadline": record.deadline,
+        "deadline": _when(record.deadline),
         "cancelPending": record.cancel_pending,
         "artifacts": {k: a.parts for k, a in record.artifacts.items()},
         "endpoint": record.endpoint,
@@ -193,10 +200,8 @@ async def inspect(config: Config, key: str, *, live_check: bool = False) -> int:
     for note in notes:
         print(note)
     if record is None:
-        print(f"no checkpoint for taskKey or taskId '{escape(key)}'")
-        if key.startswith(("bridge-", "req")):
-            print("  hint: this looks like a JSON-RPC request id, not a Task id")
-        return 1
+        hint = " (it looks like a JSON-RPC request id, not a Task id)" if key.startswith(("bridge-", "req")) else ""
+        raise NothingFound(f"no checkpoint for taskKey or taskId '{escape(key)}'{hint}")
     print(f"checkpoint (taskKey '{escape(record.task_key)}'):")
     for k, v in checkpoint_fields(record).items():
         print(f"  {k:<14} {escape(str(v))}")
