@@ -10,11 +10,14 @@ import logging
 from pathlib import Path
 from typing import get_args
 
+import pytest
+
 from bridge.cli import no_config_note, parser
 from bridge.config import rules
 from bridge.config.model import AgentConfig, Config, Dialect, read
 from bridge.core.offsets import commands_lag
 from bridge.core.timeline import Merge
+from bridge.observe import logs
 from bridge.observe.logs import Settling
 
 
@@ -109,3 +112,18 @@ def test_without_a_config_file_a_failure_names_the_defaults_it_used() -> None:
     assert no_config_note(args, Config(), env={"BRIDGE_CONFIG": "b.toml"}) == ""
     given = parser().parse_args(["--config", "b.toml", "dlq", "list"])
     assert no_config_note(given, Config(), env={}) == ""
+
+
+def test_the_bridges_log_holds_back_a_fresh_topics_not_enough_replicas(capsys: pytest.CaptureFixture[str]) -> None:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        logs.setup("info", "text")
+        sender = logging.getLogger("aiokafka.producer.sender")
+        sender.warning(RETRY, "TopicPartition(topic='t.events', partition=0)", "[Error 19] NotEnoughReplicasError")
+        sender.warning(RETRY, "TopicPartition(topic='t.events', partition=0)", "[Error 7] RequestTimedOutError")
+        err = capsys.readouterr().err
+        assert "NotEnoughReplicas" not in err and "RequestTimedOutError" in err
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
