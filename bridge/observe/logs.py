@@ -16,11 +16,12 @@ record per logger and message template through every ``interval`` seconds
 and says how many it held back.
 
 Some of its complaints are expected for a moment: a topic created a second ago
-has no in-sync replica yet, and a produce to it is answered
+has no in-sync replica (or no leader) yet, and a produce to it is answered
 ``NotEnoughReplicasError`` until it has (seen on a single-node broker when the
-bridge starts). aiokafka retries on its own; :class:`Settling` holds such a
-complaint back until it has gone on for :data:`SETTLE_S` seconds, when it is a
-problem worth a line.
+bridge starts; ``make demo`` saw ``NotLeaderForPartitionError`` likewise).
+aiokafka retries on its own; :class:`Settling` holds such a complaint back
+until it has gone on for :data:`SETTLE_S` seconds, when it is a problem worth
+a line.
 """
 
 from __future__ import annotations
@@ -40,8 +41,14 @@ REPEAT_INTERVAL_S = 10.0
 
 # A transient complaint is logged only once it has lasted this long.
 SETTLE_S = 10.0
-# Complaints an operator need not see while they clear up by themselves.
-TRANSIENT = ("NotEnoughReplicasError", "NotEnoughReplicasAfterAppendError")
+# Complaints an operator need not see while they clear up by themselves: a topic
+# created a moment ago has no in-sync replica, or no leader, for a second.
+TRANSIENT = (
+    "NotEnoughReplicasError",
+    "NotEnoughReplicasAfterAppendError",
+    "NotLeaderForPartitionError",
+    "LeaderNotAvailableError",
+)
 
 _task: contextvars.ContextVar[dict[str, object] | None] = contextvars.ContextVar("bridge_task", default=None)
 

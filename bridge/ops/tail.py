@@ -44,19 +44,17 @@ async def read_events(
         merge: Merge[dict[str, Any]] = Merge()
         for tp in tps:
             merge.track(tp)
-        quiet_since = time.monotonic()
+        quiet_since = began = time.monotonic()
         while idle_exit is None or time.monotonic() - quiet_since <= idle_exit:
             batch = await consumer.getmany(timeout_ms=200)
             now = time.monotonic()
             if batch:
                 quiet_since = now
-            for tp, records in batch.items():
-                for r in records:
-                    event = orjson.loads(r.value)
-                    merge.push(tp, str(event.get("time", "")) if by_time else "", event, now)
+            _take(merge, batch, now, by_time=by_time)
             if by_time:
+                young = now - began < merge.max_wait
                 for tp in tps:
-                    merge.at_end(tp, await _read_to_end(consumer, tp))
+                    merge.at_end(tp, await _read_to_end(consumer, tp, young=young))
             # Without by_time, each partition's events as fetched.
             for event in merge.ready(time.monotonic()) if by_time else merge.flush():
                 yield event
@@ -66,10 +64,29 @@ async def read_events(
         await consumer.stop()
 
 
-async def _read_to_end(consumer: AIOKafkaConsumer, tp: TopicPartition) -> bool:
-    """Whether ``tp`` has nothing more to fetch now (its last stable offset reached)."""
-    end = consumer.last_stable_offset(tp)
-    return end is not None and await consumer.position(tp) >= end
+def _take(merge: Merge[dict[str, Any]], batch: dict[TopicPartition, list[Any]], now: float, *, by_time: bool) -> None:
+    """A fetched batch into ``merge``: by time, each Task a lane of its own; else in
+    each partition's order."""
+    for tp, records in batch.items():
+        for r in records:
+            event = orjson.loads(r.value)
+            if by_time:
+                merge.push(tp, str(event.get("time", "")), event, now, lane=event.get("taskId"))
+            else:
+                merge.push(tp, "", event, now)
+
+
+async def _read_to_end(consumer: AIOKafkaConsumer, tp: TopicPartition, *, young: bool) -> bool:
+    """Whether ``tp`` has nothing more to give now: read up to its last stable offset,
+    and no open transaction past it (records written, not yet committed or aborted,
+    raise the high-water mark above the last stable offset). While the read is
+    ``young``, a partition never written to is not taken at its word: on a topic
+    created a moment ago the first transaction of a partition can take a second or
+    more to land, later than other partitions' later events."""
+    stable, high = consumer.last_stable_offset(tp), consumer.highwater(tp)
+    if stable is None or high is None or high > stable or (young and high == 0):
+        return False
+    return bool(await consumer.position(tp) >= stable)
 
 
 def closes(event: dict[str, Any]) -> bool:

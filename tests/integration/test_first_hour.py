@@ -418,6 +418,18 @@ async def test_a_fenced_run_exits_3_without_a_traceback(env: Env, tmp_path: Path
             second.stop()
 
 
+def test_make_demo_prints_its_timeline_in_time_order(env: Env) -> None:
+    # As `make demo` runs it: no config file, the broker from the environment.
+    done = bridge("--log-level", "warning", "demo", env={"BRIDGE_KAFKA_BOOTSTRAP_SERVERS": env.bootstrap}, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr == "", done.stderr
+    timeline = [line for line in lines_of(done.stdout) if re.match(r"\d\d:\d\d:\d\d\.\d{3}  ", line)]
+    assert len(timeline) > 20, done.stdout
+    times = [line[:12] for line in timeline]
+    assert times == sorted(times), done.stdout
+    assert "demo: every Task ended as expected" in done.stdout
+
+
 # ------------------------------------------------------------------ contract --
 
 # Each exit code `bridge --help` documents, and a test above that produces it.

@@ -43,6 +43,18 @@ def test_a_timeline_goes_by_time_across_partitions_and_keeps_each_partitions_ord
     assert list(m.ready(now=0.6)) == ["b2"]
 
 
+def test_tasks_sharing_a_partition_are_ordered_by_time_each_task_in_its_own_order() -> None:
+    m: Merge[str] = Merge(grace=0.5, max_wait=5)
+    m.track("p0")
+    # Committed in one tick, Task A's events ahead of Task B's earlier one.
+    m.push("p0", t(966), "A1", now=0, lane="A")
+    m.push("p0", t(967), "A2", now=0, lane="A")
+    m.push("p0", t(965), "B1", now=0, lane="B")
+    m.push("p0", t(964), "B2 (its clock stepped back)", now=0, lane="B")
+    m.at_end("p0", True)
+    assert list(m.ready(now=1)) == ["B1", "B2 (its clock stepped back)", "A1", "A2"]
+
+
 def test_a_timeline_waits_for_a_partition_not_read_to_its_end_but_not_for_ever() -> None:
     m: Merge[str] = Merge(grace=0.5, max_wait=5)
     m.track("p0")
@@ -82,6 +94,9 @@ def test_a_transient_complaint_is_logged_only_once_it_lasts() -> None:
     assert not f.filter(record(RETRY, "tp(a, 1)", "[Error 19] NotEnoughReplicasError"))
     now[0] = 40.0
     assert not f.filter(record(RETRY, "tp(a, 0)", "[Error 19] NotEnoughReplicasError"))
+    # A fresh topic's missing leader likewise (make demo's fetch of a new commands topic).
+    fetch = "Failed fetch offsets from %s: %s"
+    assert not f.filter(record(fetch, 1, "[Error 6] NotLeaderForPartitionError: TopicPartition(topic='d.commands')"))
     # Anything else passes at once.
     assert f.filter(record(RETRY, "tp(a, 0)", "[Error 7] RequestTimedOutError"))
 
