@@ -96,20 +96,18 @@ async def task_events(config: Config, record: TaskRecord) -> tuple[list[dict[str
     return found, f"read events partition {tp.topic}/{tp.partition} (taskId hashes there)"
 
 
-async def live(config: Config, record: TaskRecord, events: list[dict[str, Any]]) -> bool:
+async def live(config: Config, record: TaskRecord, events: list[dict[str, Any]]) -> str | None:
     """Ask the agent for the Task (``tasks/get`` on its stored route) and compare
-    with the last status published; False when the agent could not be asked."""
+    with the last status published; why the agent could not be asked, else None."""
     import httpx
 
     from bridge.agents.client import AgentClient, rpc_id
 
     agent = config.agents.get(record.agent)
     if agent is None:
-        print(f"  agent {record.agent!r} is not configured now: its token and route are unknown, cannot ask it")
-        return False
+        return f"agent {record.agent!r} is not configured now: its token and route are unknown, cannot ask it"
     if not record.task_id:
-        print("  the agent has not named a Task yet: nothing to ask for")
-        return False
+        return "the agent has not named a Task yet: nothing to ask for"
     async with httpx.AsyncClient() as http:
         client = AgentClient(agent, http)
         if record.endpoint:
@@ -121,8 +119,7 @@ async def live(config: Config, record: TaskRecord, events: list[dict[str, Any]])
         try:
             snapshot = await client.task(client.dialect.get(rpc_id("get"), record.task_id))
         except AgentFault as exc:
-            print(f"  the agent gave no Task: {exc}")
-            return False
+            return f"the agent gave no Task: {exc}"
     print(f"  agent says: state {escape(snapshot.state)}, {len(snapshot.artifacts)} artifact(s)")
     statuses = [e for e in events if e.get("kind") == "status"]
     last = statuses[-1] if statuses else None
@@ -137,7 +134,7 @@ async def live(config: Config, record: TaskRecord, events: list[dict[str, Any]])
         )
     published = {e["artifact"].get("artifactId") for e in events if e.get("kind") == "artifact" and e.get("artifact")}
     print(f"  published artifacts: {len(published)}; the agent has {len(snapshot.artifacts)}")
-    return True
+    return None
 
 
 def _when(epoch: float | None) -> str | None:
@@ -214,6 +211,6 @@ async def inspect(config: Config, key: str, *, live_check: bool = False) -> int:
         print("  " + line)
     if live_check:
         print("live:")
-        if not await live(config, record, events):
-            return 1
+        if (why := await live(config, record, events)) is not None:
+            raise NothingFound(f"inspect --live: {why}")
     return 0

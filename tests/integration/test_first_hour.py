@@ -358,6 +358,16 @@ async def test_a_timeline_is_ordered_by_time_and_run_stops_on_ctrl_c_with_130(en
             inspected.stdout
         )
 
+        # Asked live with a config that no longer has the agent: the report, then one line why not.
+        without = tmp_path / "without-asker.toml"
+        without.write_text(re.sub(r'\[agents\."gw-asker"\]\n(?:[^\[\n].*\n)*', "", path.read_text()))
+        unasked = run_cli(without, "inspect", "fh-asker", "--live")
+        assert unasked.returncode == 1 and unasked.stdout.endswith("live:\n"), unasked.stdout + unasked.stderr
+        assert unasked.stderr == (
+            "bridge: inspect --live: agent 'gw-asker' is not configured now: its token and route are unknown, "
+            "cannot ask it\n"
+        )
+
         running.signal(signal.SIGINT)
         assert running.wait(30) == 130
         log = running.log()
