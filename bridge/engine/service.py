@@ -61,6 +61,7 @@ from bridge.core import txn_failure
 from bridge.core.backoff import KAFKA_RETRY
 from bridge.core.capacity import LAG_SAMPLE_S, LIMITS, Admission, Limit, ResumeTurns
 from bridge.core.limits import RecordLimits
+from bridge.core.offsets import commands_lag
 from bridge.engine.partition import PartitionOwner
 from bridge.errors import BridgeError, KafkaUnreachable, StartupError
 from bridge.kafka import topics
@@ -185,6 +186,8 @@ class Service:
         self._refused: dict[int, set[str]] = defaultdict(set)
         self._assigned: set[int] = set()
         self._opening: dict[int, asyncio.Task[None]] = {}
+        # Owners whose failure ends the process (fenced, fatal): closed on the way out.
+        self._dying: list[PartitionOwner] = []
         self._locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._stopping = asyncio.Event()
         self._fatal: BaseException | None = None
@@ -420,6 +423,8 @@ class Service:
         if self._consumer is not None and self._tp(p) in self._consumer.assignment():
             self._consumer.pause(self._tp(p))
         verdict = self._classify(owner.failed)
+        if verdict.kind in ("fatal", "fenced"):
+            self._dying.append(owner)
         if verdict.kind == "fatal":
             assert isinstance(owner.failed, TransactionFailed)
             self._fail(StartupError(f"partition {p}: {owner.failed.cause}"))
@@ -465,6 +470,10 @@ class Service:
             finally:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self.release(list(self._assigned)), cfg.bridge.shutdown_grace_seconds)
+                for owner in self._dying:
+                    # Its producer is stopped, not left to the garbage collector's complaints.
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(owner.close(flush=False), 10)
                 if self._consumer is not None:
                     with contextlib.suppress(Exception):
                         # Leaving the group is a courtesy; with the broker gone it must not eat the grace period.
@@ -594,16 +603,35 @@ class Service:
                     if point is not None:
                         consumer.seek(self._tp(p), point)
             metrics.COMMIT_LAG.set(sum(o.txn.buffered for o in self.owners.values()))
-            for p, owner in self.owners.items():
-                high = consumer.highwater(self._tp(p))
-                low = owner.offsets.next_to_commit
-                if high is not None and low is not None:
-                    metrics.COMMANDS_LAG.labels(str(p)).set(max(0, high - low))
+            await self._sample_lag(consumer)
+
+    async def _sample_lag(self, consumer: AIOKafkaConsumer) -> None:
+        for p, owner in list(self.owners.items()):
+            tp = self._tp(p)
+            low = owner.offsets.next_to_commit
+            # Nothing read or committed yet (an empty partition): where reading stands.
+            position = await consumer.position(tp) if low is None and tp in consumer.assignment() else None
+            lag = commands_lag(consumer.highwater(tp), low, position)
+            if lag is not None:
+                metrics.COMMANDS_LAG.labels(str(p)).set(lag)
 
 
 async def serve(config: Config) -> int:
+    """The service until SIGTERM (drain, exit 0) or SIGINT (drain, exit 130: interrupted)."""
     service = Service(config)
     loop = asyncio.get_running_loop()
+    received: list[signal.Signals] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not received:
+            log.info("%s received: finishing the open transactions and leaving the group", sig.name)
+        received.append(sig)
+        service.stop()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, service.stop)
-    return await service.run()
+        loop.add_signal_handler(sig, on_signal, sig)
+    code = await service.run()
+    if code != 0:
+        return code
+    log.info("stopped: every owned partition committed and released")
+    return 130 if received and received[0] is signal.SIGINT else 0

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 from typing import get_args
 
+import prometheus_client
 from prometheus_client import Counter, Gauge, Histogram
 
 from bridge.core.lifecycle import DropReason, EventKind
+
+# No `_created` series beside each counter and histogram: a second series per
+# label set that no dashboard or alert reads (Prometheus takes resets from the
+# counter itself).
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 COMMANDS = Counter("bridge_commands_total", "Commands read, by type and what became of them.", ["type", "result"])
 DLQ = Counter(
