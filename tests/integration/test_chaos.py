@@ -31,6 +31,7 @@ from tests.support.services import (
     BridgeProcess,
     Env,
     Server,
+    Tally,
     bridge_config,
     closed_keys,
     kcat_read,
@@ -133,20 +134,10 @@ async def test_chaos_exactly_once(env: Env, tmp_path: Path) -> None:
         # --- the independent checks --------------------------------------------
         by_key = got.by_task_key()
         v = validator("event")
-        lost = duplicated = out_of_order = after_terminal = mismatched = 0
+        tally, mismatched = Tally(), 0
         for start in starts:
             events = by_key.get(start["taskKey"], [])
-            seqs = [e["seq"] for e in events]
-            ids = [e["eventId"] for e in events]
-            duplicated += len(ids) - len(set(ids))
-            if sorted(set(seqs)) != list(range(1, len(set(seqs)) + 1)):
-                lost += 1
-            if seqs != sorted(seqs):
-                out_of_order += 1
-            terminal_at = next((i for i, e in enumerate(events) if e.get("terminal")), None)
-            if terminal_at is None or terminal_at != len(events) - 1:
-                after_terminal += terminal_at is not None
-                lost += terminal_at is None
+            tally.count(events)
             task_ids = {e["taskId"] for e in events}
             if len(task_ids) != 1:
                 mismatched += 1
@@ -180,15 +171,15 @@ async def test_chaos_exactly_once(env: Env, tmp_path: Path) -> None:
             f"{absorbed}"
         )
         print(
-            f"chaos: lost {lost}, duplicated {duplicated}, out of order {out_of_order}, after terminal "
-            f"{after_terminal}, artifact mismatches {mismatched}"
+            f"chaos: lost {tally.lost}, duplicated {tally.duplicated}, out of order {tally.out_of_order}, after "
+            f"terminal {tally.after_terminal}, artifact mismatches {mismatched}"
         )
         for s in gw_starts:
             if len(by_key[s["taskKey"]]) < 20:
                 seen = [(e["seq"], e["kind"], e["sourceSeq"], e.get("state")) for e in by_key[s["taskKey"]]]
                 print(f"chaos: few events for {s['taskKey']}: {seen}")
         assert kills >= KILLS
-        assert (lost, duplicated, out_of_order, after_terminal, mismatched) == (0, 0, 0, 0, 0), logs
+        assert (*tally.faults, mismatched) == (0, 0, 0, 0, 0), logs
         assert len(by_key) == len(starts) and one_task_each == len(gw_starts), logs
         assert all(by_key[s["taskKey"]][-1]["state"] == "completed" for s in starts)
         # (Snapshot-resumed a2a-sdk Tasks may fold missed chunks into fewer records.) A

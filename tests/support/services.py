@@ -371,6 +371,34 @@ def gapless(events: list[dict[str, Any]]) -> None:
     assert [i for i, e in enumerate(events) if e.get("terminal")] == [len(events) - 1]
 
 
+@dataclass
+class Tally:
+    """What an independent reader finds wrong across Tasks (:meth:`count` one Task's
+    events at a time, in the order the topic holds them)."""
+
+    lost: int = 0  # a Task whose seqs have a gap, or no terminal event
+    duplicated: int = 0  # events whose eventId was seen before
+    out_of_order: int = 0  # a Task whose seqs are not ascending
+    after_terminal: int = 0  # a Task with events after its terminal one
+
+    def count(self, events: list[dict[str, Any]]) -> None:
+        seqs = [e["seq"] for e in events]
+        ids = [e["eventId"] for e in events]
+        self.duplicated += len(ids) - len(set(ids))
+        if sorted(set(seqs)) != list(range(1, len(set(seqs)) + 1)):
+            self.lost += 1
+        if seqs != sorted(seqs):
+            self.out_of_order += 1
+        terminal_at = next((i for i, e in enumerate(events) if e.get("terminal")), None)
+        if terminal_at is None or terminal_at != len(events) - 1:
+            self.after_terminal += terminal_at is not None
+            self.lost += terminal_at is None
+
+    @property
+    def faults(self) -> tuple[int, int, int, int]:
+        return self.lost, self.duplicated, self.out_of_order, self.after_terminal
+
+
 def closed_keys(c: Collected) -> set[str]:
     return {e["taskKey"] for e in c.events() if e.get("terminal") and e["kind"] in ("status", "bridge")}
 
