@@ -718,6 +718,9 @@ class Scale:
             }
             async with httpx.AsyncClient(timeout=30) as http:
                 bridge, config, path, tail = await self._hold(n, name, source, http, env={pod: "bridge-pod-a"})
+                # Restored Tasks reconnect at this pace (BRIDGE_BRIDGE_RESUME_RATE_PER_SECOND overrides it).
+                rate = os.environ.get("BRIDGE_BRIDGE_RESUME_RATE_PER_SECOND")
+                out["resume_rate_per_second"] = float(rate) if rate else config.bridge.resume_rate_per_second
                 # (variant, the new process's group_instance_id)
                 for variant, instance in (("container_restart", "bridge-pod-a"), ("pod_deletion", "bridge-pod-b")):
                     bridge, out[variant] = await self._respawn(
