@@ -65,21 +65,14 @@ OUT_FILE="$STATE_DIR/kafka.out"        # JVM stdout/stderr
 SERVER_LOG="$LOG_DIR/server.log"
 LOG4J_CONFIG="$KAFKA_DIR/log4j2.properties"
 BOOTSTRAP="127.0.0.1:$PORT"
+# shellcheck source=scripts/service-common.sh
+source "$ROOT/scripts/service-common.sh"
 
 log() { echo "kafka.sh: $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 jvm_log_opts() {
     printf '%s\n' "-Dlog4j2.configurationFile=$LOG4J_CONFIG" "-Dkafka.logs.dir=$LOG_DIR"
-}
-
-# Serialise commands on one state dir (e.g. parallel test sessions calling `up`).
-lock_state() {
-    mkdir -p "$STATE_DIR"
-    if command -v flock >/dev/null 2>&1; then
-        exec 8>"$STATE_DIR/.lock"
-        flock 8
-    fi
 }
 
 # --- jars ----------------------------------------------------------------------
@@ -112,14 +105,6 @@ resolve_jars() {
 }
 
 # --- process / readiness helpers ------------------------------------------------
-# Alive and not a zombie (an exited broker reparented to pid 1 can linger as one).
-pid_alive() {
-    kill -0 "$1" 2>/dev/null || return 1
-    local st
-    st="$(ps -o stat= -p "$1" 2>/dev/null)" || return 1
-    [[ "$st" != Z* ]]
-}
-
 # Print the pid of the broker started by this script for this state dir, if alive.
 broker_pid() {
     [[ -f "$PID_FILE" ]] || return 1
@@ -131,10 +116,6 @@ broker_pid() {
     args="$(ps -ww -o args= -p "$pid" 2>/dev/null)" || return 1
     [[ "$args" == *kafka.Kafka*"$CONFIG"* ]] || return 1
     echo "$pid"
-}
-
-port_open() {
-    timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
 }
 
 # ready.py BOOTSTRAP TIMEOUT_S PID WARM
@@ -263,17 +244,7 @@ stop_broker() {
         rm -f "$PID_FILE"
         return 0
     fi
-    kill -TERM "$pid" 2>/dev/null || true
-    local i
-    for i in $(seq 200); do # 20 s
-        pid_alive "$pid" || break
-        sleep 0.1
-    done
-    if pid_alive "$pid"; then
-        log "broker $pid did not stop within 20s after SIGTERM; sending SIGKILL"
-        kill -KILL "$pid" 2>/dev/null || true
-        for i in $(seq 50); do pid_alive "$pid" || break; sleep 0.1; done
-    fi
+    terminate "$pid" broker
     rm -f "$PID_FILE"
 }
 
@@ -432,11 +403,6 @@ cmd_logs() {
     [[ -f "$SERVER_LOG" ]] || die "no broker log at $SERVER_LOG"
     if [[ $# -eq 0 ]]; then set -- -n 100; fi
     exec tail "$@" "$SERVER_LOG"
-}
-
-usage() {
-    # The comment block at the top of this file.
-    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
 }
 
 case "${1:-}" in

@@ -1,4 +1,5 @@
-"""Session services for integration tests: the real Kafka broker and both agent servers.
+"""Session services for integration tests: the real Kafka broker, both agent servers
+and, for the tests that involve identity, a real Keycloak.
 
 A service that cannot start fails the run loudly; nothing is skipped.
 ``BRIDGE_TEST_BOOTSTRAP`` points the tests at an already running broker.
@@ -7,6 +8,7 @@ A service that cannot start fails the run loudly; nothing is skipped.
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,19 +17,12 @@ from pathlib import Path
 import pytest
 
 from bridge.demo.procs import free_port
-from tests.support import ROOT
-from tests.support.services import Env, Server
+from tests.support.keycloak import Keycloak
+from tests.support.services import Env, Server, service_script
 
 
 def _kafka(cmd: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", str(ROOT / "scripts" / "kafka.sh"), cmd],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-        timeout=600,
-    )
+    return service_script("kafka.sh", cmd)
 
 
 @pytest.fixture(scope="session")
@@ -75,3 +70,31 @@ def env(kafka_bootstrap: str, log_dir: Path) -> Iterator[Env]:
     finally:
         sdk.stop()
         gateway.stop()
+
+
+def _keycloak(cmd: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return service_script("keycloak.sh", cmd, env)
+
+
+@pytest.fixture(scope="session")
+def keycloak(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keycloak]:
+    """A Keycloak of this session alone (own port, own state dir), started when a
+    test first asks for it (the first start also fetches it with Maven)."""
+    port = free_port()
+    admin_password = secrets.token_urlsafe(18)
+    env = {
+        "KEYCLOAK_PORT": str(port),
+        "KEYCLOAK_STATE_DIR": str(tmp_path_factory.mktemp("keycloak")),
+        "KEYCLOAK_ADMIN": "admin",
+        "KEYCLOAK_ADMIN_PASSWORD": admin_password,
+    }
+    up = _keycloak("up", env)
+    if up.returncode != 0:
+        _keycloak("down", env)
+        pytest.fail(f"Keycloak did not start (scripts/keycloak.sh up):\n{up.stdout}\n{up.stderr}", pytrace=False)
+    kc = Keycloak(f"http://127.0.0.1:{port}", "admin", admin_password)
+    try:
+        yield kc
+    finally:
+        kc.close()
+        _keycloak("down", env)

@@ -14,7 +14,6 @@ line on stderr that says which, never a traceback and never the password.
 from __future__ import annotations
 
 import dataclasses
-import os
 import secrets
 import subprocess
 import sys
@@ -29,8 +28,7 @@ import pytest
 from bridge.config import model as config_mod
 from bridge.config.model import Config
 from bridge.demo.procs import free_port
-from tests.support import ROOT
-from tests.support.services import BridgeProcess, Env, bridge_config, run_cli
+from tests.support.services import BridgeProcess, Env, bridge_config, run_cli, service_script
 from tests.support.tls import make_ca, server_keystore_pem, write_private
 
 pytestmark = pytest.mark.integration
@@ -50,15 +48,7 @@ class Secured:
 
 
 def _kafka_sh(cmd: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", str(ROOT / "scripts" / "kafka.sh"), cmd],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, **env},
-        timeout=600,
-        check=False,
-    )
+    return service_script("kafka.sh", cmd, env)
 
 
 @pytest.fixture(scope="module")

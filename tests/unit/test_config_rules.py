@@ -114,7 +114,7 @@ def test_agent_rules() -> None:
     assert rules.agent("agents.a", agent(agent_code="x"), has_url=True) == [
         Problem("agents.a.agent_code", "only the gateway dialect sends it; a2a-0.3 ignores it", warning=True)
     ]
-    assert rules.agent("agents.a", agent(token_file="/t", token_env="T"), has_url=True) == [
+    assert rules.agent("agents.a", agent(url="https://a/a2a", token_file="/t", token_env="T"), has_url=True) == [
         Problem("[agents.a]", "both token_file and token_env are set; name one place for the secret")
     ]
     assert rules.agent("agents.a", agent(poll_initial_seconds=5.0, poll_max_seconds=1.0), has_url=True) == [
