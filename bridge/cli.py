@@ -407,7 +407,7 @@ async def _dispatch(args: argparse.Namespace, config: Config) -> int:
     if args.cmd == "run":
         from bridge.engine.service import serve
 
-        return await serve(config)
+        return await serve(config, note=no_config_note(args, config))
     if args.cmd == "demo":
         from bridge.demo.run import demo
 

@@ -177,8 +177,10 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 class Service:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, note: str = "") -> None:
         self.config = config
+        # Said after the error that ends the process (the CLI's word on a missing config file).
+        self.note = note
         self.owners: dict[int, PartitionOwner] = {}
         self.clients: dict[str, AgentClient] = {}
         self.limits = RecordLimits(config.kafka.max_request_size)
@@ -575,7 +577,7 @@ class Service:
         if isinstance(exc, Fenced):
             log.error("%s; exiting", exc)
             return 3
-        log.error("%s", exc)
+        log.error("%s%s", exc, self.note)
         return 2 if isinstance(exc, StartupError | ConfigError) else 1
 
     async def _connect(self) -> AIOKafkaConsumer | None:
@@ -665,9 +667,10 @@ class Service:
                 metrics.COMMANDS_LAG.labels(str(p)).set(lag)
 
 
-async def serve(config: Config) -> int:
-    """The service until SIGTERM (drain, exit 0) or SIGINT (drain, exit 130: interrupted)."""
-    service = Service(config)
+async def serve(config: Config, *, note: str = "") -> int:
+    """The service until SIGTERM (drain, exit 0) or SIGINT (drain, exit 130: interrupted);
+    ``note`` follows the error that ends it."""
+    service = Service(config, note=note)
     loop = asyncio.get_running_loop()
     received: list[signal.Signals] = []
 

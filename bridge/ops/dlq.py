@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import sys
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +34,7 @@ from bridge.config.model import Config
 from bridge.errors import StartupError
 from bridge.kafka import reading
 from bridge.kafka.transaction import partition_for
-from bridge.ops import NothingFound
+from bridge.ops import NothingFound, Refused
 from bridge.ops.display import escape
 from bridge.wire import deadletters
 from bridge.wire.deadletters import DeadLetter, replay_headers
@@ -44,10 +43,6 @@ from bridge.wire.deadletters import DeadLetter, replay_headers
 # timestamp: room for a clock on the operator's machine (the replay's timestamp)
 # running behind the bridge's (the DLQ record's).
 REPLAY_SCAN_MARGIN_MS = 3600 * 1000
-
-
-def _err(text: str) -> None:
-    print(text, file=sys.stderr)
 
 
 # ------------------------------------------------------------------ pure parts --
@@ -354,8 +349,7 @@ async def dlq_replay(
         where = f"at offset {offset}" if offset is not None else f"with reason {reason!r}"
         raise NothingFound(f"no DLQ record {where} in {', '.join(names)}")
     if (why := unusable(chosen, offset=offset, partition=partition)) is not None:
-        _err(why)
-        return 2
+        raise Refused(why)
     plan = ReplayPlan.of(chosen, commands)
     for e, why in plan.refused:
         print(f"refused  {escape(e.origin)}  {escape(e.reason)}: {why}", flush=True)

@@ -113,6 +113,17 @@ def test_without_a_config_file_a_failure_names_the_defaults_it_used(env: Env) ->
         # What is missing, never "Kafka is not ready" for a local mistake.
         assert note in line and "not ready" not in line and "unreachable" not in line, (argv, line)
 
+    # The service logs its failure in one ERROR line, with the same word on the config.
+    run = bridge("run", env={**variables, "BRIDGE_BRIDGE_HTTP_PORT": "0"})
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    (error,) = [line for line in run.stderr.splitlines() if " ERROR " in line]
+    assert error.endswith(
+        f"ERROR bridge.engine.service: topics missing: ['fh-{n}.commands', 'fh-{n}.checkpoints', "
+        f"'fh-{n}.events', 'fh-{n}.dlq']; create them with `bridge topics`{note}BRIDGE_BRIDGE_HTTP_PORT, "
+        "BRIDGE_KAFKA_BOOTSTRAP_SERVERS, BRIDGE_KAFKA_CHECKPOINTS_TOPIC, BRIDGE_KAFKA_COMMANDS_TOPIC, "
+        "BRIDGE_KAFKA_DLQ_TOPIC, BRIDGE_KAFKA_EVENTS_TOPIC, BRIDGE_KAFKA_TRANSACTIONAL_ID_PREFIX"
+    ), error
+
     # The environment overrides stay valid: with the topics there, the same commands work.
     made = bridge("topics", env=variables)
     assert made.returncode == 0, made.stderr
