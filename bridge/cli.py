@@ -38,7 +38,7 @@ exit codes:
   2    bad configuration or usage, a command that fails validation, Kafka
        unreachable or refusing (wrong password, certificate, ACL) for a one-shot
        command, or the service cannot start
-  3    fenced: another bridge took over a partition (run)
+  3    fenced: a bridge outside the consumer group took its partitions (run)
   130  interrupted (Ctrl-C)
 """
 
