@@ -70,7 +70,7 @@ bench-scale: venv
 	$(PY) -m bench scale
 
 # Static membership: 2,000 live Tasks after a SIGKILL, restarted under the same
-# group_instance_id, then under another (bench/README.md, "Scale"; about 5 minutes).
+# group_instance_id, then under another (bench/README.md, "Scale"; about a minute).
 bench-restart: venv
 	BENCH_SCALE_MEASURES=restart $(PY) -m bench scale
 
