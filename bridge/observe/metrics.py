@@ -78,7 +78,8 @@ TRANSACTION_ABORTS = Counter(
 )
 PARTITION_REBUILDS = Counter(
     "bridge_partition_rebuilds_total",
-    "Partitions rebuilt from Kafka after a failed transaction or a failed open, by cause.",
+    "Partitions dropped and rebuilt from Kafka, by cause: a failed transaction or open, or taken-over "
+    "(fenced after another member took it over; this process rejoins the group).",
     ["cause"],
 )
 CHECKPOINTS_REJECTED = Counter(
