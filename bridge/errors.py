@@ -10,6 +10,7 @@ these once, at the boundary that meets them (:mod:`bridge.agents.client`,
     ├── KafkaUnreachable        no broker answers yet: retried
     ├── TransactionFailed       (bridge.kafka.transaction) nothing of it committed
     ├── Fenced                  (bridge.engine.service) another bridge took over (exit 3)
+    ├── CredentialsUnavailable  (bridge.identity) no token to send yet: retried after ``retry_after``
     └── AgentFault              an agent call gave no usable answer
         ├── AgentOversize       more than the bridge reads in one piece: not retried
         └── AgentError          retried when ``retryable``
@@ -36,6 +37,24 @@ class StartupError(BridgeError):
 
 class KafkaUnreachable(BridgeError):
     """The brokers cannot be reached or do not answer yet: retried, never fatal."""
+
+
+class CredentialsUnavailable(BridgeError):
+    """No credential to send: the token endpoint is down, slow or refusing the client.
+
+    ``refused``: the endpoint refused these credentials (a wrong or revoked client
+    secret), which only a change of secret or client mends; otherwise it failed
+    for a while. Either way the source tries again after ``retry_after`` seconds
+    and the agent itself was never asked. The message names the configured
+    source and what the endpoint said, never a secret or a token.
+    """
+
+    def __init__(self, source: str, detail: str, *, refused: bool, retry_after: float) -> None:
+        super().__init__(f"no token for {source}: {detail}")
+        self.source = source
+        self.detail = detail
+        self.refused = refused
+        self.retry_after = retry_after
 
 
 class AgentFault(BridgeError):

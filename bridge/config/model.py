@@ -19,6 +19,7 @@ them out of reprs, logs and exceptions.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
@@ -68,19 +69,40 @@ class Secret:
     __str__ = __repr__
 
 
-def _read_secret(where: str, key: str, file: str | None, env: str | None) -> Secret | None:
-    """The secret ``<key>_file`` or ``<key>_env`` of section ``where`` names."""
+def read_secret(where: str, key: str, file: str | None, env: str | None) -> Secret | None:
+    """The secret ``<key>_file`` or ``<key>_env`` of section ``where`` names, or
+    :class:`ConfigError` naming the key."""
     if file:
-        try:
-            return Secret(Path(file).read_text().strip())
-        except OSError as exc:
-            raise ConfigError(f"{where}.{key}_file: cannot read the secret file {file!r} ({exc.strerror})") from None
+        return secret_file(f"{where}.{key}_file", file)
     if env:
         value = os.environ.get(env)
         if value is None:
             raise ConfigError(f"{where}.{key}_env: environment variable {env!r} is not set")
-        return Secret(value)
+        return secret_text(f"{where}.{key}_env", value)
     return None
+
+
+def secret_file(at: str, path: str) -> Secret:
+    """The secret in file ``path`` (which key ``at`` names), surrounding white space stripped."""
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"{at}: cannot read the secret file {path!r} ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{at}: the secret file {path!r} is not UTF-8 text") from None
+    return secret_text(at, text)
+
+
+def secret_text(where: str, text: str) -> Secret:
+    """``text`` as a secret, refused when it holds a control character: it would end
+    up in a header, where it breaks the request (and an error message could echo it)."""
+    if _CONTROL.search(text):
+        raise ConfigError(f"{where}: the secret holds a control character (a stray newline?); it is not used")
+    return Secret(text)
+
+
+# C0 controls and DEL: never part of a token, a key or a password.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +147,7 @@ class KafkaConfig:
             "security_protocol": self.security_protocol,
         }
         if self.sasl_mechanism:
-            password = _read_secret("kafka", "sasl_password", self.sasl_password_file, self.sasl_password_env)
+            password = read_secret("kafka", "sasl_password", self.sasl_password_file, self.sasl_password_env)
             opts.update(
                 sasl_mechanism=self.sasl_mechanism,
                 sasl_plain_username=self.sasl_username,
@@ -210,7 +232,7 @@ class AgentConfig:
     dlq_topic: str | None = field(default=None, metadata=TOPIC)
 
     def token(self) -> Secret | None:
-        return _read_secret(f"agents.{self.name}", "token", self.token_file, self.token_env)
+        return read_secret(f"agents.{self.name}", "token", self.token_file, self.token_env)
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,3 +143,16 @@ def init(agents: list[str]) -> None:
     for agent in agents:
         for outcome in ("completed", "failed", "canceled", "rejected", "timeout", "lost"):
             OUTCOMES.labels(outcome, agent)
+
+
+TOKEN_REQUESTS = Counter(
+    "bridge_token_requests_total",
+    "Requests to OAuth2 token endpoints, by configured source and result (ok, refused, error).",
+    ["source", "result"],
+)
+TOKEN_SECONDS = Histogram(
+    "bridge_token_request_duration_seconds",
+    "Requests to OAuth2 token endpoints until the answer.",
+    ["source"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
