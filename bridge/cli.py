@@ -17,6 +17,7 @@ import bridge
 from bridge.config import model as config_mod
 from bridge.config.model import Config, ConfigError
 from bridge.errors import BridgeError
+from bridge.kafka.auth import client_options
 from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, KafkaUnreachable, check_kafka
 from bridge.observe import logs
 
@@ -203,7 +204,7 @@ def parser() -> argparse.ArgumentParser:
 async def _produce(config: Config, key: bytes, value: bytes) -> None:
     from aiokafka import AIOKafkaProducer
 
-    producer = AIOKafkaProducer(enable_idempotence=True, acks="all", **config.kafka.client_options())
+    producer = AIOKafkaProducer(enable_idempotence=True, acks="all", **client_options(config.kafka))
     try:
         await producer.start()
         await producer.send_and_wait(config.kafka.commands_topic, value, key=key)

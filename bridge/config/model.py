@@ -11,13 +11,14 @@ Every key can be set by a variable ``BRIDGE_<SECTION>_<KEY>`` (an agent's by
 a ``BRIDGE_KAFKA_*``, ``BRIDGE_BRIDGE_*`` or ``BRIDGE_AGENTS_*`` variable that
 names no key is refused, as a misspelt key in the file is.
 
-Secrets (agent tokens, the SASL password) are never in the file: it names a
-file or an environment variable to read them from, and :class:`Secret` keeps
-them out of reprs, logs and exceptions.
+Secrets (agent tokens, the SASL password, OAuth client secrets) are never in
+the file: it names a file or an environment variable to read them from, and
+:class:`Secret` keeps them out of reprs, logs and exceptions.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
@@ -35,8 +36,11 @@ Dialect = Literal["gateway", "a2a-0.3", "a2a-1.0"]
 # auto: ask the agent card (capabilities.streaming); the gateway dialect streams.
 Mode = Literal["auto", "stream", "poll"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-# The bridge logs in with a user name and a password (KafkaConfig.client_options).
-SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+# The bridge logs in with a user name and a password (PLAIN, SCRAM), or with an
+# OAuth2 access token it gets by the client credentials grant (OAUTHBEARER).
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
+# How a client proves itself to an OAuth2 token endpoint (RFC 6749 §2.3.1).
+TokenAuthMethod = Literal["client_secret_basic", "client_secret_post"]
 
 # Field metadata: the rule of a key's value (bridge/config/rules.py), and the keys
 # naming where a secret comes from (printed by `config check`; what they name never).
@@ -136,17 +140,34 @@ class KafkaConfig:
     sasl_username: str | None = None
     sasl_password_file: str | None = field(default=None, metadata=SECRET_FILE)
     sasl_password_env: str | None = field(default=None, metadata=SECRET_ENV)
+    # sasl_mechanism OAUTHBEARER: the access token of this OAuth2 client (client
+    # credentials grant), one for every Kafka client of the process, renewed ahead
+    # of its expiry (bridge/kafka/auth.py).
+    sasl_oauth_token_url: str | None = field(default=None, metadata={"rule": rules.http_url})
+    sasl_oauth_client_id: str | None = None
+    sasl_oauth_client_secret_file: str | None = field(default=None, metadata=SECRET_FILE)
+    sasl_oauth_client_secret_env: str | None = field(default=None, metadata=SECRET_ENV)
+    sasl_oauth_scopes: str | None = None  # space-separated, as OAuth writes scope
+    sasl_oauth_audience: str | None = None
+    sasl_oauth_auth_method: TokenAuthMethod = "client_secret_basic"
+    sasl_oauth_ca_file: str | None = None  # the token endpoint's CA; else the system's
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
 
-    def client_options(self) -> dict[str, Any]:
-        """Connection options shared by every aiokafka client."""
+    def client_options(self, token_provider: object = None) -> dict[str, Any]:
+        """Connection options shared by every aiokafka client. OAUTHBEARER needs the
+        ``token_provider`` bridge/kafka/auth.py makes (an aiokafka AbstractTokenProvider):
+        build a client's options with ``bridge.kafka.auth.client_options``."""
         opts: dict[str, Any] = {
             "bootstrap_servers": self.bootstrap_servers,
             "security_protocol": self.security_protocol,
         }
-        if self.sasl_mechanism:
+        if self.sasl_mechanism == "OAUTHBEARER":
+            if token_provider is None:
+                raise ValueError("sasl_mechanism OAUTHBEARER: the options need a token provider")
+            opts.update(sasl_mechanism=self.sasl_mechanism, sasl_oauth_token_provider=token_provider)
+        elif self.sasl_mechanism:
             password = read_secret("kafka", "sasl_password", self.sasl_password_file, self.sasl_password_env)
             opts.update(
                 sasl_mechanism=self.sasl_mechanism,
@@ -466,8 +487,12 @@ class _Reader:
     def unknown_key(where: str, key: str, known: Mapping[str, Key]) -> Problem:
         sources = [k.name for k in known.values() if k.secret]
         if sources and any(word in key.lower() for word in ("password", "token", "secret")):
-            # Its value is never shown: it may be the secret itself.
-            return Problem(where, f"unknown key; secrets are never in the file: name {' or '.join(sources)}")
+            # Its value is never shown: it may be the secret itself. Named: the
+            # <secret>_file and <secret>_env nearest to the key given.
+            bases = sorted({name.rsplit("_", 1)[0] for name in sources})
+            nearest = difflib.get_close_matches(key, bases, n=1, cutoff=0)[0]
+            named = " or ".join(name for name in sources if name.rsplit("_", 1)[0] == nearest)
+            return Problem(where, f"unknown key; secrets are never in the file: name {named}")
         return Problem(where, f"unknown key{suggest(key, known)}")
 
     def agents(self, raw: Any) -> dict[str, dict[str, Any]]:
@@ -521,6 +546,7 @@ class _Reader:
         for where, values, key in [
             *((f"agents.{n}", a, "token") for n, a in agents.items()),
             ("kafka", k, "sasl_password"),
+            ("kafka", k, "sasl_oauth_client_secret"),
         ]:
             file, var = values.get(f"{key}_file"), values.get(f"{key}_env")
             if file and not (os.path.isfile(file) and os.access(file, os.R_OK)):
@@ -529,8 +555,10 @@ class _Reader:
                 out.append(
                     Problem(f"{where}.{key}_env", f"the environment variable {var!r} is not set (or empty) here")
                 )
+        files = ["sasl_oauth_ca_file"]
         if k["security_protocol"] in rules.TLS_PROTOCOLS:
-            for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
-                if k[key] and not os.path.isfile(k[key]):
-                    out.append(Problem(f"kafka.{key}", f"{k[key]!r} is not a file here"))
+            files += ["ssl_cafile", "ssl_certfile", "ssl_keyfile"]
+        for key in files:
+            if k[key] and not os.path.isfile(k[key]):
+                out.append(Problem(f"kafka.{key}", f"{k[key]!r} is not a file here"))
         return out

@@ -11,6 +11,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 
 from bridge.config.model import Config
+from bridge.kafka.auth import client_options
 from bridge.kafka.topics import partitions
 from bridge.ops.display import escape
 
@@ -20,7 +21,7 @@ async def read_events(
 ) -> AsyncIterator[dict[str, Any]]:
     """Decoded event values from ``topics``; stops after ``idle_exit`` quiet seconds if given."""
     consumer = AIOKafkaConsumer(
-        isolation_level="read_committed", enable_auto_commit=False, **config.kafka.client_options()
+        isolation_level="read_committed", enable_auto_commit=False, **client_options(config.kafka)
     )
     await consumer.start()
     try:
