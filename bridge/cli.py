@@ -8,7 +8,7 @@ import contextlib
 import logging
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 import orjson
@@ -232,10 +232,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     level = getattr(args, "log_level", "info")
     logs.setup(level, getattr(args, "log_format", None))
-    if args.cmd in ONE_SHOT and level.upper() != "DEBUG":
-        # aiokafka logs every failed connection attempt; a one-shot command says
-        # what went wrong in one line of its own instead.
-        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    # aiokafka logs every failed connection attempt, the token source every failed
+    # token request; a one-shot command (and `run`'s first check of Kafka) says what
+    # went wrong in one line of its own instead.
+    quiet = ("aiokafka", "bridge.identity") if level.upper() != "DEBUG" else ()
     try:
         if args.cmd == "config":
             return _config_check(args)
@@ -246,9 +246,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             # A wrong password, CA or ACL: one line and exit 2, where aiokafka would
             # report a broker that is down. `run` waits for a broker that is down
             # (not ready meanwhile), and checks again in that loop.
-            with contextlib.suppress(KafkaUnreachable):
+            with contextlib.suppress(KafkaUnreachable), _quiet(quiet):
                 asyncio.run(check_kafka(config, PREFLIGHT_TIMEOUT_SECONDS))
-        return asyncio.run(_dispatch(args, config))
+        with _quiet(quiet if args.cmd in ONE_SHOT else ()):
+            return asyncio.run(_dispatch(args, config))
     except (ConfigError, BridgeError) as exc:
         # One line, never a traceback: what is wrong and where (never a secret).
         # BridgeError covers preflight's StartupError and KafkaUnreachable.
@@ -256,6 +257,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+@contextlib.contextmanager
+def _quiet(names: Sequence[str]) -> Iterator[None]:
+    """The loggers ``names`` silent for a while."""
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, old in zip(loggers, levels, strict=True):
+            lg.setLevel(old)
 
 
 async def _dispatch(args: argparse.Namespace, config: Config) -> int:
