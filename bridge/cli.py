@@ -191,11 +191,11 @@ def parser() -> argparse.ArgumentParser:
     cc = csub.add_parser(
         "check", help="every problem at once, then the effective configuration (secrets redacted)", parents=[common]
     )
-    cc.add_argument(
-        "--static",
-        action="store_true",
-        help="do not check that the secret, certificate and CA files or variables it names exist here",
-    )
+    for flag, meaning in (
+        ("--static", "do not check that the secret, certificate and CA files or variables it names exist here"),
+        ("--live", "also get each agent's token and card: one line per agent whose credentials would not do"),
+    ):
+        cc.add_argument(flag, action="store_true", help=meaning)
     dm = command("demo", "everything local: agents, topics, the bridge, a few Tasks")
     dm.add_argument("--timeout", type=float, default=120)
     return p
@@ -224,6 +224,19 @@ def _config_check(args: argparse.Namespace) -> int:
         for e in report.errors:
             print(f"  {e}", file=sys.stderr)
         return 2
+    if args.live and report.config is not None:
+        if args.static:
+            raise UsageError("--live uses the secrets and certificates here; it cannot go with --static")
+        from bridge.agents.live import check_live
+
+        # What the check finds is its output, one line per agent; the log lines of the
+        # token sources and clients on the way would only repeat it.
+        logging.getLogger("bridge").setLevel(logging.CRITICAL)
+        live = asyncio.run(check_live(report.config))
+        for problem in live:
+            print(f"bridge config: {'warning: ' if problem.warning else ''}{problem}", file=sys.stderr)
+        if any(not p.warning for p in live):
+            return 2
     print(check.render(report), end="")
     return 0
 

@@ -7,6 +7,7 @@ what a dialect built and maps transport failures onto :mod:`bridge.errors`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import http.cookiejar
@@ -21,7 +22,8 @@ import httpx
 import orjson
 
 from bridge.agents import transport
-from bridge.config.model import AgentConfig
+from bridge.agents.credentials import Credentials, credentials, tls_context
+from bridge.config.model import AgentConfig, Config
 from bridge.core.lifecycle import MessageUpdate, TaskSnapshot, Update
 from bridge.errors import (
     AgentAuthError,
@@ -31,6 +33,7 @@ from bridge.errors import (
     AgentOversize,
     AgentProtocolError,
     AgentUnavailable,
+    CredentialsUnavailable,
 )
 from bridge.observe import metrics, tracing
 from bridge.wire import sse
@@ -57,11 +60,83 @@ def pool(limits: httpx.Limits, tls: ssl.SSLContext) -> httpx.AsyncClient:
         verify=tls,
         transport=transport.unless_proxied(limits, tls),
         cookies=http.cookiejar.CookieJar(policy=refuse_all),
+        # httpx asks for gzip by default: a few KiB on the wire may inflate to GiB, and
+        # agents' JSON is not worth the CPU. One that compresses anyway is inflated
+        # piece by piece under the caps (transport.decoded).
+        headers={"Accept-Encoding": "identity"},
     )
 
 
+def default_tls() -> ssl.SSLContext:
+    """The TLS context of agents without TLS settings of their own: certifi's CAs, or
+    ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``. One for every shared pool: each new one
+    loads the CA store again."""
+    return httpx.create_ssl_context()
+
+
+async def clients(
+    config: Config, stack: contextlib.AsyncExitStack, limits: httpx.Limits, shards: int
+) -> dict[str, AgentClient]:
+    """A client per configured agent, on ``shards`` connection pools entered into
+    ``stack``: agents without TLS settings of their own share one set of pools; an
+    agent with its own CA or client certificate has its own set, since a pool has
+    one TLS context. :class:`ConfigError` naming the key when a file does not load."""
+    shared: list[httpx.AsyncClient] = []
+    out: dict[str, AgentClient] = {}
+    for name, agent in config.agents.items():
+        own = tls_context(agent)
+        if own is None and not shared:
+            tls = default_tls()
+            shared = [await stack.enter_async_context(pool(limits, tls)) for _ in range(shards)]
+        http = shared if own is None else [await stack.enter_async_context(pool(limits, own)) for _ in range(shards)]
+        out[name] = AgentClient(agent, http)
+    return out
+
+
+_TLS = ": TLS: "
+
+
+def _unavailable(exc: httpx.TransportError) -> str:
+    """What a transport failure says: its kind, and a TLS failure's reason (an untrusted
+    certificate, a client certificate the agent asked for). Never the request's URL,
+    which may carry an API key."""
+    text = str(exc)
+    if "SSL" in text or "certificate" in text.lower():
+        return f"{type(exc).__name__}{_TLS}{text[:200]}"
+    return type(exc).__name__
+
+
+def tls_failure(exc: AgentUnavailable) -> bool:
+    """Whether the agent was out of reach for TLS (its certificate, or ours), not for being down."""
+    return _TLS in exc.detail
+
+
+# The longest SSE id read as a source seq: 18 digits fit a signed 64-bit integer
+# (the events' sourceSeq), and int() of more than 4,300 raises.
+_SEQ_DIGITS = 18
+
+
 def _source_seq(event_id: str | None) -> int | None:
-    return int(event_id) if event_id is not None and event_id.isdigit() else None
+    """The SSE id as a number when it is one in ASCII digits (``str.isdigit`` also
+    takes ``²``, which int() refuses); anything else is no source seq."""
+    if event_id is None or not 0 < len(event_id) <= _SEQ_DIGITS or not event_id.isascii() or not event_id.isdigit():
+        return None
+    return int(event_id)
+
+
+@contextlib.asynccontextmanager
+async def _whole_exchange(seconds: float) -> AsyncIterator[None]:
+    """A non-streaming exchange done within ``seconds`` in all, else
+    :class:`httpx.ReadTimeout`: httpx's timeouts bound each read, so an agent
+    trickling a byte a second would hold the call for ever."""
+    deadline = asyncio.timeout(seconds)
+    try:
+        async with deadline:
+            yield
+    except TimeoutError:
+        if deadline.expired():
+            raise httpx.ReadTimeout(f"no whole answer within {seconds:g} s") from None
+        raise
 
 
 class AgentClient:
@@ -74,7 +149,12 @@ class AgentClient:
     keep each pool small.
     """
 
-    def __init__(self, config: AgentConfig, http: httpx.AsyncClient | Sequence[httpx.AsyncClient]) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        http: httpx.AsyncClient | Sequence[httpx.AsyncClient],
+        creds: Credentials | None = None,
+    ) -> None:
         self.config = config
         self.dialect: Dialect = for_agent(config.name, config.dialect, config.agent_code)
         self._pools = [http] if isinstance(http, httpx.AsyncClient) else list(http)
@@ -83,8 +163,9 @@ class AgentClient:
         self._shards: dict[int, AgentClient] = {}
         self._root: AgentClient | None = None  # a shard's parent: one agent card answer for all
         self._streaming: bool | None = None
-        token = config.token()
-        self._auth = {"Authorization": f"Bearer {token.get()}"} if token else {}
+        self._card: dict[str, Any] | None = None
+        # Asked on every request: a renewed or rotated credential is on the next one.
+        self.credentials = creds if creds is not None else credentials(config)
         # Parsed once: httpx parses a URL given as a string on every request.
         self._url = httpx.URL(config.url)
         self._timeout = httpx.Timeout(config.request_timeout_seconds, connect=config.connect_timeout_seconds)
@@ -131,28 +212,109 @@ class AgentClient:
         key = (url, dialect, agent_code)
         if key not in self._routes:
             config = dataclasses.replace(self.config, url=url, dialect=dialect, agent_code=agent_code)  # type: ignore[arg-type]
-            self._routes[key] = AgentClient(config, self._pools)
+            self._routes[key] = AgentClient(config, self._pools, self.credentials)
         return self._routes[key]
 
     async def _card_streaming(self) -> bool:
-        url = self.config.url.rstrip("/") + "/.well-known/agent-card.json"
         try:
-            async with self._http.stream("GET", url, headers=self._auth, timeout=self._timeout) as response:
-                ok = response.status_code == 200
-                card = orjson.loads(await self._read(response, CARD_BYTES, "agent card")) if ok else {}
-        except (httpx.TransportError, orjson.JSONDecodeError, AgentOversize):
+            card = await self.card()
+        except (AgentFault, CredentialsUnavailable):
             return True  # no card to read: try streaming, the common case
-        capabilities = card.get("capabilities") if isinstance(card, dict) else None
+        capabilities = card.get("capabilities")
         return not (isinstance(capabilities, dict) and capabilities.get("streaming") is False)
 
-    def _headers(self, req: Request, accept: str) -> dict[str, str]:
-        return {"Accept": accept, "Content-Type": "application/json", **req.headers, **self._auth}
+    async def card(self) -> dict[str, Any]:
+        """The agent card (``/.well-known/agent-card.json``), asked once per agent and
+        kept; sent with the agent's credentials. :class:`AgentFault` when there is none
+        to read (an untrusted certificate says so), :class:`CredentialsUnavailable`
+        when the token endpoint gives no token."""
+        root = self._root or self
+        if root._card is None:
+            url = httpx.URL(self.config.url.rstrip("/") + "/.well-known/agent-card.json")
+            accept = {"Accept": "application/json"}
+            unavailable: AgentUnavailable | None = None
+            try:
+                exchange = self._exchange(
+                    "GET", url, op="card", method="agent card", headers=accept, content=None, timeout=self._timeout
+                )
+                async with _whole_exchange(self.config.request_timeout_seconds), exchange as response:
+                    card = orjson.loads(await self._read(response, CARD_BYTES, "agent card"))
+            except httpx.TransportError as exc:
+                unavailable = AgentUnavailable(self.name, "agent card", _unavailable(exc))
+            except orjson.JSONDecodeError:
+                raise AgentProtocolError(self.name, "agent card", "not JSON") from None
+            if unavailable is not None:
+                raise unavailable  # see call()
+            if not isinstance(card, dict):
+                raise AgentProtocolError(self.name, "agent card", "not a JSON object")
+            root._card = card
+        return root._card
 
-    def _check_status(self, req: Request, response: httpx.Response) -> None:
+    def _headers(self, req: Request, accept: str) -> dict[str, str]:
+        return {"Accept": accept, "Content-Type": "application/json", **req.headers}
+
+    @contextlib.asynccontextmanager
+    async def _exchange(
+        self,
+        verb: str,
+        url: httpx.URL,
+        *,
+        op: str,
+        method: str,
+        headers: dict[str, str],
+        content: bytes | None,
+        timeout: httpx.Timeout,
+        trace: str | None = None,
+    ) -> AsyncIterator[httpx.Response]:
+        """One request with the agent's credentials, its status checked. A 401 tells the
+        credentials' source the token was refused and is tried once more with fresh
+        ones (a token renewed or a Secret file rotated meanwhile); a second 401 is
+        :class:`AgentAuthError`, as a 403 is at once."""
+        for again in (True, False):
+            try:
+                token, auth = await self.credentials.authorization()
+            except CredentialsUnavailable:
+                # Not the agent's failure: it was never asked (the runner waits for a token).
+                metrics.AGENT_REQUESTS.labels(self.name, op, "no-credentials").inc()
+                raise
+            with tracing.agent_call(trace, method) as carrier:
+                request = self._http.stream(
+                    verb,
+                    self.credentials.url(url),
+                    content=content,
+                    headers={**headers, **auth, **carrier},
+                    timeout=timeout,
+                )
+            async with request as response:
+                if response.status_code == 401 and again:
+                    self.credentials.refused(token)
+                    metrics.AGENT_REQUESTS.labels(self.name, op, "refused-once").inc()
+                    continue
+                self._check_status(method, response)
+                yield response
+                return
+
+    def _rpc(
+        self, req: Request, accept: str, content: bytes, timeout: httpx.Timeout, trace: str | None
+    ) -> contextlib.AbstractAsyncContextManager[httpx.Response]:
+        """The JSON-RPC POST of ``req`` (see :meth:`_exchange`)."""
+        headers = self._headers(req, accept)
+        return self._exchange(
+            "POST",
+            self._url,
+            op=req.op,
+            method=req.method,
+            headers=headers,
+            content=content,
+            timeout=timeout,
+            trace=trace,
+        )
+
+    def _check_status(self, method: str, response: httpx.Response) -> None:
         if response.status_code in (401, 403):
-            raise AgentAuthError(self.name, req.method, response.status_code)
+            raise AgentAuthError(self.name, method, response.status_code)
         if response.status_code >= 400:
-            raise AgentHTTPError(self.name, req.method, response.status_code)
+            raise AgentHTTPError(self.name, method, response.status_code)
 
     def _observe(self, req: Request, result: str, started: float) -> None:
         children = _metric_children.get((self.name, req.op, result))
@@ -171,7 +333,7 @@ class AgentClient:
             raise AgentOversize(self.name, what, f"response of {declared} bytes is over the {cap}-byte cap")
         chunks: list[bytes] = []
         n = 0
-        async for chunk in response.aiter_bytes():
+        async for chunk in transport.decoded(response):  # inflated piece by piece, counted as it grows
             n += len(chunk)
             if n > cap:
                 raise AgentOversize(self.name, what, f"response is over the {cap}-byte cap")
@@ -190,25 +352,22 @@ class AgentClient:
         """A non-streaming JSON-RPC call; returns ``result``. ``trace``: the Task's
         traceparent, continued on the request (bridge.observe.tracing)."""
         started = time.monotonic()
+        unavailable: AgentUnavailable | None = None
         try:
-            with tracing.agent_call(trace, req.method) as carrier:
-                request = self._http.stream(
-                    "POST",
-                    self._url,
-                    content=orjson.dumps(req.body),
-                    headers={**self._headers(req, "application/json"), **carrier},
-                    timeout=self._timeout,
-                )
-            async with request as response:
-                self._check_status(req, response)
-                body = await self._read(response, self.config.max_response_bytes, req.method)
+            async with (
+                _whole_exchange(self.config.request_timeout_seconds),
+                self._rpc(req, "application/json", orjson.dumps(req.body), self._timeout, trace) as r,
+            ):
+                body = await self._read(r, self.config.max_response_bytes, req.method)
             result = self._result(req, body, "response body")
         except httpx.TransportError as exc:
             self._observe(req, "unavailable", started)
-            raise AgentUnavailable(self.name, req.method, type(exc).__name__) from None
+            unavailable = AgentUnavailable(self.name, req.method, _unavailable(exc))
         except AgentFault as exc:
             self._observe(req, exc.kind, started)
             raise
+        if unavailable is not None:
+            raise unavailable  # outside the handler: nothing links it to httpx's error and its URL
         self._observe(req, "ok", started)
         return result
 
@@ -220,6 +379,14 @@ class AgentClient:
             raise AgentNoTask(self.name, req.method, said.message if isinstance(said, MessageUpdate) else None)
         return self.dialect.task(result)
 
+    def _json_where_sse(self, req: Request, response: httpx.Response) -> bool:
+        """Whether a stream's answer is JSON (read as JSON-RPC) instead of SSE;
+        :class:`AgentProtocolError` for anything else."""
+        ctype: str = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if ctype not in ("application/json", "text/event-stream"):
+            raise AgentProtocolError(self.name, req.method, f"unexpected content-type {ctype[:60]!r}")
+        return ctype == "application/json"
+
     async def stream(self, req: Request, trace: str | None = None) -> AsyncIterator[Update]:
         """Updates from a streaming call, in order; ends when the agent ends the stream.
 
@@ -228,32 +395,22 @@ class AgentClient:
         """
         started = time.monotonic()
         first = True
+        unavailable: AgentUnavailable | None = None
         metrics.OPEN_STREAMS.inc()
         try:
-            with tracing.agent_call(trace, req.method) as carrier:
-                request = self._http.stream(
-                    "POST",
-                    self._url,
-                    # A copy of exact size: orjson's output sits in a 4 KiB block, and httpx
-                    # keeps the request body for as long as the stream is open.
-                    content=bytes(memoryview(orjson.dumps(req.body))),
-                    headers={**self._headers(req, "text/event-stream"), **carrier},
-                    timeout=self._stream_timeout,
-                )
-            async with request as response:
-                self._check_status(req, response)
-                ctype = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-                if ctype == "application/json":
+            # A copy of exact size: orjson's output sits in a 4 KiB block, and httpx
+            # keeps the request body for as long as the stream is open.
+            content = bytes(memoryview(orjson.dumps(req.body)))
+            async with self._rpc(req, "text/event-stream", content, self._stream_timeout, trace) as response:
+                if self._json_where_sse(req, response):
                     body = await self._read(response, self.config.max_response_bytes, req.method)
                     update = self.dialect.update(self._result(req, body, "JSON body"))
                     self._observe(req, "ok", started)
                     if update is not None:
                         yield update
                     return
-                if ctype != "text/event-stream":
-                    raise AgentProtocolError(self.name, req.method, f"unexpected content-type {ctype[:60]!r}")
                 parser = sse.Parser(self.config.max_event_bytes)
-                chunks = response.aiter_bytes()
+                chunks = transport.decoded(response)  # behind a proxy too: inflated under the cap
                 chunk: bytes | None = b""
                 while chunk is not None:
                     chunk = await anext(chunks, None)
@@ -269,7 +426,7 @@ class AgentClient:
                             yield update
         except httpx.TransportError as exc:
             self._observe(req, "unavailable", started)
-            raise AgentUnavailable(self.name, req.method, type(exc).__name__) from None
+            unavailable = AgentUnavailable(self.name, req.method, _unavailable(exc))
         except sse.EventTooLarge as exc:
             self._observe(req, "oversize", started)
             raise AgentOversize(self.name, req.method, str(exc)) from None
@@ -279,6 +436,8 @@ class AgentClient:
             raise
         finally:
             metrics.OPEN_STREAMS.dec()
+        if unavailable is not None:
+            raise unavailable  # see call()
 
 
 # Stream closes still running after their caller was cancelled (asyncio keeps only

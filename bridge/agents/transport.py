@@ -25,15 +25,25 @@ drives, and replaces what lies between them:
 
 A connection goes back to the pool only when both sides finished the exchange
 by h11's rules and neither asked to close; anything else (an error, a body
-left unread, a cancellation) closes it.
+left unread, a cancellation, a response framed by both Content-Length and
+Transfer-Encoding) aborts it: its socket is released at once, never after a
+wait on a peer that stopped reading or a TLS peer that never answers close_notify.
 
-httpx honours ``HTTP(S)_PROXY`` / ``ALL_PROXY`` / ``NO_PROXY`` only when it
-builds its own transport: :func:`unless_proxied` keeps httpx's own when any of
-them is set, so a proxied deployment behaves as before.
+A body in gzip or deflate (the bridge asks for ``identity``; an agent may compress
+anyway) is inflated here in pieces of at most ``_READ_BYTES``, so a reader's cap
+on the sum holds against a few KiB that inflate to GiB; httpx's decoders inflate
+a whole read at once.
+
+httpx honours ``HTTP(S)_PROXY`` / ``ALL_PROXY`` (and, with them, ``NO_PROXY``) only
+when it builds its own transport: :func:`unless_proxied` keeps httpx's own when one
+of the three is set, so a proxied deployment behaves as httpx would.
 
 Errors keep httpx's meaning: connect, read and write failures and timeouts
 raise the httpx exception of that name, a malformed response
-:class:`httpx.RemoteProtocolError`; all are :class:`httpx.TransportError`.
+:class:`httpx.RemoteProtocolError`, a request h11 cannot send
+:class:`httpx.LocalProtocolError`; all are :class:`httpx.TransportError`, and
+none quotes the bytes at fault (a request header's value is a token; a response
+may reflect one).
 """
 
 from __future__ import annotations
@@ -44,7 +54,8 @@ import ssl
 import threading
 import time
 import urllib.request
-from collections.abc import AsyncIterator
+import zlib
+from collections.abc import AsyncIterator, Iterator, Sequence
 
 import h11
 import httpx
@@ -224,7 +235,10 @@ class _Stream:
                 raise httpx.WriteError("the connection closed while writing")
 
     def close(self) -> None:
-        self._transport.close()
+        # Abort, not close: a graceful close waits for the peer (to drain what is left
+        # to write, or for a TLS peer's close_notify: 30 s), holding the socket all
+        # that time. A connection closed here is one nobody will use again.
+        self._transport.abort()
 
     def readable(self) -> bool:
         """Whether an idle connection has news: bytes nobody asked for, or its close."""
@@ -238,10 +252,10 @@ class _Stream:
                     self._transport, self._sock, ssl_context, server_hostname=server_hostname
                 )
         except TimeoutError:
-            self._transport.close()
+            self._transport.abort()
             raise httpx.ConnectTimeout("TLS handshake timed out") from None
         except (OSError, ssl.SSLError) as exc:
-            self._transport.close()
+            self._transport.abort()
             raise httpx.ConnectError(str(exc) or type(exc).__name__) from None
         if transport is None:
             raise httpx.ConnectError("the connection closed during the TLS handshake")
@@ -271,6 +285,9 @@ _READ_BYTES = 64 * 1024
 _MAX_HEAD_BYTES = 100 * 1024
 # Request bytes gathered before a write: a small request is one write, a large body streams.
 _WRITE_BYTES = 64 * 1024
+# Informational (1xx) responses read before the final one: past this, an agent sending
+# them without end would hold the request for ever, each read within its timeout.
+_MAX_INFORMATIONAL = 16
 
 Origin = tuple[bytes, bytes, int]
 
@@ -299,10 +316,100 @@ def _chunked(method: str, head: h11.Response) -> bool:
     return any(name == b"transfer-encoding" for name, _ in head.headers)
 
 
+# A bytes literal in a message, and all after it: h11 and bridge.wire.chunked quote
+# the bytes at fault, which may be a header value of ours (a token) or its reflection.
+_QUOTED = re.compile(r":? (?:bytearray\()?b['\"].*", re.DOTALL)
+
+
+def _unquoted(message: str) -> str:
+    return _QUOTED.sub(" (bytes not shown)", message)
+
+
 def _protocol_error(exc: h11.ProtocolError) -> httpx.TransportError:
     if isinstance(exc, h11.RemoteProtocolError):
-        return httpx.RemoteProtocolError(str(exc))
-    return httpx.LocalProtocolError(str(exc))
+        return httpx.RemoteProtocolError(_unquoted(str(exc)))
+    return httpx.LocalProtocolError(_unquoted(str(exc)))
+
+
+def _request_error(request: httpx.Request) -> httpx.LocalProtocolError:
+    """A request h11 will not send, named by its first header h11 refuses alone
+    (never by the value: an Authorization value ending in a newline is a token)."""
+    for name, value in request.headers.raw:
+        try:
+            h11.Request(method="GET", target="/", headers=[(name, value)], http_version="1.0")
+        except h11.LocalProtocolError:
+            shown = name.decode("ascii", "replace")[:64]
+            return httpx.LocalProtocolError(f"request header {shown!r} is not valid HTTP/1.1 (value not shown)")
+    return httpx.LocalProtocolError("the request's method, target or headers are not valid HTTP/1.1")
+
+
+# The content codings inflated here (those httpx decodes without optional packages),
+# and zlib's window bits for each.
+_WBITS = {b"gzip": zlib.MAX_WBITS | 16, b"deflate": zlib.MAX_WBITS}
+
+
+class _Inflater:
+    """A body's content codings undone, each piece out at most ``_READ_BYTES``
+    whatever one piece in inflates to."""
+
+    def __init__(self, codings: list[bytes]) -> None:
+        self._codings = codings[::-1]  # the last applied is undone first
+        self._stages = [zlib.decompressobj(_WBITS[c]) for c in self._codings]
+        self._fresh = [True] * len(self._stages)
+
+    def pieces(self, data: bytes, stage: int = 0) -> Iterator[bytes]:
+        if stage == len(self._stages):
+            if data:
+                yield data
+            return
+        while True:
+            out = self._inflate(stage, data)
+            data = self._stages[stage].unconsumed_tail
+            yield from self.pieces(out, stage + 1)
+            if not data and len(out) < _READ_BYTES:
+                return
+
+    def _inflate(self, stage: int, data: bytes) -> bytes:
+        fresh, self._fresh[stage] = self._fresh[stage], False
+        try:
+            return self._stages[stage].decompress(data, _READ_BYTES)
+        except zlib.error:
+            if fresh and self._codings[stage] == b"deflate":
+                # Some servers send raw deflate, without its zlib wrapper (httpx reads both).
+                self._stages[stage] = zlib.decompressobj(-zlib.MAX_WBITS)
+                return self._inflate(stage, data)
+            coding = self._codings[stage].decode()
+            raise httpx.RemoteProtocolError(f"the body is not valid {coding}") from None
+
+
+def inflater(headers: httpx.Headers | Sequence[tuple[bytes, bytes]]) -> _Inflater | None:
+    """An :class:`_Inflater` for a body with these headers, if it is in codings
+    inflated here (and only those); None for any other body."""
+    raw = headers.raw if isinstance(headers, httpx.Headers) else headers
+    codings = [
+        coding
+        for name, value in raw
+        if name.lower() == b"content-encoding"
+        for part in value.split(b",")
+        if (coding := part.strip().lower()) not in (b"", b"identity")
+    ]
+    if not codings or any(c not in _WBITS for c in codings):
+        return None
+    return _Inflater(codings)
+
+
+async def decoded(response: httpx.Response) -> AsyncIterator[bytes]:
+    """``response``'s body in pieces of at most ``_READ_BYTES`` once inflated: a cap
+    on their sum holds however much the body inflates. :class:`Transport` has
+    inflated its bodies already; httpx's own transport (behind a proxy) has not."""
+    inflate = inflater(response.headers)
+    if inflate is None:
+        async for data in response.aiter_bytes():
+            yield data
+        return
+    async for data in response.aiter_raw():
+        for piece in inflate.pieces(data):
+            yield piece
 
 
 class _Connection:
@@ -314,6 +421,7 @@ class _Connection:
         self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD_BYTES)
         self.idle_since = 0.0
         self.unread = b""  # read past the response head; not yet given to h11
+        self.keep = True  # False: never reused, whatever h11 says
 
     def _next(self) -> object:
         try:
@@ -334,8 +442,11 @@ class _Connection:
             raise _protocol_error(exc) from None
 
     async def send(self, request: httpx.Request, timeout: float | None) -> None:
-        raw = request.headers.raw
-        out = self._bytes(h11.Request(method=request.method, target=request.url.raw_path, headers=raw))
+        try:
+            head = h11.Request(method=request.method, target=request.url.raw_path, headers=request.headers.raw)
+        except h11.LocalProtocolError:
+            raise _request_error(request) from None
+        out = self._bytes(head)
         async for part in request.stream:  # type: ignore[union-attr]
             out += self._bytes(h11.Data(data=part))
             if len(out) >= _WRITE_BYTES:
@@ -347,6 +458,7 @@ class _Connection:
         """The final response's head. h11 is given the head's bytes only: what
         follows it waits in ``unread`` for the body's reader (see :class:`_Body`)."""
         seen = b""  # the head's last bytes given to h11 so far
+        informational = 0
         while True:
             event = self._next()
             if isinstance(event, h11.Response):
@@ -354,6 +466,9 @@ class _Connection:
             if isinstance(event, h11.ConnectionClosed):
                 raise httpx.RemoteProtocolError("the server closed the connection without a response")
             if event is not h11.NEED_DATA:  # an InformationalResponse (1xx): the final one follows
+                informational += 1
+                if informational > _MAX_INFORMATIONAL:
+                    raise httpx.RemoteProtocolError(f"more than {_MAX_INFORMATIONAL} informational (1xx) responses")
                 seen = b""
                 continue
             data, self.unread = self.unread or await self.stream.read(_READ_BYTES, timeout), b""
@@ -366,7 +481,12 @@ class _Connection:
 
     def reusable(self) -> bool:
         # Bytes past the response's end were sent unasked: the next request would read them as its answer.
-        return self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE and not self.h11.trailing_data[0]
+        return (
+            self.keep
+            and self.h11.our_state is h11.DONE
+            and self.h11.their_state is h11.DONE
+            and not self.h11.trailing_data[0]
+        )
 
     def close(self) -> None:
         self.stream.close()
@@ -426,7 +546,7 @@ class _Body(httpx.AsyncByteStream):
             except chunked.ChunkedError as exc:
                 if exc.body:
                     yield exc.body  # what came before the fault, as h11 would give it
-                raise httpx.RemoteProtocolError(str(exc)) from None
+                raise httpx.RemoteProtocolError(_unquoted(str(exc))) from None
             data = b""
             if body:
                 yield body
@@ -436,6 +556,21 @@ class _Body(httpx.AsyncByteStream):
         conn, self._conn = self._conn, None
         if conn is not None:
             self._pool.release(conn, self._ended)
+
+
+class _InflatedBody(_Body):
+    """A :class:`_Body` in gzip or deflate, inflated piece by piece (see :class:`_Inflater`)."""
+
+    def __init__(
+        self, pool: Transport, conn: _Connection, timeout: float | None, is_chunked: bool, inflate: _Inflater
+    ) -> None:
+        super().__init__(pool, conn, timeout, is_chunked)
+        self._inflate = inflate
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for data in super().__aiter__():
+            for piece in self._inflate.pieces(data):
+                yield piece
 
 
 class Transport(httpx.AsyncBaseTransport):
@@ -509,10 +644,32 @@ class Transport(httpx.AsyncBaseTransport):
             if conn is not None:
                 conn.close()
             raise
+        return self._response(request, conn, head, timeouts.get("read"))
+
+    def _response(
+        self, request: httpx.Request, conn: _Connection, head: h11.Response, timeout: float | None
+    ) -> httpx.Response:
+        headers: Sequence[tuple[bytes, bytes]] = head.headers
+        inflate = None
+        names = [name for name, _ in headers]
+        if b"content-length" in names and b"transfer-encoding" in names:
+            # RFC 9112 §6.3: Transfer-Encoding overrides, the length is a lie (or a
+            # smuggling attempt): the body is read as chunked, and the connection closed after.
+            conn.keep = False
+            headers = [(n, v) for n, v in headers if n != b"content-length"]
+        if b"content-encoding" in names and (inflate := inflater(headers)) is not None:
+            # httpx must not inflate it again, nor read the length as the inflated body's.
+            headers = [(n, v) for n, v in headers if n not in (b"content-encoding", b"content-length")]
+        is_chunked = _chunked(request.method, head)
+        body = (
+            _Body(self, conn, timeout, is_chunked)
+            if inflate is None
+            else _InflatedBody(self, conn, timeout, is_chunked, inflate)
+        )
         return httpx.Response(
             status_code=head.status_code,
-            headers=head.headers,
-            stream=_Body(self, conn, timeouts.get("read"), _chunked(request.method, head)),
+            headers=headers,
+            stream=body,
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason},
         )
 
@@ -525,6 +682,10 @@ class Transport(httpx.AsyncBaseTransport):
 
 
 def unless_proxied(limits: httpx.Limits, ssl_context: ssl.SSLContext) -> Transport | None:
-    """A :class:`Transport`, or None (httpx's own, which reads the proxy
-    variables) when the environment configures a proxy."""
-    return None if urllib.request.getproxies() else Transport(limits, ssl_context)
+    """A :class:`Transport`, or None (httpx's own, which reads the proxy variables
+    and routes what ``NO_PROXY`` excludes around the proxy) when the environment
+    configures a proxy the way httpx reads one: ``HTTP_PROXY``, ``HTTPS_PROXY`` or
+    ``ALL_PROXY``, either case, not empty. Other ``*_proxy`` variables (``NO_PROXY``
+    alone, ``FTP_PROXY``) do not make httpx proxy anything, so they change nothing."""
+    proxies = urllib.request.getproxies()
+    return None if any(proxies.get(scheme) for scheme in ("http", "https", "all")) else Transport(limits, ssl_context)

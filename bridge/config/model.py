@@ -18,9 +18,9 @@ the file: it names a file or an environment variable to read them from, and
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
+import ssl
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
@@ -39,8 +39,8 @@ SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 # The bridge logs in with a user name and a password (PLAIN, SCRAM), or with an
 # OAuth2 access token it gets by the client credentials grant (OAUTHBEARER).
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
-# How a client proves itself to an OAuth2 token endpoint (RFC 6749 §2.3.1).
-TokenAuthMethod = Literal["client_secret_basic", "client_secret_post"]
+# How the bridge shows the identity provider its client secret (RFC 6749 2.3.1).
+OAuth2AuthMethod = Literal["client_secret_basic", "client_secret_post"]
 
 # Field metadata: the rule of a key's value (bridge/config/rules.py), and the keys
 # naming where a secret comes from (printed by `config check`; what they name never).
@@ -73,13 +73,16 @@ class Secret:
     __str__ = __repr__
 
 
-def read_secret(where: str, key: str, file: str | None, env: str | None) -> Secret | None:
+def read_secret(
+    where: str, key: str, file: str | None, env: str | None, environ: Mapping[str, str] | None = None
+) -> Secret | None:
     """The secret ``<key>_file`` or ``<key>_env`` of section ``where`` names, or
-    :class:`ConfigError` naming the key."""
+    :class:`ConfigError` naming the key (``environ``: the variables to read, the
+    process's own by default)."""
     if file:
         return secret_file(f"{where}.{key}_file", file)
     if env:
-        value = os.environ.get(env)
+        value = (os.environ if environ is None else environ).get(env)
         if value is None:
             raise ConfigError(f"{where}.{key}_env: environment variable {env!r} is not set")
         return secret_text(f"{where}.{key}_env", value)
@@ -149,7 +152,7 @@ class KafkaConfig:
     sasl_oauth_client_secret_env: str | None = field(default=None, metadata=SECRET_ENV)
     sasl_oauth_scopes: str | None = None  # space-separated, as OAuth writes scope
     sasl_oauth_audience: str | None = None
-    sasl_oauth_auth_method: TokenAuthMethod = "client_secret_basic"
+    sasl_oauth_auth_method: OAuth2AuthMethod = "client_secret_basic"
     sasl_oauth_ca_file: str | None = None  # the token endpoint's CA; else the system's
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
@@ -251,9 +254,34 @@ class AgentConfig:
     # Per-agent routing, so ACLs can keep a workspace's data in its own topics.
     events_topic: str | None = field(default=None, metadata=TOPIC)
     dlq_topic: str | None = field(default=None, metadata=TOPIC)
+    # OAuth2 client credentials (RFC 6749 4.4): a token from the identity provider,
+    # renewed before it expires, sent as a bearer token (instead of token_*).
+    oauth2_token_url: str | None = None
+    oauth2_client_id: str | None = None
+    oauth2_client_secret_file: str | None = field(default=None, metadata=SECRET_FILE)
+    oauth2_client_secret_env: str | None = field(default=None, metadata=SECRET_ENV)
+    oauth2_scopes: str | None = None  # space-separated, as OAuth writes scope
+    oauth2_audience: str | None = None
+    oauth2_auth_method: OAuth2AuthMethod = "client_secret_basic"
+    oauth2_ca_file: str | None = None  # the token endpoint's CA (else certifi, or SSL_CERT_FILE)
+    # An API key in a header or a query parameter of its own (beside a bearer token or not).
+    api_key_file: str | None = field(default=None, metadata=SECRET_FILE)
+    api_key_env: str | None = field(default=None, metadata=SECRET_ENV)
+    api_key_header: str | None = None
+    api_key_query: str | None = None
+    # Mutual TLS: this agent's client certificate and key, and the CA its server
+    # certificate is checked against (instead of the bridge's trust store).
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_ca_file: str | None = None
 
     def token(self) -> Secret | None:
         return read_secret(f"agents.{self.name}", "token", self.token_file, self.token_env)
+
+    @property
+    def own_tls(self) -> bool:
+        """Whether this agent needs a TLS context (so connection pools) of its own."""
+        return bool(self.tls_cert_file or self.tls_ca_file)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +303,40 @@ class Config:
 
     def all_dlq_topics(self) -> list[str]:
         return sorted({self.kafka.dlq_topic, *(a.dlq_topic for a in self.agents.values() if a.dlq_topic)})
+
+
+# An agent's secrets (``<key>_file`` / ``<key>_env``) and the other files it names.
+AGENT_SECRETS = ("token", "oauth2_client_secret", "api_key")
+AGENT_FILES = ("tls_cert_file", "tls_key_file", "tls_ca_file", "oauth2_ca_file")
+
+
+def _tls_files(where: str, a: Mapping[str, Any]) -> list[Problem]:
+    """An agent's CA and client certificate load as ``bridge run`` loads them (PEM, the
+    key matching the certificate); what is wrong is the TLS library's reason, never
+    the files' bytes."""
+    out: list[Problem] = []
+    for key in ("tls_ca_file", "oauth2_ca_file"):
+        if a.get(key):
+            try:
+                ssl.create_default_context(cafile=a[key])
+            except (OSError, ssl.SSLError) as exc:
+                out.append(
+                    Problem(f"{where}.{key}", f"{a[key]!r} does not load as PEM CA certificates ({_reason(exc)})")
+                )
+    if a.get("tls_cert_file") and a.get("tls_key_file"):
+        try:
+            ssl.create_default_context().load_cert_chain(a["tls_cert_file"], a["tls_key_file"])
+        except (OSError, ssl.SSLError) as exc:
+            message = (
+                f"{a['tls_cert_file']!r} and tls_key_file do not load as a certificate and its key ({_reason(exc)})"
+            )
+            out.append(Problem(f"{where}.tls_cert_file", message))
+    return out
+
+
+def _reason(exc: OSError) -> str:
+    reason = getattr(exc, "reason", None)
+    return str(reason or exc.strerror or type(exc).__name__)
 
 
 # ------------------------------------------------------------------ keys --
@@ -486,13 +548,11 @@ class _Reader:
     @staticmethod
     def unknown_key(where: str, key: str, known: Mapping[str, Key]) -> Problem:
         sources = [k.name for k in known.values() if k.secret]
-        if sources and any(word in key.lower() for word in ("password", "token", "secret")):
-            # Its value is never shown: it may be the secret itself. Named: the
-            # <secret>_file and <secret>_env nearest to the key given.
-            bases = sorted({name.rsplit("_", 1)[0] for name in sources})
-            nearest = difflib.get_close_matches(key, bases, n=1, cutoff=0)[0]
-            named = " or ".join(name for name in sources if name.rsplit("_", 1)[0] == nearest)
-            return Problem(where, f"unknown key; secrets are never in the file: name {named}")
+        if sources and any(word in key.lower() for word in ("password", "token", "secret", "api_key", "apikey")):
+            # The sources of the secret the key names, else every one.
+            sources = [s for s in sources if s.rpartition("_")[0] in key.lower()] or sources
+            # Its value is never shown: it may be the secret itself.
+            return Problem(where, f"unknown key; secrets are never in the file: name {' or '.join(sources)}")
         return Problem(where, f"unknown key{suggest(key, known)}")
 
     def agents(self, raw: Any) -> dict[str, dict[str, Any]]:
@@ -541,20 +601,20 @@ class _Reader:
             self.add([Problem(f"{var} (environment)", message)])
 
     def files_here(self, k: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
-        """The secret files and variables, certificates and CA the configuration names, on this machine."""
+        """The secret files and variables, certificates and CA the configuration names, on
+        this machine; a secret is read as ``bridge run`` reads it (never shown)."""
         out: list[Problem] = []
         for where, values, key in [
-            *((f"agents.{n}", a, "token") for n, a in agents.items()),
+            *((f"agents.{n}", a, secret) for n, a in agents.items() for secret in AGENT_SECRETS),
             ("kafka", k, "sasl_password"),
             ("kafka", k, "sasl_oauth_client_secret"),
         ]:
-            file, var = values.get(f"{key}_file"), values.get(f"{key}_env")
-            if file and not (os.path.isfile(file) and os.access(file, os.R_OK)):
-                out.append(Problem(f"{where}.{key}_file", f"the secret file {file!r} is not a readable file here"))
-            if var and not self.env.get(var):
-                out.append(
-                    Problem(f"{where}.{key}_env", f"the environment variable {var!r} is not set (or empty) here")
-                )
+            out += self.secret_here(where, values, key)
+        for name, a in agents.items():
+            missing = [key for key in AGENT_FILES if a.get(key) and not os.path.isfile(a[key])]
+            out += [Problem(f"agents.{name}.{key}", f"{a[key]!r} is not a file here") for key in missing]
+            if not missing:
+                out += _tls_files(f"agents.{name}", a)
         files = ["sasl_oauth_ca_file"]
         if k["security_protocol"] in rules.TLS_PROTOCOLS:
             files += ["ssl_cafile", "ssl_certfile", "ssl_keyfile"]
@@ -562,3 +622,19 @@ class _Reader:
             if k[key] and not os.path.isfile(k[key]):
                 out.append(Problem(f"kafka.{key}", f"{k[key]!r} is not a file here"))
         return out
+
+    def secret_here(self, where: str, values: Mapping[str, Any], key: str) -> list[Problem]:
+        file, var = values.get(f"{key}_file"), values.get(f"{key}_env")
+        out: list[Problem] = []
+        if file and not (os.path.isfile(file) and os.access(file, os.R_OK)):
+            out.append(Problem(f"{where}.{key}_file", f"the secret file {file!r} is not a readable file here"))
+        if var and not self.env.get(var):
+            out.append(Problem(f"{where}.{key}_env", f"the environment variable {var!r} is not set (or empty) here"))
+        if out or (file and var):
+            return out  # two places are their own problem (rules.secret_source)
+        try:
+            read_secret(where, key, file, var, self.env)
+        except ConfigError as exc:
+            at, _, message = str(exc).partition(": ")
+            return [Problem(at, message)]
+        return []

@@ -13,7 +13,6 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from bridge.wire.schemas import load as load_schema
 
@@ -35,8 +34,6 @@ SASL_OAUTH_KEYS = (
     "sasl_oauth_audience",
     "sasl_oauth_ca_file",
 )
-# Hosts a plain-http token endpoint may be on: the client secret does not leave the machine.
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 # Kafka's own rule for topic names.
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 URL = re.compile(r"^https?://[^/\s]+")
@@ -171,13 +168,14 @@ def _sasl_oauth(k: Mapping[str, Any]) -> list[Problem]:
     for key in ("sasl_oauth_token_url", "sasl_oauth_client_id"):
         if not k[key]:
             out.append(Problem(f"kafka.{key}", "required with sasl_mechanism 'OAUTHBEARER'"))
-    if not (k["sasl_oauth_client_secret_file"] or k["sasl_oauth_client_secret_env"]):
+    if not _secret_set(k, "sasl_oauth_client_secret"):
         message = "sasl_mechanism 'OAUTHBEARER' needs sasl_oauth_client_secret_file or sasl_oauth_client_secret_env"
         out.append(Problem("[kafka]", message))
     url = k["sasl_oauth_token_url"]
     if isinstance(url, str) and url.startswith("http://"):
-        if urlsplit(url).hostname not in LOOPBACK_HOSTS:
-            message = "plain http: the client secret and the token cross the network unencrypted; use https://"
+        # As for an agent's token endpoint (oauth2 below): a secret in clear off this machine.
+        if not loopback(url):
+            message = "http:// sends the client secret in clear; use https://"
             out.append(Problem("kafka.sasl_oauth_token_url", message, warning=True))
         if k["sasl_oauth_ca_file"]:
             message = "ignored: the token endpoint is plain http, not TLS"
@@ -225,10 +223,105 @@ def agent(where: str, a: Mapping[str, Any], has_url: bool) -> list[Problem]:
     if dialect != "gateway" and a["agent_code"]:
         message = f"only the gateway dialect sends it; {dialect} ignores it"
         out.append(Problem(f"{where}.agent_code", message, warning=True))
-    out += secret_source(where, a, "token")
+    out += credentials(where, a)
     first, top = a["poll_initial_seconds"], a["poll_max_seconds"]
     if first > top > 0:
         out.append(Problem(f"{where}.poll_max_seconds", f"{top} is below poll_initial_seconds {first}"))
+    return out
+
+
+# RFC 9110 5.6.2: a field name is a token.
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# Headers the bridge writes itself, or that frame the request: an API key there
+# would replace the bearer token, the body's type or length, or the route.
+RESERVED_HEADERS = ("authorization", "proxy-authorization", "host", "connection", "transfer-encoding", "te")
+LOOPBACK_HOSTS = ("localhost", "::1", "[::1]")
+OAUTH2_KEYS = ("oauth2_token_url", "oauth2_client_id", "oauth2_client_secret_file", "oauth2_client_secret_env")
+OAUTH2_EXTRAS = ("oauth2_scopes", "oauth2_audience", "oauth2_ca_file")
+
+
+def header_name(value: str) -> str | None:
+    """What is wrong with ``value`` as the header an API key goes in (None: nothing)."""
+    if not HEADER_NAME.match(value):
+        return f"{value!r} is not a header name (RFC 9110: letters, digits and !#$%&'*+-.^_`|~)"
+    low = value.lower()
+    if low in RESERVED_HEADERS or low.startswith("content-"):
+        return f"{value!r} is a header the bridge sets itself; name the agent's API key header"
+    return None
+
+
+def host_of(url: str) -> str:
+    """The host of an http(s) URL, lower-cased, without user info and port."""
+    rest = url.partition("://")[2]
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0].rpartition("@")[2].lower()
+    if authority.startswith("["):
+        return authority[: authority.find("]") + 1]
+    return authority.partition(":")[0]
+
+
+def loopback(url: str) -> bool:
+    host = host_of(url)
+    return host in LOOPBACK_HOSTS or re.fullmatch(r"127(\.\d{1,3}){3}", host) is not None
+
+
+def _secret_set(a: Mapping[str, Any], key: str) -> bool:
+    return bool(a.get(f"{key}_file") or a.get(f"{key}_env"))
+
+
+def oauth2(where: str, a: Mapping[str, Any]) -> list[Problem]:
+    """OAuth2 client credentials need the token endpoint, the client id and its secret."""
+    if not any(a.get(k) for k in (*OAUTH2_KEYS, *OAUTH2_EXTRAS)):
+        return []
+    missing = [k for k in ("oauth2_token_url", "oauth2_client_id") if not a.get(k)]
+    if not _secret_set(a, "oauth2_client_secret"):
+        missing.append("oauth2_client_secret_file or oauth2_client_secret_env")
+    out = [Problem(f"[{where}]", f"OAuth2 client credentials need {', '.join(missing)}")] if missing else []
+    url = a.get("oauth2_token_url")
+    if isinstance(url, str) and url and not URL.match(url):
+        out.append(Problem(f"{where}.oauth2_token_url", f"{url!r} is not an http:// or https:// URL"))
+    elif isinstance(url, str) and url.startswith("http://") and not loopback(url):
+        message = "http:// sends the client secret in clear; use https://"
+        out.append(Problem(f"{where}.oauth2_token_url", message, warning=True))
+    return out + secret_source(where, a, "oauth2_client_secret")
+
+
+def api_key(where: str, a: Mapping[str, Any]) -> list[Problem]:
+    """An API key goes in one named header or one query parameter."""
+    has_key = _secret_set(a, "api_key")
+    header, query = a.get("api_key_header"), a.get("api_key_query")
+    out = secret_source(where, a, "api_key")
+    if has_key and bool(header) == bool(query):
+        out.append(Problem(f"[{where}]", "an API key needs exactly one of api_key_header and api_key_query"))
+    if (header or query) and not has_key:
+        out.append(Problem(f"[{where}]", "api_key_header / api_key_query need api_key_file or api_key_env"))
+    if isinstance(header, str) and (problem := header_name(header)):
+        out.append(Problem(f"{where}.api_key_header", problem))
+    if isinstance(query, str) and not re.fullmatch(r"[A-Za-z0-9._~-]+", query):
+        message = f"{query!r} is not a plain query parameter name (letters, digits and ._~-)"
+        out.append(Problem(f"{where}.api_key_query", message))
+    return out
+
+
+def credentials(where: str, a: Mapping[str, Any]) -> list[Problem]:
+    """How the bridge authenticates to an agent: at most one scheme sets Authorization
+    (a bearer token or OAuth2), an API key and mutual TLS may come on top; none of
+    them should travel in clear."""
+    out = secret_source(where, a, "token") + oauth2(where, a) + api_key(where, a)
+    bearer, client = _secret_set(a, "token"), bool(a.get("oauth2_token_url") or a.get("oauth2_client_id"))
+    if bearer and client:
+        message = "token_* and oauth2_* both set the Authorization header; configure one"
+        out.append(Problem(f"[{where}]", message))
+    if bool(a.get("tls_cert_file")) != bool(a.get("tls_key_file")):
+        message = "tls_cert_file and tls_key_file go together (a client certificate and its key)"
+        out.append(Problem(f"[{where}]", message))
+    url = a.get("url")
+    if isinstance(url, str) and url.startswith("http://"):
+        if (bearer or client or _secret_set(a, "api_key")) and not loopback(url):
+            message = "http:// sends the agent's credentials in clear; use https://"
+            out.append(Problem(f"{where}.url", message, warning=True))
+        for key in ("tls_cert_file", "tls_ca_file"):
+            if a.get(key):
+                out.append(Problem(f"{where}.{key}", "ignored: the url is http://, not TLS", warning=True))
     return out
 
 

@@ -17,12 +17,24 @@ not JSON-RPC / SSE as expected       unreadable       unknown
 Retryable failures (timeouts, transport errors, HTTP 5xx and 429) are retried
 with the same messageId until ``resume_deadline_seconds`` pass; the others end
 the start at once.
+
+No token to send (:class:`~bridge.errors.CredentialsUnavailable`: the token
+endpoint is down, or refuses the bridge's client) is none of these: the agent
+was never asked, so it says nothing about the agent or its Task. The Task is
+held, whatever it was doing (a start, a reply, a resume, polling, a cancel): it
+asks again after :func:`credentials_wait`, the resume budgets do not run
+meanwhile, and only the Task's own deadline ends the wait (``timeout``, its
+reason naming the token endpoint's answer). A revoked or wrong client secret is
+held the same way, so that replacing the Secret (a file is read again when it
+changes) lets every held Task go on, none lost.
 """
 
 from __future__ import annotations
 
+import random
 from typing import NamedTuple
 
+from bridge.core.backoff import AGENT_RETRY, Draw
 from bridge.core.lifecycle import BridgeOutcome
 from bridge.errors import (
     AgentAuthError,
@@ -31,6 +43,7 @@ from bridge.errors import (
     AgentOversize,
     AgentProtocolError,
     AgentUnavailable,
+    CredentialsUnavailable,
     RpcError,
 )
 
@@ -53,6 +66,21 @@ def start_failure(exc: AgentError | TimeoutError, first_event_timeout: float) ->
     if isinstance(exc, AgentProtocolError):
         return "unreadable", reason
     return "rejected", reason
+
+
+def credentials_wait(exc: CredentialsUnavailable, attempt: int, draw: Draw = random.random) -> float:
+    """How long a Task held for a token waits before it asks again (``attempt``: 0 for
+    the first wait): not before its source will fetch again (``retry_after``), and
+    spread with :data:`~bridge.core.backoff.AGENT_RETRY` so the held Tasks of one
+    agent do not all ask in the same instant (the source fetches once for all)."""
+    return exc.retry_after + AGENT_RETRY.delay(attempt, draw)
+
+
+def held_reason(exc: CredentialsUnavailable) -> str:
+    """Why a held Task's deadline passed: the token endpoint's answer, never a secret."""
+    what = "refused the bridge's client" if exc.refused else "gave no token"
+    held = f"the bridge's deadline passed while the token endpoint {what} ({exc.detail})"
+    return f"{held}; the agent's Task, if any, may still run"
 
 
 def cancel_failure(exc: AgentError) -> str:

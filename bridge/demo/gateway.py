@@ -9,10 +9,12 @@ Run it::
 
     python -m bridge.demo.gateway --host 127.0.0.1 --port 18080 \\
         [--retention N] [--task-ttl SECONDS] [--drop-probability P] [--seed N] \\
-        [--token-file PATH] [--log-level LEVEL]
+        [--token-file PATH | --jwt-issuer URL --jwt-jwks-url URL [--jwt-audience AUD]]
+        [--api-key-file PATH (--api-key-header NAME | --api-key-query NAME)]
+        [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--log-level LEVEL]
 
 ``--port 0`` picks a free port; once bound it prints exactly one line,
-``gateway listening on http://HOST:PORT``.
+``gateway listening on http://HOST:PORT`` (``https://`` with ``--tls-cert``).
 
 Request envelope: ``{"jsonrpc": "2.0", "id": <str|int>, "agent_code": <agent>,
 "method": ..., "params": {...}}``. ``agent_code`` selects an agent of
@@ -50,10 +52,14 @@ Error codes
     -32013  the message's ``taskId`` names a Task that is not input-required
     ======  ==========================================================
 
-Auth: with ``--token-file`` the A2A endpoint needs ``Authorization: Bearer <token>``;
-no/other-scheme header -> HTTP 401, wrong token -> HTTP 403, both with a JSON
-body ``{"error": ...}``. ``/healthz`` and ``/_control/*`` are not authenticated
-(test-only endpoints). The token is never logged.
+Auth: the options of :mod:`bridge.demo.guard` (``--token-file``, a JWT from an
+issuer, an API key, HTTPS with a required client certificate). A request to the A2A
+endpoint without the credentials asked for gets HTTP 401 with a JSON body
+``{"error": ...}`` and a ``WWW-Authenticate`` challenge (``Bearer
+error="invalid_token"`` for a wrong or expired token). ``/healthz`` and
+``/_control/*`` are not authenticated (test-only endpoints); ``GET /_control/auth``
+counts the requests the guard accepted and refused, by reason. No credential is
+ever logged.
 
 SSE frame: ``id: <seq>\\nevent: message\\ndata: {"jsonrpc":"2.0","id":<req id>,
 "result":<event>}\\n\\n``; seq is per Task and starts at 1 (event 1 is the Task
@@ -102,7 +108,7 @@ import argparse
 import asyncio
 import contextlib
 import copy
-import hmac
+import dataclasses
 import itertools
 import logging
 import random
@@ -118,12 +124,14 @@ from typing import Any
 import orjson
 import uvicorn
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from bridge.demo import scripts
+from bridge.demo.guard import Guard, GuardError, GuardMiddleware, GuardOptions, TlsOptions, add_arguments, options_from
 
 log = logging.getLogger("bridge.demo.gateway")
 
@@ -140,6 +148,8 @@ EVENTS_NOT_RETAINED = -32010
 AGENT_CODE_MISSING = -32011
 AGENT_CODE_UNKNOWN = -32012
 TASK_NOT_AWAITING_INPUT = -32013
+
+A2A_PATH = "/newmoi/agents/a2a"
 
 TERMINAL_STATES = frozenset({"completed", "failed", "canceled", "rejected"})
 # States that end a stream: the Task is done or waits for the user.
@@ -168,7 +178,9 @@ class GatewayConfig:
     task_ttl: float = 3600.0
     drop_probability: float = 0.0
     seed: int | None = None
-    token: str | None = None
+    token: str | None = None  # a fixed bearer token to require (tests in-process); else ``auth``
+    auth: GuardOptions = field(default_factory=GuardOptions)
+    tls: TlsOptions = field(default_factory=TlsOptions)
     # Resubscribe replays this many events at or before afterSeq as well: the
     # redelivery docs/gateway-protocol.md warns of ("network recovery can redeliver an event"),
     # so tests can check that clients de-duplicate by sequence.
@@ -551,9 +563,6 @@ class Gateway:
         }
 
     async def dispatch(self, request: Request) -> Response | EventStream | _RawStream:
-        auth = self._check_auth(request)
-        if auth is not None:
-            return auth
         try:
             payload = orjson.loads(await request.body())
         except orjson.JSONDecodeError:
@@ -575,22 +584,6 @@ class Gateway:
             return handler(rpc_id, payload["agent_code"], payload.get("params", {}))
         except RpcError as err:
             return _rpc_error(rpc_id, err)
-
-    def _check_auth(self, request: Request) -> Response | None:
-        token = self.cfg.token
-        if token is None:
-            return None
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not given.strip():
-            return _json_response(
-                {"error": "unauthorized", "message": "missing bearer token"},
-                401,
-                {"WWW-Authenticate": "Bearer"},
-            )
-        if not hmac.compare_digest(given.strip().encode(), token.encode()):
-            return _json_response({"error": "forbidden", "message": "invalid bearer token"}, 403)
-        return None
 
     def _debug_mode(self, message: JSON) -> str | None:
         return scripts.params(_message_text(message)).get("debug")
@@ -819,11 +812,19 @@ class _DropUnfinishedFilter(logging.Filter):
         return record.getMessage() != _UNFINISHED_MSG
 
 
+def _public(path: str) -> bool:
+    return path != A2A_PATH
+
+
 def create_app(cfg: GatewayConfig) -> Starlette:
     gw = Gateway(cfg)
+    guard = Guard(cfg.auth if cfg.token is None else dataclasses.replace(cfg.auth, token=cfg.token))
     uv_log = logging.getLogger("uvicorn.error")
     if not any(isinstance(f, _DropUnfinishedFilter) for f in uv_log.filters):
         uv_log.addFilter(_DropUnfinishedFilter())
+
+    async def control_auth(request: Request) -> Response:
+        return _json_response(guard.counts())
 
     async def healthz(request: Request) -> Response:
         return _json_response({"status": "ok", "tasks": len(gw.tasks)})
@@ -897,13 +898,15 @@ def create_app(cfg: GatewayConfig) -> Starlette:
 
     app = Starlette(
         routes=[
-            Route("/newmoi/agents/a2a", _A2AEndpoint(gw), methods=["POST"]),
+            Route(A2A_PATH, _A2AEndpoint(gw), methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/_control/tasks", control_tasks, methods=["GET"]),
             Route("/_control/tasks/{task_id}", control_task, methods=["GET"]),
             Route("/_control/drop", control_drop, methods=["POST"]),
             Route("/_control/config", control_config, methods=["POST"]),
+            Route("/_control/auth", control_auth, methods=["GET"]),
         ],
+        middleware=[Middleware(GuardMiddleware, guard=guard, public=_public)],
         lifespan=lifespan,
     )
     app.state.gateway = gw
@@ -918,10 +921,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--task-ttl", type=float, default=3600.0, help="seconds a terminal Task is kept")
     ap.add_argument("--drop-probability", type=float, default=0.0, help="chance to cut a stream after each event")
     ap.add_argument("--seed", type=int, default=None, help="seed for the drop RNG")
-    ap.add_argument("--token-file", default=None, help="file holding the bearer token to require")
     ap.add_argument("--redeliver", type=int, default=0, help="resubscribe also replays N events <= afterSeq")
     ap.add_argument("--log-level", default="warning")
+    add_arguments(ap)
     args = ap.parse_args(argv)
+    args.auth, args.tls = options_from(ap, args)
     if args.retention < 1:
         ap.error("--retention must be >= 1")
     if not 0.0 <= args.drop_probability <= 1.0:
@@ -956,6 +960,7 @@ def make_server(cfg: GatewayConfig, log_level: str = "warning") -> GatewayServer
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=5,
+        **cfg.tls.uvicorn_kwargs(),
     )
     return GatewayServer(config, app.state.gateway)
 
@@ -965,23 +970,19 @@ def bound_port(server: uvicorn.Server) -> int:
     return port
 
 
-async def _serve(server: uvicorn.Server, host: str) -> None:
+async def _serve(server: uvicorn.Server, host: str, scheme: str) -> None:
     serving = asyncio.create_task(server.serve())
     while not server.started:
         if serving.done():
             await serving  # startup failed: surface the error
             return
         await asyncio.sleep(0.01)
-    print(f"gateway listening on http://{host}:{bound_port(server)}", flush=True)
+    print(f"gateway listening on {scheme}://{host}:{bound_port(server)}", flush=True)
     await serving
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parse_args(argv)
-    token = None
-    if args.token_file:
-        with open(args.token_file, encoding="utf-8") as fh:
-            token = fh.read().strip() or None
     cfg = GatewayConfig(
         host=args.host,
         port=args.port,
@@ -989,11 +990,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         task_ttl=args.task_ttl,
         drop_probability=args.drop_probability,
         seed=args.seed,
-        token=token,
+        auth=args.auth,
+        tls=args.tls,
         redeliver=args.redeliver,
     )
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(_serve(make_server(cfg, args.log_level), cfg.host))
+    try:
+        server = make_server(cfg, args.log_level)
+    except GuardError as exc:
+        raise SystemExit(f"gateway: {exc}") from None
+    asyncio.run(_serve(server, cfg.host, cfg.tls.scheme))
 
 
 if __name__ == "__main__":

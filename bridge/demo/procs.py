@@ -1,7 +1,7 @@
 """Local agent servers as child processes: start one, learn its URL, stop it.
 
 The demo, the tests and the benchmarks all run the demo gateway and the
-a2a-sdk agents this way; each server prints ``... listening on http://HOST:PORT``
+a2a-sdk agents this way; each server prints ``... listening on http://HOST:PORT`` (or https)
 once it accepts connections.
 """
 
@@ -44,7 +44,7 @@ def start_listening(
         line = proc.stdout.readline().decode(errors="replace")
         if not line:
             break
-        m = re.search(r"listening on (http://\S+)", line)
+        m = re.search(r"listening on (https?://\S+)", line)
         if m:
             return proc, m.group(1).rstrip("/")
     stop_group(proc, 5)

@@ -12,7 +12,12 @@ one URL per agent, ``/agents/<name>``, speaks both A2A v0.3 JSON-RPC
 ``writer-poll`` runs the writer script behind a card that says
 ``streaming: false``, for the bridge's polling path.
 
-Run: ``python -m bridge.demo.sdk_agents --host 127.0.0.1 --port 18090``.
+Run: ``python -m bridge.demo.sdk_agents --host 127.0.0.1 --port 18090``, plus
+the credential options of :mod:`bridge.demo.guard` (a bearer token file, a JWT
+from an issuer, an API key, HTTPS with a required client certificate). The cards
+then declare what the agents require (``securitySchemes`` with ``security`` for
+v0.3 and ``securityRequirements`` for v1.0, both in one card as the SDK serves it),
+and stay readable without credentials: an A2A card is public.
 """
 
 from __future__ import annotations
@@ -37,10 +42,17 @@ from a2a.types import (
     AgentCard,
     AgentInterface,
     AgentSkill,
+    APIKeySecurityScheme,
     Artifact,
+    HTTPAuthSecurityScheme,
     Message,
+    MutualTlsSecurityScheme,
+    OpenIdConnectSecurityScheme,
     Part,
     Role,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
     Task,
     TaskArtifactUpdateEvent,
     TaskState,
@@ -49,9 +61,11 @@ from a2a.types import (
 )
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
 from bridge.demo import scripts
+from bridge.demo.guard import Guard, GuardError, GuardMiddleware, GuardOptions, TlsOptions, add_arguments, options_from
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +190,27 @@ def agent_url(base_url: str, name: str) -> str:
     return f"{base_url.rstrip('/')}{AGENTS_PREFIX}/{name}"
 
 
-def agent_card(base_url: str, agent: HostedAgent) -> AgentCard:
+def security_schemes(auth: GuardOptions, tls: TlsOptions) -> dict[str, SecurityScheme]:
+    """What a card declares for the credentials the guard requires (all of them at once)."""
+    schemes: dict[str, SecurityScheme] = {}
+    if auth.jwt_issuer:
+        discovery = auth.jwt_issuer.rstrip("/") + "/.well-known/openid-configuration"
+        schemes["oidc"] = SecurityScheme(
+            open_id_connect_security_scheme=OpenIdConnectSecurityScheme(open_id_connect_url=discovery)
+        )
+    elif auth.bearer:
+        schemes["bearer"] = SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="bearer"))
+    if auth.api_key_file:
+        location, name = ("header", auth.api_key_header) if auth.api_key_header else ("query", auth.api_key_query)
+        schemes["apiKey"] = SecurityScheme(
+            api_key_security_scheme=APIKeySecurityScheme(location=location, name=name or "")
+        )
+    if tls.client_ca_file:
+        schemes["mtls"] = SecurityScheme(mtls_security_scheme=MutualTlsSecurityScheme())
+    return schemes
+
+
+def agent_card(base_url: str, agent: HostedAgent, schemes: dict[str, SecurityScheme] | None = None) -> AgentCard:
     """The card of ``agent``: one JSON-RPC URL announced for protocol 1.0 and 0.3."""
     url = agent_url(base_url, agent.name)
     description = _DESCRIPTIONS[agent.script]
@@ -202,15 +236,31 @@ def agent_card(base_url: str, agent: HostedAgent) -> AgentCard:
                 examples=["chunks=5 interval=0.05"],
             )
         ],
+        security_schemes=schemes or {},
+        # One requirement naming every scheme: all of them at once (AND), as the guard checks.
+        security_requirements=[SecurityRequirement(schemes={n: StringList() for n in schemes})] if schemes else [],
     )
 
 
-def create_app(base_url: str, agents: tuple[HostedAgent, ...] = HOSTED) -> Starlette:
-    """The Starlette app hosting ``agents``; ``base_url`` is what the cards announce."""
+def _public(path: str) -> bool:
+    return path.endswith(AGENT_CARD_WELL_KNOWN_PATH)
+
+
+def create_app(
+    base_url: str,
+    agents: tuple[HostedAgent, ...] = HOSTED,
+    auth: GuardOptions | None = None,
+    tls: TlsOptions | None = None,
+) -> Starlette:
+    """The Starlette app hosting ``agents``; ``base_url`` is what the cards announce;
+    ``auth`` what every request but the cards' must carry (TLS is the server's, see :func:`serve`)."""
+    auth, tls = auth or GuardOptions(), tls or TlsOptions()
+    guard = Guard(auth)
+    schemes = security_schemes(auth, tls)
     routes: list[BaseRoute] = []
     handlers: list[DefaultRequestHandler] = []
     for agent in agents:
-        card = agent_card(base_url, agent)
+        card = agent_card(base_url, agent, schemes)
         handler = DefaultRequestHandler(
             agent_executor=ScriptedAgentExecutor(agent.script),
             task_store=InMemoryTaskStore(),
@@ -229,13 +279,24 @@ def create_app(base_url: str, agents: tuple[HostedAgent, ...] = HOSTED) -> Starl
             for handler in handlers:
                 await handler.aclose()
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(GuardMiddleware, guard=guard, public=_public)],
+    )
+    app.state.guard = guard
+    return app
 
 
-async def serve(host: str, port: int) -> None:
+async def serve(host: str, port: int, auth: GuardOptions | None = None, tls: TlsOptions | None = None) -> None:
     """Run the server until interrupted; print the ready line once it listens."""
-    base_url = f"http://{host}:{port}"
-    config = uvicorn.Config(create_app(base_url), host=host, port=port, log_level="warning")
+    tls = tls or TlsOptions()
+    base_url = f"{tls.scheme}://{host}:{port}"
+    try:
+        app = create_app(base_url, auth=auth, tls=tls)
+    except GuardError as exc:
+        raise SystemExit(f"sdk agents: {exc}") from None
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", **tls.uvicorn_kwargs())
     server = uvicorn.Server(config)
     runner = asyncio.create_task(server.serve())
     while not server.started:
@@ -251,9 +312,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=18090)
+    add_arguments(parser)
     args = parser.parse_args(argv)
+    auth, tls = options_from(parser, args)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    asyncio.run(serve(args.host, args.port))
+    asyncio.run(serve(args.host, args.port, auth, tls))
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ from bridge.core.lifecycle import (
     is_terminal,
 )
 from bridge.core.resume import Lost, Poll, Publish, Resume, Snapshots, reconcile_first
-from bridge.errors import AgentError, AgentNoTask, RpcError
+from bridge.errors import AgentError, AgentNoTask, CredentialsUnavailable, RpcError
 from bridge.observe import logs, metrics
 from bridge.wire.dialects import Dialect, Request
 
@@ -117,6 +117,14 @@ class TaskRunner:
         self._stopping = False
         self._cap = part.artifact_cap(record.agent)
         self._log: dict[str, object] = {}
+        # Held for a token (bridge.core.policy.credentials_wait): the last answer of the
+        # token source while held, how many waits in a row, and the seconds held in all
+        # (the resume budgets do not run meanwhile: see _clock).
+        self._held: CredentialsUnavailable | None = None
+        self._held_waits = 0
+        self._held_seconds = 0.0
+        self._holding = 0  # waits under way (a cancel may wait beside the follower)
+        self._held_since = 0.0
 
     # ------------------------------------------------------------ plumbing --
 
@@ -170,6 +178,35 @@ class TaskRunner:
             pass
         finally:
             self._waiter = None
+
+    def _clock(self) -> float:
+        """Monotonic seconds that stand still while the Task is held for a token: the
+        clock of the resume and retry budgets, which measure the agent, not the token
+        endpoint."""
+        now = time.monotonic()
+        return now - self._held_seconds - (now - self._held_since if self._holding else 0.0)
+
+    async def _hold(self, exc: CredentialsUnavailable) -> None:
+        """No token for the agent yet: wait as :func:`bridge.core.policy.credentials_wait` says."""
+        if self._held is None:
+            # Debug only: the token source logs each failed fetch once for all its Tasks.
+            log.debug("waiting for a token to send to %s: %s", self.client.name, exc.detail)
+        self._held = exc
+        delay = policy.credentials_wait(exc, self._held_waits)
+        self._held_waits += 1
+        if not self._holding:
+            self._held_since = time.monotonic()
+        self._holding += 1
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            self._holding -= 1
+            if not self._holding:
+                self._held_seconds += time.monotonic() - self._held_since
+
+    def _unheld(self) -> None:
+        """A call went out: the Task is held no more."""
+        self._held, self._held_waits = None, 0
 
     def _active(self) -> None:
         self.part.activity(self.record.task_key, not self.record.closed and not self.record.paused)
@@ -262,9 +299,11 @@ class TaskRunner:
                 if self.record.closed:
                     break
                 if deadline is not None and time.time() >= deadline:
-                    self._outcome("timeout", "the bridge's deadline passed; the agent's Task may still run")
-                    if self.part.config.bridge.cancel_on_timeout and self.record.task_id:
-                        with contextlib.suppress(AgentError):
+                    held = self._held
+                    reason = policy.held_reason(held) if held else None
+                    self._outcome("timeout", reason or "the bridge's deadline passed; the agent's Task may still run")
+                    if self.part.config.bridge.cancel_on_timeout and self.record.task_id and not held:
+                        with contextlib.suppress(AgentError, CredentialsUnavailable):
                             await self._cancel_call()
         finally:
             if self._follower is not None:
@@ -383,23 +422,28 @@ class TaskRunner:
         message = self._message(command)
         cfg = self.part.config.bridge
         dialect = self.client.dialect
-        deadline = time.monotonic() + cfg.resume_deadline_seconds
+        deadline = self._clock() + cfg.resume_deadline_seconds
         attempt = 0
         while True:
             try:
                 if not await self.client.streaming():
                     async with asyncio.timeout(cfg.first_event_timeout_seconds):
                         snap = await self.client.task(dialect.send("send", rpc_id("send"), message), self._trace)
+                    self._unheld()
                     self._first(command, snap)
                     return "poll"
                 it = aiter(self.client.stream(dialect.send("stream", rpc_id("stream"), message), self._trace))
                 try:
-                    self._first(command, await self._first_update(it, cfg.first_event_timeout_seconds))
+                    first = await self._first_update(it, cfg.first_event_timeout_seconds)
                 except BaseException:
                     with contextlib.suppress(Exception):
                         await close_stream(it)
                     raise
+                self._unheld()
+                self._first(command, first)
                 return it
+            except CredentialsUnavailable as exc:
+                await self._hold(exc)
             except AgentNoTask as exc:
                 # The agent answered without a Task: that is the answer (a start that
                 # never names a Task is closed, not left pending: docs/gateway-protocol.md).
@@ -411,8 +455,9 @@ class TaskRunner:
                     self._active()
                 return None
             except (AgentError, TimeoutError) as exc:
-                if policy.retryable(exc) and time.monotonic() + 0.2 < deadline:
-                    await asyncio.sleep(min(AGENT_RETRY.delay(attempt), max(0.0, deadline - time.monotonic())))
+                self._unheld()
+                if policy.retryable(exc) and self._clock() + 0.2 < deadline:
+                    await asyncio.sleep(min(AGENT_RETRY.delay(attempt), max(0.0, deadline - self._clock())))
                     attempt += 1
                     continue
                 outcome, reason = policy.start_failure(exc, cfg.first_event_timeout_seconds)
@@ -463,9 +508,19 @@ class TaskRunner:
                 await close_stream(it)
 
     async def _snapshot(self) -> TaskSnapshot:
-        """tasks/get."""
+        """tasks/get (held until there is a token to send)."""
         assert self.record.task_id is not None
-        return await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id), self._trace)
+        while True:
+            try:
+                snap = await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id), self._trace)
+            except CredentialsUnavailable as exc:
+                await self._hold(exc)
+                continue
+            except AgentError:
+                self._unheld()
+                raise
+            self._unheld()
+            return snap
 
     async def _observe(self) -> TaskSnapshot | AgentError:
         """tasks/get: the snapshot, or the error it failed with."""
@@ -479,7 +534,18 @@ class TaskRunner:
         assert self.record.task_id is not None
         metrics.RECONNECTS.labels(why).inc()
         resubscribe = self.client.dialect.resubscribe(rpc_id("resubscribe"), self.record.task_id, self.record.after_seq)
-        await self._consume(self.client.stream(resubscribe, self._trace))
+        while True:
+            try:
+                # The token is asked for as the stream opens, before any event.
+                await self._consume(self.client.stream(resubscribe, self._trace))
+            except CredentialsUnavailable as exc:
+                await self._hold(exc)
+                continue
+            except AgentError:
+                self._unheld()
+                raise
+            self._unheld()
+            return
 
     async def _after_stream(self) -> None:
         """The stream ended: done, paused, or dropped (then resume)."""
@@ -506,7 +572,7 @@ class TaskRunner:
         plan = Resume(
             sequenced=self.client.dialect.sequenced,
             budget=self.part.config.bridge.resume_deadline_seconds,
-            now=time.monotonic(),
+            now=self._clock(),
             backoff=AGENT_RETRY,
         )
         while self._live():
@@ -517,9 +583,9 @@ class TaskRunner:
             if not self._live():
                 return
             if (self.record.seq, self.record.after_seq) != before:
-                plan.progressed(time.monotonic())
+                plan.progressed(self._clock())
                 continue
-            decision = plan.fruitless(failure, await self._observe(), time.monotonic())
+            decision = plan.fruitless(failure, await self._observe(), self._clock())
             if isinstance(decision, Lost):
                 self._outcome("lost", decision.reason)
                 return
@@ -594,7 +660,7 @@ class TaskRunner:
             await asyncio.sleep(plan.wait())
             got = await self._observe()
             if isinstance(got, AgentError):
-                decision = plan.failed(got, time.monotonic())
+                decision = plan.failed(got, self._clock())
                 if isinstance(decision, Lost):
                     self._outcome("lost", decision.reason)
                     return
@@ -609,15 +675,18 @@ class TaskRunner:
         """tasks/cancel until the agent answers; confirm with tasks/get if ambiguous.
         A cancel that fails for good is published (``cancel-failed``), not only logged."""
         attempt = 0
-        deadline = time.monotonic() + self.part.config.bridge.resume_deadline_seconds
+        deadline = self._clock() + self.part.config.bridge.resume_deadline_seconds
         while self.record.cancel_pending and not self.record.closed:
             try:
                 await self._cancel_call()
                 self.record.cancel_pending = None
                 self.part.changed(self.record)
                 return
+            except CredentialsUnavailable as exc:
+                await self._hold(exc)
             except AgentError as exc:
-                if exc.retryable and time.monotonic() < deadline:
+                self._unheld()
+                if exc.retryable and self._clock() < deadline:
                     await asyncio.sleep(AGENT_RETRY.delay(attempt))
                     attempt += 1
                     continue

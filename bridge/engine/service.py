@@ -54,7 +54,7 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
 )
 
-from bridge.agents import client
+from bridge.agents import client, live
 from bridge.agents.client import AgentClient
 from bridge.config.model import Config, ConfigError
 from bridge.core import txn_failure
@@ -443,12 +443,11 @@ class Service:
         metrics.init(list(cfg.agents))
         shards = cfg.bridge.http_pools
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=max(8, 256 // shards))
-        # One TLS context for every shard: each default one loads the CA store again.
-        tls = httpx.create_ssl_context()
-        self._producers = ProducerLoop.threaded()
         async with contextlib.AsyncExitStack() as pools:
-            http = [await pools.enter_async_context(client.pool(limits, tls)) for _ in range(shards)]
-            self.clients.update({name: AgentClient(a, http) for name, a in cfg.agents.items()})
+            # First: a certificate that does not load stops the start before any thread runs.
+            self.clients.update(await client.clients(cfg, pools, limits, shards))
+            self._producers = ProducerLoop.threaded()
+            cards = asyncio.create_task(self._check_cards(), name="agent-cards")
             ops = OpsServer(cfg.bridge.http_port, self.ready) if cfg.bridge.http_port >= 0 else None
             if ops:
                 await ops.start()
@@ -474,10 +473,21 @@ class Service:
                 if ops:
                     await ops.stop()
                 watch.cancel()
+                cards.cancel()
                 if self._resumer is not None:
                     self._resumer.cancel()
                 self._producers.close()
         return self._exit_code()
+
+    async def _check_cards(self) -> None:
+        """One warning per agent whose card requires credentials its configuration
+        does not present (bridge/core/security.py): its Tasks will be refused."""
+        # A gateway is no A2A agent: it has no agent card (docs/gateway-protocol.md).
+        agents = [c for c in self.clients.values() if c.config.dialect != "gateway"]
+        found = await asyncio.gather(*(live.card_problem(c) for c in agents))
+        for problem in found:
+            if problem is not None:
+                log.warning("%s", problem)
 
     async def _watch(self) -> None:
         """Samples the event loop's lag (how late a timer fires: the same delay a

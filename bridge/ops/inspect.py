@@ -100,6 +100,7 @@ async def live(config: Config, record: TaskRecord, events: list[dict[str, Any]])
     import httpx
 
     from bridge.agents.client import AgentClient, rpc_id
+    from bridge.agents.credentials import tls_context
 
     agent = config.agents.get(record.agent)
     if agent is None:
@@ -108,7 +109,8 @@ async def live(config: Config, record: TaskRecord, events: list[dict[str, Any]])
     if not record.task_id:
         print("  the agent has not named a Task yet: nothing to ask for")
         return False
-    async with httpx.AsyncClient() as http:
+    # The agent's own CA and client certificate, when it has them (mutual TLS).
+    async with httpx.AsyncClient(verify=tls_context(agent) or True) as http:
         client = AgentClient(agent, http)
         if record.endpoint:
             client = client.routed(record.endpoint, record.dialect or agent.dialect, record.agent_code)

@@ -11,7 +11,14 @@ event id, which carries over to later events. Two things differ on purpose:
   without an id is not a replay of the previous one;
 - one event (and one unterminated line) may hold at most ``max_event_bytes``:
   a server that sends more raises :class:`EventTooLarge` instead of growing
-  the bridge's memory without bound.
+  the bridge's memory without bound. The memory held is bounded too, not only
+  the bytes counted: each data line kept apart costs an object and a list slot
+  besides its bytes (2.8 million one-byte lines held 117 MiB for 8 MiB counted),
+  so past the cap by that reckoning an event's lines are joined into one buffer.
+
+A CR ends its line when it arrives, even at the end of a read (the event it
+completes is dispatched then, not a read later); an LF that begins the next read
+is then the second half of that CRLF, and skipped.
 """
 
 from __future__ import annotations
@@ -21,6 +28,12 @@ from dataclasses import dataclass
 _BOM = b"\xef\xbb\xbf"
 # Reads larger than this whose lines end in LF are parsed in place (see Parser._lf_lines).
 _FIND_BYTES = 4096
+# What one data line kept apart costs beyond its bytes, reckoned against the cap: the
+# LF that joins it, a bytes object's header (allocated in 16-byte steps), its list slot.
+_LINE_COST = 1 + 55
+# Pieces of an unended line kept apart before they are joined (a line may come a
+# byte per read).
+_MAX_OPEN_PIECES = 64
 
 
 class EventTooLarge(ValueError):
@@ -37,26 +50,19 @@ class Frame:
     event: str = ""
 
 
-def _lf_ended(buf: bytes) -> tuple[bytes, bytes]:
-    """``buf`` with its CRLF and CR line ends made LF, and a final CR held back
-    (maybe the first half of a CRLF: the next read decides)."""
-    held = b""
-    if buf.endswith(b"\r"):
-        buf, held = buf[:-1], b"\r"
-    return buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n"), held
-
-
 class Parser:
-    __slots__ = ("_data", "_event", "_id", "_last_id", "_max", "_open", "_open_size", "_size", "_started")
+    __slots__ = ("_cr", "_data", "_event", "_id", "_last_id", "_max", "_open", "_open_size", "_size", "_started")
 
     def __init__(self, max_event_bytes: int) -> None:
         self._max = max_event_bytes
         # The line not yet ended, in the pieces it came in: joined once, when it ends.
-        # Only the last piece may end in CR (maybe the first half of a CRLF).
-        self._open: list[bytes] = []
+        self._open: list[bytes | bytearray] = []
         self._open_size = 0
-        self._data: list[bytes] = []
+        # The event's data lines, and what they cost (their bytes and _LINE_COST each).
+        self._data: list[bytes | bytearray] = []
         self._size = 0
+        # The last read ended in CR: an LF first in the next one completes that CRLF.
+        self._cr = False
         self._id: str | None = None
         self._last_id = ""
         self._event = ""
@@ -66,44 +72,54 @@ class Parser:
         """The events completed by ``chunk``, in order."""
         if not self._started:
             return self._start(chunk)
+        if self._cr:
+            self._cr = False
+            if chunk[:1] == b"\n":  # the LF of a CRLF whose CR ended the last read
+                chunk = chunk[1:]
+                if not chunk:
+                    return []
+        if len(chunk) > _FIND_BYTES and b"\r" not in chunk and (end := chunk.find(b"\n")) >= 0:
+            return self._lf_lines(chunk, end)
+        if b"\n" not in chunk and b"\r" not in chunk:
+            # Still inside a line: keep the read aside, not joined and split again
+            # on every read, which made a long line quadratic in its reads.
+            self._hold(chunk)
+            return []
+        return self._split(chunk)
+
+    def _split(self, chunk: bytes) -> list[Frame]:
+        """:meth:`feed` of any other read: joined to the open line, its line ends made LF, split."""
         pieces = self._open
-        if not (pieces and pieces[-1][-1:] == b"\r"):
-            if len(chunk) > _FIND_BYTES and b"\r" not in chunk and (end := chunk.find(b"\n")) >= 0:
-                return self._lf_lines(chunk, end)
-            if b"\n" not in chunk and b"\r" not in chunk:
-                # Still inside a line: keep the read aside, not joined and split again
-                # on every read, which made a long line quadratic in its reads.
-                self._hold(chunk)
-                return []
-        # Any other read: joined to the open line, its line ends made LF, split.
         buf = b"".join([*pieces, chunk]) if pieces else chunk
         pieces.clear()
         self._open_size = 0
-        held = b""
         if b"\r" in buf:
-            buf, held = _lf_ended(buf)
+            self._cr = buf[-1:] == b"\r"
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = buf.split(b"\n")
         rest = lines.pop()
         if len(rest) > self._max:
             raise EventTooLarge(f"an SSE line exceeds {self._max} bytes")
-        if rest or held:
-            pieces.append(rest + held)
+        if rest:
+            pieces.append(rest)
             self._open_size = len(rest)
         out: list[Frame] = []
         # The per-event hot path: the common fields inline, the rest in _line.
-        data, size = self._data, self._size
+        data, size, cap = self._data, self._size, self._max
         for line in lines:
             if not line:
                 data, size = self._dispatch(data, out), 0
             elif line.startswith(b"data:"):
                 value = line[6:] if line[5:6] == b" " else line[5:]
-                size += len(value) + 1
-                if size > self._max:
-                    raise EventTooLarge(f"an SSE event exceeds {self._max} bytes")
-                data.append(value)
+                size += len(value) + _LINE_COST
+                if size > cap:
+                    size = self._join(data, size, value)
+                else:
+                    data.append(value)
             else:
                 self._data, self._size = data, size
                 self._line(line, out)
+                data, size = self._data, self._size  # a "data" line without a colon counts too
         self._data, self._size = data, size
         return out
 
@@ -122,10 +138,37 @@ class Parser:
 
     def _hold(self, piece: bytes) -> None:
         """Keep ``piece`` of a line not yet ended aside, within the cap."""
-        self._open.append(piece)
+        pieces = self._open
+        pieces.append(piece)
         self._open_size += len(piece)
         if self._open_size > self._max:
             raise EventTooLarge(f"an SSE line exceeds {self._max} bytes")
+        if len(pieces) > _MAX_OPEN_PIECES:
+            # A line trickling in: one growing buffer, not an object per read.
+            head = pieces[0] if isinstance(pieces[0], bytearray) else bytearray(pieces[0])
+            head += b"".join(pieces[1:])
+            pieces[:] = [head]
+
+    def _join(self, data: list[bytes | bytearray], size: int, value: bytes) -> int:
+        """A data line that takes the event past the cap by what its lines cost kept
+        apart (``size``, with ``value``'s): :class:`EventTooLarge` if its bytes alone
+        do, else the lines joined in one buffer (``data[0]``, growing in place, so
+        the lines of an event are copied once however many there are); returns what
+        the event costs now."""
+        payload = size - (_LINE_COST - 1) * (len(data) + 1)
+        if payload > self._max:
+            raise EventTooLarge(f"an SSE event exceeds {self._max} bytes")
+        if not data:
+            data.append(value)
+            return size
+        head = data[0] if isinstance(data[0], bytearray) else bytearray(data[0])
+        for line in data[1:]:
+            head += b"\n"
+            head += line
+        head += b"\n"
+        head += value
+        data[:] = [head]
+        return payload + _LINE_COST - 1
 
     def _lf_lines(self, chunk: bytes, end: int) -> list[Frame]:
         """:meth:`feed` of a large chunk whose lines all end in LF (no CR in it, none
@@ -150,10 +193,11 @@ class Parser:
                 data, size = self._dispatch(data, out), 0
             elif chunk.startswith(b"data:", pos):
                 start = pos + 6 if chunk[pos + 5 : pos + 6] == b" " else pos + 5
-                size += end - start + 1
+                size += end - start + _LINE_COST
                 if size > cap:
-                    raise EventTooLarge(f"an SSE event exceeds {cap} bytes")
-                data.append(chunk[start:end])
+                    size = self._join(data, size, chunk[start:end])
+                else:
+                    data.append(chunk[start:end])
             else:
                 self._data, self._size = data, size
                 self._line(chunk[pos:end], out)
@@ -169,14 +213,14 @@ class Parser:
         """End of stream: a last line without its newline still counts; an
         event without its blank line is incomplete and is not dispatched."""
         out: list[Frame] = []
-        line = b"".join(self._open).rstrip(b"\r")
+        line = b"".join(self._open)
         if line:
             self._line(line, out)
         self._open.clear()
         self._open_size = 0
         return out
 
-    def _dispatch(self, data: list[bytes], out: list[Frame]) -> list[bytes]:
+    def _dispatch(self, data: list[bytes | bytearray], out: list[Frame]) -> list[bytes | bytearray]:
         """A blank line: the event so far, if it has data; the next one's (empty) data."""
         if data:
             out.append(Frame(b"\n".join(data), self._id, self._last_id, self._event))
@@ -195,10 +239,11 @@ class Parser:
         if colon and value[:1] == b" ":
             value = value[1:]
         if name == b"data":
-            self._size += len(value) + 1
+            self._size += len(value) + _LINE_COST
             if self._size > self._max:
-                raise EventTooLarge(f"an SSE event exceeds {self._max} bytes")
-            self._data.append(value)
+                self._size = self._join(self._data, self._size, value)
+            else:
+                self._data.append(value)
         elif name == b"id":
             if b"\x00" not in value:
                 self._id = self._last_id = value.decode("utf-8", "replace")

@@ -7,8 +7,12 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import httpx
+
+from bridge.agents import transport
+from tests.support import tls
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=8)
@@ -36,3 +40,89 @@ async def serve(handler: Handler, ssl_context: ssl.SSLContext | None = None) -> 
         server.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.wait_closed(), 2)
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """One request: its head and its Content-Length body."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return head, await reader.readexactly(length)
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def answering(response: bytes, linger: float = 0.0, abort: bool = False) -> Handler:
+    """Reads one request, writes ``response`` as it is, and closes the connection
+    ``linger`` seconds later (``abort``: at once, with a reset, as a process that died)."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(response)
+        await writer.drain()
+        if abort:
+            writer.transport.abort()
+        await asyncio.sleep(linger)
+
+    return handler
+
+
+OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+async def echo(writer: asyncio.StreamWriter, body: bytes) -> None:
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+    await writer.drain()
+
+
+async def keep_alive_server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answers every request on a connection with its body, until the client closes."""
+    while True:
+        try:
+            _, body = await read_request(reader)
+        except asyncio.IncompleteReadError:
+            return
+        await echo(writer, body)
+
+
+def first_answer(response: bytes) -> Handler:
+    """:func:`keep_alive_server`, except that the first request of the first
+    connection gets ``response`` as it is; later connections are answered normally."""
+    sent: list[int] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not sent:
+            sent.append(1)
+            await read_request(reader)
+            writer.write(response)
+            await writer.drain()
+        await keep_alive_server(reader, writer)
+
+    return handler
+
+
+@contextlib.asynccontextmanager
+async def client(
+    verify: ssl.SSLContext | None = None, limits: httpx.Limits = LIMITS, **kw: float
+) -> AsyncIterator[httpx.AsyncClient]:
+    ctx = verify or httpx.create_ssl_context()
+    async with httpx.AsyncClient(
+        transport=transport.Transport(limits, ctx), timeout=httpx.Timeout(kw.get("timeout", 5.0))
+    ) as http:
+        yield http
+
+
+def tls_contexts(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server context with a certificate for 127.0.0.1 from a throwaway CA, and a
+    client context that trusts that CA."""
+    ca = tls.make_ca("agents-test-ca")
+    keystore = tls.write_private(tmp_path / "agent.pem", tls.server_keystore_pem(ca, ["127.0.0.1"]))
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(keystore)
+    return server_ctx, ssl.create_default_context(cadata=ca.pem().decode())

@@ -109,12 +109,15 @@ async def wait_for(client: httpx.AsyncClient, task_id: str, pred: Any, within: f
 # -- in-process: protocol errors and auth -----------------------------------
 
 
-async def test_auth_401_and_403(asgi_client: httpx.AsyncClient) -> None:
+async def test_auth_401(asgi_client: httpx.AsyncClient) -> None:
     body = envelope("writer", "tasks/get", {"id": "x"})
     r = await asgi_client.post(A2A, json=body)
     assert r.status_code == 401 and "error" in r.json()
+    assert r.headers["www-authenticate"].startswith("Bearer")
+    # A wrong token is a 401 too (RFC 6750 §3.1): a client renews its token on a 401.
     r = await asgi_client.post(A2A, json=body, headers={"Authorization": "Bearer wrong"})
-    assert r.status_code == 403 and "error" in r.json()
+    assert r.status_code == 401 and "error" in r.json()
+    assert 'error="invalid_token"' in r.headers["www-authenticate"]
     assert TOKEN not in r.text
     r = await asgi_client.post(A2A, json=body, headers=AUTH)
     assert r.status_code == 200 and r.json()["error"]["code"] == -32001

@@ -8,62 +8,29 @@ talks to it through an ``httpx.AsyncClient`` on :class:`bridge.agents.transport.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ssl
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from bridge.agents import transport
-from tests.servers.raw import LIMITS, Handler, serve
-from tests.support import tls
+from tests.servers.raw import (
+    LIMITS,
+    OK,
+    SSE_HEAD,
+    Handler,
+    answering,
+    chunk,
+    client,
+    echo,
+    first_answer,
+    keep_alive_server,
+    read_request,
+    serve,
+    tls_contexts,
+)
 from tests.support.waiting import until
-
-
-@contextlib.asynccontextmanager
-async def client(
-    verify: ssl.SSLContext | None = None, limits: httpx.Limits = LIMITS, **kw: float
-) -> AsyncIterator[httpx.AsyncClient]:
-    ctx = verify or httpx.create_ssl_context()
-    async with httpx.AsyncClient(
-        transport=transport.Transport(limits, ctx), timeout=httpx.Timeout(kw.get("timeout", 5.0))
-    ) as http:
-        yield http
-
-
-async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
-    """One request: its head and its Content-Length body."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    return head, await reader.readexactly(length)
-
-
-def chunk(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
-
-
-def answering(response: bytes, linger: float = 0.0) -> Handler:
-    """Reads one request, writes ``response`` as it is, and closes the connection
-    ``linger`` seconds later."""
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(response)
-        await writer.drain()
-        await asyncio.sleep(linger)
-
-    return handler
-
-
-OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
-SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
 async def test_trickled_stream_arrives_in_order_and_the_connection_is_reused() -> None:
@@ -182,37 +149,6 @@ async def test_an_idle_connection_the_server_closed_is_not_reused() -> None:
         await asyncio.sleep(0.2)
         assert (await http.post(url, content=b"{}")).text == "ok"
         assert len(connections) == 2
-
-
-async def echo(writer: asyncio.StreamWriter, body: bytes) -> None:
-    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
-    await writer.drain()
-
-
-async def keep_alive_server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Answers every request on a connection with its body, until the client closes."""
-    while True:
-        try:
-            _, body = await read_request(reader)
-        except asyncio.IncompleteReadError:
-            return
-        await echo(writer, body)
-
-
-def first_answer(response: bytes) -> Handler:
-    """:func:`keep_alive_server`, except that the first request of the first
-    connection gets ``response`` as it is; later connections are answered normally."""
-    sent: list[int] = []
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not sent:
-            sent.append(1)
-            await read_request(reader)
-            writer.write(response)
-            await writer.drain()
-        await keep_alive_server(reader, writer)
-
-    return handler
 
 
 def stalling_on(marker: bytes, started: asyncio.Event | None = None) -> Handler:
@@ -499,10 +435,7 @@ async def test_a_peer_that_never_reads_is_a_write_timeout() -> None:
 
 
 async def test_tls_to_an_agent_with_a_private_ca(tmp_path: Path) -> None:
-    ca = tls.make_ca("agents-test-ca")
-    keystore = tls.write_private(tmp_path / "agent.pem", tls.server_keystore_pem(ca, ["127.0.0.1"]))
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_ctx.load_cert_chain(keystore)
+    server_ctx, trusted = tls_contexts(tmp_path)
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
@@ -510,7 +443,6 @@ async def test_tls_to_an_agent_with_a_private_ca(tmp_path: Path) -> None:
             writer.write(SSE_HEAD + chunk(b"data: secure\n\n") + b"0\r\n\r\n")
             await writer.drain()
 
-    trusted = ssl.create_default_context(cadata=ca.pem().decode())
     async with serve(handler, server_ctx) as (url, _):
         async with client(trusted) as http, http.stream("POST", url, content=b"{}") as response:
             assert b"".join([c async for c in response.aiter_bytes()]) == b"data: secure\n\n"

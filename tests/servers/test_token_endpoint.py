@@ -23,8 +23,7 @@ from bridge.config.model import Secret
 from bridge.errors import CredentialsUnavailable
 from bridge.identity import ClientCredentials, FixedSecret, Grant
 from bridge.identity.oauth2 import RESPONSE_BYTES
-from tests.servers.raw import serve
-from tests.servers.test_sockets import read_request
+from tests.servers.raw import read_request, serve
 
 SECRET = "s3cr3t+/=&value"  # characters that form- and Basic-encoding must carry
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.issued-token.sig"

@@ -62,8 +62,10 @@ def bridge_config(
     bridge: dict[str, Any] | None = None,
     agents: dict[str, dict[str, Any]] | None = None,
     name: str | None = None,
+    only_these_agents: bool = False,
 ) -> tuple[Path, Config]:
-    """A config with fresh topic names (tests never share topics) and every test agent."""
+    """A config with fresh topic names (tests never share topics) and every test agent
+    (with ``only_these_agents``, only ``agents``)."""
     n = name or uuid.uuid4().hex[:8]
     lines = [
         "[kafka]",
@@ -97,6 +99,8 @@ def bridge_config(
     registry["sdk-poller"] = {"url": f"{env.sdk}/agents/writer-poll", "dialect": "a2a-0.3", "mode": "poll"}
     # mode auto: the agent card says streaming: false
     registry["sdk-autopoll"] = {"url": f"{env.sdk}/agents/writer-poll", "dialect": "a2a-1.0"}
+    if only_these_agents:
+        registry.clear()
     registry.update(agents or {})
     for name_, fields in registry.items():
         lines += ["", f'[agents."{name_}"]', *(f"{k} = {orjson.dumps(v).decode()}" for k, v in fields.items())]
@@ -185,10 +189,11 @@ def run_cli(config_path: Path, *args: str, timeout: float = 60) -> subprocess.Co
 class BridgeProcess:
     """One ``bridge run`` process; logs go to a file the test prints on failure."""
 
-    def __init__(self, config_path: Path, log_dir: Path, name: str = "bridge") -> None:
+    def __init__(self, config_path: Path, log_dir: Path, name: str = "bridge", log_level: str = "info") -> None:
         self.config_path = config_path
         self.log_dir = log_dir
         self.name = name
+        self.log_level = log_level
         self.starts = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
@@ -197,7 +202,7 @@ class BridgeProcess:
         self.starts += 1
         log = (self.log_dir / f"{self.name}.log").open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bridge", "--config", str(self.config_path), "--log-level", "info", "run"],
+            [sys.executable, "-m", "bridge", "--config", str(self.config_path), "--log-level", self.log_level, "run"],
             stdout=log,
             stderr=log,
             cwd=ROOT,

@@ -1,4 +1,5 @@
-"""Throwaway certificate authorities and broker certificates for the secured-broker tests.
+"""Throwaway certificate authorities, server and client certificates for the TLS tests
+(the secured broker, agents over mutual TLS).
 
 Made fresh by each test session with the ``cryptography`` package; nothing
 here is a secret worth keeping.
@@ -67,29 +68,45 @@ def make_ca(common_name: str) -> CA:
 
 def server_keystore_pem(ca: CA, hosts: list[str]) -> bytes:
     """A PEM keystore as Kafka's ``ssl.keystore.type=PEM`` reads it: PKCS#8 key, then the chain."""
+    key_pem, cert_pem = issue(ca, hosts)
+    return key_pem + cert_pem + ca.pem()
+
+
+def issue(ca: CA, names: list[str], *, client: bool = False) -> tuple[bytes, bytes]:
+    """A key (PKCS#8 PEM) and its certificate (PEM) signed by ``ca``: for a server at
+    ``names`` (hosts or IP addresses), or with ``client`` a client certificate whose
+    subject is ``names[0]``."""
     key = ec.generate_private_key(ec.SECP256R1())
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(names[0]))
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
+    )
+    if client:
+        usage = x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
+    else:
+        usage = x509.oid.ExtendedKeyUsageOID.SERVER_AUTH
+        builder = builder.add_extension(x509.SubjectAlternativeName(_alt_names(names)), critical=False)
+    builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    cert = _validity(builder).sign(ca.key, hashes.SHA256())
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return key_pem, cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _alt_names(hosts: list[str]) -> list[x509.GeneralName]:
     names: list[x509.GeneralName] = []
     for h in hosts:
         try:
             names.append(x509.IPAddress(ipaddress.ip_address(h)))
         except ValueError:
             names.append(x509.DNSName(h))
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(hosts[0]))
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
-    )
-    cert = _validity(builder).sign(ca.key, hashes.SHA256())
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return key_pem + cert.public_bytes(serialization.Encoding.PEM) + ca.pem()
+    return names
 
 
 def write_private(path: Path, data: bytes) -> Path:
@@ -97,3 +114,20 @@ def write_private(path: Path, data: bytes) -> Path:
     path.touch(mode=0o600)
     path.write_bytes(data)
     return path
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    """A certificate (with its chain) and its key, as files: what ``tls_cert_file``/``tls_key_file`` name."""
+
+    cert: Path
+    key: Path
+
+
+def key_pair(ca: CA, directory: Path, names: list[str], *, client: bool = False) -> KeyPair:
+    """:func:`issue` written to ``directory``: ``<names[0]>.crt`` (certificate, then the CA) and ``.key``."""
+    key_pem, cert_pem = issue(ca, names, client=client)
+    directory.mkdir(parents=True, exist_ok=True)
+    cert = directory / f"{names[0]}.crt"
+    cert.write_bytes(cert_pem + ca.pem())
+    return KeyPair(cert, write_private(directory / f"{names[0]}.key", key_pem))

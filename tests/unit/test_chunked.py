@@ -2,7 +2,8 @@
 
 The differential test feeds the same bytes, in the same pieces, to h11 alone and
 to the decoder followed by h11 (as bridge.agents.transport does): both must read the
-same body, and end, stop or refuse alike.
+same body, and end, stop or refuse alike. The property tests are seeded and
+bounded (``FAST``): every run, in CI too, tries the same examples.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge.wire.chunked import ChunkedError, Decoder
-from tests.unit.common import cuts
+from tests.unit.common import FAST, cuts
 
 MAX_LINE = 64
 
@@ -71,6 +72,11 @@ def test_extensions_uppercase_hex_and_trailing_whitespace_are_read_as_h11_reads_
         b"5\r\nhelloXY",  # no CRLF after the data
         b"5\r\nhello\nX",  # a bare LF after the data
         b"5;a\nb\r\nhello\r\n",  # a bare LF inside the size line
+        b"5\r\r\nhello\r\n",  # a CR before the CRLF
+        b"5\x00\r\nhello\r\n",  # a NUL after the digits
+        b"-5\r\nhello\r\n",  # a sign
+        b"5\r\nhello\r\r\n",  # a CR too many after the data
+        b"5\r\nhello\n\r\n",  # an LF before the CRLF
     ],
 )
 def test_what_h11_refuses_is_refused(data: bytes) -> None:
@@ -113,6 +119,7 @@ payload_lists = st.lists(st.binary(min_size=1, max_size=40), max_size=8)
 cut_lists = st.lists(st.integers(min_value=0), max_size=12)
 
 
+@FAST
 @given(payload_lists, cut_lists, st.sampled_from(["%x\r\n", "%X\r\n", "%04x;e=1\r\n", "%x \r\n"]))
 def test_any_body_in_any_pieces_is_decoded_whole(payloads: list[bytes], points: list[int], size_line: str) -> None:
     end = b"0\r\ntrailer: 1\r\n\r\n"
@@ -196,7 +203,7 @@ edit_lists = st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 2), edi
 last_chunks = st.sampled_from([b"0\r\n\r\n", b"0\r\nx: 1\r\n\r\n", b"0\r\nbad\r\n\r\n", b""])
 
 
-@settings(max_examples=600)
+@settings(FAST, max_examples=1000)
 @given(payload_lists, edit_lists, cut_lists, last_chunks)
 def test_h11_and_the_decoder_agree_on_any_bytes(
     payloads: list[bytes], edits: list[tuple[int, int, bytes]], points: list[int], end: bytes
@@ -205,6 +212,7 @@ def test_h11_and_the_decoder_agree_on_any_bytes(
     assert decoder_then_h11_reads(pieces) == h11_reads(pieces)
 
 
+@FAST
 @given(st.binary(max_size=120), cut_lists)
 def test_h11_and_the_decoder_agree_on_noise(data: bytes, points: list[int]) -> None:
     pieces = cuts(data, points)

@@ -30,9 +30,9 @@ OAUTH = {
     "sasl_mechanism": "OAUTHBEARER",
     "sasl_oauth_token_url": "https://idp.example/realms/r/protocol/openid-connect/token",
     "sasl_oauth_client_id": "bridge",
-    "sasl_oauth_client_secret_env": "CORPUS_CLIENT_SECRET",
+    "sasl_oauth_client_secret_env": "CORPUS_KAFKA_CLIENT_SECRET",
 }
-ENV = {"CORPUS_PASSWORD": "pw", "CORPUS_TOKEN": "tok", "CORPUS_CLIENT_SECRET": "cs"}
+ENV = {"CORPUS_PASSWORD": "pw", "CORPUS_TOKEN": "tok", "CORPUS_KAFKA_CLIENT_SECRET": "cs"}
 SECTIONS: dict[str, type] = {"kafka": KafkaConfig, "bridge": BridgeConfig, "agents.a": AgentConfig}
 PREFIX = {"kafka": "BRIDGE_KAFKA_", "bridge": "BRIDGE_BRIDGE_", "agents.a": "BRIDGE_AGENTS_A_"}
 
@@ -185,6 +185,7 @@ def one_mistake() -> Iterator[Case]:
     ]
     for section, key, value in mistakes:
         yield Case(f"one mistake: {section}.{key} = {value!r}", change(section, key, value), good=False)
+    yield from auth_mistakes(good)
     yield Case("one mistake: [bridgee]", {**good, "bridgee": {}}, good=False)
     yield Case("one mistake: kafka = 5", {**good, "kafka": 5}, good=False)
     yield Case("one mistake: an agent is not a table", {**good, "agents": {"w": "http://w"}}, good=False)
@@ -232,6 +233,57 @@ def one_mistake() -> Iterator[Case]:
     yield Case(
         "not a BRIDGE_ section variable", good, {"BRIDGE_CONFIG_UNRELATED": "x", "BRIDGE_LOG_FORMAT": "json"}, good=True
     )
+
+
+OAUTH2 = {
+    "oauth2_token_url": "https://idp/realms/r/protocol/openid-connect/token",
+    "oauth2_client_id": "bridge",
+    "oauth2_client_secret_env": "CORPUS_CLIENT_SECRET",
+}
+API_KEY = {"api_key_env": "CORPUS_API_KEY", "api_key_header": "X-Api-Key"}
+
+
+def auth_mistakes(good: dict[str, Any]) -> Iterator[Case]:
+    """An agent's credentials: each scheme good on its own and together, then one mistake each."""
+    env = {"CORPUS_CLIENT_SECRET": "s3cret", "CORPUS_API_KEY": "k3y"}
+
+    def agent(**values: Any) -> dict[str, Any]:
+        doc: dict[str, Any] = orjson.loads(orjson.dumps(good))
+        table = doc["agents"]["explore"]
+        for key, value in values.items():
+            if value is None:
+                table.pop(key, None)
+            else:
+                table[key] = value
+        return doc
+
+    yield Case("auth: OAuth2", agent(**OAUTH2), env, good=True)
+    yield Case(
+        "auth: API key in a query parameter", agent(api_key_env="CORPUS_API_KEY", api_key_query="key"), env, good=True
+    )
+    yield Case("auth: OAuth2 and an API key", agent(**OAUTH2, **API_KEY), env, good=True)
+    mistakes: list[tuple[str, dict[str, Any], dict[str, str]]] = [
+        ("a token and OAuth2", {**OAUTH2, "token_env": "CORPUS_TOKEN"}, env),
+        ("OAuth2 without a client id", {**OAUTH2, "oauth2_client_id": None}, env),
+        ("OAuth2 without a secret", {**OAUTH2, "oauth2_client_secret_env": None}, env),
+        ("OAuth2 with a token URL that is none", {**OAUTH2, "oauth2_token_url": "idp/token"}, env),
+        ("OAuth2 secret unset", OAUTH2, {}),
+        ("OAuth2 auth method", {**OAUTH2, "oauth2_auth_method": "private_key_jwt"}, env),
+        ("an API key without a place", {"api_key_env": "CORPUS_API_KEY"}, env),
+        ("an API key in two places", {**API_KEY, "api_key_query": "key"}, env),
+        ("an API key header without a key", {"api_key_header": "X-Api-Key"}, env),
+        ("an API key in Authorization", {**API_KEY, "api_key_header": "Authorization"}, env),
+        ("an API key in a header that is none", {**API_KEY, "api_key_header": "X Api Key"}, env),
+        ("an API key file missing", {"api_key_file": "/no/such/key", "api_key_header": "X-Api-Key"}, env),
+        ("a client certificate without its key", {"tls_cert_file": "/no/such/cert"}, env),
+        ("a client certificate missing", {"tls_cert_file": "/no/such/cert", "tls_key_file": "/no/such/key"}, env),
+        ("an agent CA missing", {"tls_ca_file": "/no/such/ca"}, env),
+        ("a token with a newline", {"token_env": "CORPUS_TOKEN"}, {"CORPUS_TOKEN": "tok\n"}),
+        ("a client secret with a control character", OAUTH2, {"CORPUS_CLIENT_SECRET": "s\x7fcret"}),
+    ]
+    for name, values, variables in mistakes:
+        yield Case(f"one mistake: {name}", agent(**values), variables, good=False)
+    yield Case("one mistake: a SASL password with a CR", good, {"CORPUS_PASSWORD": "pw\r"}, good=False)
 
 
 CORPUS = [*generated(), *one_mistake()]

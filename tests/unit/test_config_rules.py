@@ -139,7 +139,7 @@ def test_a_plain_http_token_endpoint_off_this_machine_is_warned_about() -> None:
     assert rules.kafka(kafka(**base, sasl_oauth_token_url="http://idp:8080/t", sasl_oauth_ca_file="/ca")) == [
         Problem(
             "kafka.sasl_oauth_token_url",
-            "plain http: the client secret and the token cross the network unencrypted; use https://",
+            "http:// sends the client secret in clear; use https://",
             warning=True,
         ),
         Problem("kafka.sasl_oauth_ca_file", "ignored: the token endpoint is plain http, not TLS", warning=True),
@@ -173,7 +173,7 @@ def test_agent_rules() -> None:
     assert rules.agent("agents.a", agent(agent_code="x"), has_url=True) == [
         Problem("agents.a.agent_code", "only the gateway dialect sends it; a2a-0.3 ignores it", warning=True)
     ]
-    assert rules.agent("agents.a", agent(token_file="/t", token_env="T"), has_url=True) == [
+    assert rules.agent("agents.a", agent(url="https://a/a2a", token_file="/t", token_env="T"), has_url=True) == [
         Problem("[agents.a]", "both token_file and token_env are set; name one place for the secret")
     ]
     assert rules.agent("agents.a", agent(poll_initial_seconds=5.0, poll_max_seconds=1.0), has_url=True) == [

@@ -6,6 +6,8 @@ random places, gives the same events (data and the carried-over last id).
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 from hypothesis import given
@@ -24,9 +26,11 @@ def parse(chunks: list[bytes], cap: int = 1 << 20) -> list[Frame]:
 
 
 def oracle(stream: bytes) -> list[tuple[str, str]]:
+    """httpx-sse's events for ``stream``, ended there (a character cut short at the
+    end is in a line not ended: no event)."""
     lines, dec = SSELineDecoder(), SSEDecoder()
     out = []
-    for line in [*lines.decode(stream.decode()), *lines.flush()]:
+    for line in [*lines.decode(stream.decode("utf-8", "replace")), *lines.flush()]:
         sse = dec.decode(line)
         if sse is not None and sse.data:
             out.append((sse.data, sse.id))
@@ -154,3 +158,90 @@ def test_the_cap_is_per_event() -> None:
     p = Parser(100)
     for _ in range(50):
         assert len(p.feed(b"data: " + b"x" * 80 + b"\n\n")) == 1
+
+
+# ------------------------------------------------------- line ends in CR --
+
+
+@FAST
+@given(streams, st.lists(st.integers(0, 10_000), max_size=8))
+def test_each_event_comes_with_the_read_that_completes_it(stream: bytes, points: list[int]) -> None:
+    """After every read, the events so far are httpx-sse's for the stream so far had
+    it ended there: an event whose blank line ends in CR is not held for the next
+    read, and the last one is not lost at the end of the stream."""
+    p = Parser(1 << 20)
+    got: list[tuple[str, str]] = []
+    seen = b""
+    for piece in cuts(stream, points):
+        seen += piece
+        got += [(f.data.decode(), f.last_id) for f in p.feed(piece) if f.data]
+        assert got == oracle(seen)
+    got += [(f.data.decode(), f.last_id) for f in p.close() if f.data]
+    assert got == oracle(stream)
+
+
+def test_a_blank_line_ended_by_cr_dispatches_at_once() -> None:
+    p = started(1 << 10)
+    assert [f.data for f in p.feed(b"data: a\r\r")] == [b"a"]
+    assert [f.data for f in p.feed(b"\ndata: b\r")] == []  # that LF ended nothing: the CR did
+    assert [f.data for f in p.feed(b"\n\r\n")] == [b"b"]
+    assert [f.data for f in p.feed(b"data: c\r\r")] == [b"c"]
+    assert p.close() == []
+
+
+# ------------------------------------------------------ memory under the cap --
+
+CAP = 1 << 17
+
+
+@pytest.mark.parametrize(
+    ("line", "read"),
+    [
+        (b"data: xy\n", 64 * 1024),  # large LF-only reads: parsed in place
+        (b"data:\n", 64 * 1024),
+        (b"data\n", 64 * 1024),  # a field without a colon: the general path per line
+        (b"data:xy\r\n", 64 * 1024),  # CRLF: joined and split
+        (b"data: xy\n", 100),  # small reads: joined and split
+        (b"data\n", 100),
+    ],
+)
+def test_what_an_event_holds_is_bounded_by_the_cap_not_only_what_it_counts(line: bytes, read: int) -> None:
+    """Short data lines cost more than their bytes (an object and a list slot each):
+    an event of them is refused, or joined, before it holds much more than the cap."""
+    p = started(CAP)
+    piece = line * (read // len(line))
+    tracemalloc.start()
+    try:
+        with pytest.raises(EventTooLarge):
+            for _ in range((CAP + 1) * len(line) // len(piece) + 2):  # past the cap at a byte a line
+                p.feed(piece)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # Besides the event: what parsing one read costs while it runs (its lines split), bounded by the read.
+    assert peak < 2 * CAP + 8 * read, f"peak {peak / CAP:.1f} x the cap"
+
+
+def test_an_event_of_many_short_lines_under_the_cap_is_still_read_whole() -> None:
+    """Joining short lines is not refusing them: the cap counts their bytes."""
+    lines = [b"%d" % (i % 10) for i in range(30_000)]  # 60,000 bytes with their LFs
+    stream = b"".join(b"data: " + x + b"\n" for x in lines) + b"\n"
+    for read in (7, 4096, 65536, len(stream)):
+        p = started(60_000)
+        got = [f for i in range(0, len(stream), read) for f in p.feed(stream[i : i + read])]
+        assert [f.data for f in got] == [b"\n".join(lines)]
+    with pytest.raises(EventTooLarge):
+        started(59_999).feed(stream)
+
+
+def test_a_line_trickling_in_a_byte_a_read_is_kept_in_one_buffer() -> None:
+    p = started(CAP)
+    tracemalloc.start()
+    try:
+        for _ in range(100_000):
+            p.feed(b"x")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 400_000  # 100,000 one-byte pieces in a list alone would take 800 kB
+    assert [f.data for f in p.feed(b"\n\ndata: y\n\n")] == [b"y"]

@@ -155,3 +155,15 @@ def test_a_well_formed_gateway_stream_is_read_in_order() -> None:
     updates = asyncio.run(run(body, "text/event-stream", 200, ("gateway", "writer")))
     assert [u.source_seq for u in updates] == [1, 2, 3, 4]
     assert [type(u).__name__ for u in updates] == ["TaskSnapshot", "StatusUpdate", "ArtifactUpdate", "StatusUpdate"]
+
+
+def test_an_sse_id_that_is_no_plain_number_is_no_source_seq() -> None:
+    """``str.isdigit`` takes ``²`` and Arabic-Indic digits, which int() refuses or reads
+    as a number the agent never meant; int() refuses more than 4,300 digits; and a
+    sourceSeq is a 64-bit integer in the events. None of them crash the stream."""
+    task = {"kind": "task", "id": "t1", "contextId": "c1", "status": {"state": "working"}}
+    data = orjson.dumps({"jsonrpc": "2.0", "id": "r", "result": task}).decode()
+    ids = ["²", "1²", "١٢", "1" * 4301, "9" * 19, "+5", " 5", "", "007", "9" * 18]
+    body = "".join(f"id: {i}\ndata: {data}\n\n" for i in ids).encode()
+    updates = asyncio.run(run(body, "text/event-stream", 200, ("a2a-0.3", None)))
+    assert [u.source_seq for u in updates] == [None] * 8 + [7, 10**18 - 1]
