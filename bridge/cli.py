@@ -13,7 +13,7 @@ import os
 import sys
 import textwrap
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 import orjson
@@ -22,6 +22,7 @@ import bridge
 from bridge.config import model as config_mod
 from bridge.config.model import Config, ConfigError
 from bridge.errors import BridgeError, StartupError
+from bridge.kafka.auth import client_options
 from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, KafkaUnreachable, check_kafka
 from bridge.observe import logs
 from bridge.ops import NothingFound
@@ -314,7 +315,7 @@ async def _commands_topic_exists(config: Config) -> None:
 async def _produce(config: Config, key: bytes, value: bytes) -> None:
     from aiokafka import AIOKafkaProducer
 
-    producer = AIOKafkaProducer(enable_idempotence=True, acks="all", **config.kafka.client_options())
+    producer = AIOKafkaProducer(enable_idempotence=True, acks="all", **client_options(config.kafka))
     try:
         await producer.start()
         await producer.send_and_wait(config.kafka.commands_topic, value, key=key)
@@ -372,10 +373,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     level = getattr(args, "log_level", "info")
     logs.setup(level, getattr(args, "log_format", None))
-    if args.cmd in ONE_SHOT and level.upper() != "DEBUG":
-        # aiokafka logs every failed connection attempt; a one-shot command says
-        # what went wrong in one line of its own instead.
-        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    # aiokafka logs every failed connection attempt, the token source every failed
+    # token request; a one-shot command (and `run`'s first check of Kafka) says what
+    # went wrong in one line of its own instead.
+    quiet = ("aiokafka", "bridge.identity") if level.upper() != "DEBUG" else ()
     config: Config | None = None
     try:
         if args.cmd == "config":
@@ -387,9 +388,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             # A wrong password, CA or ACL: one line and exit 2, where aiokafka would
             # report a broker that is down. `run` waits for a broker that is down
             # (not ready meanwhile), and checks again in that loop.
-            with contextlib.suppress(KafkaUnreachable):
+            with contextlib.suppress(KafkaUnreachable), _quiet(quiet):
                 asyncio.run(check_kafka(config, PREFLIGHT_TIMEOUT_SECONDS))
-        return asyncio.run(_dispatch(args, config))
+        with _quiet(quiet if args.cmd in ONE_SHOT else ()):
+            return asyncio.run(_dispatch(args, config))
     except UsageError as exc:
         print(f"bridge: {exc}", file=sys.stderr)
         return 2
@@ -401,6 +403,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1 if isinstance(exc, NothingFound) else 2
     except KeyboardInterrupt:
         return 130
+
+
+@contextlib.contextmanager
+def _quiet(names: Sequence[str]) -> Iterator[None]:
+    """The loggers ``names`` silent for a while."""
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, old in zip(loggers, levels, strict=True):
+            lg.setLevel(old)
 
 
 async def _dispatch(args: argparse.Namespace, config: Config) -> int:

@@ -14,14 +14,28 @@
 #   KAFKA_STATE_DIR        state dir, relative to the repo root (default .kafka)
 #   KAFKA_PORT             PLAINTEXT port (default 19092)
 #   KAFKA_CONTROLLER_PORT  CONTROLLER port (default 19093)
-#   KAFKA_SASL_PORT        also open a SASL_SSL listener (SCRAM-SHA-512) on this port;
-#                          the PLAINTEXT listener stays (readiness check, other clients).
-#                          Needs both of:
+#   KAFKA_SASL_PORT        also open a SASL_SSL listener on this port (SCRAM-SHA-512,
+#                          OAUTHBEARER or both); the PLAINTEXT listener stays
+#                          (readiness check, other clients). Needs:
 #   KAFKA_SSL_KEYSTORE_PEM   PEM file with the broker's unencrypted PKCS#8 private key
 #                            and its certificate chain (ssl.keystore.type=PEM)
+#   and one or both of:
 #   KAFKA_SCRAM_CREDENTIALS  file of `name=password` lines: the SCRAM-SHA-512 users
 #                            `up` formats into the new cluster (names [A-Za-z0-9._-],
 #                            passwords without , ] " = or whitespace)
+#   KAFKA_OAUTH_JWKS_URL     OAUTHBEARER: tokens are checked by Kafka's own
+#                            OAuthBearerValidatorCallbackHandler against the signing
+#                            keys at this URL (the provider's JWKS), with:
+#     KAFKA_OAUTH_ISSUER       the `iss` a token must carry (required)
+#     KAFKA_OAUTH_AUDIENCE     an `aud` a token must carry (required)
+#     KAFKA_OAUTH_PRINCIPAL_CLAIM  the claim that names the principal (default sub)
+#     KAFKA_OAUTH_MAX_REAUTH_MS    connections.max.reauth.ms of OAUTHBEARER: a connection
+#                              ends with its token (KIP-368; clients that cannot
+#                              re-authenticate are disconnected then). Default unset:
+#                              a connection outlives its token
+#   KAFKA_SUPER_USERS      with KAFKA_SASL_PORT: space-separated principals (SCRAM user
+#                          or OAuth principal) allowed everything; ACLs on, nobody
+#                          else allowed anything
 #   KAFKA_READY_TIMEOUT    seconds to wait for readiness (default 90)
 #   KAFKA_READY_WARM       1 (default): readiness also waits for the group and
 #                          transaction coordinators (creates their internal topics)
@@ -42,6 +56,11 @@ SASL_PORT="${KAFKA_SASL_PORT:-}"
 KEYSTORE_PEM="${KAFKA_SSL_KEYSTORE_PEM:-}"
 SCRAM_CREDENTIALS="${KAFKA_SCRAM_CREDENTIALS:-}"
 SUPER_USERS="${KAFKA_SUPER_USERS:-}"
+OAUTH_JWKS_URL="${KAFKA_OAUTH_JWKS_URL:-}"
+OAUTH_ISSUER="${KAFKA_OAUTH_ISSUER:-}"
+OAUTH_AUDIENCE="${KAFKA_OAUTH_AUDIENCE:-}"
+OAUTH_PRINCIPAL_CLAIM="${KAFKA_OAUTH_PRINCIPAL_CLAIM:-sub}"
+OAUTH_MAX_REAUTH_MS="${KAFKA_OAUTH_MAX_REAUTH_MS:-}"
 READY_TIMEOUT="${KAFKA_READY_TIMEOUT:-90}"
 READY_WARM="${KAFKA_READY_WARM:-1}"
 HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms1g -Xmx1g}"
@@ -61,6 +80,8 @@ DATA_DIR="$STATE_DIR/data"
 LOG_DIR="$STATE_DIR/logs"
 CONFIG="$STATE_DIR/server.properties"
 PID_FILE="$STATE_DIR/kafka.pid"
+# JVM system properties `up` decided (the OAuth URLs Kafka may fetch), for every later start.
+SYSPROPS_FILE="$STATE_DIR/jvm.sysprops"
 OUT_FILE="$STATE_DIR/kafka.out"        # JVM stdout/stderr
 SERVER_LOG="$LOG_DIR/server.log"
 LOG4J_CONFIG="$KAFKA_DIR/log4j2.properties"
@@ -219,6 +240,7 @@ start_broker() {
     # shellcheck disable=SC2086
     setsid bash -c 'echo $$ >"$0"; exec "$@"' "$PID_FILE" \
         java $HEAP_OPTS -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true $JVM_OPTS \
+        $(cat "$SYSPROPS_FILE" 2>/dev/null) \
         $(jvm_log_opts) -cp "$LIBS/*" kafka.Kafka "$CONFIG" \
         </dev/null >>"$OUT_FILE" 2>&1 8>&- 9>&- &
     local i
@@ -268,27 +290,34 @@ while True:
 configure_sasl_ssl() {
     [[ "$SASL_PORT" =~ ^[0-9]+$ ]] || die "KAFKA_SASL_PORT must be a port number, got '$SASL_PORT'"
     [[ -r "$KEYSTORE_PEM" ]] || die "KAFKA_SASL_PORT needs KAFKA_SSL_KEYSTORE_PEM: a readable PEM file with key and certificate chain"
-    [[ -r "$SCRAM_CREDENTIALS" ]] || die "KAFKA_SASL_PORT needs KAFKA_SCRAM_CREDENTIALS: a readable file of name=password lines"
+    [[ -n "$SCRAM_CREDENTIALS$OAUTH_JWKS_URL" ]] ||
+        die "KAFKA_SASL_PORT needs KAFKA_SCRAM_CREDENTIALS (SCRAM users), KAFKA_OAUTH_JWKS_URL (OAUTHBEARER) or both"
+    [[ -z "$SCRAM_CREDENTIALS" || -r "$SCRAM_CREDENTIALS" ]] ||
+        die "KAFKA_SCRAM_CREDENTIALS must be a readable file of name=password lines"
     case "$KEYSTORE_PEM" in /*) ;; *) KEYSTORE_PEM="$ROOT/$KEYSTORE_PEM" ;; esac
+    local mechanisms
+    mechanisms="$(printf '%s\n' ${SCRAM_CREDENTIALS:+SCRAM-SHA-512} ${OAUTH_JWKS_URL:+OAUTHBEARER} | paste -sd,)"
     sed -i -e "s|^listeners=.*|&,SASL_SSL://127.0.0.1:$SASL_PORT|" \
         -e "s|^advertised.listeners=.*|&,SASL_SSL://127.0.0.1:$SASL_PORT|" \
         -e "s|^listener.security.protocol.map=.*|&,SASL_SSL:SASL_SSL|" "$CONFIG"
     cat >>"$CONFIG" <<EOF_SASL
 
 # --- SASL_SSL listener (KAFKA_SASL_PORT) -----------------------------------
-sasl.enabled.mechanisms=SCRAM-SHA-512
-listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.enabled.mechanisms=$mechanisms
+listener.name.sasl_ssl.sasl.enabled.mechanisms=$mechanisms
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_ssl.ssl.keystore.type=PEM
 listener.name.sasl_ssl.ssl.keystore.location=$KEYSTORE_PEM
 listener.name.sasl_ssl.ssl.client.auth=none
 EOF_SASL
+    if [[ -n "$OAUTH_JWKS_URL" ]]; then configure_oauthbearer; fi
     if [[ -n "$SUPER_USERS" ]]; then
         local supers="User:ANONYMOUS" u   # PLAINTEXT and CONTROLLER connections
         for u in $SUPER_USERS; do supers="$supers;User:$u"; done
         printf '%s\n' "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer" \
             "super.users=$supers" "allow.everyone.if.no.acl.found=false" >>"$CONFIG"
     fi
+    [[ -n "$SCRAM_CREDENTIALS" ]] || return 0
     local line name password n=0
     while IFS= read -r line || [[ -n "$line" ]]; do
         [[ -z "$line" || "$line" == \#* ]] && continue
@@ -300,6 +329,30 @@ EOF_SASL
         n=$((n + 1))
     done <"$SCRAM_CREDENTIALS"
     ((n > 0)) || die "$SCRAM_CREDENTIALS names no user"
+}
+
+# OAUTHBEARER on the SASL_SSL listener: Kafka's own validator checks each token's
+# signature against the provider's JWKS, its issuer, audience and expiry; the
+# principal is the claim KAFKA_OAUTH_PRINCIPAL_CLAIM names.
+configure_oauthbearer() {
+    [[ "$OAUTH_JWKS_URL" =~ ^https?://[^[:space:]]+$ ]] || die "KAFKA_OAUTH_JWKS_URL must be an http(s) URL, got '$OAUTH_JWKS_URL'"
+    [[ -n "$OAUTH_ISSUER" ]] || die "KAFKA_OAUTH_JWKS_URL needs KAFKA_OAUTH_ISSUER (the iss tokens must carry)"
+    [[ -n "$OAUTH_AUDIENCE" ]] || die "KAFKA_OAUTH_JWKS_URL needs KAFKA_OAUTH_AUDIENCE (an aud tokens must carry)"
+    [[ -z "$OAUTH_MAX_REAUTH_MS" || "$OAUTH_MAX_REAUTH_MS" =~ ^[0-9]+$ ]] ||
+        die "KAFKA_OAUTH_MAX_REAUTH_MS must be a number of milliseconds, got '$OAUTH_MAX_REAUTH_MS'"
+    cat >>"$CONFIG" <<EOF_OAUTH
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
+listener.name.sasl_ssl.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler
+sasl.oauthbearer.jwks.endpoint.url=$OAUTH_JWKS_URL
+sasl.oauthbearer.expected.issuer=$OAUTH_ISSUER
+sasl.oauthbearer.expected.audience=$OAUTH_AUDIENCE
+sasl.oauthbearer.sub.claim.name=$OAUTH_PRINCIPAL_CLAIM
+EOF_OAUTH
+    if [[ -n "$OAUTH_MAX_REAUTH_MS" ]]; then
+        echo "listener.name.sasl_ssl.oauthbearer.connections.max.reauth.ms=$OAUTH_MAX_REAUTH_MS" >>"$CONFIG"
+    fi
+    # Kafka 4 fetches only the OAuth URLs this system property allows.
+    echo "-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=$OAUTH_JWKS_URL" >"$SYSPROPS_FILE"
 }
 
 # --- subcommands ----------------------------------------------------------------
@@ -328,10 +381,11 @@ cmd_up() {
         "$KAFKA_DIR/server.properties.in" >"$CONFIG"
 
     local scram=()
+    rm -f "$SYSPROPS_FILE"
     if [[ -n "$SASL_PORT" ]]; then
         local sasl_args
         sasl_args="$(configure_sasl_ssl)" || exit 1
-        mapfile -t scram <<<"$sasl_args"
+        if [[ -n "$sasl_args" ]]; then mapfile -t scram <<<"$sasl_args"; fi
     fi
 
     local cluster_id out

@@ -11,9 +11,9 @@ Every key can be set by a variable ``BRIDGE_<SECTION>_<KEY>`` (an agent's by
 a ``BRIDGE_KAFKA_*``, ``BRIDGE_BRIDGE_*`` or ``BRIDGE_AGENTS_*`` variable that
 names no key is refused, as a misspelt key in the file is.
 
-Secrets (agent tokens, the SASL password) are never in the file: it names a
-file or an environment variable to read them from, and :class:`Secret` keeps
-them out of reprs, logs and exceptions.
+Secrets (agent tokens, the SASL password, OAuth client secrets) are never in
+the file: it names a file or an environment variable to read them from, and
+:class:`Secret` keeps them out of reprs, logs and exceptions.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ Dialect = Literal["gateway", "a2a-0.3", "a2a-1.0"]
 # auto: ask the agent card (capabilities.streaming); the gateway dialect streams.
 Mode = Literal["auto", "stream", "poll"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-# The bridge logs in with a user name and a password (KafkaConfig.client_options).
-SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+# The bridge logs in with a user name and a password (PLAIN, SCRAM), or with an
+# OAuth2 access token it gets by the client credentials grant (OAUTHBEARER).
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 # How the bridge shows the identity provider its client secret (RFC 6749 2.3.1).
 OAuth2AuthMethod = Literal["client_secret_basic", "client_secret_post"]
 
@@ -142,17 +143,34 @@ class KafkaConfig:
     sasl_username: str | None = None
     sasl_password_file: str | None = field(default=None, metadata=SECRET_FILE)
     sasl_password_env: str | None = field(default=None, metadata=SECRET_ENV)
+    # sasl_mechanism OAUTHBEARER: the access token of this OAuth2 client (client
+    # credentials grant), one for every Kafka client of the process, renewed ahead
+    # of its expiry (bridge/kafka/auth.py).
+    sasl_oauth_token_url: str | None = field(default=None, metadata={"rule": rules.http_url})
+    sasl_oauth_client_id: str | None = None
+    sasl_oauth_client_secret_file: str | None = field(default=None, metadata=SECRET_FILE)
+    sasl_oauth_client_secret_env: str | None = field(default=None, metadata=SECRET_ENV)
+    sasl_oauth_scopes: str | None = None  # space-separated, as OAuth writes scope
+    sasl_oauth_audience: str | None = None
+    sasl_oauth_auth_method: OAuth2AuthMethod = "client_secret_basic"
+    sasl_oauth_ca_file: str | None = None  # the token endpoint's CA; else the system's
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
 
-    def client_options(self) -> dict[str, Any]:
-        """Connection options shared by every aiokafka client."""
+    def client_options(self, token_provider: object = None) -> dict[str, Any]:
+        """Connection options shared by every aiokafka client. OAUTHBEARER needs the
+        ``token_provider`` bridge/kafka/auth.py makes (an aiokafka AbstractTokenProvider):
+        build a client's options with ``bridge.kafka.auth.client_options``."""
         opts: dict[str, Any] = {
             "bootstrap_servers": self.bootstrap_servers,
             "security_protocol": self.security_protocol,
         }
-        if self.sasl_mechanism:
+        if self.sasl_mechanism == "OAUTHBEARER":
+            if token_provider is None:
+                raise ValueError("sasl_mechanism OAUTHBEARER: the options need a token provider")
+            opts.update(sasl_mechanism=self.sasl_mechanism, sasl_oauth_token_provider=token_provider)
+        elif self.sasl_mechanism:
             password = read_secret("kafka", "sasl_password", self.sasl_password_file, self.sasl_password_env)
             opts.update(
                 sasl_mechanism=self.sasl_mechanism,
@@ -589,6 +607,7 @@ class _Reader:
         for where, values, key in [
             *((f"agents.{n}", a, secret) for n, a in agents.items() for secret in AGENT_SECRETS),
             ("kafka", k, "sasl_password"),
+            ("kafka", k, "sasl_oauth_client_secret"),
         ]:
             out += self.secret_here(where, values, key)
         for name, a in agents.items():
@@ -596,10 +615,12 @@ class _Reader:
             out += [Problem(f"agents.{name}.{key}", f"{a[key]!r} is not a file here") for key in missing]
             if not missing:
                 out += _tls_files(f"agents.{name}", a)
+        files = ["sasl_oauth_ca_file"]
         if k["security_protocol"] in rules.TLS_PROTOCOLS:
-            for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
-                if k[key] and not os.path.isfile(k[key]):
-                    out.append(Problem(f"kafka.{key}", f"{k[key]!r} is not a file here"))
+            files += ["ssl_cafile", "ssl_certfile", "ssl_keyfile"]
+        for key in files:
+            if k[key] and not os.path.isfile(k[key]):
+                out.append(Problem(f"kafka.{key}", f"{k[key]!r} is not a file here"))
         return out
 
     def secret_here(self, where: str, values: Mapping[str, Any], key: str) -> list[Problem]:

@@ -22,6 +22,18 @@ Rule = Callable[[Any], "str | None"]
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 PLAIN_PROTOCOLS = ("PLAINTEXT", "SSL")  # no SASL
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+# The keys of a SASL login by user name and password, and those of OAUTHBEARER
+# (sasl_oauth_auth_method has a default, so it is never "set" by itself).
+SASL_PASSWORD_KEYS = ("sasl_username", "sasl_password_file", "sasl_password_env")
+SASL_OAUTH_KEYS = (
+    "sasl_oauth_token_url",
+    "sasl_oauth_client_id",
+    "sasl_oauth_client_secret_file",
+    "sasl_oauth_client_secret_env",
+    "sasl_oauth_scopes",
+    "sasl_oauth_audience",
+    "sasl_oauth_ca_file",
+)
 # Kafka's own rule for topic names.
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 URL = re.compile(r"^https?://[^/\s]+")
@@ -104,6 +116,10 @@ def topic(value: Any) -> str | None:
     return f"{value!r} is not a Kafka topic name (letters, digits, '.', '_', '-'; at most 249)"
 
 
+def http_url(value: Any) -> str | None:
+    return None if URL.match(str(value)) else f"{value!r} is not an http:// or https:// URL"
+
+
 def hosts(value: Any) -> str | None:
     """``host:port[,host:port...]``."""
     if not str(value).strip():
@@ -128,24 +144,60 @@ def secret_source(where: str, values: Mapping[str, Any], key: str) -> list[Probl
     return []
 
 
+def _sasl_password(k: Mapping[str, Any], protocol: str) -> list[Problem]:
+    """A login by user name and password (PLAIN, SCRAM; or no mechanism named yet)."""
+    out: list[Problem] = []
+    for key in ("sasl_mechanism", "sasl_username"):
+        if not k[key]:
+            out.append(Problem(f"kafka.{key}", f"required with security_protocol {protocol!r}"))
+    if not (k["sasl_password_file"] or k["sasl_password_env"]):
+        out.append(Problem("[kafka]", f"security_protocol {protocol!r} needs sasl_password_file or sasl_password_env"))
+    if k["sasl_mechanism"]:
+        mechanism = k["sasl_mechanism"]
+        for key in SASL_OAUTH_KEYS:
+            if k[key]:
+                out.append(Problem(f"kafka.{key}", f"is set, but sasl_mechanism {mechanism!r} does not use OAuth"))
+    return out
+
+
+def _sasl_oauth(k: Mapping[str, Any]) -> list[Problem]:
+    """OAUTHBEARER: a token endpoint, a client and its secret; no user name or password."""
+    out = [
+        Problem(f"kafka.{key}", "is set, but sasl_mechanism 'OAUTHBEARER' logs in with a token, not a password")
+        for key in SASL_PASSWORD_KEYS
+        if k[key]
+    ]
+    for key in ("sasl_oauth_token_url", "sasl_oauth_client_id"):
+        if not k[key]:
+            out.append(Problem(f"kafka.{key}", "required with sasl_mechanism 'OAUTHBEARER'"))
+    if not _secret_set(k, "sasl_oauth_client_secret"):
+        message = "sasl_mechanism 'OAUTHBEARER' needs sasl_oauth_client_secret_file or sasl_oauth_client_secret_env"
+        out.append(Problem("[kafka]", message))
+    url = k["sasl_oauth_token_url"]
+    if isinstance(url, str) and url.startswith("http://"):
+        # As for an agent's token endpoint (oauth2 below): a secret in clear off this machine.
+        if not loopback(url):
+            message = "http:// sends the client secret in clear; use https://"
+            out.append(Problem("kafka.sasl_oauth_token_url", message, warning=True))
+        if k["sasl_oauth_ca_file"]:
+            message = "ignored: the token endpoint is plain http, not TLS"
+            out.append(Problem("kafka.sasl_oauth_ca_file", message, warning=True))
+    return out
+
+
 def kafka(k: Mapping[str, Any]) -> list[Problem]:
     """SASL and TLS settings that fit the protocol (an unknown protocol is its own
     problem, not theirs); a heartbeat inside the session."""
     protocol = k["security_protocol"]
     out: list[Problem] = []
     if protocol in SASL_PROTOCOLS:
-        for key in ("sasl_mechanism", "sasl_username"):
-            if not k[key]:
-                out.append(Problem(f"kafka.{key}", f"required with security_protocol {protocol!r}"))
-        if not (k["sasl_password_file"] or k["sasl_password_env"]):
-            out.append(
-                Problem("[kafka]", f"security_protocol {protocol!r} needs sasl_password_file or sasl_password_env")
-            )
+        out += _sasl_oauth(k) if k["sasl_mechanism"] == "OAUTHBEARER" else _sasl_password(k, protocol)
     elif protocol in PLAIN_PROTOCOLS:
-        for key in ("sasl_mechanism", "sasl_username", "sasl_password_file", "sasl_password_env"):
+        for key in ("sasl_mechanism", *SASL_PASSWORD_KEYS, *SASL_OAUTH_KEYS):
             if k[key]:
                 out.append(Problem(f"kafka.{key}", f"is set, but security_protocol {protocol!r} does not use SASL"))
     out += secret_source("kafka", k, "sasl_password")
+    out += secret_source("kafka", k, "sasl_oauth_client_secret")
     if protocol in ("PLAINTEXT", "SASL_PLAINTEXT"):
         for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
             if k[key]:

@@ -39,6 +39,7 @@ from bridge.core.offsets import PartitionOffsets, Position
 from bridge.core.retention import Retention
 from bridge.core.ticks import first_tick, next_tick
 from bridge.engine.runner import TaskRunner
+from bridge.kafka.auth import client_options
 from bridge.kafka.transaction import OutRecord, PartitionTransactions, ProducerLoop, TransactionFailed, partition_for
 from bridge.observe import metrics, tracing
 from bridge.wire import checkpoints, deadletters, events
@@ -204,7 +205,7 @@ class PartitionOwner:
         ends: list[int] = []
         for isolation in ("read_committed", "read_uncommitted"):
             consumer = AIOKafkaConsumer(
-                isolation_level=isolation, enable_auto_commit=False, **self.config.kafka.client_options()
+                isolation_level=isolation, enable_auto_commit=False, **client_options(self.config.kafka)
             )
             await consumer.start()
             try:
@@ -216,7 +217,7 @@ class PartitionOwner:
     async def _read_checkpoints(self) -> checkpoints.Restorer:
         tp = TopicPartition(self.config.kafka.checkpoints_topic, self.partition)
         consumer = AIOKafkaConsumer(
-            isolation_level="read_committed", enable_auto_commit=False, **self.config.kafka.client_options()
+            isolation_level="read_committed", enable_auto_commit=False, **client_options(self.config.kafka)
         )
         await consumer.start()
         try:

@@ -69,6 +69,7 @@ from bridge.core.offsets import commands_lag
 from bridge.engine.partition import PartitionOwner
 from bridge.errors import BridgeError, KafkaUnreachable, StartupError
 from bridge.kafka import topics
+from bridge.kafka.auth import client_options
 from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, check_kafka
 from bridge.kafka.transaction import ProducerLoop, TransactionFailed
 from bridge.observe import metrics
@@ -603,7 +604,7 @@ class Service:
                         session_timeout_ms=cfg.kafka.session_timeout_ms,
                         heartbeat_interval_ms=cfg.kafka.heartbeat_interval_ms,
                         group_instance_id=cfg.kafka.group_instance_id,
-                        **cfg.kafka.client_options(),
+                        **client_options(cfg.kafka),
                     )
                     consumer.subscribe([cfg.kafka.commands_topic], listener=_Listener(self))
                     await consumer.start()

@@ -10,14 +10,17 @@ every aiokafka client makes), sees the real exception, and sorts it once, here::
 
     BridgeError
     ├── StartupError      permanent: retrying cannot help, fix the config or the cluster
-    │                     (SASL login refused, TLS certificate not trusted or issued for
-    │                     another host, TLS/SASL settings that do not match the listener,
-    │                     describing a topic not authorized, CA/certificate files unusable)
+    │                     (SASL login refused, an OAUTHBEARER token the broker does not
+    │                     accept, the token endpoint refusing the OAuth client, TLS
+    │                     certificate not trusted or issued for another host, TLS/SASL
+    │                     settings that do not match the listener, describing a topic
+    │                     not authorized, CA/certificate files unusable)
     └── KafkaUnreachable  transient: retry with backoff
-                          (connection refused or reset, name not resolved, no answer in time)
+                          (connection refused or reset, name not resolved, no answer in
+                          time, the OAuth token endpoint down or not answering)
 
 Messages are one line, name the broker address, the config keys to look at and
-the user name, never the password.
+the user name or OAuth client id, never a password, client secret or token.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from aiokafka.protocol.metadata import MetadataRequest
 
 from bridge.config.model import Config, KafkaConfig
 from bridge.errors import BridgeError, KafkaUnreachable, StartupError
+from bridge.kafka.auth import TokenUnavailable, client_options
 
 # KafkaUnreachable is bridge.errors' (what the service retries), re-exported.
 __all__ = ["PREFLIGHT_TIMEOUT_SECONDS", "KafkaUnreachable", "check_kafka", "classify"]
@@ -51,6 +55,7 @@ _HOST_MISMATCH = (62, 64)
 # Kafka error codes in a Metadata response (kafka.common.protocol.Errors).
 _UNKNOWN_TOPIC = 3
 _TOPIC_AUTHORIZATION_FAILED = 29
+_ILLEGAL_SASL_STATE = 34
 
 
 Connector = Callable[..., Coroutine[Any, Any, Any]]
@@ -64,7 +69,18 @@ def _tls_record_length(exc: asyncio.IncompleteReadError) -> bool:
 
 
 def _user(kafka: KafkaConfig) -> str:
+    if kafka.sasl_mechanism == "OAUTHBEARER":
+        return f"OAuth client {kafka.sasl_oauth_client_id!r}"
     return f"user {kafka.sasl_username!r}" if kafka.sasl_username else "no user name"
+
+
+def _login_hint(kafka: KafkaConfig) -> str:
+    if kafka.sasl_mechanism == "OAUTHBEARER":
+        return (
+            "the broker did not accept its token: check that the token's audience (kafka.sasl_oauth_audience, "
+            "or the client's audience at the provider), issuer and signing keys are the ones the listener expects"
+        )
+    return "check kafka.sasl_username and the password file or variable"
 
 
 def _cafile(kafka: KafkaConfig) -> str:
@@ -89,6 +105,20 @@ class _Rule:
 
 # The first rule that matches decides; a subclass comes before its base class.
 _RULES = (
+    _Rule(
+        TokenUnavailable,
+        StartupError,
+        lambda exc, kafka: (
+            f"the OAuth token endpoint refused {_user(kafka)} ({exc.cause.detail}); "
+            "check kafka.sasl_oauth_client_id and the client secret file or variable"
+        ),
+        when=lambda exc: exc.cause.refused,
+    ),
+    _Rule(
+        TokenUnavailable,
+        KafkaUnreachable,
+        lambda exc, kafka: f"no OAUTHBEARER token yet: kafka.sasl_oauth_token_url gave none ({exc.cause.detail})",
+    ),
     _Rule(
         ssl.SSLCertVerificationError,
         StartupError,
@@ -120,7 +150,7 @@ _RULES = (
         lambda exc, kafka: (
             f"SASL {kafka.sasl_mechanism} login refused for {_user(kafka)} "
             f"({exc.args[0] if exc.args and isinstance(exc.args[0], str) else 'authentication failed'}); "
-            "check kafka.sasl_username and the password file or variable"
+            f"{_login_hint(kafka)}"
         ),
     ),
     _Rule(
@@ -168,7 +198,7 @@ def classify(exc: BaseException, broker: str, kafka: KafkaConfig) -> StartupErro
 def _connection_options(kafka: KafkaConfig) -> dict[str, Any]:
     """The security settings every aiokafka client gets, for one connection."""
     try:
-        opts = kafka.client_options()
+        opts = client_options(kafka)
     except (ssl.SSLError, OSError) as exc:
         files = {"ssl_cafile": kafka.ssl_cafile, "ssl_certfile": kafka.ssl_certfile, "ssl_keyfile": kafka.ssl_keyfile}
         named = ", ".join(f"kafka.{k} {v!r}" for k, v in files.items() if v) or "the system CAs"
@@ -201,6 +231,10 @@ async def _check_one(
         response = await conn.send(MetadataRequest(topics, allow_auto_topic_creation=False))
     finally:
         conn.close()
+    if any(t[0] == _ILLEGAL_SASL_STATE for t in response.topics):
+        # aiokafka's OAUTHBEARER login does not read the broker's answer to the token:
+        # a refused token shows as the next request answered "illegal SASL state".
+        raise kafka_errors.SaslAuthenticationFailed("the broker did not accept the login")
     denied = sorted(t[1] for t in response.topics if t[0] == _TOPIC_AUTHORIZATION_FAILED)
     if denied:
         raise kafka_errors.TopicAuthorizationFailedError(", ".join(denied))
@@ -234,7 +268,7 @@ async def check_kafka(config: Config, timeout: float, *, connect: Connector = cr
             async with asyncio.timeout(remaining):
                 return await _check_one(host, port, opts, topics, timeout=remaining, connect=connect)
         except kafka_errors.TopicAuthorizationFailedError as exc:
-            who = f"user {kafka.sasl_username!r}" if kafka.sasl_username else "this client"
+            who = _user(kafka) if kafka.sasl_mechanism else "this client"
             return StartupError(f"Kafka {broker}: {who} is not authorized to describe topic(s) {exc.args[0]} (ACLs)")
         except TimeoutError:
             return KafkaUnreachable(f"Kafka {broker}: no answer within {timeout:g}s")

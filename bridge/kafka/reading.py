@@ -18,6 +18,7 @@ from aiokafka.structs import ConsumerRecord
 
 from bridge.config.model import Config
 from bridge.errors import StartupError
+from bridge.kafka.auth import client_options
 
 Raw: TypeAlias = "ConsumerRecord[bytes, bytes]"
 
@@ -29,7 +30,7 @@ _FETCH_WAIT_MS = 500
 async def partition_counts(config: Config, topics: Iterable[str]) -> dict[str, int]:
     """How many partitions each of ``topics`` has; a topic that does not exist is absent."""
     names = sorted(set(topics))
-    admin = AIOKafkaAdminClient(**config.kafka.client_options())
+    admin = AIOKafkaAdminClient(**client_options(config.kafka))
     await admin.start()
     try:
         described: list[Any] = await admin.describe_topics(names)
@@ -52,7 +53,7 @@ async def require_topics(config: Config, topics: Iterable[str]) -> dict[str, int
 async def consumer(config: Config) -> AsyncIterator[AIOKafkaConsumer]:
     """A group-less ``read_committed`` consumer that is always closed, even when it fails to start."""
     c = AIOKafkaConsumer(
-        isolation_level="read_committed", enable_auto_commit=False, group_id=None, **config.kafka.client_options()
+        isolation_level="read_committed", enable_auto_commit=False, group_id=None, **client_options(config.kafka)
     )
     try:
         await c.start()

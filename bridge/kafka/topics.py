@@ -20,6 +20,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExists
 from bridge.config.model import Config
 from bridge.core.limits import MIN_RECORD_BYTES, RecordLimits
 from bridge.errors import KafkaUnreachable, StartupError
+from bridge.kafka.auth import client_options
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ async def _partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> di
 
 async def partitions(config: Config, names: list[str]) -> list[TopicPartition]:
     """Every partition of ``names`` (a consumer only learns them once subscribed)."""
-    admin = AIOKafkaAdminClient(**config.kafka.client_options())
+    admin = AIOKafkaAdminClient(**client_options(config.kafka))
     await admin.start()
     try:
         for _ in range(50):  # a fresh topic's metadata takes a moment to show
@@ -76,7 +77,7 @@ async def partitions(config: Config, names: list[str]) -> list[TopicPartition]:
 
 async def ensure(config: Config, *, create: bool) -> dict[str, int]:
     """Create missing topics (when ``create``) and verify co-partitioning."""
-    admin = AIOKafkaAdminClient(**config.kafka.client_options())
+    admin = AIOKafkaAdminClient(**client_options(config.kafka))
     await admin.start()
     try:
         topics = wanted(config)
@@ -124,7 +125,7 @@ async def record_limits(config: Config) -> RecordLimits:
     and the producer's ``max_request_size``. Refuses a budget below
     :data:`~bridge.core.limits.MIN_RECORD_BYTES`: the bridge could not write its own records."""
     names = written(config)
-    admin = AIOKafkaAdminClient(**config.kafka.client_options())
+    admin = AIOKafkaAdminClient(**client_options(config.kafka))
     await admin.start()
     try:
         resources = [ConfigResource(ConfigResourceType.TOPIC, t, configs={"max.message.bytes": None}) for t in names]

@@ -52,6 +52,7 @@ from bridge.core.lifecycle import TaskRecord
 from bridge.core.limits import Headers, RecordLimits, record_size
 from bridge.core.offsets import Position
 from bridge.errors import BridgeError
+from bridge.kafka.auth import client_options
 from bridge.observe import metrics
 from bridge.wire import checkpoints
 
@@ -242,7 +243,7 @@ class PartitionTransactions:
             # A transaction left open by a crash is aborted by the coordinator after
             # this: short, so a restarted owner is not blocked long by its predecessor's.
             transaction_timeout_ms=self.config.kafka.transaction_timeout_ms,
-            **self.config.kafka.client_options(),
+            **client_options(self.config.kafka),
         )
         try:
             await producer.start()

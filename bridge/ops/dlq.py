@@ -33,6 +33,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from bridge.config.model import Config
 from bridge.errors import StartupError
 from bridge.kafka import reading
+from bridge.kafka.auth import client_options
 from bridge.kafka.transaction import partition_for
 from bridge.ops import NothingFound, Refused
 from bridge.ops.display import escape
@@ -377,7 +378,7 @@ async def _produce(config: Config, todo: list[DeadLetter], route: dict[str, int]
                 flush=True,
             )
         return
-    producer = AIOKafkaProducer(acks="all", enable_idempotence=True, **config.kafka.client_options())
+    producer = AIOKafkaProducer(acks="all", enable_idempotence=True, **client_options(config.kafka))
     try:
         await producer.start()
         # Sent without waiting one by one (the idempotent producer keeps their order

@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from bridge.config.model import Config
 from bridge.core.timeline import Merge
 from bridge.kafka import reading
+from bridge.kafka.auth import client_options
 from bridge.kafka.topics import partitions
 from bridge.ops import NothingFound
 from bridge.ops.display import escape
@@ -31,7 +32,7 @@ async def read_events(
     In each partition's order; with ``by_time``, ordered by the events' ``time``
     across partitions as well (:class:`~bridge.core.timeline.Merge`)."""
     consumer = AIOKafkaConsumer(
-        isolation_level="read_committed", enable_auto_commit=False, **config.kafka.client_options()
+        isolation_level="read_committed", enable_auto_commit=False, **client_options(config.kafka)
     )
     await consumer.start()
     try:

@@ -26,7 +26,13 @@ from bridge.config.model import AgentConfig, BridgeConfig, ConfigError, KafkaCon
 
 BASE = {"agents": {"a": {"url": "http://a/a2a"}}}
 SASL = {"sasl_mechanism": "PLAIN", "sasl_username": "bridge", "sasl_password_env": "CORPUS_PASSWORD"}
-ENV = {"CORPUS_PASSWORD": "pw", "CORPUS_TOKEN": "tok"}
+OAUTH = {
+    "sasl_mechanism": "OAUTHBEARER",
+    "sasl_oauth_token_url": "https://idp.example/realms/r/protocol/openid-connect/token",
+    "sasl_oauth_client_id": "bridge",
+    "sasl_oauth_client_secret_env": "CORPUS_KAFKA_CLIENT_SECRET",
+}
+ENV = {"CORPUS_PASSWORD": "pw", "CORPUS_TOKEN": "tok", "CORPUS_KAFKA_CLIENT_SECRET": "cs"}
 SECTIONS: dict[str, type] = {"kafka": KafkaConfig, "bridge": BridgeConfig, "agents.a": AgentConfig}
 PREFIX = {"kafka": "BRIDGE_KAFKA_", "bridge": "BRIDGE_BRIDGE_", "agents.a": "BRIDGE_AGENTS_A_"}
 
@@ -71,6 +77,8 @@ def with_key(section: str, key: str, value: Any) -> dict[str, Any]:
     table = doc["agents"]["a"] if section == "agents.a" else doc[section]
     if key in SASL or (key == "security_protocol" and str(value).startswith("SASL")):
         doc["kafka"].update(SASL, security_protocol="SASL_PLAINTEXT")
+    if key.startswith("sasl_oauth_"):
+        doc["kafka"].update(OAUTH, security_protocol="SASL_SSL")
     if key == "dialect" and value == "gateway":
         table["agent_code"] = "writer"
     table[key] = value
@@ -86,6 +94,7 @@ BAD: dict[Any, list[Any]] = {
     rules.not_empty: ["", "  "],
     rules.topic: ["a topic", "..", "x" * 250],
     rules.hosts: ["", "nohost", "h:0", "h:65536", "h:1,:2"],
+    rules.http_url: ["idp/token", "ftp://idp/token", "http://", ""],
 }
 EDGE: dict[Any, list[Any]] = {
     rules.positive: [1],
@@ -95,6 +104,7 @@ EDGE: dict[Any, list[Any]] = {
     rules.not_empty: ["x"],
     rules.topic: ["ok.topic_1-2"],
     rules.hosts: ["h:1,k:65535", "[::1]:9092"],
+    rules.http_url: ["https://idp:8443/t", "http://127.0.0.1:1/t"],
 }
 WRONG_TYPE: dict[type, list[Any]] = {int: [1.5, "1", True], float: ["1", False], bool: ["yes", 1], str: [5, 1.5, True]}
 WRONG_TEXT: dict[type, list[str]] = {int: ["1.5", "x", ""], float: ["x", "2m"], bool: ["ture", "2", ""], str: []}
@@ -200,6 +210,26 @@ def one_mistake() -> Iterator[Case]:
         {"BRIDGE_AGENTS_EXPLORE_URL": "http://e"},
         good=True,
     )
+    oauth = {**good, "kafka": {"bootstrap_servers": "k:9092", "security_protocol": "SASL_SSL", **OAUTH}}
+    yield Case("the good file, OAUTHBEARER", oauth, good=True)
+    for key, value in (
+        ("sasl_oauth_token_url", None),
+        ("sasl_oauth_client_id", None),
+        ("sasl_oauth_client_secret_env", None),
+        ("sasl_oauth_client_secret_env", "UNSET_CORPUS_VAR"),
+        ("sasl_oauth_client_secret_file", "/no/such/secret"),
+        ("sasl_oauth_token_url", "idp/token"),
+        ("sasl_oauth_auth_method", "client_secret_jwt"),
+        ("sasl_oauth_ca_file", "/no/such/ca.pem"),
+        ("sasl_username", "bridge"),
+        ("sasl_mechanism", "SCRAM-SHA-512"),
+    ):
+        doc = orjson.loads(orjson.dumps(oauth))
+        if value is None:
+            del doc["kafka"][key]
+        else:
+            doc["kafka"][key] = value
+        yield Case(f"one mistake (OAUTHBEARER): kafka.{key} = {value!r}", doc, good=False)
     yield Case(
         "not a BRIDGE_ section variable", good, {"BRIDGE_CONFIG_UNRELATED": "x", "BRIDGE_LOG_FORMAT": "json"}, good=True
     )

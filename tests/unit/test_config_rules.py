@@ -89,6 +89,65 @@ def test_kafka_sasl_settings_fit_the_protocol() -> None:
     assert rules.kafka(kafka(security_protocol="SASL_PLAINTXT", **sasl)) == []
 
 
+def test_kafka_oauthbearer_needs_a_client_and_no_password() -> None:
+    oauth = {
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "OAUTHBEARER",
+        "sasl_oauth_token_url": "https://idp/t",
+        "sasl_oauth_client_id": "bridge",
+        "sasl_oauth_client_secret_file": "/s",
+    }
+    assert rules.kafka(kafka(**oauth)) == []
+    assert rules.kafka(kafka(security_protocol="SASL_SSL", sasl_mechanism="OAUTHBEARER")) == [
+        Problem("kafka.sasl_oauth_token_url", "required with sasl_mechanism 'OAUTHBEARER'"),
+        Problem("kafka.sasl_oauth_client_id", "required with sasl_mechanism 'OAUTHBEARER'"),
+        Problem(
+            "[kafka]",
+            "sasl_mechanism 'OAUTHBEARER' needs sasl_oauth_client_secret_file or sasl_oauth_client_secret_env",
+        ),
+    ]
+    with_password = kafka(**oauth, sasl_username="u", sasl_password_env="P", sasl_oauth_client_secret_env="S")
+    assert rules.kafka(with_password) == [
+        Problem("kafka.sasl_username", "is set, but sasl_mechanism 'OAUTHBEARER' logs in with a token, not a password"),
+        Problem(
+            "kafka.sasl_password_env", "is set, but sasl_mechanism 'OAUTHBEARER' logs in with a token, not a password"
+        ),
+        Problem(
+            "[kafka]",
+            "both sasl_oauth_client_secret_file and sasl_oauth_client_secret_env are set; "
+            "name one place for the secret",
+        ),
+    ]
+    scram = {"sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "u", "sasl_password_env": "P"}
+    assert rules.kafka(kafka(security_protocol="SASL_SSL", **scram, sasl_oauth_client_id="bridge")) == [
+        Problem("kafka.sasl_oauth_client_id", "is set, but sasl_mechanism 'SCRAM-SHA-512' does not use OAuth")
+    ]
+    assert rules.kafka(kafka(sasl_oauth_token_url="https://idp/t")) == [
+        Problem("kafka.sasl_oauth_token_url", "is set, but security_protocol 'PLAINTEXT' does not use SASL")
+    ]
+
+
+def test_a_plain_http_token_endpoint_off_this_machine_is_warned_about() -> None:
+    base = {
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "OAUTHBEARER",
+        "sasl_oauth_client_id": "bridge",
+        "sasl_oauth_client_secret_env": "S",
+    }
+    for local in ("http://127.0.0.1:8080/t", "http://localhost/t", "http://[::1]:1/t", "https://idp/t"):
+        assert rules.kafka(kafka(**base, sasl_oauth_token_url=local)) == [], local
+    assert rules.kafka(kafka(**base, sasl_oauth_token_url="http://idp:8080/t", sasl_oauth_ca_file="/ca")) == [
+        Problem(
+            "kafka.sasl_oauth_token_url",
+            "http:// sends the client secret in clear; use https://",
+            warning=True,
+        ),
+        Problem("kafka.sasl_oauth_ca_file", "ignored: the token endpoint is plain http, not TLS", warning=True),
+    ]
+    assert rules.http_url("https://idp/t") is None
+    assert rules.http_url("idp/t") == "'idp/t' is not an http:// or https:// URL"
+
+
 def test_kafka_tls_files_and_heartbeat() -> None:
     assert rules.kafka(kafka(ssl_cafile="/ca")) == [
         Problem("kafka.ssl_cafile", "ignored: security_protocol 'PLAINTEXT' does not use TLS", warning=True)

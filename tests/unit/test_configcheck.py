@@ -173,7 +173,7 @@ def test_env_overrides_are_checked_and_misspelled_variables_reported(tmp_path: P
 def test_security_settings_must_fit_the_protocol(tmp_path: Path) -> None:
     sasl = write(tmp_path, '[kafka]\nsecurity_protocol = "SASL_SSL"\nsasl_mechanism = "GSSAPI"\n')
     assert check(sasl, {}).errors == [
-        "kafka.sasl_mechanism: must be one of ['PLAIN', 'SCRAM-SHA-256', 'SCRAM-SHA-512'], got 'GSSAPI'",
+        "kafka.sasl_mechanism: must be one of ['PLAIN', 'SCRAM-SHA-256', 'SCRAM-SHA-512', 'OAUTHBEARER'], got 'GSSAPI'",
         "kafka.sasl_username: required with security_protocol 'SASL_SSL'",
         "[kafka]: security_protocol 'SASL_SSL' needs sasl_password_file or sasl_password_env",
     ]
@@ -298,3 +298,48 @@ def test_the_command_exits_2_with_every_problem_and_0_with_the_config(good: Path
     assert ok.returncode == 0, ok.stderr
     assert tomllib.loads(ok.stdout)["kafka"]["commands_topic"] == "orders.commands"
     assert SECRET not in ok.stdout + ok.stderr
+
+
+def test_oauthbearer_secrets_show_as_where_they_come_from(tmp_path: Path) -> None:
+    secret = tmp_path / "client-secret"
+    secret.write_text(SECRET)
+    text = f"""
+[kafka]
+security_protocol = "SASL_SSL"
+sasl_mechanism = "OAUTHBEARER"
+sasl_oauth_token_url = "https://idp.example/realms/r/protocol/openid-connect/token"
+sasl_oauth_client_id = "bridge"
+sasl_oauth_client_secret_file = "{secret}"
+sasl_oauth_scopes = "kafka"
+sasl_oauth_audience = "kafka-cluster"
+"""
+    report = check(write(tmp_path, text), {})
+    assert report.ok, report.errors
+    out = render(report)
+    assert SECRET not in out
+    assert f'sasl_oauth_client_secret_file = "{secret}"  # the secret is read from this file; never printed' in out
+    assert 'sasl_oauth_client_id = "bridge"' in out and 'sasl_oauth_audience = "kafka-cluster"' in out
+    assert 'sasl_oauth_auth_method = "client_secret_basic"' in out
+
+    # Without --static, the secret file and variable must be there.
+    secret.unlink()
+    gone = check(write(tmp_path, text), {})
+    assert gone.errors == [
+        f"kafka.sasl_oauth_client_secret_file: the secret file '{secret}' is not a readable file here"
+    ]
+    assert check(write(tmp_path, text), {}, static=True).ok
+    by_env = text.replace(f'sasl_oauth_client_secret_file = "{secret}"', 'sasl_oauth_client_secret_env = "KC_SECRET"')
+    assert check(write(tmp_path, by_env), {}).errors == [
+        "kafka.sasl_oauth_client_secret_env: the environment variable 'KC_SECRET' is not set (or empty) here"
+    ]
+    assert check(write(tmp_path, by_env), {"KC_SECRET": SECRET}).ok
+
+
+def test_an_inline_oauth_client_secret_is_refused_without_showing_it(tmp_path: Path) -> None:
+    text = f'[kafka]\nsasl_oauth_client_secret = "{SECRET}"\n'
+    report = check(write(tmp_path, text), {})
+    assert report.errors == [
+        "kafka.sasl_oauth_client_secret: unknown key; secrets are never in the file: "
+        "name sasl_oauth_client_secret_file or sasl_oauth_client_secret_env"
+    ]
+    assert SECRET not in " ".join(report.errors)
