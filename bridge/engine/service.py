@@ -519,7 +519,7 @@ class Service:
                 if self._consumer is not None:
                     with contextlib.suppress(Exception):
                         # Leaving the group is a courtesy; with the broker gone it must not eat the grace period.
-                        await asyncio.wait_for(self._consumer.stop(), 5)
+                        await _stop_consumer(self._consumer)
                 if ops:
                     await ops.stop()
                 watch.cancel()
@@ -666,6 +666,20 @@ class Service:
             lag = commands_lag(consumer.highwater(tp), low, position)
             if lag is not None:
                 metrics.COMMANDS_LAG.labels(str(p)).set(lag)
+
+
+async def _stop_consumer(consumer: AIOKafkaConsumer) -> None:
+    """``consumer.stop()``, at most 5 s. aiokafka 0.14's fetcher, closing, awaits the
+    fetch it cancelled: when the broker had just closed that fetch's connection (a
+    token expired, a broker restarted) its CancelledError escapes stop(). That one
+    is not ours to pass on; a cancellation of this task is."""
+    task = asyncio.current_task()
+    try:
+        await asyncio.wait_for(consumer.stop(), 5)
+    except asyncio.CancelledError:
+        if task is not None and task.cancelling():
+            raise
+        log.debug("kafka: the consumer's fetcher ended cancelled while stopping")
 
 
 async def serve(config: Config, *, note: str = "") -> int:
