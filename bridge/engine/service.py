@@ -320,6 +320,7 @@ class Service:
         """Step 4: cancel openers, final commit, close."""
         for p in partitions:
             self._assigned.discard(p)
+            self._kafka_failing.pop(p, None)  # its writes are its next owner's now
             with contextlib.suppress(KeyError):
                 metrics.COMMANDS_LAG.remove(str(p))
         await asyncio.gather(*(self._close(p) for p in partitions))

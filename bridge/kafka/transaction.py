@@ -249,7 +249,18 @@ class PartitionTransactions:
 
     async def start(self) -> None:
         """Create the producer; its init_transactions fences any older owner."""
-        self._producer = await self._producers.run(self._started_producer())
+        self._producer = await self._producers.run(self._bounded(self._started_producer(), "the producer's start"))
+
+    async def _bounded(self, coro: Coroutine[Any, Any, _T], step: str) -> _T:
+        """``coro`` within a transaction's own deadline. aiokafka waits for a transaction
+        coordinator or a partition leader for ever; an open that waited so was seen to
+        leave its partition unserved for minutes after a broker crash, the process
+        alive and the group content. Timed out, the open fails and is retried."""
+        budget = self.config.kafka.transaction_timeout_ms / 1000 + _TRANSACTION_GRACE_S
+        try:
+            return await asyncio.wait_for(coro, budget)
+        except TimeoutError:
+            raise TimeoutError(f"partition {self.partition}: {step} waited on Kafka for {budget:.0f} s") from None
 
     async def _started_producer(self) -> AIOKafkaProducer:
         producer = self._make_producer(
@@ -294,7 +305,9 @@ class PartitionTransactions:
         producer = self._producer
         if producer is None:
             raise RuntimeError("partition producer is not started")
-        await self._producers.run(self._close_left_open(producer, topics, commit))
+        await self._producers.run(
+            self._bounded(self._close_left_open(producer, topics, commit), "closing what was left open")
+        )
 
     async def _close_left_open(
         self, producer: AIOKafkaProducer, topics: list[tuple[str, int | None]], commit: bool

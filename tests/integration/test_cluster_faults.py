@@ -158,7 +158,7 @@ class Load:
         tasks = {t["id"]: t for t in httpx.get(f"{self.gateway.url}/_control/tasks", timeout=10).json()}
         by_key = got.by_task_key()
         faults = audit(self.starts, by_key, lambda _start, task_id: tasks[task_id])
-        logs = "\n".join(b.log()[-3000:] for b in self.bridges)
+        logs = "\n".join(b.log()[-3000:] for b in self.bridges) + "\n" + self.readiness()
         print(f"cluster: {len(self.starts)} Tasks, {len(got.records)} events; {faults}")
         assert faults.counts == (0, 0, 0, 0, 0), logs
         assert set(by_key) == keys, sorted(keys - set(by_key))
@@ -166,6 +166,16 @@ class Load:
         for b in self.bridges:
             assert b.alive and b.starts == 1, f"{b.name} exited by itself:\n{b.log()[-3000:]}"
         return faults
+
+    def readiness(self) -> str:
+        """Each bridge's /readyz (what a failed check prints)."""
+        out = []
+        for b in self.bridges:
+            try:
+                out.append(f"{b.name}: {readyz(ops_port(b, timeout=5))}")
+            except Exception as e:
+                out.append(f"{b.name}: no /readyz ({e})")
+        return "\n".join(out)
 
     def stop(self) -> None:
         for b in self.bridges:
