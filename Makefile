@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
-.PHONY: help venv lint unit integration test chaos demo bench bench-scale kafka-up kafka-down clean lock monitoring image
+.PHONY: help venv lint unit integration test chaos demo bench bench-scale bench-restart kafka-up kafka-down clean lock monitoring image
 
 help:
 	@echo "make demo    - the bridge end to end on a local broker with demo agents"
@@ -14,6 +14,7 @@ help:
 	@echo "make chaos   - the long exactly-once chaos run"
 	@echo "make bench   - benchmarks (throughput, latency, transport, quick scale), JSON results in .bench/"
 	@echo "make bench-scale - the scale section alone at its full sizes (long), .bench/scale.json"
+	@echo "make bench-restart - static membership: a restarted container against a replaced pod, .bench/scale.json"
 	@echo "make kafka-up / kafka-down - a local broker on 127.0.0.1:19092"
 	@echo "make lock    - regenerate requirements.lock (the image's hashed runtime deps)"
 	@echo "make image   - build the image with podman (sets podman up; no Docker, no registry), SBOM in .image/"
@@ -67,6 +68,11 @@ bench: venv
 # The scale section alone, at its full sizes (bench/README.md, "Scale"; the better part of an hour or more).
 bench-scale: venv
 	$(PY) -m bench scale
+
+# Static membership: 2,000 live Tasks after a SIGKILL, restarted under the same
+# group_instance_id, then under another (bench/README.md, "Scale"; about a minute).
+bench-restart: venv
+	BENCH_SCALE_MEASURES=restart $(PY) -m bench scale
 
 # The image installs requirements.lock with --require-hashes; regenerate it
 # after changing constraints.txt or the dependencies in pyproject.toml.

@@ -15,6 +15,12 @@ measure               what is done and what is reported
                       N open ``tasks/resubscribe`` streams; target ≤ 5 s. Then the
                       same with the new process started right after the kill
                       (includes waiting out the dead member's session).
+``restart``           N streaming Tasks on a ``bridge run`` with a static
+                      ``group_instance_id``; SIGKILL; at once a new process under the
+                      same id (a container restarted in its pod), then again under
+                      another id (a deleted pod replaced): seconds from the kill
+                      until the source counts N open ``tasks/resubscribe``
+                      streams; target ≤ 5 s for the restart.
 ``rebalance``         Checkpoint records written straight to the checkpoints topic
                       (C closed, L live), then one ``bridge run`` that owns the
                       partitions: seconds until the L live Tasks are resumed
@@ -64,11 +70,12 @@ from bridge.config import model as config_mod
 from bridge.config.model import BridgeConfig, Config
 from bridge.kafka import topics
 
-MEASURES = ("live", "resume", "rebalance", "churn", "held", "burst")
+MEASURES = ("live", "resume", "restart", "rebalance", "churn", "held", "burst")
 # measure parameter -> (env var, full size, quick size)
 SIZES: dict[str, tuple[str, int, int]] = {
     "live": ("BENCH_SCALE_LIVE", 10_000, 1_000),
     "resume": ("BENCH_SCALE_RESUME", 1_000, 200),
+    "restart": ("BENCH_SCALE_RESTART", 2_000, 200),
     "closed": ("BENCH_SCALE_CLOSED", 1_000_000, 20_000),
     "rebalance_live": ("BENCH_SCALE_REBALANCE_LIVE", 10_000, 200),
     "churn": ("BENCH_SCALE_CHURN", 1_000_000, 5_000),
@@ -78,6 +85,7 @@ SIZES: dict[str, tuple[str, int, int]] = {
 TARGETS = {
     "live": "<= 48 KB of RSS per live Task at 10,000 live",
     "resume": "<= 5 s to resume 1,000 live Tasks after a SIGKILL",
+    "restart": "<= 5 s from a SIGKILL to 2,000 live Tasks resumed by a restart under the same group_instance_id",
     "rebalance": "group stable (no second rebalance); 10,000 live Tasks resumed <= 60 s (1,000,000 closed checkpoints)",
     "churn": "RSS flat: within 10 % of the value after the first 100,000 of 1,000,000 Tasks",
     "held": "<= 0.5 KB of RSS per closed Task inside the dedupe window",
@@ -570,6 +578,104 @@ class Scale:
         finally:
             await self._cleanup(source, bridge, config, tail)
 
+    async def _hold(
+        self, n: int, name: str, source: FastSource, http: httpx.AsyncClient, env: dict[str, str] | None = None
+    ) -> tuple[BridgeProcess, Config, Path, EventTail]:
+        """A ``bridge run`` (with ``env``) holding ``n`` streaming Tasks, committed."""
+        bridge, config, path = await self.bridge(name, source, bridge={"max_in_flight_tasks": max(20_000, n)}, env=env)
+        tail = EventTail(self.bootstrap, config.kafka.events_topic, self.partitions)
+        await tail.start()
+        producer = await self.producer()
+        try:
+            for first in range(0, n, BATCH):
+                k = min(BATCH, n - first)
+                await self.send(producer, config.kafka.commands_topic, self.starts(name, first, k, "mode=hold"))
+                await wait_for(
+                    f"{first + k} open streams", lambda t=first + k: _stat(source, http, "hold", t), 300, bridge
+                )
+        finally:
+            await producer.stop()
+        await wait_for("their events", lambda: _ge(lambda: tail.records, 3 * n), 120, bridge)
+        await wait_for("their commit", lambda: _uncommitted_zero(bridge, http), 60, bridge)
+        await asyncio.sleep(0.5)  # one more tick: offsets and checkpoints of the last events
+        return bridge, config, path, tail
+
+    async def _respawn(
+        self,
+        bridge: BridgeProcess,
+        path: Path,
+        config: Config,
+        source: FastSource,
+        http: httpx.AsyncClient,
+        *,
+        n: int,
+        wait_empty: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> tuple[BridgeProcess, dict[str, Any]]:
+        """SIGKILL ``bridge``, start another (with ``env``; once the group is empty if
+        ``wait_empty``): the new process, and how long until the ``n`` streams were
+        open again, counted by the source (``tasks/resubscribe``)."""
+        before = (await source.stats(http))["requests"].get("tasks/resubscribe", 0)
+        t_kill = time.monotonic()
+        bridge.kill()
+        await wait_for(
+            "the dead bridge's streams to close", lambda: _stat_le(source, http, ("hold", "resubscribe"), 0), 60
+        )
+        waited = 0.0
+        if wait_empty:
+            waited = await wait_for("the group to be empty", lambda: self._group_empty(config.kafka.group_id), 120)
+        t_spawn = time.monotonic()
+        spawn_wall = time.time()
+        bridge = BridgeProcess(path, bridge.log_path, env=env)
+        ready_s: float | None = None
+        all_s: float | None = None
+        deadline = t_spawn + 300
+        while time.monotonic() < deadline:
+            bridge.check()
+            if ready_s is None and bridge.ops:
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get(f"{bridge.ops}/readyz")).status_code == 200:
+                        ready_s = time.monotonic() - t_spawn
+            else:
+                bridge.find_ops()
+            if (await source.stats(http))["open"].get("resubscribe", 0) >= n:
+                all_s = time.monotonic() - t_spawn
+                break
+            await asyncio.sleep(0.02)
+        if all_s is None:
+            raise ServiceError(f"the {n} streams were not all resumed within 300 s")
+        if ready_s is None:
+            with contextlib.suppress(ServiceError):
+                await bridge.ready(http, timeout=60)
+        facts = log_facts(bridge.log_text())
+        stats = await source.stats(http)
+        first = facts.first_restored - spawn_wall if facts.first_restored else None
+        last = facts.last_restored - spawn_wall if facts.last_restored else None
+        return bridge, {
+            "seconds_spawn_to_all_resumed": round(all_s, 3),
+            "seconds_spawn_to_ready": ready_s and round(ready_s, 3),
+            "seconds_spawn_to_first_partition_restored": first and round(first, 3),
+            "seconds_spawn_to_last_partition_restored": last and round(last, 3),
+            "seconds_last_restored_to_all_resumed": last and round(all_s - last, 3),
+            "seconds_kill_to_all_resumed": round(time.monotonic() - t_kill, 3),
+            "seconds_waited_for_empty_group": round(waited, 3),
+            "resubscribe_requests": stats["requests"].get("tasks/resubscribe", 0) - before,
+            "unknown_resubscribes": stats["unknown_resubscribes"],
+            "log": dataclasses.asdict(facts),
+        }
+
+    async def _released(
+        self, bridge: BridgeProcess, source: FastSource, http: httpx.AsyncClient, tail: EventTail, n: int
+    ) -> dict[str, Any]:
+        """Released, the resumed Tasks end normally: the streams were real."""
+        await source.post(http, "/_release", {})
+        await wait_for(f"{n} completed Tasks", lambda: _ge(lambda: tail.terminals, n), 120, bridge)
+        return {
+            "completed_after_release": tail.terminals,
+            "events_seen": tail.records,
+            "new_metrics": new_metrics(await metrics_or_empty(bridge, http)),
+        }
+
     async def measure_resume(self) -> dict[str, Any]:
         n = self.n("resume")
         name = self.name("resume")
@@ -578,84 +684,52 @@ class Scale:
         config: Config | None = None
         tail: EventTail | None = None
         try:
-            bridge, config, path = await self.bridge(name, source, bridge={"max_in_flight_tasks": max(20_000, n)})
-            tail = EventTail(self.bootstrap, config.kafka.events_topic, self.partitions)
-            await tail.start()
-            producer = await self.producer()
             out: dict[str, Any] = {"live_tasks": n, "target_seconds": 5.0}
             async with httpx.AsyncClient(timeout=30) as http:
-                try:
-                    for first in range(0, n, BATCH):
-                        k = min(BATCH, n - first)
-                        await self.send(producer, config.kafka.commands_topic, self.starts(name, first, k, "mode=hold"))
-                        await wait_for(
-                            f"{first + k} open streams", lambda t=first + k: _stat(source, http, "hold", t), 300, bridge
-                        )
-                finally:
-                    await producer.stop()
-                await wait_for("their events", lambda: _ge(lambda: tail.records, 3 * n), 120, bridge)
-                await wait_for("their commit", lambda: _uncommitted_zero(bridge, http), 60, bridge)
-                await asyncio.sleep(0.5)  # one more tick: offsets and checkpoints of the last events
+                bridge, config, path, tail = await self._hold(n, name, source, http)
                 for variant in ("after_group_empty", "immediate_respawn"):
-                    before = (await source.stats(http))["requests"].get("tasks/resubscribe", 0)
-                    t_kill = time.monotonic()
-                    bridge.kill()
-                    await wait_for(
-                        "the dead bridge's streams to close",
-                        lambda: _stat_le(source, http, ("hold", "resubscribe"), 0),
-                        60,
+                    bridge, out[variant] = await self._respawn(
+                        bridge, path, config, source, http, n=n, wait_empty=variant == "after_group_empty"
                     )
-                    waited = 0.0
-                    if variant == "after_group_empty":
-                        waited = await wait_for(
-                            "the group to be empty", lambda: self._group_empty(config.kafka.group_id), 120
-                        )
-                    t_spawn = time.monotonic()
-                    spawn_wall = time.time()
-                    bridge = BridgeProcess(path, bridge.log_path)
-                    ready_s: float | None = None
-                    all_s: float | None = None
-                    deadline = t_spawn + 300
-                    while time.monotonic() < deadline:
-                        bridge.check()
-                        if ready_s is None and bridge.ops:
-                            with contextlib.suppress(httpx.HTTPError):
-                                if (await http.get(f"{bridge.ops}/readyz")).status_code == 200:
-                                    ready_s = time.monotonic() - t_spawn
-                        else:
-                            bridge.find_ops()
-                        if (await source.stats(http))["open"].get("resubscribe", 0) >= n:
-                            all_s = time.monotonic() - t_spawn
-                            break
-                        await asyncio.sleep(0.02)
-                    if all_s is None:
-                        raise ServiceError(f"{variant}: the {n} streams were not all resumed within 300 s")
-                    if ready_s is None:
-                        with contextlib.suppress(ServiceError):
-                            await bridge.ready(http, timeout=60)
-                    facts = log_facts(bridge.log_text())
-                    stats = await source.stats(http)
-                    first = facts.first_restored - spawn_wall if facts.first_restored else None
-                    last = facts.last_restored - spawn_wall if facts.last_restored else None
-                    out[variant] = {
-                        "seconds_spawn_to_all_resumed": round(all_s, 3),
-                        "seconds_spawn_to_ready": ready_s and round(ready_s, 3),
-                        "seconds_spawn_to_first_partition_restored": first and round(first, 3),
-                        "seconds_spawn_to_last_partition_restored": last and round(last, 3),
-                        "seconds_last_restored_to_all_resumed": last and round(all_s - last, 3),
-                        "seconds_kill_to_all_resumed": round(time.monotonic() - t_kill, 3),
-                        "seconds_waited_for_empty_group": round(waited, 3),
-                        "resubscribe_requests": stats["requests"].get("tasks/resubscribe", 0) - before,
-                        "unknown_resubscribes": stats["unknown_resubscribes"],
-                        "log": dataclasses.asdict(facts),
-                    }
+                    all_s = out[variant]["seconds_spawn_to_all_resumed"]
                     print(f"    {variant}: {n} streams resumed {all_s:.2f} s after the new process started", flush=True)
-                # Released, the resumed Tasks end normally: the streams were real.
-                await source.post(http, "/_release", {})
-                await wait_for(f"{n} completed Tasks", lambda: _ge(lambda: tail.terminals, n), 120, bridge)
-                out["completed_after_release"] = tail.terminals
-                out["events_seen"] = tail.records
-                out["new_metrics"] = new_metrics(await metrics_or_empty(bridge, http))
+                out.update(await self._released(bridge, source, http, tail, n))
+            return out
+        finally:
+            await self._cleanup(source, bridge, config, tail)
+
+    async def measure_restart(self) -> dict[str, Any]:
+        """Static membership (``group_instance_id``, from the pod name in deploy/): a
+        crashed container restarts in the same pod under the same id and takes its
+        partitions straight back; a deleted pod's replacement has another name, and
+        waits for the dead member's session timeout."""
+        n = self.n("restart")
+        name = self.name("restart")
+        source = FastSource(self.log_dir, name=f"{name}.source")
+        bridge: BridgeProcess | None = None
+        config: Config | None = None
+        tail: EventTail | None = None
+        pod = "BRIDGE_KAFKA_GROUP_INSTANCE_ID"
+        try:
+            out: dict[str, Any] = {
+                "live_tasks": n,
+                "target_seconds": 5.0,
+                "session_timeout_ms": KAFKA_DEFAULTS["session_timeout_ms"],
+            }
+            async with httpx.AsyncClient(timeout=30) as http:
+                bridge, config, path, tail = await self._hold(n, name, source, http, env={pod: "bridge-pod-a"})
+                # Restored Tasks reconnect at this pace (BRIDGE_BRIDGE_RESUME_RATE_PER_SECOND overrides it).
+                rate = os.environ.get("BRIDGE_BRIDGE_RESUME_RATE_PER_SECOND")
+                out["resume_rate_per_second"] = float(rate) if rate else config.bridge.resume_rate_per_second
+                # (variant, the new process's group_instance_id)
+                for variant, instance in (("container_restart", "bridge-pod-a"), ("pod_deletion", "bridge-pod-b")):
+                    bridge, out[variant] = await self._respawn(
+                        bridge, path, config, source, http, n=n, env={pod: instance}
+                    )
+                    out[variant]["group_instance_id"] = instance
+                    took = out[variant]["seconds_kill_to_all_resumed"]
+                    print(f"    {variant}: {n} streams open again {took:.2f} s after the SIGKILL", flush=True)
+                out.update(await self._released(bridge, source, http, tail, n))
             return out
         finally:
             await self._cleanup(source, bridge, config, tail)
@@ -1160,6 +1234,13 @@ def headline(measure: str, r: dict[str, Any]) -> str:
         return (
             f"{r['live_tasks']:,} streams resumed {a['seconds_spawn_to_all_resumed']} s after the new process "
             f"started (target <= 5 s); killed and restarted at once: {b['seconds_kill_to_all_resumed']} s"
+        )
+    if measure == "restart":
+        a, b = r["container_restart"], r["pod_deletion"]
+        return (
+            f"{r['live_tasks']:,} streams open again {a['seconds_kill_to_all_resumed']} s after a SIGKILL and a "
+            f"restart under the same group_instance_id (target <= 5 s); a new process under another id: "
+            f"{b['seconds_kill_to_all_resumed']} s (session timeout {r['session_timeout_ms']} ms)"
         )
     if measure == "rebalance" and not r["all_live_resumed"]:
         return (

@@ -1,4 +1,7 @@
-"""The ``bridge`` command: run the service, manage topics, write commands, read events."""
+"""The `bridge` command: run the service, manage topics, write commands, read events.
+
+Its help texts are shown as they are written here, so they are plain text.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +9,11 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import sys
+import textwrap
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 import orjson
@@ -16,22 +21,92 @@ import orjson
 import bridge
 from bridge.config import model as config_mod
 from bridge.config.model import Config, ConfigError
-from bridge.errors import BridgeError
+from bridge.errors import BridgeError, StartupError
 from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, KafkaUnreachable, check_kafka
 from bridge.observe import logs
+from bridge.ops import NothingFound
 
 log = logging.getLogger("bridge")
+
+DESCRIPTION = "Run the A2A Kafka bridge, manage its topics, write commands, read events and dead letters."
 
 EXIT_CODES = """\
 exit codes:
   0    ok
-  1    nothing found, or gave up waiting (tail, inspect, dlq)
+  1    nothing found, or gave up waiting (tail, inspect, dlq); the service
+       stopped on an unexpected error (run)
   2    bad configuration or usage, a command that fails validation, Kafka
        unreachable or refusing (wrong password, certificate, ACL) for a one-shot
        command, or the service cannot start
-  3    fenced: another bridge took over a partition (run)
+  3    fenced: a bridge outside the consumer group took its partitions (run)
   130  interrupted (Ctrl-C)
 """
+
+# What each subcommand does: its line in `bridge --help`, then the description
+# atop its own --help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": (
+        "run the bridge service",
+        "Run the bridge service: consume commands, follow each agent Task, publish its events exactly once. "
+        "SIGTERM finishes the open transactions and exits 0; Ctrl-C (SIGINT) does the same and exits 130.",
+    ),
+    "topics": (
+        "create (or --check) the bridge's topics, co-partitioned",
+        "Create the topics the config names (commands, events, checkpoints, DLQ), the checkpoints topic "
+        "with as many partitions as the commands topic; with --check, only verify them.",
+    ),
+    "start": (
+        "write a start command (validated first: an invalid one is not written)",
+        "Write a start command for --agent with the message --text and/or --data, validated against "
+        "schemas/command.schema.json (and the config's agent registry) before anything is produced.",
+    ),
+    "reply": (
+        "write a reply command (validated first: an invalid one is not written)",
+        "Write a reply to a Task waiting for input: the message --text and/or --data, validated before "
+        "anything is produced.",
+    ),
+    "cancel": (
+        "write a cancel command (validated first: an invalid one is not written)",
+        "Write a cancel command for the Task of --task-key, validated before anything is produced.",
+    ),
+    "tail": (
+        "print events (read_committed)",
+        "Print events as downstream sees them (read_committed): JSON lines in each partition's order, "
+        "or with --timeline readable lines ordered by time across partitions (each Task's events stay in "
+        "seq order; a line waits up to a few seconds for an earlier event of another partition).",
+    ),
+    "inspect": (
+        "checkpoint, event history and diagnosis of a Task",
+        "Show one Task: its checkpoint, its events and the diagnosis order of docs/gateway-protocol.md; "
+        "reads only the partitions its keys hash to. With --live, also ask the agent (tasks/get).",
+    ),
+    "dlq": (
+        "read the dead-letter topics, replay what can be acted on now",
+        "Read the dead-letter topics (list), or send dead letters back to the commands topic (replay).",
+    ),
+    "dlq list": (
+        "one line per DLQ record (bounded: never waits)",
+        "One line per DLQ record, oldest first per partition, read up to the end offsets found at the "
+        "start: when, where, why, the command, its key, where it came from, size, detail.",
+    ),
+    "dlq replay": (
+        "re-produce DLQ records' original bytes to the commands topic (idempotent)",
+        "Re-produce DLQ records' original bytes and key to the commands topic they came from. A record "
+        "replayed already, and a DLQ copy of a replay that came back, are skipped and named; --again "
+        "replays a command's newest copy once more after its cause is fixed.",
+    ),
+    "config": ("check the configuration", "Check the configuration file and the BRIDGE_* variables."),
+    "config check": (
+        "every problem at once, then the effective configuration (secrets redacted)",
+        "Every problem of the configuration at once (with the nearest known name for a misspelt one), "
+        "then the effective configuration as TOML, secrets only as the file or variable they come from.",
+    ),
+    "demo": (
+        "everything local: agents, topics, the bridge, a few Tasks",
+        "Everything local: the demo gateway and a2a-sdk agents, fresh topics, the bridge, a few Tasks, "
+        "and their timeline ordered by time until every Task has ended.",
+    ),
+}
 
 # Commands that talk to Kafka once and exit: Kafka problems are one line and exit 2.
 ONE_SHOT = ("topics", "start", "reply", "cancel", "tail", "inspect", "dlq")
@@ -59,6 +134,8 @@ def _json_arg(text: str, flag: str, *, obj: bool = True) -> Any:
 
 
 def _message(text: str | None, data: str | None) -> dict[str, Any]:
+    if text is None and data is None:
+        raise UsageError("no message to send: give --text, --data (a JSON object) or both")
     parts: list[dict[str, Any]] = []
     if text is not None:
         parts.append({"kind": "text", "text": text})
@@ -114,6 +191,9 @@ def _whole(least: int) -> Any:
     return parse
 
 
+Command = Callable[..., argparse.ArgumentParser]
+
+
 def parser() -> argparse.ArgumentParser:
     # --config and --log-level work before or after the subcommand.
     common = Parser(add_help=False)
@@ -127,7 +207,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p = Parser(
         prog="bridge",
-        description=__doc__,
+        description=textwrap.fill(DESCRIPTION, 79),
         parents=[common],
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -135,28 +215,58 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"bridge {bridge.__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    def command(name: str, text: str) -> argparse.ArgumentParser:
-        return sub.add_parser(
-            name, help=text, parents=[common], epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter
+    def command(name: str, under: Any = sub) -> argparse.ArgumentParser:
+        line, description = COMMANDS[name]
+        return under.add_parser(  # type: ignore[no-any-return]
+            name.rsplit(maxsplit=1)[-1],
+            help=line,
+            description=textwrap.fill(description, 79),
+            parents=[common],
+            epilog=EXIT_CODES,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
 
-    command("run", "run the bridge service")
-    t = command("topics", "create (or --check) the bridge's topics, co-partitioned")
-    t.add_argument("--check", action="store_true", help="only verify; create nothing")
+    command("run")
+    command("topics").add_argument("--check", action="store_true", help="only verify; create nothing")
+    _writers(command)
+    _readers(command)
+    _dlq(command)
+    csub = command("config").add_subparsers(dest="config_cmd", required=True, metavar="ACTION")
+    cc = command("config check", csub)
+    for flag, meaning in (
+        ("--static", "do not check that the secret, certificate and CA files or variables it names exist here"),
+        ("--live", "also get each agent's token and card: one line per agent whose credentials would not do"),
+    ):
+        cc.add_argument(flag, action="store_true", help=meaning)
+    dm = command("demo")
+    dm.add_argument("--timeout", type=float, default=120, help="give up after this many seconds (exit 1)")
+    return p
+
+
+def _writers(command: Command) -> None:
+    """start, reply, cancel."""
     for name in ("start", "reply", "cancel"):
-        c = command(name, f"write a {name} command (validated first: an invalid one is not written)")
-        c.add_argument("--task-key", required=True)
-        c.add_argument("--command-id")
+        c = command(name)
+        c.add_argument("--task-key", required=True, help="the Task's key (the record key)")
+        c.add_argument("--command-id", help="default: a new UUID; the same commandId again has no second effect")
         if name == "start":
-            c.add_argument("--agent", required=True)
-            c.add_argument("--deadline-seconds", type=float)
+            c.add_argument("--agent", required=True, help="the agent's name in the bridge's registry")
+            c.add_argument(
+                "--deadline-seconds", type=float, help="default: the bridge's bridge.default_deadline_seconds"
+            )
             c.add_argument("--metadata", help="JSON object: the business record")
         if name in ("start", "reply"):
-            c.add_argument("--text")
-            c.add_argument("--data", help="a JSON object sent as a data part")
-    tl = command("tail", "print events (read_committed)")
-    tl.add_argument("--timeline", action="store_true", help="readable lines instead of JSON")
-    tl.add_argument("--from-beginning", action="store_true")
+            c.add_argument("--text", help="the message's text part")
+            c.add_argument("--data", help="a JSON object sent as a data part (with or without --text)")
+
+
+def _readers(command: Command) -> None:
+    """tail, inspect."""
+    tl = command("tail")
+    tl.add_argument(
+        "--timeline", action="store_true", help="readable lines instead of JSON, ordered by time across partitions"
+    )
+    tl.add_argument("--from-beginning", action="store_true", help="from the oldest event kept, not from now")
     tl.add_argument(
         "--until-closed", metavar="TASK_KEYS", help="comma-separated taskKeys: exit once each has a terminal event"
     )
@@ -165,39 +275,40 @@ def parser() -> argparse.ArgumentParser:
         "--agent", action="append", metavar="A", help="only this agent's events, from its events topic (repeatable)"
     )
     tl.add_argument("--timeout", type=float, default=0, help="give up after this many seconds (exit 1)")
-    i = command("inspect", "checkpoint, event history and diagnosis of a Task")
+    i = command("inspect")
     i.add_argument("key", help="a taskKey or a taskId")
     i.add_argument("--live", action="store_true", help="also ask the agent (tasks/get) and compare")
-    d = command("dlq", "read the dead-letter topics, replay what can be acted on now")
-    dsub = d.add_subparsers(dest="dlq_cmd", required=True, metavar="ACTION")
-    dl = dsub.add_parser("list", help="one line per DLQ record (bounded: never waits)", parents=[common])
+
+
+def _dlq(command: Command) -> None:
+    dsub = command("dlq").add_subparsers(dest="dlq_cmd", required=True, metavar="ACTION")
+    dl = command("dlq list", dsub)
     dl.add_argument("--reason", help="only this dlq_reason, e.g. unknown-agent")
     dl.add_argument("--topic", action="append", help="a DLQ topic (repeatable; default: every DLQ topic of the config)")
     dl.add_argument("--limit", type=_whole(1), help="at most N records")
     dl.add_argument("--json", action="store_true", help="JSON lines (value as UTF-8 text, else base64)")
-    dr = dsub.add_parser(
-        "replay", help="re-produce DLQ records' original bytes to the commands topic (idempotent)", parents=[common]
-    )
+    dr = command("dlq replay", dsub)
     which = dr.add_mutually_exclusive_group(required=True)
     which.add_argument("--offset", type=_whole(0), help="the DLQ record at this offset")
     which.add_argument("--reason", help="every DLQ record with this dlq_reason")
     dr.add_argument("--partition", type=_whole(0), help="with --offset: the DLQ partition")
     dr.add_argument("--topic", action="append", help="a DLQ topic (repeatable; default: every DLQ topic of the config)")
     dr.add_argument("--dry-run", action="store_true", help="say what would be replayed; produce nothing")
-    csub = command("config", "check the configuration").add_subparsers(
-        dest="config_cmd", required=True, metavar="ACTION"
+    dr.add_argument(
+        "--again",
+        action="store_true",
+        help="the cause is fixed: replay the newest copy of each chosen command, even one replayed before",
     )
-    cc = csub.add_parser(
-        "check", help="every problem at once, then the effective configuration (secrets redacted)", parents=[common]
-    )
-    for flag, meaning in (
-        ("--static", "do not check that the secret, certificate and CA files or variables it names exist here"),
-        ("--live", "also get each agent's token and card: one line per agent whose credentials would not do"),
-    ):
-        cc.add_argument(flag, action="store_true", help=meaning)
-    dm = command("demo", "everything local: agents, topics, the bridge, a few Tasks")
-    dm.add_argument("--timeout", type=float, default=120)
-    return p
+
+
+async def _commands_topic_exists(config: Config) -> None:
+    """Refuses, in one line, to produce to a commands topic that is not there (the
+    producer would wait for it, then report the broker as not ready)."""
+    from bridge.kafka import reading
+
+    topic, where = config.kafka.commands_topic, config.kafka.bootstrap_servers
+    if not (await reading.partition_counts(config, [topic])).get(topic):
+        raise StartupError(f"the commands topic {topic!r} does not exist on {where} (`bridge topics` creates it)")
 
 
 async def _produce(config: Config, key: bytes, value: bytes) -> None:
@@ -240,6 +351,23 @@ def _config_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def no_config_note(args: argparse.Namespace, config: Config, env: Mapping[str, str] = os.environ) -> str:
+    """When no config file was given (no --config, no BRIDGE_CONFIG): that, and the
+    defaults used, to go with a failure; else nothing. ``BRIDGE_*`` variables still
+    apply (``make demo`` sets the bootstrap servers that way), and are named."""
+    if getattr(args, "config", None) or env.get("BRIDGE_CONFIG"):
+        return ""
+    k = config.kafka
+    agents = f"agents {', '.join(sorted(config.agents))}" if config.agents else "no agent registry"
+    variables = sorted(v for v in env if v.startswith(("BRIDGE_KAFKA_", "BRIDGE_BRIDGE_", "BRIDGE_AGENTS_")))
+    set_by = f"; set by the environment: {', '.join(variables)}" if variables else ""
+    return (
+        f"; no config file was given (--config or BRIDGE_CONFIG), so these are the defaults: Kafka "
+        f"{k.bootstrap_servers}, commands topic {k.commands_topic!r}, events topic {k.events_topic!r}, "
+        f"DLQ topic {k.dlq_topic!r}, {agents}{set_by}"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     level = getattr(args, "log_level", "info")
@@ -248,6 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # aiokafka logs every failed connection attempt; a one-shot command says
         # what went wrong in one line of its own instead.
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    config: Config | None = None
     try:
         if args.cmd == "config":
             return _config_check(args)
@@ -261,11 +390,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             with contextlib.suppress(KafkaUnreachable):
                 asyncio.run(check_kafka(config, PREFLIGHT_TIMEOUT_SECONDS))
         return asyncio.run(_dispatch(args, config))
+    except UsageError as exc:
+        print(f"bridge: {exc}", file=sys.stderr)
+        return 2
     except (ConfigError, BridgeError) as exc:
         # One line, never a traceback: what is wrong and where (never a secret).
         # BridgeError covers preflight's StartupError and KafkaUnreachable.
-        print(f"bridge: {exc}", file=sys.stderr)
-        return 2
+        note = no_config_note(args, config) if config is not None else ""
+        print(f"bridge: {exc}{note}", file=sys.stderr)
+        return 1 if isinstance(exc, NothingFound) else 2
     except KeyboardInterrupt:
         return 130
 
@@ -274,7 +407,7 @@ async def _dispatch(args: argparse.Namespace, config: Config) -> int:
     if args.cmd == "run":
         from bridge.engine.service import serve
 
-        return await serve(config)
+        return await serve(config, note=no_config_note(args, config))
     if args.cmd == "demo":
         from bridge.demo.run import demo
 
@@ -289,6 +422,7 @@ async def _dispatch(args: argparse.Namespace, config: Config) -> int:
         value = validate_command(config, cmd)
         await check_kafka(config, PREFLIGHT_TIMEOUT_SECONDS)
         async with topics.kafka_errors(config):
+            await _commands_topic_exists(config)
             await _produce(config, cmd["taskKey"].encode(), value)
         print(value.decode())
         return 0
@@ -336,5 +470,6 @@ async def _one_shot(args: argparse.Namespace, config: Config) -> int:
             partition=args.partition,
             reason=args.reason,
             dry_run=args.dry_run,
+            again=args.again,
         )
     raise AssertionError(args.cmd)

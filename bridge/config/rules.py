@@ -25,6 +25,8 @@ TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 # Kafka's own rule for topic names.
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 URL = re.compile(r"^https?://[^/\s]+")
+# The dialects besides "gateway" (bridge/config/model.py, Dialect); none sends agent_code.
+A2A_DIALECTS = ("a2a-0.3", "a2a-1.0")
 # A command's deadlineSeconds is at most this (schemas/command.json); so is the default.
 MAX_DEADLINE_SECONDS = 2592000
 
@@ -168,7 +170,8 @@ def agent(where: str, a: Mapping[str, Any], has_url: bool) -> list[Problem]:
     dialect = a["dialect"]
     if dialect == "gateway" and not a["agent_code"]:
         out.append(Problem(f"[{where}]", "the gateway dialect needs agent_code (the Agent selector)"))
-    if dialect != "gateway" and a["agent_code"]:
+    # A misspelt dialect is its own problem (with "did you mean"), not a second one here.
+    if dialect in A2A_DIALECTS and a["agent_code"]:
         message = f"only the gateway dialect sends it; {dialect} ignores it"
         out.append(Problem(f"{where}.agent_code", message, warning=True))
     out += credentials(where, a)

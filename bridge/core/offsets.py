@@ -143,3 +143,14 @@ class PartitionOffsets:
             raise OffsetError(f"offset {offset} was absorbed already")
         if self._next is None or offset >= self._next:
             raise OffsetError(f"offset {offset} was never read")
+
+
+def commands_lag(high: int | None, next_to_commit: int | None, position: int | None) -> int | None:
+    """Commands of an owned partition not yet absorbed: its high-water mark minus
+    the offset to commit, or minus where reading stands when nothing has been read
+    or committed there (an empty partition: 0, not "no data"). None until the
+    first fetch has told the high-water mark."""
+    low = next_to_commit if next_to_commit is not None else position
+    if high is None or low is None:
+        return None
+    return max(0, high - low)

@@ -9,8 +9,8 @@ Only two failures no rebuild can mend:
 the transaction failed with          verdict  then
 ==================================  =======  ===============================================
 an authorization error               fatal    the process ends (exit 2)
-its producer fenced by another       fenced   the process ends without writing (exit 3)
-bridge (the partition is theirs)
+its producer fenced by another       fenced   dropped without writing, while the group is
+bridge (the partition is theirs)              rejoined (bridge/core/rejoin.py)
 its producer fenced because the      retry    rebuilt after two heartbeats: the coordinator
 coordinator timed the transaction             aborted one that ran past its timeout (the
 out                                           broker was away, say), and the membership
@@ -22,7 +22,7 @@ anything else                        retry    rebuilt at once
 ==================================  =======  ===============================================
 
 A failure both timed out and refused waits for the heartbeats and replaces the
-records. At a partition's release only ``fenced`` matters (the process ends): the
+records. At a partition's release only ``fenced`` matters (it was dropped): the
 partition is not rebuilt there, whatever the failure.
 """
 

@@ -93,7 +93,8 @@ class _Script:
         for key, agent, text, _end in _TASKS:
             await self.send(_start(key, agent, text), key)
         await self.send(b"{this is not a command", "broken-1")
-        print(f"demo: {len(_TASKS)} starts and 1 malformed command written\n")
+        print(f"demo: {len(_TASKS)} starts and 1 malformed command written")
+        print("demo: the timeline is ordered by time across partitions; each Task's events in seq order\n")
 
     async def react(self, e: dict[str, Any]) -> None:
         for when, act in [(when, act) for when, act in self.interventions if when(e)]:
@@ -117,10 +118,11 @@ class _Script:
 
 
 async def _follow(config: Config, script: _Script) -> dict[str, str]:
-    """The events as a timeline, with the script's interventions, until every
-    Task has ended; how each ended."""
+    """The events as a timeline ordered by time (the Tasks are spread over three
+    partitions), with the script's interventions, until every Task has ended;
+    how each ended."""
     ended: dict[str, str] = {}
-    async for e in read_events(config, [config.kafka.events_topic]):
+    async for e in read_events(config, [config.kafka.events_topic], by_time=True):
         print(timeline_line(e), flush=True)
         await script.react(e)
         if closes(e):

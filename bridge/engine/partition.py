@@ -39,7 +39,7 @@ from bridge.core.offsets import PartitionOffsets, Position
 from bridge.core.retention import Retention
 from bridge.core.ticks import first_tick, next_tick
 from bridge.engine.runner import TaskRunner
-from bridge.kafka.transaction import OutRecord, PartitionTransactions, ProducerLoop, partition_for
+from bridge.kafka.transaction import OutRecord, PartitionTransactions, ProducerLoop, TransactionFailed, partition_for
 from bridge.observe import metrics, tracing
 from bridge.wire import checkpoints, deadletters, events
 from bridge.wire.commands import Invalid, decode
@@ -278,9 +278,10 @@ class PartitionOwner:
                 if closing:
                     return
         except Exception as exc:
-            # The transaction was aborted; in-memory state is ahead of Kafka.
-            # The service rebuilds this partition from Kafka.
-            log.warning("%s; rebuilding it from its checkpoints", exc)
+            # The transaction was aborted; in-memory state is ahead of Kafka. The
+            # service rebuilds this partition from Kafka, or drops it if fenced.
+            fenced = isinstance(exc, TransactionFailed) and exc.fenced and not exc.timed_out
+            log.warning("%s; %s", exc, "fenced by another bridge" if fenced else "rebuilding it from its checkpoints")
             self.failed = exc
             self.ready = False
 

@@ -15,11 +15,15 @@ Ownership of a partition, step by step:
    the partition. A failure is retried with backoff and jitter; only a
    permanent one (authorization) ends the process.
 3. A failed transaction (the owner sets ``failed``): the partition is paused
-   and rebuilt from Kafka by a new opener, or the process ends, as
+   and rebuilt from Kafka by a new opener, dropped, or the process ends, as
    :mod:`bridge.core.txn_failure` classifies the failure: a producer fenced by
-   another bridge ends it (exit 3); one whose transaction the coordinator
-   timed out (it ran past its timeout, e.g. while the broker was away) is
-   rebuilt after a heartbeat has had time to reveal a lost membership.
+   another bridge (this process was frozen past its session timeout and the
+   group gave the partition away) is dropped with all it held while the
+   consumer rejoins the group (:mod:`bridge.core.rejoin`; a group that does
+   not move means a bridge outside it took the partition: exit 3); one
+   whose transaction the coordinator timed out (it ran past its timeout, e.g.
+   while the broker was away) is rebuilt after a heartbeat has had time to
+   reveal a lost membership.
 4. Revoked (listener; heartbeats still flow): the opener is cancelled, and
    the owner makes its final commit and closes, under the lock.
 
@@ -58,10 +62,11 @@ from aiokafka.errors import (
 from bridge.agents import client, live
 from bridge.agents.client import AgentClient
 from bridge.config.model import Config, ConfigError
-from bridge.core import txn_failure
+from bridge.core import rejoin, txn_failure
 from bridge.core.backoff import KAFKA_RETRY
 from bridge.core.capacity import LAG_SAMPLE_S, LIMITS, Admission, Limit, ResumeTurns
 from bridge.core.limits import RecordLimits
+from bridge.core.offsets import commands_lag
 from bridge.engine.partition import PartitionOwner
 from bridge.errors import BridgeError, KafkaUnreachable, StartupError
 from bridge.kafka import topics
@@ -91,7 +96,7 @@ _FORBIDDEN = (
 
 
 class Fenced(BridgeError):
-    """Another bridge process took over a partition's transactional id."""
+    """Partitions were taken over and the group did not move: a bridge outside it has them."""
 
 
 def _libc_trim() -> Callable[[], None]:
@@ -173,8 +178,10 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 class Service:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, note: str = "") -> None:
         self.config = config
+        # Said after the error that ends the process (the CLI's word on a missing config file).
+        self.note = note
         self.owners: dict[int, PartitionOwner] = {}
         self.clients: dict[str, AgentClient] = {}
         self.limits = RecordLimits(config.kafka.max_request_size)
@@ -186,6 +193,13 @@ class Service:
         self._refused: dict[int, set[str]] = defaultdict(set)
         self._assigned: set[int] = set()
         self._opening: dict[int, asyncio.Task[None]] = {}
+        # Owners whose failure ends the process (fatal): closed on the way out.
+        self._dying: list[PartitionOwner] = []
+        # After a takeover (fenced): partitions dropped until the group assigns again,
+        # and the owners being closed meanwhile.
+        self._rejoin = rejoin.Rejoin(rejoin.deadline(config.kafka.session_timeout_ms / 1000))
+        self._taken: set[int] = set()
+        self._dropping: set[asyncio.Task[None]] = set()
         self._locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._stopping = asyncio.Event()
         self._fatal: BaseException | None = None
@@ -214,6 +228,7 @@ class Service:
         lines = [
             f"partition {p}: kafka writes failing for {now - since:.0f} s: {why}"
             for p, (since, why) in sorted(self._kafka_failing.items())
+            if p in self._assigned  # a partition taken away is its next owner's to write
         ]
         for p, owner in sorted(self.owners.items()):
             pending = owner.txn.pending_since
@@ -225,13 +240,23 @@ class Service:
         """Ready: joined, and every assigned partition owned and restored. The detail
         says what is missing, and which capacity limit new starts wait on."""
         unowned = sorted(p for p in self._assigned if p not in self.owners or not self.owners[p].ready)
+        rejoining = self._rejoin.waiting
         stalled = self.kafka_stalled()
-        ok = self._consumer is not None and self._joined and self._fatal is None and not unowned and not stalled
+        ok = (
+            self._consumer is not None
+            and self._joined
+            and self._fatal is None
+            and not unowned
+            and not rejoining
+            and not stalled
+        )
         lines = stalled
         if self._consumer is None:
             lines.append("kafka: not connected yet")
         elif not self._joined:
             lines.append("group: not joined yet")
+        elif rejoining:
+            lines.append(f"group: rejoining, partitions {sorted(self._taken)} were taken over by another bridge")
         if unowned:
             lines.append(f"partitions restoring or rebuilding: {unowned}")
         lines.append(f"partitions owned: {sorted(self.owners)}")
@@ -309,6 +334,8 @@ class Service:
     def acquire(self, partitions: list[int]) -> None:
         """Step 1: hold the new partitions and start their openers."""
         metrics.REBALANCES.inc()
+        self._rejoin.assigned()
+        self._taken.clear()
         for p in partitions:
             self._assigned.add(p)
             if self._consumer is not None:
@@ -339,9 +366,10 @@ class Service:
             failed = owner.failed
             if failed is None:
                 return
-            # Not rebuilt here, whatever the failure: only a fenced producer matters.
+            # Not rebuilt here, whatever the failure: only a fenced producer matters,
+            # and the group is being rejoined already (this is its revocation).
             if self._classify(failed).kind == "fenced":
-                self._fail(Fenced(f"partition {p} was taken over by another bridge"))
+                self._taken_over(p)
             else:
                 log.warning("partition %d: final commit failed (%s)", p, failed)
 
@@ -447,11 +475,14 @@ class Service:
             self._consumer.pause(self._tp(p))
         verdict = self._classify(owner.failed)
         if verdict.kind == "fatal":
+            self._dying.append(owner)
             assert isinstance(owner.failed, TransactionFailed)
             self._fail(StartupError(f"partition {p}: {owner.failed.cause}"))
             return
         if verdict.kind == "fenced":
-            self._fail(Fenced(f"partition {p} was taken over by another bridge"))
+            self._assigned.discard(p)
+            self._drop(p, owner)
+            self._taken_over(p)
             return
         if isinstance(owner.failed, TransactionFailed):
             self._kafka_failing.setdefault(p, (time.monotonic(), ""))
@@ -463,6 +494,27 @@ class Service:
             self._refresh_limits = True
         metrics.PARTITION_REBUILDS.labels(verdict.cause).inc()
         self._spawn_open(p, broken=owner, delay=verdict.delay)
+
+    def _drop(self, p: int, owner: PartitionOwner) -> None:
+        """Close a fenced partition's owner: its runners and streams stop, its parked
+        starts and outbox are let go (nothing of it could be written any more)."""
+
+        async def close() -> None:
+            async with self._locks[p]:
+                await owner.close(flush=False)
+
+        closing = asyncio.create_task(close(), name=f"drop-{p}")
+        self._dropping.add(closing)
+        closing.add_done_callback(self._dropping.discard)
+
+    def _taken_over(self, p: int) -> None:
+        """Partition ``p``'s producer was fenced: another bridge owns it now. The
+        consumer finds its membership lost and rejoins; the group is waited for
+        (bridge/core/rejoin.py)."""
+        self._rejoin.fenced(asyncio.get_running_loop().time())
+        self._taken.add(p)
+        metrics.PARTITION_REBUILDS.labels("taken-over").inc()
+        log.warning("partition %d was taken over by another bridge; dropped what it held, rejoining the group", p)
 
     # ------------------------------------------------------------------ run --
 
@@ -494,6 +546,12 @@ class Service:
             finally:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self.release(list(self._assigned)), cfg.bridge.shutdown_grace_seconds)
+                if self._dropping:
+                    await asyncio.wait(self._dropping, timeout=10)
+                for owner in self._dying:
+                    # Its producer is stopped, not left to the garbage collector's complaints.
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(owner.close(flush=False), 10)
                 if self._consumer is not None:
                     with contextlib.suppress(Exception):
                         # Leaving the group is a courtesy; with the broker gone it must not eat the grace period.
@@ -555,9 +613,9 @@ class Service:
         if exc is None:
             return 0
         if isinstance(exc, Fenced):
-            log.error("%s; exiting without writing", exc)
+            log.error("%s; exiting", exc)
             return 3
-        log.error("%s", exc)
+        log.error("%s%s", exc, self.note)
         return 2 if isinstance(exc, StartupError | ConfigError) else 1
 
     async def _connect(self) -> AIOKafkaConsumer | None:
@@ -605,6 +663,16 @@ class Service:
             for p, owner in list(self.owners.items()):
                 if owner.failed is not None:
                     self._rebuild(p, owner)
+            if self._rejoin.overdue(asyncio.get_running_loop().time()):
+                k = self.config.kafka
+                self._fail(
+                    Fenced(
+                        f"partitions {sorted(self._taken)} were taken over by another bridge and group {k.group_id!r}"
+                        f" did not move them within {self._rejoin.deadline_s:.0f} s: a bridge outside it uses"
+                        f" transactional_id_prefix {k.transactional_id_prefix!r}"
+                    )
+                )
+                return
             # Parked starts are let in as soon as a start is answered, not at the next
             # idle poll: a short poll while any wait (a burst's ramp is many releases).
             waiting = any(o.parked or o.offsets.deferred for o in self.owners.values())
@@ -624,16 +692,36 @@ class Service:
                     if point is not None:
                         consumer.seek(self._tp(p), point)
             metrics.COMMIT_LAG.set(sum(o.txn.buffered for o in self.owners.values()))
-            for p, owner in self.owners.items():
-                high = consumer.highwater(self._tp(p))
-                low = owner.offsets.next_to_commit
-                if high is not None and low is not None:
-                    metrics.COMMANDS_LAG.labels(str(p)).set(max(0, high - low))
+            await self._sample_lag(consumer)
+
+    async def _sample_lag(self, consumer: AIOKafkaConsumer) -> None:
+        for p, owner in list(self.owners.items()):
+            tp = self._tp(p)
+            low = owner.offsets.next_to_commit
+            # Nothing read or committed yet (an empty partition): where reading stands.
+            position = await consumer.position(tp) if low is None and tp in consumer.assignment() else None
+            lag = commands_lag(consumer.highwater(tp), low, position)
+            if lag is not None:
+                metrics.COMMANDS_LAG.labels(str(p)).set(lag)
 
 
-async def serve(config: Config) -> int:
-    service = Service(config)
+async def serve(config: Config, *, note: str = "") -> int:
+    """The service until SIGTERM (drain, exit 0) or SIGINT (drain, exit 130: interrupted);
+    ``note`` follows the error that ends it."""
+    service = Service(config, note=note)
     loop = asyncio.get_running_loop()
+    received: list[signal.Signals] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not received:
+            log.info("%s received: finishing the open transactions and leaving the group", sig.name)
+        received.append(sig)
+        service.stop()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, service.stop)
-    return await service.run()
+        loop.add_signal_handler(sig, on_signal, sig)
+    code = await service.run()
+    if code != 0:
+        return code
+    log.info("stopped: every owned partition committed and released")
+    return 130 if received and received[0] is signal.SIGINT else 0

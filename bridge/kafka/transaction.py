@@ -335,7 +335,7 @@ class PartitionTransactions:
         if self._producer is not None:
             producer, self._producer = self._producer, None
             with contextlib.suppress(Exception):
-                await self._producers.run(asyncio.wait_for(producer.stop(), ABORT_TIMEOUT_S))
+                await self._producers.run(_stopped(producer))
 
     # ------------------------------------------------------------ readers --
 
@@ -552,6 +552,7 @@ class PartitionTransactions:
             fut.add_done_callback(_failure)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(producer.abort_transaction(), ABORT_TIMEOUT_S)
+        _retrieve_failures(producer)
 
 
 # (topic, partition, batch, origins of its records), in the order they are sent.
@@ -588,3 +589,31 @@ def partition_for(key: bytes | None, partitions: int) -> int:
 
 def _failure(fut: asyncio.Future[object]) -> BaseException | None:
     return None if fut.cancelled() else fut.exception()
+
+
+async def _stopped(producer: AIOKafkaProducer) -> None:
+    try:
+        await asyncio.wait_for(producer.stop(), ABORT_TIMEOUT_S)
+    finally:
+        _retrieve_failures(producer)
+
+
+def _retrieve_failures(producer: AIOKafkaProducer) -> None:
+    """Retrieve the failures aiokafka leaves in futures nobody awaits.
+
+    A fenced producer's sender fails every batch it holds and the transaction
+    (``fail_all``, ``fatal_error``): each batch's drain waiter and the
+    transaction's waiter hold the exception, and asyncio logs "Future exception
+    was never retrieved" with a traceback for each when they are collected. The
+    fence is expected and handled (bridge/core/rejoin.py): they are retrieved
+    here, now or when they fail. Private attributes, read defensively: another
+    aiokafka only brings the noise back.
+    """
+    accumulator = getattr(producer, "_message_accumulator", None)
+    batches = [b for queue in getattr(accumulator, "_batches", {}).values() for b in queue]
+    batches += list(getattr(accumulator, "_pending_batches", ()))
+    futures = [getattr(b, name, None) for b in batches for name in ("future", "_drain_waiter")]
+    futures.append(getattr(getattr(producer, "_txn_manager", None), "_transaction_waiter", None))
+    for fut in futures:
+        if isinstance(fut, asyncio.Future):
+            fut.add_done_callback(_failure)

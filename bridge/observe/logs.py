@@ -14,6 +14,14 @@ minute (one per connection attempt, per node, per client). An operator needs
 to see that it happens, not every instance: :class:`RateLimit` lets one
 record per logger and message template through every ``interval`` seconds
 and says how many it held back.
+
+Some of its complaints are expected for a moment: a topic created a second ago
+has no in-sync replica (or no leader) yet, and a produce to it is answered
+``NotEnoughReplicasError`` until it has (seen on a single-node broker when the
+bridge starts; ``make demo`` saw ``NotLeaderForPartitionError`` likewise).
+aiokafka retries on its own; :class:`Settling` holds such a complaint back
+until it has gone on for :data:`SETTLE_S` seconds, when it is a problem worth
+a line.
 """
 
 from __future__ import annotations
@@ -30,6 +38,17 @@ import orjson
 
 # One line of each kind per this many seconds from a rate-limited logger.
 REPEAT_INTERVAL_S = 10.0
+
+# A transient complaint is logged only once it has lasted this long.
+SETTLE_S = 10.0
+# Complaints an operator need not see while they clear up by themselves: a topic
+# created a moment ago has no in-sync replica, or no leader, for a second.
+TRANSIENT = (
+    "NotEnoughReplicasError",
+    "NotEnoughReplicasAfterAppendError",
+    "NotLeaderForPartitionError",
+    "LeaderNotAvailableError",
+)
 
 _task: contextvars.ContextVar[dict[str, object] | None] = contextvars.ContextVar("bridge_task", default=None)
 
@@ -60,6 +79,33 @@ class RateLimit(logging.Filter):
         if held:
             record.msg = f"{record.msg} ({held} more like this in the last {now - last:.0f}s)"
         return True
+
+
+class Settling(logging.Filter):
+    """Holds back a :data:`TRANSIENT` complaint about one subject (a partition: the
+    record's first argument) until it has lasted ``settle`` seconds; quiet for as
+    long again, the subject starts over."""
+
+    def __init__(self, settle: float = SETTLE_S, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.settle = settle
+        self._clock = clock
+        self._since: dict[tuple[str, str], tuple[float, float]] = {}  # first seen, last seen
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if not any(word in text for word in TRANSIENT):
+            return True
+        args = record.args if isinstance(record.args, tuple) else ()
+        key = (str(record.msg), str(args[0]) if args else "")
+        now = self._clock()
+        first, last = self._since.get(key, (now, now))
+        if now - last > self.settle:
+            first = now
+        if len(self._since) > 1000:
+            self._since.clear()
+        self._since[key] = (first, now)
+        return now - first >= self.settle
 
 
 class JsonFormatter(logging.Formatter):
@@ -103,6 +149,7 @@ def setup(level: str, fmt: str | None = None) -> None:
     # aiokafka is chatty about retries that are part of normal operation.
     kafka.setLevel(logging.WARNING if level.upper() != "DEBUG" else logging.DEBUG)
     if level.upper() != "DEBUG":
+        handler.addFilter(_KafkaOnly(Settling()))
         handler.addFilter(_KafkaOnly(RateLimit()))
     logging.getLogger("httpx").setLevel(logging.WARNING)
 

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 from typing import get_args
 
+import prometheus_client
 from prometheus_client import Counter, Gauge, Histogram
 
 from bridge.core.lifecycle import DropReason, EventKind
+
+# No `_created` series beside each counter and histogram: a second series per
+# label set that no dashboard or alert reads (Prometheus takes resets from the
+# counter itself).
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 COMMANDS = Counter("bridge_commands_total", "Commands read, by type and what became of them.", ["type", "result"])
 DLQ = Counter(
@@ -81,7 +87,8 @@ KAFKA_STALLED = Gauge(
 )
 PARTITION_REBUILDS = Counter(
     "bridge_partition_rebuilds_total",
-    "Partitions rebuilt from Kafka after a failed transaction or a failed open, by cause.",
+    "Partitions dropped and rebuilt from Kafka, by cause: a failed transaction or open, or taken-over "
+    "(fenced after another member took it over; this process rejoins the group).",
     ["cause"],
 )
 CHECKPOINTS_REJECTED = Counter(

@@ -8,8 +8,12 @@ other commands), with the original headers minus every ``dlq_*`` header, plus
 ``bridge_replay_of: <dlq topic>/<partition>/<offset>``. That header makes
 replay idempotent: before producing, the commands partitions the records route
 to are read (from shortly before the oldest chosen DLQ record was written) for
-replays already made, and those are skipped. Which records are sent, skipped
-or refused, and why, is decided by :class:`ReplayPlan`; the rest is IO.
+replays already made, and those are skipped. A replayed command the bridge
+dead-letters again keeps the mark among its original headers, so that copy is
+known for what it is, and skipped too: replaying twice before the cause is
+fixed does not grow a chain of copies (``--again`` replays a command's newest
+copy once more, when the cause is fixed). Which records are sent, skipped or
+refused, and why, is decided by :class:`ReplayPlan`; the rest is IO.
 
 Everything printed that came from a record (key, ids, detail) is caller input
 and goes through :func:`escape` first.
@@ -19,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import sys
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +34,7 @@ from bridge.config.model import Config
 from bridge.errors import StartupError
 from bridge.kafka import reading
 from bridge.kafka.transaction import partition_for
+from bridge.ops import NothingFound, Refused
 from bridge.ops.display import escape
 from bridge.wire import deadletters
 from bridge.wire.deadletters import DeadLetter, replay_headers
@@ -41,18 +45,32 @@ from bridge.wire.deadletters import DeadLetter, replay_headers
 REPLAY_SCAN_MARGIN_MS = 3600 * 1000
 
 
-def _err(text: str) -> None:
-    print(text, file=sys.stderr)
-
-
 # ------------------------------------------------------------------ pure parts --
+
+
+def _from_body(e: DeadLetter) -> dict[str, str]:
+    """The command's ``type`` and ``commandId`` as its body says them, when the
+    bridge named none in its headers (a command that failed validation or whose
+    key did not match): strings only, else nothing."""
+    if e.command_type and e.command_id:
+        return {}
+    try:
+        doc = orjson.loads(e.value)
+    except orjson.JSONDecodeError:
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {k: v for k in ("type", "commandId") if isinstance(v := doc.get(k), str)}
 
 
 def line(e: DeadLetter) -> str:
     """One readable line: when, where, why, what, whose, from where, size, detail."""
-    ctype = escape(e.header(deadletters.COMMAND_TYPE)) or "-"
-    cid = escape(e.header(deadletters.COMMAND_ID)) or "-"
-    key = "(no key)" if e.key is None else escape(e.key)
+    body = _from_body(e)
+    ctype = escape(e.command_type or body.get("type")) or "-"
+    cid = escape(e.command_id or body.get("commandId")) or "-"
+    # A key-mismatch record's key is not the taskKey (that is why it is here).
+    label = "key" if e.reason == "key-mismatch" else "taskKey"
+    key = f"{label} " + ("(no key)" if e.key is None else escape(e.key))
     size = f"{len(e.value)} B"
     if e.truncated:
         size += f" truncated (of {e.original_bytes()} B)"
@@ -62,7 +80,7 @@ def line(e: DeadLetter) -> str:
     if replayed:
         size += f", a replay of {escape(replayed)}"
     return (
-        f"{escape(e.time)}  {escape(e.origin)}  {escape(e.reason)}  {ctype} {cid}  taskKey {key}  "
+        f"{escape(e.time)}  {escape(e.origin)}  {escape(e.reason)}  {ctype} {cid}  {key}  "
         f"from {escape(e.original)}  {size}  {escape(e.header(deadletters.DETAIL))}"
     )
 
@@ -127,6 +145,21 @@ def refusal(e: DeadLetter, commands_topic: str) -> str | None:
     return None
 
 
+def _command(e: DeadLetter) -> tuple[bytes | None, bytes]:
+    """What every copy of one command shares: a replay sends the same key and bytes."""
+    return e.key, e.value
+
+
+def _newest_copies(records: Iterable[DeadLetter]) -> dict[tuple[bytes | None, bytes], DeadLetter]:
+    """Per command, its copy dead-lettered last."""
+    newest: dict[tuple[bytes | None, bytes], DeadLetter] = {}
+    for e in records:
+        seen = newest.get(_command(e))
+        if seen is None or (e.timestamp_ms, e.offset) > (seen.timestamp_ms, seen.offset):
+            newest[_command(e)] = e
+    return newest
+
+
 def matches(e: DeadLetter, reason: str | None) -> bool:
     return reason is None or e.reason == reason
 
@@ -148,6 +181,7 @@ class ReplayPlan:
 
     ready: list[DeadLetter]
     refused: list[tuple[DeadLetter, str]]
+    commands: str = ""
 
     @classmethod
     def of(cls, chosen: Iterable[DeadLetter], commands_topic: str) -> ReplayPlan:
@@ -159,7 +193,7 @@ class ReplayPlan:
                 ready.append(e)
             else:
                 refused.append((e, why))
-        return cls(ready, refused)
+        return cls(ready, refused, commands_topic)
 
     def scan_from(self, route: Mapping[str, int]) -> dict[int, int]:
         """Per commands partition the ready records go to (``route``: origin ->
@@ -172,12 +206,36 @@ class ReplayPlan:
         return {p: max(0, ts - REPLAY_SCAN_MARGIN_MS) for p, ts in oldest.items()}
 
     def pending(
-        self, done: Mapping[str, tuple[int, int]]
-    ) -> tuple[list[DeadLetter], list[tuple[DeadLetter, tuple[int, int]]]]:
-        """The ready records to send, and those to skip with where their replay is
-        (``done``: origin -> (partition, offset) of a replay found)."""
-        todo = [e for e in self.ready if e.origin not in done]
-        skipped = [(e, done[e.origin]) for e in self.ready if e.origin in done]
+        self, done: Mapping[str, tuple[int, int]], *, again: bool = False
+    ) -> tuple[list[DeadLetter], list[tuple[DeadLetter, str]]]:
+        """The ready records to send, and those to skip with why (``done``: origin
+        -> (partition, offset) of a replay found in the commands topic).
+
+        A command is replayed once, whatever chain of DLQ copies it grew: a
+        record replayed already is skipped, and so is a DLQ copy of a replay (it
+        carries ``bridge_replay_of``: the replay was made and came back). With
+        ``again`` (the cause is fixed now), of each command chosen (the same key
+        and bytes) its newest copy is replayed, unless that one was already."""
+        newest = _newest_copies(self.ready) if again else {}
+        todo: list[DeadLetter] = []
+        skipped: list[tuple[DeadLetter, str]] = []
+        for e in self.ready:
+            if e.origin in done:
+                p, o = done[e.origin]
+                skipped.append((e, f"already replayed as {self.commands}/{p}/{o}"))
+            elif again and newest[_command(e)] is not e:
+                later = newest[_command(e)].origin
+                skipped.append((e, f"an older copy of the same command as {later}, which --again replays"))
+            elif e.replay_of is not None and not again:
+                skipped.append(
+                    (
+                        e,
+                        f"a DLQ copy of the replay of {escape(e.replay_of)}: that replay came back "
+                        f"({escape(e.reason)}); once the cause is fixed, replay it with --again",
+                    )
+                )
+            else:
+                todo.append(e)
         return todo, skipped
 
     @property
@@ -238,7 +296,8 @@ async def entries(
 async def dlq_list(
     config: Config, topics: list[str] | None, *, reason: str | None, limit: int | None, as_json_lines: bool
 ) -> int:
-    """Print the DLQ as it is read (memory does not grow with it); 1 when nothing matches."""
+    """Print the DLQ as it is read (memory does not grow with it); :class:`NothingFound`
+    when nothing matches."""
     names = topics or config.all_dlq_topics()
     shown = 0
     async with contextlib.aclosing(entries(config, names, reason=reason, limit=limit)) as found:
@@ -247,8 +306,7 @@ async def dlq_list(
             shown += 1
     if not shown:
         what = f" with reason {reason!r}" if reason else ""
-        _err(f"no DLQ records{what} in {', '.join(names)}")
-        return 1
+        raise NothingFound(f"no DLQ records{what} in {', '.join(names)}")
     return 0
 
 
@@ -278,20 +336,20 @@ async def dlq_replay(
     partition: int | None,
     reason: str | None,
     dry_run: bool,
+    again: bool = False,
 ) -> int:
     """Replay the chosen DLQ records; 0 when everything chosen was replayed or had
-    been, 1 when nothing matched, 2 when some were refused (the rest are replayed)."""
+    been, 2 when some were refused (the rest are replayed); :class:`NothingFound`
+    when nothing matched. ``again``: see :meth:`ReplayPlan.pending`."""
     names = topics or config.all_dlq_topics()
     commands = config.kafka.commands_topic
     async with contextlib.aclosing(entries(config, names, reason=reason, partition=partition, offset=offset)) as found:
         chosen = [e async for e in found]
     if not chosen:
         where = f"at offset {offset}" if offset is not None else f"with reason {reason!r}"
-        _err(f"no DLQ record {where} in {', '.join(names)}")
-        return 1
+        raise NothingFound(f"no DLQ record {where} in {', '.join(names)}")
     if (why := unusable(chosen, offset=offset, partition=partition)) is not None:
-        _err(why)
-        return 2
+        raise Refused(why)
     plan = ReplayPlan.of(chosen, commands)
     for e, why in plan.refused:
         print(f"refused  {escape(e.origin)}  {escape(e.reason)}: {why}", flush=True)
@@ -299,9 +357,9 @@ async def dlq_replay(
         n = (await reading.require_topics(config, [commands]))[commands]
         route = {e.origin: partition_for(e.key, n) for e in plan.ready}
         since = {TopicPartition(commands, p): ts for p, ts in plan.scan_from(route).items()}
-        todo, skipped = plan.pending(await replayed_already(config, since))
-        for e, (p, o) in skipped:
-            print(f"skipped  {escape(e.origin)}: already replayed as {commands}/{p}/{o}", flush=True)
+        todo, skipped = plan.pending(await replayed_already(config, since), again=again)
+        for e, why in skipped:
+            print(f"skipped  {escape(e.origin)}: {why}", flush=True)
         if todo:
             await _produce(config, todo, route, dry_run=dry_run)
     return plan.exit_code

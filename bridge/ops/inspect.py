@@ -29,9 +29,11 @@ from bridge.core.lifecycle import TaskRecord
 from bridge.errors import AgentFault
 from bridge.kafka import reading
 from bridge.kafka.transaction import partition_for
+from bridge.ops import NothingFound
 from bridge.ops.display import escape
 from bridge.ops.tail import timeline_line
 from bridge.wire import checkpoints
+from bridge.wire.events import rfc3339
 
 
 def key_partition(task_key: str, partitions: int) -> int:
@@ -94,9 +96,9 @@ async def task_events(config: Config, record: TaskRecord) -> tuple[list[dict[str
     return found, f"read events partition {tp.topic}/{tp.partition} (taskId hashes there)"
 
 
-async def live(config: Config, record: TaskRecord, events: list[dict[str, Any]]) -> bool:
+async def live(config: Config, record: TaskRecord, events: list[dict[str, Any]]) -> str | None:
     """Ask the agent for the Task (``tasks/get`` on its stored route) and compare
-    with the last status published; False when the agent could not be asked."""
+    with the last status published; why the agent could not be asked, else None."""
     import httpx
 
     from bridge.agents.client import AgentClient, rpc_id
@@ -104,11 +106,9 @@ async def live(config: Config, record: TaskRecord, events: list[dict[str, Any]])
 
     agent = config.agents.get(record.agent)
     if agent is None:
-        print(f"  agent {record.agent!r} is not configured now: its token and route are unknown, cannot ask it")
-        return False
+        return f"agent {record.agent!r} is not configured now: its token and route are unknown, cannot ask it"
     if not record.task_id:
-        print("  the agent has not named a Task yet: nothing to ask for")
-        return False
+        return "the agent has not named a Task yet: nothing to ask for"
     # The agent's own CA and client certificate, when it has them (mutual TLS).
     async with httpx.AsyncClient(verify=tls_context(agent) or True) as http:
         client = AgentClient(agent, http)
@@ -121,8 +121,7 @@ async def live(config: Config, record: TaskRecord, events: list[dict[str, Any]])
         try:
             snapshot = await client.task(client.dialect.get(rpc_id("get"), record.task_id))
         except AgentFault as exc:
-            print(f"  the agent gave no Task: {exc}")
-            return False
+            return f"the agent gave no Task: {exc}"
     print(f"  agent says: state {escape(snapshot.state)}, {len(snapshot.artifacts)} artifact(s)")
     statuses = [e for e in events if e.get("kind") == "status"]
     last = statuses[-1] if statuses else None
@@ -137,7 +136,12 @@ async def live(config: Config, record: TaskRecord, events: list[dict[str, Any]])
         )
     published = {e["artifact"].get("artifactId") for e in events if e.get("kind") == "artifact" and e.get("artifact")}
     print(f"  published artifacts: {len(published)}; the agent has {len(snapshot.artifacts)}")
-    return True
+    return None
+
+
+def _when(epoch: float | None) -> str | None:
+    """An epoch time as the events show times (RFC 3339, UTC)."""
+    return None if epoch is None else rfc3339(epoch)
 
 
 def checkpoint_fields(record: TaskRecord) -> dict[str, Any]:
@@ -152,7 +156,7 @@ def checkpoint_fields(record: TaskRecord) -> dict[str, Any]:
         "seq": record.seq,
         "closed": record.closed,
         "commandIds": record.command_ids,
-        "deadline": record.deadline,
+        "deadline": _when(record.deadline),
         "cancelPending": record.cancel_pending,
         "artifacts": {k: a.parts for k, a in record.artifacts.items()},
         "endpoint": record.endpoint,
@@ -195,10 +199,8 @@ async def inspect(config: Config, key: str, *, live_check: bool = False) -> int:
     for note in notes:
         print(note)
     if record is None:
-        print(f"no checkpoint for taskKey or taskId '{escape(key)}'")
-        if key.startswith(("bridge-", "req")):
-            print("  hint: this looks like a JSON-RPC request id, not a Task id")
-        return 1
+        hint = " (it looks like a JSON-RPC request id, not a Task id)" if key.startswith(("bridge-", "req")) else ""
+        raise NothingFound(f"no checkpoint for taskKey or taskId '{escape(key)}'{hint}")
     print(f"checkpoint (taskKey '{escape(record.task_key)}'):")
     for k, v in checkpoint_fields(record).items():
         print(f"  {k:<14} {escape(str(v))}")
@@ -211,6 +213,6 @@ async def inspect(config: Config, key: str, *, live_check: bool = False) -> int:
         print("  " + line)
     if live_check:
         print("live:")
-        if not await live(config, record, events):
-            return 1
+        if (why := await live(config, record, events)) is not None:
+            raise NothingFound(f"inspect --live: {why}")
     return 0

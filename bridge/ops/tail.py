@@ -8,17 +8,28 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from bridge.config.model import Config
+from bridge.core.timeline import Merge
+from bridge.kafka import reading
 from bridge.kafka.topics import partitions
+from bridge.ops import NothingFound
 from bridge.ops.display import escape
 
 
 async def read_events(
-    config: Config, topics: list[str], *, from_beginning: bool = True, idle_exit: float | None = None
+    config: Config,
+    topics: list[str],
+    *,
+    from_beginning: bool = True,
+    idle_exit: float | None = None,
+    by_time: bool = False,
 ) -> AsyncIterator[dict[str, Any]]:
-    """Decoded event values from ``topics``; stops after ``idle_exit`` quiet seconds if given."""
+    """Decoded event values from ``topics``; stops after ``idle_exit`` quiet seconds if given.
+
+    In each partition's order; with ``by_time``, ordered by the events' ``time``
+    across partitions as well (:class:`~bridge.core.timeline.Merge`)."""
     consumer = AIOKafkaConsumer(
         isolation_level="read_committed", enable_auto_commit=False, **config.kafka.client_options()
     )
@@ -30,20 +41,52 @@ async def read_events(
             await consumer.seek_to_beginning(*tps)
         else:
             await consumer.seek_to_end(*tps)
-        quiet_since = time.monotonic()
-        while True:
+        merge: Merge[dict[str, Any]] = Merge()
+        for tp in tps:
+            merge.track(tp)
+        quiet_since = began = time.monotonic()
+        while idle_exit is None or time.monotonic() - quiet_since <= idle_exit:
             batch = await consumer.getmany(timeout_ms=200)
-            got = False
-            for records in batch.values():
-                for r in records:
-                    got = True
-                    yield orjson.loads(r.value)
-            if got:
-                quiet_since = time.monotonic()
-            elif idle_exit is not None and time.monotonic() - quiet_since > idle_exit:
-                return
+            now = time.monotonic()
+            if batch:
+                quiet_since = now
+            _take(merge, batch, now, by_time=by_time)
+            if by_time:
+                young = now - began < merge.max_wait
+                for tp in tps:
+                    merge.at_end(tp, await _read_to_end(consumer, tp, young=young))
+            # Without by_time, each partition's events as fetched.
+            for event in merge.ready(time.monotonic()) if by_time else merge.flush():
+                yield event
+        for event in merge.flush():
+            yield event
     finally:
         await consumer.stop()
+
+
+def _take(merge: Merge[dict[str, Any]], batch: dict[TopicPartition, list[Any]], now: float, *, by_time: bool) -> None:
+    """A fetched batch into ``merge``: by time, each Task a lane of its own; else in
+    each partition's order."""
+    for tp, records in batch.items():
+        for r in records:
+            event = orjson.loads(r.value)
+            if by_time:
+                merge.push(tp, str(event.get("time", "")), event, now, lane=event.get("taskId"))
+            else:
+                merge.push(tp, "", event, now)
+
+
+async def _read_to_end(consumer: AIOKafkaConsumer, tp: TopicPartition, *, young: bool) -> bool:
+    """Whether ``tp`` has nothing more to give now: read up to its last stable offset,
+    and no open transaction past it (records written, not yet committed or aborted,
+    raise the high-water mark above the last stable offset). While the read is
+    ``young``, a partition never written to is not taken at its word: on a topic
+    created a moment ago the first transaction of a partition can take a second or
+    more to land, later than other partitions' later events."""
+    stable, high = consumer.last_stable_offset(tp), consumer.highwater(tp)
+    if stable is None or high is None or high > stable or (young and high == 0):
+        return False
+    return bool(await consumer.position(tp) >= stable)
 
 
 def closes(event: dict[str, Any]) -> bool:
@@ -94,13 +137,16 @@ async def tail(
     task_keys: set[str] | None = None,
     agents: set[str] | None = None,
 ) -> int:
-    """Print events; with ``agents``, only those agents' events topics are read."""
+    """Print events; with ``agents``, only those agents' events topics are read. A
+    ``timeline`` is ordered by time across partitions; JSON lines come in each
+    partition's order, as they are read."""
     open_keys = set(until_closed or ())
     started = time.monotonic()
     topics = sorted({config.events_topic(a) for a in agents}) if agents else config.all_events_topics()
+    await reading.require_topics(config, topics)
 
     async def consume() -> None:
-        async for e in read_events(config, topics, from_beginning=from_beginning):
+        async for e in read_events(config, topics, from_beginning=from_beginning, by_time=timeline):
             if not wanted(e, task_keys, agents):
                 continue
             print(timeline_line(e) if timeline else orjson.dumps(e).decode(), flush=True)
@@ -113,6 +159,6 @@ async def tail(
         async with asyncio.timeout(timeout or None):
             await consume()
     except TimeoutError:
-        print(f"tail: gave up after {time.monotonic() - started:.0f}s; still open: {sorted(open_keys)}")
-        return 1
+        still = f"; still open: {', '.join(escape(k) for k in sorted(open_keys))}" if open_keys else ""
+        raise NothingFound(f"tail gave up after {time.monotonic() - started:.0f}s (--timeout){still}") from None
     return 0

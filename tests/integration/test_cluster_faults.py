@@ -31,8 +31,8 @@ from tests.support.cluster import NODES, KafkaCluster
 from tests.support.services import (
     BridgeProcess,
     Env,
-    Faults,
     Server,
+    Tally,
     audit,
     bridge_config,
     closed_keys,
@@ -148,7 +148,7 @@ class Load:
             self.stop_feeding()
             await feeder
 
-    async def check(self, timeout: float = 180) -> Faults:
+    async def check(self, timeout: float = 180) -> Tally:
         """Every started Task closed, read back independently; nothing wrong with any."""
         keys = {s["taskKey"] for s in self.starts}
         await read_topic(
@@ -157,15 +157,19 @@ class Load:
         got = kcat_read(self.cluster.bootstrap, self.events_topic)
         tasks = {t["id"]: t for t in httpx.get(f"{self.gateway.url}/_control/tasks", timeout=10).json()}
         by_key = got.by_task_key()
-        faults = audit(self.starts, by_key, lambda _start, task_id: tasks[task_id])
+        tally, mismatched = audit(self.starts, by_key, lambda _start, task_id: tasks[task_id])
         logs = "\n".join(b.log()[-3000:] for b in self.bridges) + "\n" + self.readiness()
-        print(f"cluster: {len(self.starts)} Tasks, {len(got.records)} events; {faults}")
-        assert faults.counts == (0, 0, 0, 0, 0), logs
+        print(
+            f"cluster: {len(self.starts)} Tasks, {len(got.records)} events; lost {tally.lost}, duplicated "
+            f"{tally.duplicated}, out of order {tally.out_of_order}, after terminal {tally.after_terminal}, "
+            f"artifact mismatches {mismatched}"
+        )
+        assert (*tally.faults, mismatched) == (0, 0, 0, 0, 0), logs
         assert set(by_key) == keys, sorted(keys - set(by_key))
         assert all(by_key[k][-1]["state"] == "completed" for k in keys), logs
         for b in self.bridges:
             assert b.alive and b.starts == 1, f"{b.name} exited by itself:\n{b.log()[-3000:]}"
-        return faults
+        return tally
 
     def readiness(self) -> str:
         """Each bridge's /readyz (what a failed check prints)."""

@@ -100,19 +100,21 @@ async def test_a_paused_zombie_is_fenced_and_writes_nothing(env: Env, tmp_path: 
         events = got.by_task_key()["z"]
         gapless(events)
         assert events[-1]["state"] == "completed"
-        # Woken, the zombie either learns it lost the partition (and owns nothing) or
-        # is fenced by the successor's producer and exits with code 3: never a second owner.
+
+        # Woken, the zombie is fenced, drops what it held and rejoins the group
+        # (docs/delivery.md, "A frozen replica"): it stays up, and the partition has
+        # one owner, whichever the rebalance picked; never a second one.
+        def owners() -> tuple[int, int]:
+            return int(metric(zombie_port, "bridge_partitions_assigned") or 0), int(
+                metric(successor_port, "bridge_partitions_assigned") or 0
+            )
+
         await until(
-            lambda: not zombie.alive or metric(zombie_port, "bridge_partitions_assigned") == 0,
-            20,
-            lambda: f"the zombie owning nothing or gone:\n{zombie.log()[-3000:]}",
+            lambda: zombie.alive and sum(owners()) == 1,
+            30,
+            lambda: f"one owner, the zombie up ({owners()}):\n{zombie.log()[-3000:]}",
         )
-        if zombie.alive:
-            assert metric(zombie_port, "bridge_partitions_assigned") == 0, zombie.log()[-3000:]
-        else:
-            assert zombie.proc is not None and zombie.proc.returncode == 3, zombie.log()[-3000:]
-        assert successor.alive
-        assert metric(ops_port(successor), "bridge_partitions_assigned") == 1
+        assert zombie.alive and successor.alive
     finally:
         zombie.signal(signal.SIGCONT)
         zombie.stop()

@@ -234,6 +234,16 @@ def port_number(c: dict[str, Any], port: int | str) -> int:
     return int(p["containerPort"])
 
 
+def test_each_pod_is_a_static_member_named_after_itself() -> None:
+    # A container restarted in its pod keeps the pod name: under the same
+    # group_instance_id it takes its partitions straight back (deploy/README.md).
+    (var,) = [e for e in container()["env"] if e["name"] == "BRIDGE_KAFKA_GROUP_INSTANCE_ID"]
+    assert var["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    # The variable names a key the bridge reads (an unknown BRIDGE_KAFKA_* is refused).
+    cfg = config_mod.load(config_file(), env={var["name"]: "a2a-kafka-bridge-5d8f7c9b4-x2x7q"})
+    assert cfg.kafka.group_instance_id == "a2a-kafka-bridge-5d8f7c9b4-x2x7q"
+
+
 def test_probes_hit_the_ops_server(cfg: config_mod.Config) -> None:
     c = container()
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"

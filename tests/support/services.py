@@ -375,6 +375,34 @@ def gapless(events: list[dict[str, Any]]) -> None:
     assert [i for i, e in enumerate(events) if e.get("terminal")] == [len(events) - 1]
 
 
+@dataclass
+class Tally:
+    """What an independent reader finds wrong across Tasks (:meth:`count` one Task's
+    events at a time, in the order the topic holds them)."""
+
+    lost: int = 0  # a Task whose seqs have a gap, or no terminal event
+    duplicated: int = 0  # events whose eventId was seen before
+    out_of_order: int = 0  # a Task whose seqs are not ascending
+    after_terminal: int = 0  # a Task with events after its terminal one
+
+    def count(self, events: list[dict[str, Any]]) -> None:
+        seqs = [e["seq"] for e in events]
+        ids = [e["eventId"] for e in events]
+        self.duplicated += len(ids) - len(set(ids))
+        if sorted(set(seqs)) != list(range(1, len(set(seqs)) + 1)):
+            self.lost += 1
+        if seqs != sorted(seqs):
+            self.out_of_order += 1
+        terminal_at = next((i for i, e in enumerate(events) if e.get("terminal")), None)
+        if terminal_at is None or terminal_at != len(events) - 1:
+            self.after_terminal += terminal_at is not None
+            self.lost += terminal_at is None
+
+    @property
+    def faults(self) -> tuple[int, int, int, int]:
+        return self.lost, self.duplicated, self.out_of_order, self.after_terminal
+
+
 def closed_keys(c: Collected) -> set[str]:
     return {e["taskKey"] for e in c.events() if e.get("terminal") and e["kind"] in ("status", "bridge")}
 
@@ -392,58 +420,27 @@ def reassemble(events: list[dict[str, Any]]) -> dict[str, list[Any]]:
     return arts
 
 
-@dataclass
-class Faults:
-    """What an independent reader found wrong with the Tasks of a run (all 0: exactly once)."""
-
-    lost: int = 0
-    duplicated: int = 0
-    out_of_order: int = 0
-    after_terminal: int = 0
-    mismatched: int = 0
-
-    @property
-    def counts(self) -> tuple[int, int, int, int, int]:
-        return (self.lost, self.duplicated, self.out_of_order, self.after_terminal, self.mismatched)
-
-    def __str__(self) -> str:
-        return (
-            f"lost {self.lost}, duplicated {self.duplicated}, out of order {self.out_of_order}, "
-            f"after terminal {self.after_terminal}, artifact mismatches {self.mismatched}"
-        )
-
-
 def audit(
     starts: list[dict[str, Any]],
     by_key: dict[str, list[dict[str, Any]]],
     truth: Callable[[dict[str, Any], str], dict[str, Any]],
-) -> Faults:
-    """Every started Task's events as a ``read_committed`` reader got them (``by_key``):
-    seq exactly 1..N, no duplicate eventId, nothing after the terminal event, one
-    taskId, each event valid, and artifacts equal to the agent's own record
-    (``truth(start, taskId)``)."""
+) -> tuple[Tally, int]:
+    """Every started Task's events as a ``read_committed`` reader got them (``by_key``),
+    counted by :class:`Tally`; each event valid; and the Tasks whose artifacts differ
+    from the agent's own record (``truth(start, taskId)``) or that have several
+    taskIds (the second value)."""
     v = validator("event")
-    f = Faults()
+    tally, mismatched = Tally(), 0
     for start in starts:
         events = by_key.get(start["taskKey"], [])
-        seqs = [e["seq"] for e in events]
-        ids = [e["eventId"] for e in events]
-        f.duplicated += len(ids) - len(set(ids))
-        if sorted(set(seqs)) != list(range(1, len(set(seqs)) + 1)):
-            f.lost += 1
-        if seqs != sorted(seqs):
-            f.out_of_order += 1
-        terminal_at = next((i for i, e in enumerate(events) if e.get("terminal")), None)
-        if terminal_at is None or terminal_at != len(events) - 1:
-            f.after_terminal += terminal_at is not None
-            f.lost += terminal_at is None
+        tally.count(events)
         task_ids = {e["taskId"] for e in events}
         if len(task_ids) != 1:
-            f.mismatched += 1
+            mismatched += 1
             continue
         task_id = task_ids.pop()
         if reassemble(events) != {a["artifactId"]: a["parts"] for a in truth(start, task_id)["artifacts"]}:
-            f.mismatched += 1
+            mismatched += 1
             trail = [
                 (
                     e["seq"],
@@ -458,4 +455,4 @@ def audit(
             print(f"artifact mismatch for {start['taskKey']} on {start['agent']} ({task_id}): {trail}")
         for e in events:
             assert not list(v.iter_errors(e)), e
-    return f
+    return tally, mismatched

@@ -69,7 +69,11 @@ def test_bad_json_arguments_are_usage_errors() -> None:
 def test_a_command_is_validated_against_the_command_schema() -> None:
     ok = build_command(args("start", "--task-key", "k", "--agent", "writer", "--text", "hi", "--command-id", "c1"))
     assert validate_command(CONFIG, ok).startswith(b'{"type":"start","commandId":"c1","taskKey":"k"')
-    empty = build_command(args("start", "--task-key", "k", "--agent", "writer"))
+    with pytest.raises(UsageError, match=r"^no message to send: give --text, --data \(a JSON object\) or both$"):
+        build_command(args("start", "--task-key", "k", "--agent", "writer"))
+    with pytest.raises(UsageError, match=r"^no message to send"):
+        build_command(args("reply", "--task-key", "k"))
+    empty = {**ok, "message": {"role": "user", "parts": []}}
     with pytest.raises(UsageError, match=r"^the start command is not valid \(schema-violation\): message/parts"):
         validate_command(CONFIG, empty)
     long_key = build_command(args("cancel", "--task-key", "k" * 300))
@@ -93,6 +97,9 @@ def test_an_invalid_start_is_refused_before_kafka_is_asked(
     assert main(["start", "--task-key", "k", "--agent", "a", "--data", "{bad"]) == 2
     assert capsys.readouterr().err.startswith("bridge: --data: not JSON")
     assert main(["start", "--task-key", "k", "--agent", "a"]) == 2
+    err = capsys.readouterr().err
+    assert err == "bridge: no message to send: give --text, --data (a JSON object) or both\n"
+    assert main(["start", "--task-key", "k", "--agent", "a", "--text", "x", "--deadline-seconds", "-1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("bridge: the start command is not valid") and len(err.splitlines()) == 1
 

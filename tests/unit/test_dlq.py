@@ -205,9 +205,65 @@ def test_a_replay_scans_each_target_partition_from_before_its_oldest_record() ->
 def test_a_record_replayed_already_is_skipped_with_where_its_replay_is() -> None:
     a = dead_letter(raw(START), command=CMD, dlq_offset=1)
     b = dead_letter(raw(START), command=CMD, dlq_offset=2)
-    plan = ReplayPlan([a, b], [])
+    plan = ReplayPlan([a, b], [], COMMANDS)
     assert plan.pending({}) == ([a, b], [])
-    assert plan.pending({a.origin: (3, 70)}) == ([b], [(a, (3, 70))])
+    assert plan.pending({a.origin: (3, 70)}) == ([b], [(a, f"already replayed as {COMMANDS}/3/70")])
+
+
+def replayed_and_back(first: DeadLetter, *, dlq_offset: int, ms: int) -> DeadLetter:
+    """What the bridge dead-letters when ``first``'s replay fails again: the replay's
+    record (its headers: the original ones and the replay's mark), copied to the DLQ."""
+    replay = raw(first.value, first.key, replay_headers(first), offset=first.offset + 100, timestamp=ms)
+    key, value, headers = encode(replay, first.reason, "no agent 'late' in the registry", CMD, budget=1_000_000)
+    return decode(raw(value, key, headers, topic="orders.dlq", partition=0, offset=dlq_offset, timestamp=ms))
+
+
+def test_a_replay_that_came_back_is_skipped_until_its_cause_is_fixed() -> None:
+    # Replayed before the agent was configured: the replay came back as a new DLQ record.
+    d1 = dead_letter(raw(START), command=CMD, dlq_offset=0)
+    d2 = replayed_and_back(d1, dlq_offset=4, ms=STAMP_MS + 1000)
+    assert d2.replay_of == d1.origin  # the copy keeps the replay's mark
+    done = {d1.origin: (2, 141)}
+
+    # Run again before the cause is fixed: the chain does not grow; both are named.
+    todo, skipped = ReplayPlan([d1, d2], [], COMMANDS).pending(done)
+    assert todo == []
+    assert skipped == [
+        (d1, f"already replayed as {COMMANDS}/2/141"),
+        (
+            d2,
+            "a DLQ copy of the replay of orders.dlq/0/0: that replay came back (unknown-agent); "
+            "once the cause is fixed, replay it with --again",
+        ),
+    ]
+    # Chosen alone (--offset), the copy is recognised by its own headers.
+    assert ReplayPlan([d2], [], COMMANDS).pending({})[0] == []
+
+    # The cause is fixed: --again sends the newest copy, once.
+    todo, skipped = ReplayPlan([d1, d2], [], COMMANDS).pending(done, again=True)
+    assert todo == [d2]
+    assert skipped == [(d1, f"already replayed as {COMMANDS}/2/141")]
+    again = {**done, d2.origin: (2, 150)}
+    assert ReplayPlan([d1, d2], [], COMMANDS).pending(again, again=True)[0] == []
+
+    # A copy older than the newest of the same command is not sent by --again.
+    d3 = replayed_and_back(d2, dlq_offset=6, ms=STAMP_MS + 2000)
+    todo, skipped = ReplayPlan([d2, d3], [], COMMANDS).pending({}, again=True)
+    assert todo == [d3]
+    assert skipped == [(d2, "an older copy of the same command as orders.dlq/0/6, which --again replays")]
+
+
+def test_the_command_of_a_record_that_failed_validation_is_read_from_its_body() -> None:
+    no_message = orjson.dumps({"type": "start", "commandId": "c-9", "taskKey": "order-17"})
+    e = dead_letter(raw(no_message), "schema-violation")  # the bridge names no command in its headers
+    assert "  schema-violation  start c-9  taskKey order-17  " in line(e)
+    # A key-mismatch record's key is not its taskKey: it is labelled as the key it is.
+    other = dead_letter(raw(START, key=b"not-order-17"), "key-mismatch")
+    assert "  key-mismatch  start c-1  key not-order-17  " in line(other)
+    # Values that are not strings, or no object at all, are not shown as a command.
+    odd = dead_letter(raw(orjson.dumps({"type": 5, "commandId": ["x"]})), "schema-violation")
+    assert "  schema-violation  - -  taskKey order-17  " in line(odd)
+    assert "  not-an-object  - -  " in line(dead_letter(raw(b"[1]"), "not-an-object"))
 
 
 def test_an_offset_in_several_dlq_partitions_needs_a_partition() -> None:
