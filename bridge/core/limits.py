@@ -131,3 +131,12 @@ def shrink(value: Any, room: int) -> Any:
         if size(out) <= room:
             return out
     return projection(value, total)
+
+
+def min_insync_replicas(replication_factor: int) -> int | None:
+    """``min.insync.replicas`` of the topics ``bridge topics`` creates: every write
+    acknowledged by all replicas but one (RF 3: 2), so one broker may be down and
+    no acknowledged write lives on one disk alone. Below RF 3 there is no such
+    choice (RF 2 with 2 would stop all writes when one broker is down): None,
+    the broker's default."""
+    return replication_factor - 1 if replication_factor >= 3 else None

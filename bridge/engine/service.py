@@ -45,6 +45,7 @@ import gc
 import logging
 import os
 import signal
+import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 
@@ -71,7 +72,7 @@ from bridge.errors import BridgeError, KafkaUnreachable, StartupError
 from bridge.kafka import topics
 from bridge.kafka.auth import client_options
 from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, check_kafka
-from bridge.kafka.transaction import ProducerLoop, TransactionFailed
+from bridge.kafka.transaction import ProducerLoop, TransactionFailed, error_names
 from bridge.observe import metrics
 from bridge.observe.http import OpsServer
 
@@ -217,16 +218,40 @@ class Service:
         self._resume_queue: deque[asyncio.Future[None]] = deque()
         self._turns = ResumeTurns(b.resume_rate_per_second, b.max_loop_lag_seconds)
         self._resumer: asyncio.Task[None] | None = None
+        # Per partition rebuilding after Kafka took none of its writes: since when, and why.
+        self._kafka_failing: dict[int, tuple[float, str]] = {}
 
     # ----------------------------------------------------------- readiness --
+
+    def kafka_stalled(self) -> list[str]:
+        """The partitions whose writes Kafka is not taking now, and why (for /readyz)."""
+        now = time.monotonic()
+        lines = [
+            f"partition {p}: kafka writes failing for {now - since:.0f} s: {why}"
+            for p, (since, why) in sorted(self._kafka_failing.items())
+            if p in self._assigned  # a partition taken away is its next owner's to write
+        ]
+        for p, owner in sorted(self.owners.items()):
+            pending = owner.txn.pending_since
+            if pending is not None and txn_failure.stalled(now - pending):
+                lines.append(f"partition {p}: a transaction waiting on kafka for {now - pending:.0f} s")
+        return lines
 
     def ready(self) -> tuple[bool, str]:
         """Ready: joined, and every assigned partition owned and restored. The detail
         says what is missing, and which capacity limit new starts wait on."""
         unowned = sorted(p for p in self._assigned if p not in self.owners or not self.owners[p].ready)
         rejoining = self._rejoin.waiting
-        ok = self._consumer is not None and self._joined and self._fatal is None and not unowned and not rejoining
-        lines = []
+        stalled = self.kafka_stalled()
+        ok = (
+            self._consumer is not None
+            and self._joined
+            and self._fatal is None
+            and not unowned
+            and not rejoining
+            and not stalled
+        )
+        lines = stalled
         if self._consumer is None:
             lines.append("kafka: not connected yet")
         elif not self._joined:
@@ -323,6 +348,7 @@ class Service:
         """Step 4: cancel openers, final commit, close."""
         for p in partitions:
             self._assigned.discard(p)
+            self._kafka_failing.pop(p, None)  # its writes are its next owner's now
             with contextlib.suppress(KeyError):
                 metrics.COMMANDS_LAG.remove(str(p))
         await asyncio.gather(*(self._close(p) for p in partitions))
@@ -405,10 +431,11 @@ class Service:
                     if isinstance(exc, (*_FORBIDDEN, StartupError)):
                         self._fail(StartupError(f"partition {p}: {exc}"))
                         return
-                    log.warning("partition %d: open failed (%s: %s), retrying", p, type(exc).__name__, exc)
-                    metrics.PARTITION_REBUILDS.labels("open-failed").inc()
+                    self._open_failed(p, exc)
                 else:
                     assert owner is not None
+                    # Its producer's init_transactions went through: Kafka takes writes again.
+                    self._kafka_failing.pop(p, None)
                     self.owners[p] = owner
                     if self._consumer is not None:
                         self._consumer.resume(self._tp(p))
@@ -416,6 +443,13 @@ class Service:
                     return
             await asyncio.sleep(KAFKA_RETRY.delay(attempt))
             attempt += 1
+
+    def _open_failed(self, p: int, exc: Exception) -> None:
+        log.warning("partition %d: open failed (%s: %s), retrying", p, type(exc).__name__, exc)
+        metrics.PARTITION_REBUILDS.labels("open-failed").inc()
+        if p in self._kafka_failing:  # rebuilding after Kafka took no write: say what it says now
+            why = txn_failure.explain(txn_failure.reason(error_names(exc)))
+            self._kafka_failing[p] = (self._kafka_failing[p][0], why)
 
     async def _seek(self, p: int, offset: int | None) -> None:
         """Read from where the checkpoints say, not from a position the group fetched
@@ -451,6 +485,9 @@ class Service:
             self._drop(p, owner)
             self._taken_over(p)
             return
+        if isinstance(owner.failed, TransactionFailed):
+            self._kafka_failing.setdefault(p, (time.monotonic(), ""))
+            self._kafka_failing[p] = (self._kafka_failing[p][0], owner.failed.detail)
         if verdict.delay:
             log.warning("partition %d: the coordinator timed out the open transaction; rebuilding", p)
         if verdict.refused:
@@ -567,6 +604,7 @@ class Service:
             metrics.CLOSED_HELD.set(self.closed_held())
             metrics.STARTS_WAITING.set(sum(o.parked + o.offsets.deferred for o in self.owners.values()))
             metrics.OUTBOX_BYTES.set(sum(o.txn.buffered_bytes for o in self.owners.values()))
+            metrics.KAFKA_STALLED.set(len(self.kafka_stalled()))
             held = self.held_by()
             for limit in LIMITS:
                 metrics.CAPACITY_REACHED.labels(limit).set(1 if held == limit else 0)

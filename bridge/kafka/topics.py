@@ -18,7 +18,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
 
 from bridge.config.model import Config
-from bridge.core.limits import MIN_RECORD_BYTES, RecordLimits
+from bridge.core.limits import MIN_RECORD_BYTES, RecordLimits, min_insync_replicas
 from bridge.errors import KafkaUnreachable, StartupError
 from bridge.kafka.auth import client_options
 
@@ -42,12 +42,14 @@ CHECKPOINTS_TOPIC_CONFIG = {
 def wanted(config: Config) -> dict[str, dict[str, str]]:
     """Every topic the bridge uses, with its configs."""
     k = config.kafka
-    out: dict[str, dict[str, str]] = {k.commands_topic: {}}
-    out[k.checkpoints_topic] = CHECKPOINTS_TOPIC_CONFIG
+    isr = min_insync_replicas(k.replication_factor)
+    durable = {"min.insync.replicas": str(isr)} if isr is not None else {}
+    out: dict[str, dict[str, str]] = {k.commands_topic: durable}
+    out[k.checkpoints_topic] = {**CHECKPOINTS_TOPIC_CONFIG, **durable}
     for t in config.all_events_topics():
-        out[t] = {}
+        out[t] = durable
     for t in config.all_dlq_topics():
-        out[t] = {}
+        out[t] = durable
     return out
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
@@ -48,6 +49,7 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.structs import OffsetAndMetadata
 
 from bridge.config.model import Config
+from bridge.core import txn_failure
 from bridge.core.lifecycle import TaskRecord
 from bridge.core.limits import Headers, RecordLimits, record_size
 from bridge.core.offsets import Position
@@ -66,6 +68,8 @@ ABORT_TIMEOUT_S = 10.0
 # by the coordinator, or its outcome is unknown: either way the partition is
 # rebuilt from what Kafka has.
 _TRANSACTION_GRACE_S = 15.0
+# The most a failed transaction's diagnosis (see PartitionTransactions.diagnose) may take.
+_DIAGNOSE_TIMEOUT_S = 5.0
 # The longest a thread holds the GIL while another waits for it (see ProducerLoop).
 _SWITCH_INTERVAL_S = 0.0002
 
@@ -103,8 +107,28 @@ class TransactionFailed(BridgeError):
         self.fenced = isinstance(cause, ProducerFenced)
         self.timed_out = self.fenced and open_for * 1000 >= timeout_ms
         self.forbidden = isinstance(cause, _NOT_ALLOWED)
+        # The written partitions as the brokers described them after the failure
+        # (see PartitionTransactions.diagnose): what the reason is told from.
+        self.partitions: tuple[txn_failure.PartitionState, ...] = ()
         what = "refused as too large: " + ", ".join(refused[:3]) if refused else type(cause).__name__
         super().__init__(f"partition {partition}: transaction aborted ({what})")
+
+    @property
+    def reason(self) -> txn_failure.Reason:
+        return txn_failure.reason(error_names(self.cause), self.partitions)
+
+    @property
+    def detail(self) -> str:
+        return txn_failure.explain(self.reason, self.partitions)
+
+
+def error_names(exc: BaseException | None) -> tuple[str, ...]:
+    """Class names of ``exc`` and of what raised it, outermost first."""
+    names: list[str] = []
+    while exc is not None and len(names) < 8:
+        names.append(type(exc).__name__)
+        exc = exc.__cause__ or exc.__context__
+    return tuple(names)
 
 
 # Slotted, not frozen: one is made per record published, and a frozen dataclass's
@@ -219,12 +243,25 @@ class PartitionTransactions:
         # commits at once instead of sleeping out its tick while readers wait.
         self.wake = asyncio.Event()
         self._last: Position | None = None
+        # When the transaction now waiting on Kafka began (None: none is).
+        self.pending_since: float | None = None
         self._producer: AIOKafkaProducer | None = None
         self._commands_tp = TopicPartition(config.kafka.commands_topic, partition)
 
     async def start(self) -> None:
         """Create the producer; its init_transactions fences any older owner."""
-        self._producer = await self._producers.run(self._started_producer())
+        self._producer = await self._producers.run(self._bounded(self._started_producer(), "the producer's start"))
+
+    async def _bounded(self, coro: Coroutine[Any, Any, _T], step: str) -> _T:
+        """``coro`` within a transaction's own deadline. aiokafka waits for a transaction
+        coordinator or a partition leader for ever; an open that waited so was seen to
+        leave its partition unserved for minutes after a broker crash, the process
+        alive and the group content. Timed out, the open fails and is retried."""
+        budget = self.config.kafka.transaction_timeout_ms / 1000 + _TRANSACTION_GRACE_S
+        try:
+            return await asyncio.wait_for(coro, budget)
+        except TimeoutError:
+            raise TimeoutError(f"partition {self.partition}: {step} waited on Kafka for {budget:.0f} s") from None
 
     async def _started_producer(self) -> AIOKafkaProducer:
         producer = self._make_producer(
@@ -269,7 +306,9 @@ class PartitionTransactions:
         producer = self._producer
         if producer is None:
             raise RuntimeError("partition producer is not started")
-        await self._producers.run(self._close_left_open(producer, topics, commit))
+        await self._producers.run(
+            self._bounded(self._close_left_open(producer, topics, commit), "closing what was left open")
+        )
 
     async def _close_left_open(
         self, producer: AIOKafkaProducer, topics: list[tuple[str, int | None]], commit: bool
@@ -398,8 +437,11 @@ class PartitionTransactions:
             except Exception as exc:  # nothing began: nothing to abort
                 metrics.TRANSACTIONS.labels("failed").inc()
                 raise TransactionFailed(self.partition, exc) from exc
-        started = time.monotonic()
-        await self._producers.run(self._transact(producer, records, built, offset, started))
+        started = self.pending_since = time.monotonic()
+        try:
+            await self._producers.run(self._transact(producer, records, built, offset, started))
+        finally:
+            self.pending_since = None
         self._last = position
         count = len(records)
         metrics.TRANSACTIONS.labels("committed").inc()
@@ -429,13 +471,37 @@ class PartitionTransactions:
                 o[0] if len(o) == 1 else "batch" for o, f in sent if f.done() and isinstance(_failure(f), _TOO_LARGE)
             )
             await self._abort(producer, sent)
-            raise TransactionFailed(
+            failed = TransactionFailed(
                 self.partition,
                 exc,
                 refused=refused,
                 open_for=time.monotonic() - started,
                 timeout_ms=self.config.kafka.transaction_timeout_ms,
-            ) from exc
+            )
+            failed.partitions = await self.diagnose({(r.topic, r.partition) for r in records})
+            metrics.KAFKA_WRITE_FAILURES.labels(failed.reason).inc()
+            raise failed from exc
+
+    async def diagnose(self, written: set[tuple[str, int | None]]) -> tuple[txn_failure.PartitionState, ...]:
+        """The written partitions as the brokers describe them now (leader, replicas in
+        sync), for the failure's reason. Best effort, bounded: a cluster that cannot
+        answer tells nothing (the failure's own errors still do)."""
+        admin = AIOKafkaAdminClient(**self.config.kafka.client_options())
+        try:
+            async with asyncio.timeout(_DIAGNOSE_TIMEOUT_S):
+                await admin.start()
+                described: list[Any] = await admin.describe_topics(sorted({t for t, _ in written}))
+        except Exception:
+            return ()
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(admin.close(), _DIAGNOSE_TIMEOUT_S)
+        return tuple(
+            txn_failure.PartitionState(f"{t['topic']}-{p['partition']}", p["leader"], len(p["replicas"]), len(p["isr"]))
+            for t in described
+            for p in t.get("partitions") or ()
+            if (t["topic"], p["partition"]) in written or (t["topic"], None) in written
+        )
 
     async def _send_all(
         self,

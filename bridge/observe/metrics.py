@@ -76,6 +76,15 @@ COMMIT_LAG = Gauge("bridge_uncommitted_events", "Events buffered and not yet com
 TRANSACTION_ABORTS = Counter(
     "bridge_transaction_aborts_total", "Transactions aborted because a send or the commit failed."
 )
+KAFKA_WRITE_FAILURES = Counter(
+    "bridge_kafka_write_failures_total",
+    "Transactions Kafka took none of, by why (bridge/core/txn_failure.py Reason).",
+    ["reason"],
+)
+KAFKA_STALLED = Gauge(
+    "bridge_kafka_partitions_stalled",
+    "Commands partitions whose writes to Kafka are failing or waiting longer than a healthy cluster takes.",
+)
 PARTITION_REBUILDS = Counter(
     "bridge_partition_rebuilds_total",
     "Partitions dropped and rebuilt from Kafka, by cause: a failed transaction or open, or taken-over "

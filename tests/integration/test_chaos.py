@@ -26,17 +26,15 @@ from typing import Any
 import httpx
 import pytest
 
-from bridge.wire.schemas import validator
 from tests.support.services import (
     BridgeProcess,
     Env,
     Server,
-    Tally,
+    audit,
     bridge_config,
     closed_keys,
     kcat_read,
     read_topic,
-    reassemble,
     run_cli,
     send_commands,
     start_command,
@@ -133,32 +131,9 @@ async def test_chaos_exactly_once(env: Env, tmp_path: Path) -> None:
         tasks = {t["id"]: t for t in httpx.get(f"{gateway.url}/_control/tasks", timeout=10).json()}
         # --- the independent checks --------------------------------------------
         by_key = got.by_task_key()
-        v = validator("event")
-        tally, mismatched = Tally(), 0
-        for start in starts:
-            events = by_key.get(start["taskKey"], [])
-            tally.count(events)
-            task_ids = {e["taskId"] for e in events}
-            if len(task_ids) != 1:
-                mismatched += 1
-                continue
-            truth = tasks.get(task_id := task_ids.pop()) or sdk_task(env, start["agent"], task_id)
-            if reassemble(events) != {a["artifactId"]: a["parts"] for a in truth["artifacts"]}:
-                mismatched += 1
-                trail = [
-                    (
-                        e["seq"],
-                        e["kind"],
-                        e["sourceSeq"],
-                        e.get("state"),
-                        e.get("artifact", {}).get("append"),
-                        len(e.get("artifact", {}).get("parts", [])),
-                    )
-                    for e in events
-                ]
-                print(f"chaos: artifact mismatch for {start['taskKey']} on {start['agent']} ({task_id}): {trail}")
-            for e in events:
-                assert not list(v.iter_errors(e)), e
+        tally, mismatched = audit(
+            starts, by_key, lambda start, task_id: tasks.get(task_id) or sdk_task(env, start["agent"], task_id)
+        )
         gw_starts = [s for s in starts if s["agent"] == "chaos-writer"]
         starts_per_message = Counter(m for t in tasks.values() for m in t["messageIds"])
         one_task_each = sum(1 for s in gw_starts if starts_per_message[f"bridge-{s['commandId']}"] == 1)

@@ -14,6 +14,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from bridge.config import model as config_mod
 from bridge.config.model import Config
 from bridge.demo.procs import start_listening, stop_group
 from bridge.kafka.topics import partitions
+from bridge.wire.schemas import validator
 from tests.support import ROOT
 from tests.support.waiting import blocking_until
 
@@ -63,9 +65,10 @@ def bridge_config(
     agents: dict[str, dict[str, Any]] | None = None,
     name: str | None = None,
     only_these_agents: bool = False,
+    kafka: dict[str, Any] | None = None,
 ) -> tuple[Path, Config]:
     """A config with fresh topic names (tests never share topics) and every test agent
-    (with ``only_these_agents``, only ``agents``)."""
+    (with ``only_these_agents``, only ``agents``); ``kafka``: more ``[kafka]`` keys."""
     n = name or uuid.uuid4().hex[:8]
     lines = [
         "[kafka]",
@@ -79,6 +82,7 @@ def bridge_config(
         f"partitions = {partitions}",
         "session_timeout_ms = 6000",
         "heartbeat_interval_ms = 1000",
+        *(f"{k} = {orjson.dumps(v).decode()}" for k, v in (kafka or {}).items()),
         "",
         "[bridge]",
     ]
@@ -414,3 +418,41 @@ def reassemble(events: list[dict[str, Any]]) -> dict[str, list[Any]]:
             else:
                 arts[a["artifactId"]] = list(a["parts"])
     return arts
+
+
+def audit(
+    starts: list[dict[str, Any]],
+    by_key: dict[str, list[dict[str, Any]]],
+    truth: Callable[[dict[str, Any], str], dict[str, Any]],
+) -> tuple[Tally, int]:
+    """Every started Task's events as a ``read_committed`` reader got them (``by_key``),
+    counted by :class:`Tally`; each event valid; and the Tasks whose artifacts differ
+    from the agent's own record (``truth(start, taskId)``) or that have several
+    taskIds (the second value)."""
+    v = validator("event")
+    tally, mismatched = Tally(), 0
+    for start in starts:
+        events = by_key.get(start["taskKey"], [])
+        tally.count(events)
+        task_ids = {e["taskId"] for e in events}
+        if len(task_ids) != 1:
+            mismatched += 1
+            continue
+        task_id = task_ids.pop()
+        if reassemble(events) != {a["artifactId"]: a["parts"] for a in truth(start, task_id)["artifacts"]}:
+            mismatched += 1
+            trail = [
+                (
+                    e["seq"],
+                    e["kind"],
+                    e["sourceSeq"],
+                    e.get("state"),
+                    e.get("artifact", {}).get("append"),
+                    len(e.get("artifact", {}).get("parts", [])),
+                )
+                for e in events
+            ]
+            print(f"artifact mismatch for {start['taskKey']} on {start['agent']} ({task_id}): {trail}")
+        for e in events:
+            assert not list(v.iter_errors(e)), e
+    return tally, mismatched

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.structs import ConsumerRecord
 from hypothesis import given
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from bridge.core.commands import Command
 from bridge.core.lifecycle import ArtifactUpdate, Event, EventKind, StatusUpdate, TaskRecord, new_task
-from bridge.core.limits import MIN_RECORD_BYTES, cut, record_size, shrink, size
+from bridge.core.limits import MIN_RECORD_BYTES, cut, min_insync_replicas, record_size, shrink, size
 from bridge.wire.deadletters import encode as dlq_record
 from bridge.wire.events import encode, encode_within
 from bridge.wire.schemas import validator
@@ -232,3 +233,8 @@ def test_a_dlq_copy_keeps_the_original_headers_first() -> None:
     assert headers[0] == ("traceparent", b"00-ab")
     assert dict(headers)["dlq_reason"] == b"task-closed" and dict(headers)["dlq_command_id"] == b"c1"
     assert v == b"{}" and k == b"k"
+
+
+@pytest.mark.parametrize(("rf", "isr"), [(1, None), (2, None), (3, 2), (5, 4)])
+def test_created_topics_take_a_write_on_all_replicas_but_one(rf: int, isr: int | None) -> None:
+    assert min_insync_replicas(rf) == isr

@@ -10,6 +10,7 @@ rest of the transaction).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import threading
 from collections.abc import Callable
@@ -127,6 +128,20 @@ async def test_the_producer_is_the_partitions_transactional_one_started_before_a
         "begin_transaction",
     ]
     await t.stop()
+    fake.mock.stop.assert_awaited_once()
+
+
+async def test_a_start_that_waits_on_kafka_for_ever_fails_in_a_transactions_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """aiokafka waits for a coordinator for ever: the open is failed (and retried
+    by the service) instead of leaving the partition unserved."""
+    monkeypatch.setattr("bridge.kafka.transaction._TRANSACTION_GRACE_S", 0.0)
+    fake = Fake()
+    fake.mock.start.side_effect = asyncio.Event().wait
+    quick = Config(kafka=dataclasses.replace(CONFIG.kafka, transaction_timeout_ms=50), bridge=CONFIG.bridge)
+    with pytest.raises(TimeoutError, match="partition 2: the producer's start waited on Kafka for 0 s"):
+        await started(fake, config=quick)
     fake.mock.stop.assert_awaited_once()
 
 

@@ -9,8 +9,16 @@ from aiokafka.errors import KafkaTimeoutError, ProducerFenced, TopicAuthorizatio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.core.txn_failure import TIMED_OUT_HEARTBEATS, Verdict, classify
-from bridge.kafka.transaction import TransactionFailed
+from bridge.core.txn_failure import (
+    TIMED_OUT_HEARTBEATS,
+    PartitionState,
+    Verdict,
+    classify,
+    explain,
+    reason,
+    stalled,
+)
+from bridge.kafka.transaction import TransactionFailed, error_names
 from tests.unit.common import FAST
 
 HEARTBEAT_S = 3.0
@@ -71,3 +79,67 @@ def test_the_kafka_sides_failures_are_classified_as_described() -> None:
     assert classify(timed_out, HEARTBEAT_S).cause == "transaction-timed-out"
     refused = TransactionFailed(0, KafkaTimeoutError(), refused=("event:e1",))
     assert classify(refused, HEARTBEAT_S) == Verdict("retry", "record-refused", 0.0, ("event:e1",))
+
+
+WHOLE = PartitionState("t.events-0", 1, 3, 3)
+ONE_IN_SYNC = PartitionState("t.events-1", 3, 3, 1)
+LEADERLESS = PartitionState("t.checkpoints-2", -1, 3, 0)
+
+
+@pytest.mark.parametrize(
+    ("errors", "partitions", "why"),
+    [
+        # What Kafka said outright wins over the metadata.
+        (("NotEnoughReplicasError",), (), "too-few-replicas"),
+        (("NotEnoughReplicasAfterAppendError",), (WHOLE,), "too-few-replicas"),
+        (("NotLeaderForPartitionError",), (ONE_IN_SYNC,), "no-leader"),
+        (("CoordinatorNotAvailableError",), (ONE_IN_SYNC,), "coordinator-moving"),
+        (("ConcurrentTransactions",), (), "coordinator-moving"),
+        (("ProducerFenced",), (LEADERLESS,), "fenced"),
+        (("TopicAuthorizationFailedError",), (), "forbidden"),
+        (("RecordTooLargeError",), (), "record-too-large"),
+        # The outermost error with a reason wins.
+        (("TransactionFailed", "NotEnoughReplicasError", "KafkaTimeoutError"), (), "too-few-replicas"),
+        # A timeout (the client retried until the deadline) is told from the metadata.
+        (("TimeoutError", "CancelledError"), (WHOLE,), "timed-out"),
+        (("TimeoutError", "CancelledError"), (WHOLE, ONE_IN_SYNC), "too-few-replicas"),
+        (("TimeoutError",), (ONE_IN_SYNC, LEADERLESS), "no-leader"),
+        (("KafkaConnectionError",), (ONE_IN_SYNC,), "too-few-replicas"),
+        (("NodeNotReadyError",), (), "unreachable"),
+        (("ValueError",), (), "other"),
+        (("ValueError",), (LEADERLESS,), "no-leader"),
+        ((), (), "other"),
+    ],
+)
+def test_why_kafka_took_no_write(errors: tuple[str, ...], partitions: tuple[PartitionState, ...], why: str) -> None:
+    assert reason(errors, partitions) == why
+
+
+def test_the_explanation_names_the_partitions_that_are_not_whole() -> None:
+    assert explain("too-few-replicas", (WHOLE, ONE_IN_SYNC, LEADERLESS)) == (
+        "fewer in-sync replicas than min.insync.replicas (brokers down) "
+        "(t.events-1: 1 of 3 replicas in sync, t.checkpoints-2: no leader)"
+    )
+    assert explain("timed-out") == "Kafka did not answer in time"
+    many = tuple(PartitionState(f"t-{i}", 1, 3, 2) for i in range(6))
+    assert explain("too-few-replicas", many).endswith("t-3: 2 of 3 replicas in sync, 2 more)")
+
+
+@pytest.mark.parametrize(("waiting", "is_stalled"), [(0.0, False), (9.9, False), (10.0, True), (45.0, True)])
+def test_a_transaction_waiting_long_on_kafka_is_stalled(waiting: float, is_stalled: bool) -> None:
+    assert stalled(waiting) is is_stalled
+
+
+def test_a_failed_transaction_says_why_from_its_causes() -> None:
+    try:
+        try:
+            raise KafkaTimeoutError()
+        except KafkaTimeoutError as inner:
+            raise TimeoutError() from inner
+    except TimeoutError as exc:
+        failed = TransactionFailed(0, exc)
+    assert error_names(failed.cause) == ("TimeoutError", "KafkaTimeoutError")
+    assert [failed.reason] == ["timed-out"]
+    failed.partitions = (ONE_IN_SYNC,)
+    assert failed.reason == "too-few-replicas"
+    assert "t.events-1: 1 of 3 replicas in sync" in failed.detail
