@@ -486,7 +486,7 @@ class PartitionTransactions:
         """The written partitions as the brokers describe them now (leader, replicas in
         sync), for the failure's reason. Best effort, bounded: a cluster that cannot
         answer tells nothing (the failure's own errors still do)."""
-        admin = AIOKafkaAdminClient(**self.config.kafka.client_options())
+        admin = AIOKafkaAdminClient(**client_options(self.config.kafka))
         try:
             async with asyncio.timeout(_DIAGNOSE_TIMEOUT_S):
                 await admin.start()
