@@ -14,6 +14,8 @@
 #   KAFKA_STATE_DIR        state dir, relative to the repo root (default .kafka)
 #   KAFKA_PORT             PLAINTEXT port (default 19092)
 #   KAFKA_CONTROLLER_PORT  CONTROLLER port (default 19093)
+#   KAFKA_ADVERTISED_PORT  the PLAINTEXT port clients are told to connect to (default
+#                          KAFKA_PORT): a fault proxy's, in front of the listener
 #   KAFKA_SASL_PORT        also open a SASL_SSL listener (SCRAM-SHA-512) on this port;
 #                          the PLAINTEXT listener stays (readiness check, other clients).
 #                          Needs both of:
@@ -322,7 +324,9 @@ cmd_up() {
     local t0=$SECONDS
     rm -rf "$DATA_DIR" "$LOG_DIR"
     mkdir -p "$DATA_DIR" "$LOG_DIR"
-    sed -e "s|@PORT@|$PORT|g" \
+    # The advertised PLAINTEXT port first: KAFKA_ADVERTISED_PORT, else the listener's.
+    sed -e "/^advertised.listeners=/s|PLAINTEXT://127.0.0.1:@PORT@|PLAINTEXT://127.0.0.1:${KAFKA_ADVERTISED_PORT:-$PORT}|" \
+        -e "s|@PORT@|$PORT|g" \
         -e "s|@CONTROLLER_PORT@|$CONTROLLER_PORT|g" \
         -e "s|@DATA_DIR@|$DATA_DIR|g" \
         "$KAFKA_DIR/server.properties.in" >"$CONFIG"
