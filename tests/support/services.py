@@ -175,6 +175,18 @@ def metric(port: int, name: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def metric_sum(port: int, name: str, **labels: str) -> float | None:
+    """The sum of a running bridge's samples of ``name`` whose labels include ``labels``
+    (None if it does not answer)."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return None
+    want = [f'{k}="{v}"' for k, v in labels.items()]
+    found = re.findall(rf"^{re.escape(name)}(?:{{(.*)}})? (\S+)$", text, re.M)
+    return sum(float(v) for got, v in found if all(w in got.split(",") for w in want))
+
+
 def run_cli(config_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bridge", "--config", str(config_path), *args],
