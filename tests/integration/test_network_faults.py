@@ -5,13 +5,14 @@ A broker of this file's own advertises the proxy's address, so every connection
 the bridge (and the broker's own transaction markers) makes after the bootstrap
 goes through it; the demo gateway is reached through a second proxy. Two
 ``bridge run`` processes follow gateway Tasks of many chunks while each fault
-holds on both sides at once, one phase each: latency 200 ms +- 100 ms, a
-bandwidth cap, connections reset mid-stream and mid-transaction, a black hole
-(half-open: no FIN, no RST) and a slow close. Then the chaos test's independent
-checks (kcat, read_committed): nothing lost, duplicated, reordered or after the
+holds on both sides, one phase each: latency 200 ms +- 100 ms, a bandwidth cap,
+connections reset mid-stream and mid-transaction, a black hole (half-open: no
+FIN, no RST; the broker's first, the agent's joining it) and a slow close. Then
+the chaos test's independent checks (tests/support/exactly_once.py, on what kcat
+reads read_committed): nothing lost, duplicated, reordered or after the
 terminal event, and no bridge exited by itself. Agent-side faults must show as
-resumes (bridge_stream_resumes_total), broker-side ones as aborted transactions
-(bridge_transactions_total{result="failed"}).
+resumes (bridge_stream_resumes_total), a broker black hole past the transaction
+timeout as aborted transactions (bridge_transactions_total{result="failed"}).
 """
 
 from __future__ import annotations
