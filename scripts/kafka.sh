@@ -10,6 +10,21 @@
 #   scripts/kafka.sh status          exit 0 if running and answering, else 1
 #   scripts/kafka.sh logs [tail args] tail the broker log (default: -n 100)
 #
+# A three-node cluster beside it (own ports and state dir; combined broker+controller
+# nodes 1-3, the three controller voters; RF 3 and min.insync.replicas=2 everywhere):
+#   scripts/kafka.sh cluster-up      format a fresh cluster and start it (no-op if running)
+#   scripts/kafka.sh cluster-down    SIGKILL every node and delete the cluster's data
+#   scripts/kafka.sh cluster-status  one line per node; exit 0 if all three answer
+#   scripts/kafka.sh kill-node N     SIGKILL node N (a crash), keeping its data
+#   scripts/kafka.sh stop-node N     SIGTERM node N (controlled shutdown)
+#   scripts/kafka.sh start-node N    start node N again; returns once it is registered
+#   KAFKA_CLUSTER_DIR              its state dir (default .kafka-cluster)
+#   KAFKA_CLUSTER_PORTS            the nodes' PLAINTEXT ports, "P1 P2 P3" (default
+#                                  19192 19193 19194); the bootstrap is all three
+#   KAFKA_CLUSTER_CONTROLLER_PORTS their CONTROLLER ports (default 19195 19196 19197)
+#   KAFKA_CLUSTER_HEAP_OPTS        per node (default "-Xms128m -Xmx384m")
+#   The ports are fixed by cluster-up (written into each node's config).
+#
 # Environment:
 #   KAFKA_STATE_DIR        state dir, relative to the repo root (default .kafka)
 #   KAFKA_PORT             PLAINTEXT port (default 19092)
@@ -120,11 +135,11 @@ broker_pid() {
     echo "$pid"
 }
 
-# ready.py BOOTSTRAP TIMEOUT_S PID WARM
-#   Polls until a Metadata request lists node 1 and (if WARM=1) the group and
+# ready.py BOOTSTRAP TIMEOUT_S PIDS WARM NODE_IDS
+#   Polls until a Metadata request lists every node of NODE_IDS (comma-separated) and (if WARM=1) the group and
 #   transaction coordinators answer FindCoordinator, which also creates
 #   __consumer_offsets / __transaction_state, so clients need no retries later.
-#   exit 0 ready, 1 timeout, 2 broker process died (PID given and gone).
+#   exit 0 ready, 1 timeout, 2 a broker process died (PIDS: comma-separated, may be empty).
 READY_PY='
 import asyncio, logging, os, sys, time
 logging.disable(logging.CRITICAL)
@@ -134,11 +149,14 @@ except ImportError as e:
     print(f"readiness check needs aiokafka in {sys.executable}: {e}", file=sys.stderr)
     sys.exit(3)
 
-bootstrap, timeout, pid, warm = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+bootstrap, timeout, warm = sys.argv[1], float(sys.argv[2]), sys.argv[4] == "1"
+pids = [int(p) for p in sys.argv[3].split(",") if p.strip() not in ("", "0")]
+node_ids = {int(n) for n in sys.argv[5].split(",")}
 
 def alive():
-    if not pid:
-        return True
+    return all(alive_one(pid) for pid in pids)
+
+def alive_one(pid):
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -157,7 +175,7 @@ async def attempt():
     try:
         await admin.start()
         md = await admin.describe_cluster()
-        if not any(b["node_id"] == 1 for b in md["brokers"]):
+        if not node_ids <= {b["node_id"] for b in md["brokers"]}:
             raise RuntimeError(f"broker not in metadata: {md}")
         if warm:
             await admin.find_coordinator("kafka-sh-ready", 0)  # group coordinator
@@ -183,8 +201,8 @@ async def main():
 sys.exit(asyncio.run(main()))
 '
 
-ready() { # ready TIMEOUT PID WARM
-    "$PYTHON" -c "$READY_PY" "$BOOTSTRAP" "$1" "$2" "$3"
+ready() { # ready TIMEOUT PIDS WARM  (the nodes READY_NODES names, default 1)
+    "$PYTHON" -c "$READY_PY" "$BOOTSTRAP" "$1" "$2" "$3" "${READY_NODES:-1}"
 }
 
 show_failure_logs() {
@@ -228,6 +246,8 @@ start_broker() {
     local pid
     pid="$(cat "$PID_FILE" 2>/dev/null || true)"
     [[ -n "$pid" ]] || die "broker did not start (no pid file)"
+    # cluster-up starts all three nodes before any can answer (quorum of controllers).
+    [[ "${START_NO_WAIT:-0}" == 1 ]] && return 0
 
     local rc=0
     ready "$READY_TIMEOUT" "$pid" "$READY_WARM" || rc=$?
@@ -409,6 +429,227 @@ cmd_logs() {
     exec tail "$@" "$SERVER_LOG"
 }
 
+# --- three-node cluster ---------------------------------------------------------
+CLUSTER_DIR="${KAFKA_CLUSTER_DIR:-.kafka-cluster}"
+case "$CLUSTER_DIR" in /*) ;; *) CLUSTER_DIR="$ROOT/$CLUSTER_DIR" ;; esac
+read -r -a CLUSTER_PORTS <<<"${KAFKA_CLUSTER_PORTS:-19192 19193 19194}"
+read -r -a CLUSTER_CONTROLLER_PORTS <<<"${KAFKA_CLUSTER_CONTROLLER_PORTS:-19195 19196 19197}"
+CLUSTER_HEAP_OPTS="${KAFKA_CLUSTER_HEAP_OPTS:--Xms128m -Xmx384m}"
+CLUSTER_NODES=(1 2 3)
+# Keys of server.properties.in a cluster node sets otherwise (see cluster_config).
+CLUSTER_KEYS='node.id|controller.quorum.bootstrap.servers|default.replication.factor|min.insync.replicas|offsets.topic.replication.factor|transaction.state.log.replication.factor|transaction.state.log.min.isr|share.coordinator.state.topic.replication.factor|share.coordinator.state.topic.min.isr'
+
+cluster_bootstrap() {
+    local n out=()
+    for n in "${CLUSTER_NODES[@]}"; do out+=("127.0.0.1:$(cluster_port "$n")"); done
+    (IFS=,; echo "${out[*]}")
+}
+
+# The cluster's ports: what cluster-up wrote down, else the environment's.
+CLUSTER_PORTS_FILE="$CLUSTER_DIR/ports"
+cluster_load_ports() {
+    if [[ -f "$CLUSTER_PORTS_FILE" ]]; then
+        { read -r -a CLUSTER_PORTS; read -r -a CLUSTER_CONTROLLER_PORTS; } <"$CLUSTER_PORTS_FILE"
+    fi
+}
+cluster_load_ports
+cluster_port() { echo "${CLUSTER_PORTS[$(($1 - 1))]}"; }
+
+# Point the single-broker functions (start_broker, stop_broker, broker_pid, ready)
+# at node N of the cluster.
+cluster_node() {
+    [[ "$1" =~ ^[123]$ ]] || die "no node '$1' (the cluster's nodes are 1, 2 and 3)"
+    STATE_DIR="$CLUSTER_DIR"
+    local d="$CLUSTER_DIR/node$1"
+    DATA_DIR="$d/data"
+    LOG_DIR="$d/logs"
+    CONFIG="$d/server.properties"
+    PID_FILE="$d/kafka.pid"
+    OUT_FILE="$d/kafka.out"
+    SERVER_LOG="$LOG_DIR/server.log"
+    SYSPROPS_FILE="$d/jvm.sysprops"
+    PORT="$(cluster_port "$1")"
+    CONTROLLER_PORT="${CLUSTER_CONTROLLER_PORTS[$(($1 - 1))]}"
+    SASL_PORT=""
+    HEAP_OPTS="$CLUSTER_HEAP_OPTS"
+    BOOTSTRAP="127.0.0.1:$PORT"
+    READY_NODES="$1"
+}
+
+# server.properties of node N: the single broker's template with the cluster's
+# identity, static quorum of the three controllers, and production's durability
+# settings (RF 3, min.insync.replicas=2, internal topics alike).
+cluster_config() {
+    local n="$1" voters="" i
+    for i in "${CLUSTER_NODES[@]}"; do
+        voters="${voters:+$voters,}$i@127.0.0.1:${CLUSTER_CONTROLLER_PORTS[$((i - 1))]}"
+    done
+    sed -E -e "s|@PORT@|$PORT|g" -e "s|@CONTROLLER_PORT@|$CONTROLLER_PORT|g" -e "s|@DATA_DIR@|$DATA_DIR|g" \
+        -e "/^($CLUSTER_KEYS)=/d" "$KAFKA_DIR/server.properties.in"
+    cat <<EOF_CLUSTER
+
+# --- three-node cluster (scripts/kafka.sh cluster-up) ----------------------
+node.id=$n
+controller.quorum.voters=$voters
+default.replication.factor=3
+min.insync.replicas=2
+offsets.topic.replication.factor=3
+transaction.state.log.replication.factor=3
+transaction.state.log.min.isr=2
+share.coordinator.state.topic.replication.factor=3
+share.coordinator.state.topic.min.isr=2
+# A killed node is fenced (its leaderships move) after 5 s instead of 9 s: the
+# same path as production's, in less test time.
+broker.heartbeat.interval.ms=1000
+broker.session.timeout.ms=5000
+EOF_CLUSTER
+}
+
+cluster_pids() {
+    local n pids=()
+    for n in "${CLUSTER_NODES[@]}"; do
+        cluster_node "$n"
+        pids+=("$(broker_pid || echo 0)")
+    done
+    (IFS=,; echo "${pids[*]}")
+}
+
+cmd_cluster_up() {
+    cluster_node 1
+    lock_state
+    local n running=0
+    for n in "${CLUSTER_NODES[@]}"; do
+        cluster_node "$n"
+        if broker_pid >/dev/null; then running=$((running + 1)); fi
+    done
+    if ((running == 3)); then
+        BOOTSTRAP="$(cluster_bootstrap)" READY_NODES=1,2,3
+        if ready 20 "$(cluster_pids)" 0; then
+            echo "kafka cluster up at $BOOTSTRAP (already running)"
+            return 0
+        fi
+    fi
+    if ((running > 0)); then
+        log "the cluster in $CLUSTER_DIR is partly running or not answering; starting it from scratch"
+        cluster_kill_all
+    fi
+    "$PYTHON" -c 'import aiokafka' 2>/dev/null ||
+        die "the readiness check needs aiokafka: install it into $PYTHON or set PYTHON"
+    resolve_jars
+    rm -rf "$CLUSTER_DIR"/node* "$CLUSTER_PORTS_FILE"
+    read -r -a CLUSTER_PORTS <<<"${KAFKA_CLUSTER_PORTS:-19192 19193 19194}"
+    read -r -a CLUSTER_CONTROLLER_PORTS <<<"${KAFKA_CLUSTER_CONTROLLER_PORTS:-19195 19196 19197}"
+    [[ ${#CLUSTER_PORTS[@]} -eq 3 && ${#CLUSTER_CONTROLLER_PORTS[@]} -eq 3 ]] ||
+        die "KAFKA_CLUSTER_PORTS and KAFKA_CLUSTER_CONTROLLER_PORTS name three ports each"
+    printf '%s\n' "${CLUSTER_PORTS[*]}" "${CLUSTER_CONTROLLER_PORTS[*]}" >"$CLUSTER_PORTS_FILE"
+    local t0=$SECONDS cluster_id formats=()
+    cluster_id="$(new_cluster_id)"
+    for n in "${CLUSTER_NODES[@]}"; do
+        cluster_node "$n"
+        check_ports_free
+        mkdir -p "$DATA_DIR" "$LOG_DIR"
+        cluster_config "$n" >"$CONFIG"
+        # shellcheck disable=SC2046
+        java $(jvm_log_opts) -cp "$LIBS/*" kafka.tools.StorageTool format \
+            --cluster-id "$cluster_id" --config "$CONFIG" >"$CLUSTER_DIR/node$n/format.out" 2>&1 &
+        formats+=($!)
+    done
+    for n in "${CLUSTER_NODES[@]}"; do
+        if ! wait "${formats[$((n - 1))]}"; then
+            cat "$CLUSTER_DIR/node$n/format.out" >&2
+            die "kafka-storage format of node $n failed"
+        fi
+    done
+    log "formatted three nodes in $CLUSTER_DIR (cluster id $cluster_id) in $((SECONDS - t0))s"
+    for n in "${CLUSTER_NODES[@]}"; do
+        cluster_node "$n"
+        START_NO_WAIT=1 start_broker
+    done
+    BOOTSTRAP="$(cluster_bootstrap)" READY_NODES=1,2,3
+    local rc=0
+    ready "${KAFKA_READY_TIMEOUT:-180}" "$(cluster_pids)" "$READY_WARM" || rc=$?
+    if ((rc != 0)); then
+        for n in "${CLUSTER_NODES[@]}"; do
+            cluster_node "$n"
+            log "==== node $n ===="
+            show_failure_logs
+        done
+        cluster_kill_all
+        die "the cluster was not ready within ${KAFKA_READY_TIMEOUT:-180}s on $(cluster_bootstrap) (killed it; logs above)"
+    fi
+    log "cluster ready in $((SECONDS - t0))s"
+    echo "kafka cluster up at $(cluster_bootstrap)"
+}
+
+cluster_kill_all() {
+    local n
+    for n in "${CLUSTER_NODES[@]}"; do
+        cluster_node "$n"
+        kill_node_process
+    done
+}
+
+kill_node_process() {
+    local pid i
+    if pid="$(broker_pid)"; then
+        kill -KILL "$pid" 2>/dev/null || true
+        for i in $(seq 50); do pid_alive "$pid" || break; sleep 0.1; done
+    fi
+    rm -f "$PID_FILE"
+}
+
+cmd_cluster_down() {
+    cluster_node 1
+    lock_state
+    # Its data goes too: nothing to shut down cleanly for.
+    cluster_kill_all
+    rm -rf "$CLUSTER_DIR"/node* "$CLUSTER_PORTS_FILE"
+    echo "kafka cluster down"
+}
+
+cmd_cluster_status() {
+    local n pid up=0
+    for n in "${CLUSTER_NODES[@]}"; do
+        cluster_node "$n"
+        if pid="$(broker_pid)" && port_open "$PORT" && ready 5 "$pid" 0; then
+            echo "node $n up at $BOOTSTRAP (pid $pid)"
+            up=$((up + 1))
+        elif pid="$(broker_pid)"; then
+            echo "node $n not answering at $BOOTSTRAP (pid $pid)"
+        else
+            echo "node $n down"
+        fi
+    done
+    ((up == 3))
+}
+
+cmd_kill_node() {
+    cluster_node "${1:-}"
+    lock_state
+    kill_node_process
+    echo "node $1 killed"
+}
+
+cmd_stop_node() {
+    cluster_node "${1:-}"
+    lock_state
+    stop_broker
+    echo "node $1 stopped"
+}
+
+cmd_start_node() {
+    cluster_node "${1:-}"
+    lock_state
+    local pid
+    if pid="$(broker_pid)"; then
+        echo "node $1 up at $BOOTSTRAP (already running, pid $pid)"
+        return 0
+    fi
+    READY_TIMEOUT="${KAFKA_READY_TIMEOUT:-120}"
+    READY_WARM=0 start_broker
+    echo "node $1 up at $BOOTSTRAP"
+}
+
 case "${1:-}" in
     up) cmd_up ;;
     down) cmd_down ;;
@@ -417,6 +658,12 @@ case "${1:-}" in
     start-broker) cmd_start_broker ;;
     status) cmd_status ;;
     logs) shift; cmd_logs "$@" ;;
+    cluster-up) cmd_cluster_up ;;
+    cluster-down) cmd_cluster_down ;;
+    cluster-status) cmd_cluster_status ;;
+    kill-node) cmd_kill_node "${2:-}" ;;
+    stop-node) cmd_stop_node "${2:-}" ;;
+    start-node) cmd_start_node "${2:-}" ;;
     -h | --help | help) usage ;;
     *) usage >&2; exit 2 ;;
 esac

@@ -18,6 +18,7 @@ import pytest
 
 from bridge.demo.procs import free_port
 from tests.support import toxiproxy as toxiproxy_mod
+from tests.support.cluster import KafkaCluster
 from tests.support.keycloak import Keycloak
 from tests.support.services import Env, Server, service_script
 
@@ -42,6 +43,40 @@ def kafka_bootstrap() -> Iterator[str]:
     yield f"127.0.0.1:{os.environ.get('KAFKA_PORT', '19092')}"
     if not already and not os.environ.get("BRIDGE_TEST_KEEP_KAFKA"):
         _kafka("down")
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A three-node cluster of this session alone (scripts/kafka.sh cluster-up), on
+    free ports unless KAFKA_CLUSTER_PORTS / KAFKA_CLUSTER_CONTROLLER_PORTS name them.
+    A test that crashes nodes restores the three (:meth:`KafkaCluster.restore`)."""
+
+    free: set[int] = set()
+    while len(free) < 6:
+        free.add(free_port())
+    spare = sorted(free)
+
+    def ports(name: str, offset: int) -> tuple[int, int, int]:
+        given = [int(p) for p in os.environ.get(name, "").split()]
+        a, b, c = given if len(given) == 3 else spare[offset : offset + 3]
+        return a, b, c
+
+    cluster = KafkaCluster(
+        tmp_path_factory.mktemp("kafka-cluster"),
+        ports("KAFKA_CLUSTER_PORTS", 0),
+        ports("KAFKA_CLUSTER_CONTROLLER_PORTS", 3),
+    )
+    up = cluster.script("cluster-up")
+    if up.returncode != 0:
+        cluster.script("cluster-down")
+        pytest.fail(
+            f"the three-node Kafka cluster did not start (scripts/kafka.sh cluster-up):\n{up.stdout}\n{up.stderr}",
+            pytrace=False,
+        )
+    try:
+        yield cluster
+    finally:
+        cluster.script("cluster-down")
 
 
 @pytest.fixture(scope="session")
