@@ -23,6 +23,8 @@
 #                                  19192 19193 19194); the bootstrap is all three
 #   KAFKA_CLUSTER_CONTROLLER_PORTS their CONTROLLER ports (default 19195 19196 19197)
 #   KAFKA_CLUSTER_HEAP_OPTS        per node (default "-Xms128m -Xmx384m")
+#   KAFKA_CLUSTER_ADVERTISED_PORTS the PLAINTEXT ports the nodes advertise, "A1 A2 A3"
+#                                  (default their own): fault proxies' (read by cluster-up)
 #   The ports are fixed by cluster-up (written into each node's config).
 #
 # Environment:
@@ -484,7 +486,10 @@ cluster_config() {
     for i in "${CLUSTER_NODES[@]}"; do
         voters="${voters:+$voters,}$i@127.0.0.1:${CLUSTER_CONTROLLER_PORTS[$((i - 1))]}"
     done
-    sed -E -e "s|@PORT@|$PORT|g" -e "s|@CONTROLLER_PORT@|$CONTROLLER_PORT|g" -e "s|@DATA_DIR@|$DATA_DIR|g" \
+    local advertised
+    read -r -a advertised <<<"${KAFKA_CLUSTER_ADVERTISED_PORTS:-}"
+    sed -E -e "/^advertised.listeners=/s|PLAINTEXT://127.0.0.1:@PORT@|PLAINTEXT://127.0.0.1:${advertised[$((n - 1))]:-$PORT}|" \
+        -e "s|@PORT@|$PORT|g" -e "s|@CONTROLLER_PORT@|$CONTROLLER_PORT|g" -e "s|@DATA_DIR@|$DATA_DIR|g" \
         -e "/^($CLUSTER_KEYS)=/d" "$KAFKA_DIR/server.properties.in"
     cat <<EOF_CLUSTER
 

@@ -19,6 +19,7 @@ import httpx
 
 from bridge.demo.procs import free_port, stop_group
 from tests.support import ROOT
+from tests.support.cluster import NODES, KafkaCluster
 from tests.support.services import service_script
 from tests.support.waiting import blocking_until
 
@@ -222,6 +223,43 @@ def proxied_broker(toxiproxy: Toxiproxy, state_dir: Path, name: str = "kafka") -
         yield broker
     finally:
         service_script("kafka.sh", "down", env)
+
+
+@dataclass
+class ProxiedCluster:
+    """The three-node cluster (tests/support/cluster.py) with each node advertising a
+    Toxiproxy proxy of its own: clients, and the nodes' replication between them,
+    reach node N through ``proxies[N - 1]``."""
+
+    cluster: KafkaCluster
+    proxies: tuple[str, ...]
+    bootstrap: str
+
+
+@contextmanager
+def proxied_cluster(toxiproxy: Toxiproxy, state_dir: Path, name: str = "cluster") -> Iterator[ProxiedCluster]:
+    """:class:`ProxiedCluster` up for the block, on free ports; removed after."""
+    free: set[int] = set()
+    while len(free) < 6:
+        free.add(free_port())
+    spare = sorted(free)
+    ports, controllers = (spare[0], spare[1], spare[2]), (spare[3], spare[4], spare[5])
+    cluster = KafkaCluster(state_dir, ports, controllers)
+    proxies = tuple(f"{name}-{n}" for n in NODES)
+    listens = [toxiproxy.proxy(p, f"127.0.0.1:{port}") for p, port in zip(proxies, ports, strict=True)]
+    env = {
+        "KAFKA_CLUSTER_DIR": str(state_dir),
+        "KAFKA_CLUSTER_PORTS": " ".join(map(str, ports)),
+        "KAFKA_CLUSTER_CONTROLLER_PORTS": " ".join(map(str, controllers)),
+        "KAFKA_CLUSTER_ADVERTISED_PORTS": " ".join(a.rsplit(":", 1)[1] for a in listens),
+    }
+    try:
+        up = service_script("kafka.sh", "cluster-up", env)
+        if up.returncode != 0:
+            raise BrokerDidNotStart(f"scripts/kafka.sh cluster-up failed:\n{up.stdout}\n{up.stderr}")
+        yield ProxiedCluster(cluster, proxies, ",".join(listens))
+    finally:
+        service_script("kafka.sh", "cluster-down", env)
 
 
 def gateway_agent(toxiproxy: Toxiproxy, gateway_url: str, proxy: str, **fields: Any) -> tuple[str, dict[str, Any]]:
