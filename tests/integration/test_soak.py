@@ -190,7 +190,14 @@ async def test_soak(toxiproxy: tp.Toxiproxy, cluster: tp.ProxiedCluster, log_dir
     env = Env(cluster.bootstrap, base, "", log_dir)
     agents = {"soak-writer": agent}
     path, config = bridge_config(
-        env, tmp_path, partitions=6, agents=agents, only_these_agents=True, bridge={"resume_deadline_seconds": 120}
+        env,
+        tmp_path,
+        partitions=6,
+        agents=agents,
+        only_these_agents=True,
+        # A partition can stay in rebalance for minutes while a bridge dies every two
+        # seconds: the soak judges delivery, so no Task may end on the bridge's deadline.
+        bridge={"default_deadline_seconds": 3600, "resume_deadline_seconds": 900},
     )
     path.write_text(path.read_text().replace("[kafka]\n", "[kafka]\nreplication_factor = 3\n", 1))
     assert run_cli(path, "topics").returncode == 0
