@@ -86,6 +86,7 @@ class Soak:
         self.faults: Counter[str] = Counter()
         self.self_exits: list[str] = []
         self.killed: set[int] = set()  # bridges down on purpose, restart pending
+        self.restarts: list[asyncio.TimerHandle] = []
         self.finished = asyncio.Event()
 
     @property
@@ -109,7 +110,7 @@ class Soak:
             self.bridges[i].signal(signal.SIGKILL)
             self.bridges[i].wait(10)
             self.kills += 1
-            asyncio.get_running_loop().call_later(self.rng.uniform(0.2, 1.5), self._restart, i)
+            self.restarts.append(asyncio.get_running_loop().call_later(self.rng.uniform(0.2, 1.5), self._restart, i))
         self.finished.set()
 
     def _restart(self, i: int) -> None:
@@ -229,6 +230,9 @@ async def test_soak(toxiproxy: tp.Toxiproxy, cluster: tp.ProxiedCluster, log_dir
         waited = await read_topic(
             config, config.kafka.events_topic, timeout=900, until=lambda c: closed_keys(c) >= keys, settle=5.0
         )
+        soak.self_exits += [
+            f"{b.name} exited while the Tasks drained: {b.log()[-1500:]}" for b in bridges if not b.alive
+        ]
         got = kcat_read(cluster.bootstrap, config.kafka.events_topic)
         tasks = httpx.get(f"{gateway.url}/_control/tasks", timeout=30).json()
         verdict = check(env, starts, got, tasks, set(agents))
@@ -281,6 +285,8 @@ async def test_soak(toxiproxy: tp.Toxiproxy, cluster: tp.ProxiedCluster, log_dir
         assert not soak.self_exits, soak.self_exits
         assert len(tasks) == len(starts)
     finally:
+        for handle in soak.restarts:  # none may start a bridge after these stop
+            handle.cancel()
         for b in bridges:
             b.stop()
         gateway.stop()
