@@ -23,12 +23,16 @@
 #                                  19192 19193 19194); the bootstrap is all three
 #   KAFKA_CLUSTER_CONTROLLER_PORTS their CONTROLLER ports (default 19195 19196 19197)
 #   KAFKA_CLUSTER_HEAP_OPTS        per node (default "-Xms128m -Xmx384m")
+#   KAFKA_CLUSTER_ADVERTISED_PORTS the PLAINTEXT ports the nodes advertise, "A1 A2 A3"
+#                                  (default their own): fault proxies' (read by cluster-up)
 #   The ports are fixed by cluster-up (written into each node's config).
 #
 # Environment:
 #   KAFKA_STATE_DIR        state dir, relative to the repo root (default .kafka)
 #   KAFKA_PORT             PLAINTEXT port (default 19092)
 #   KAFKA_CONTROLLER_PORT  CONTROLLER port (default 19093)
+#   KAFKA_ADVERTISED_PORT  the PLAINTEXT port clients are told to connect to (default
+#                          KAFKA_PORT): a fault proxy's, in front of the listener
 #   KAFKA_SASL_PORT        also open a SASL_SSL listener on this port (SCRAM-SHA-512,
 #                          OAUTHBEARER or both); the PLAINTEXT listener stays
 #                          (readiness check, other clients). Needs:
@@ -395,7 +399,9 @@ cmd_up() {
     local t0=$SECONDS
     rm -rf "$DATA_DIR" "$LOG_DIR"
     mkdir -p "$DATA_DIR" "$LOG_DIR"
-    sed -e "s|@PORT@|$PORT|g" \
+    # The advertised PLAINTEXT port first: KAFKA_ADVERTISED_PORT, else the listener's.
+    sed -e "/^advertised.listeners=/s|PLAINTEXT://127.0.0.1:@PORT@|PLAINTEXT://127.0.0.1:${KAFKA_ADVERTISED_PORT:-$PORT}|" \
+        -e "s|@PORT@|$PORT|g" \
         -e "s|@CONTROLLER_PORT@|$CONTROLLER_PORT|g" \
         -e "s|@DATA_DIR@|$DATA_DIR|g" \
         "$KAFKA_DIR/server.properties.in" >"$CONFIG"
@@ -534,7 +540,10 @@ cluster_config() {
     for i in "${CLUSTER_NODES[@]}"; do
         voters="${voters:+$voters,}$i@127.0.0.1:${CLUSTER_CONTROLLER_PORTS[$((i - 1))]}"
     done
-    sed -E -e "s|@PORT@|$PORT|g" -e "s|@CONTROLLER_PORT@|$CONTROLLER_PORT|g" -e "s|@DATA_DIR@|$DATA_DIR|g" \
+    local advertised
+    read -r -a advertised <<<"${KAFKA_CLUSTER_ADVERTISED_PORTS:-}"
+    sed -E -e "/^advertised.listeners=/s|PLAINTEXT://127.0.0.1:@PORT@|PLAINTEXT://127.0.0.1:${advertised[$((n - 1))]:-$PORT}|" \
+        -e "s|@PORT@|$PORT|g" -e "s|@CONTROLLER_PORT@|$CONTROLLER_PORT|g" -e "s|@DATA_DIR@|$DATA_DIR|g" \
         -e "/^($CLUSTER_KEYS)=/d" "$KAFKA_DIR/server.properties.in"
     cat <<EOF_CLUSTER
 

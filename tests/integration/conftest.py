@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from bridge.demo.procs import free_port
+from tests.support import toxiproxy as toxiproxy_mod
 from tests.support.cluster import KafkaCluster
 from tests.support.keycloak import Keycloak
 from tests.support.services import Env, Server, service_script
@@ -133,3 +134,29 @@ def keycloak(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keycloak]:
     finally:
         kc.close()
         _keycloak("down", env)
+
+
+@pytest.fixture(scope="session")
+def toxiproxy(log_dir: Path) -> Iterator[toxiproxy_mod.Toxiproxy]:
+    """Toxiproxy (built by scripts/toxiproxy.sh) on a free loopback port, for the session."""
+    try:
+        proxy = toxiproxy_mod.start(log_dir)
+    except toxiproxy_mod.ToxiproxyDidNotStart as e:
+        pytest.fail(f"toxiproxy did not start: {e}", pytrace=False)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+@pytest.fixture(scope="module")
+def proxied_broker(
+    toxiproxy: toxiproxy_mod.Toxiproxy, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[toxiproxy_mod.ProxiedBroker]:
+    """A broker of the test module's own behind a Toxiproxy proxy (its advertised listener)."""
+    name = f"{request.module.__name__.rsplit('.', 1)[-1]}-kafka"
+    try:
+        with toxiproxy_mod.proxied_broker(toxiproxy, tmp_path_factory.mktemp(name), name) as broker:
+            yield broker
+    except toxiproxy_mod.BrokerDidNotStart as e:
+        pytest.fail(f"the proxied broker did not start: {e}", pytrace=False)

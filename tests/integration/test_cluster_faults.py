@@ -5,7 +5,7 @@ group coordinator to other brokers: paths a single broker that is down-or-up nev
 takes. In each test two ``bridge run`` processes share a group while gateway Tasks
 stream and new starts keep arriving; a node is crashed (SIGKILL) or stopped
 (SIGTERM) in the middle. Then the independent ``read_committed`` reader (kcat)
-checks every Task as the chaos test does (tests/support/services.py ``audit``):
+checks every Task as the chaos test does (tests/support/exactly_once.py ``check``):
 nothing lost, duplicated, out of order or after its terminal event, artifacts as
 the gateway made them; and no bridge process exited by itself.
 
@@ -28,12 +28,11 @@ from aiokafka.admin import NewTopic
 
 from bridge.kafka.transaction import transactional_id
 from tests.support.cluster import NODES, KafkaCluster
+from tests.support.exactly_once import Verdict, check
 from tests.support.services import (
     BridgeProcess,
     Env,
     Server,
-    Tally,
-    audit,
     bridge_config,
     closed_keys,
     kcat_read,
@@ -78,7 +77,7 @@ class Load:
     def __init__(self, cluster: KafkaCluster, gateway: Server, log_dir: Path, tmp: Path, name: str) -> None:
         self.cluster = cluster
         self.gateway = gateway
-        env = Env(cluster.bootstrap, gateway.url, "", log_dir)
+        self.env = env = Env(cluster.bootstrap, gateway.url, "", log_dir)
         agents = {
             "gw-writer": {"url": f"{gateway.url}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "writer"}
         }
@@ -148,28 +147,21 @@ class Load:
             self.stop_feeding()
             await feeder
 
-    async def check(self, timeout: float = 180) -> Tally:
+    async def check(self, timeout: float = 180) -> Verdict:
         """Every started Task closed, read back independently; nothing wrong with any."""
         keys = {s["taskKey"] for s in self.starts}
         await read_topic(
             self.config, self.events_topic, timeout=timeout, until=lambda c: closed_keys(c) >= keys, settle=2.0
         )
         got = kcat_read(self.cluster.bootstrap, self.events_topic)
-        tasks = {t["id"]: t for t in httpx.get(f"{self.gateway.url}/_control/tasks", timeout=10).json()}
-        by_key = got.by_task_key()
-        tally, mismatched = audit(self.starts, by_key, lambda _start, task_id: tasks[task_id])
+        tasks = httpx.get(f"{self.gateway.url}/_control/tasks", timeout=10).json()
+        verdict = check(self.env, self.starts, got, tasks, {"gw-writer"})
         logs = "\n".join(b.log()[-3000:] for b in self.bridges) + "\n" + self.readiness()
-        print(
-            f"cluster: {len(self.starts)} Tasks, {len(got.records)} events; lost {tally.lost}, duplicated "
-            f"{tally.duplicated}, out of order {tally.out_of_order}, after terminal {tally.after_terminal}, "
-            f"artifact mismatches {mismatched}"
-        )
-        assert (*tally.faults, mismatched) == (0, 0, 0, 0, 0), logs
-        assert set(by_key) == keys, sorted(keys - set(by_key))
-        assert all(by_key[k][-1]["state"] == "completed" for k in keys), logs
+        print(f"cluster: {verdict.summary()}")
+        assert verdict.clean, (verdict.summary(), verdict.notes, logs)
         for b in self.bridges:
             assert b.alive and b.starts == 1, f"{b.name} exited by itself:\n{b.log()[-3000:]}"
-        return tally
+        return verdict
 
     def readiness(self) -> str:
         """Each bridge's /readyz (what a failed check prints)."""

@@ -14,7 +14,6 @@ import sys
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,6 @@ from bridge.config import model as config_mod
 from bridge.config.model import Config
 from bridge.demo.procs import start_listening, stop_group
 from bridge.kafka.topics import partitions
-from bridge.wire.schemas import validator
 from tests.support import ROOT
 from tests.support.waiting import blocking_until
 
@@ -177,6 +175,18 @@ def metric(port: int, name: str) -> float | None:
         return None
     m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
     return float(m.group(1)) if m else None
+
+
+def metric_sum(port: int, name: str, **labels: str) -> float | None:
+    """The sum of a running bridge's samples of ``name`` whose labels include ``labels``
+    (None if it does not answer)."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return None
+    want = [f'{k}="{v}"' for k, v in labels.items()]
+    found = re.findall(rf"^{re.escape(name)}(?:{{(.*)}})? (\S+)$", text, re.M)
+    return sum(float(v) for got, v in found if all(w in got.split(",") for w in want))
 
 
 def run_cli(config_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -418,41 +428,3 @@ def reassemble(events: list[dict[str, Any]]) -> dict[str, list[Any]]:
             else:
                 arts[a["artifactId"]] = list(a["parts"])
     return arts
-
-
-def audit(
-    starts: list[dict[str, Any]],
-    by_key: dict[str, list[dict[str, Any]]],
-    truth: Callable[[dict[str, Any], str], dict[str, Any]],
-) -> tuple[Tally, int]:
-    """Every started Task's events as a ``read_committed`` reader got them (``by_key``),
-    counted by :class:`Tally`; each event valid; and the Tasks whose artifacts differ
-    from the agent's own record (``truth(start, taskId)``) or that have several
-    taskIds (the second value)."""
-    v = validator("event")
-    tally, mismatched = Tally(), 0
-    for start in starts:
-        events = by_key.get(start["taskKey"], [])
-        tally.count(events)
-        task_ids = {e["taskId"] for e in events}
-        if len(task_ids) != 1:
-            mismatched += 1
-            continue
-        task_id = task_ids.pop()
-        if reassemble(events) != {a["artifactId"]: a["parts"] for a in truth(start, task_id)["artifacts"]}:
-            mismatched += 1
-            trail = [
-                (
-                    e["seq"],
-                    e["kind"],
-                    e["sourceSeq"],
-                    e.get("state"),
-                    e.get("artifact", {}).get("append"),
-                    len(e.get("artifact", {}).get("parts", [])),
-                )
-                for e in events
-            ]
-            print(f"artifact mismatch for {start['taskKey']} on {start['agent']} ({task_id}): {trail}")
-        for e in events:
-            assert not list(v.iter_errors(e)), e
-    return tally, mismatched

@@ -1,0 +1,127 @@
+"""The exactly-once check of the chaos, network-fault and soak runs.
+
+Reads nothing itself: it judges what an independent ``read_committed`` reader
+(kcat, :func:`tests.support.services.kcat_read`) saw against the agents' own
+record of each Task. For every start command: seq exactly 1..N, no duplicate
+eventId, nothing after the terminal event, one taskId, artifacts equal to the
+agent's, every event valid against schemas/event.json; for every start sent to
+the gateway, exactly one agent Task.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+from bridge.wire.schemas import validator
+from tests.support.services import Collected, Env, Tally, reassemble
+
+
+def sdk_task(env: Env, agent: str, task_id: str) -> dict[str, Any]:
+    """The a2a-sdk agent's own record of a Task (tasks/get or GetTask)."""
+    v1 = agent.startswith("v1-")
+    doc = httpx.post(
+        f"{env.sdk}/agents/writer",
+        timeout=10,
+        headers={"A2A-Version": "1.0"} if v1 else {},
+        json={"jsonrpc": "2.0", "id": "truth", "method": "GetTask" if v1 else "tasks/get", "params": {"id": task_id}},
+    )
+    task: dict[str, Any] = doc.json()["result"]
+    if v1:  # v1.0 parts carry no kind; the bridge publishes the v0.3 shape
+        for a in task["artifacts"]:
+            a["parts"] = [{"kind": "text", **p} for p in a["parts"]]
+    return task
+
+
+@dataclass
+class Verdict:
+    """What the reader saw, counted. ``clean`` is the promise."""
+
+    starts: int = 0
+    tasks_with_events: int = 0
+    events: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    out_of_order: int = 0
+    after_terminal: int = 0
+    mismatched: int = 0
+    invalid: int = 0
+    gateway_starts: int = 0
+    one_task_each: int = 0
+    not_completed: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return (
+            self.faults() == (0, 0, 0, 0, 0, 0)
+            and self.tasks_with_events == self.starts
+            and self.one_task_each == self.gateway_starts
+            and not self.not_completed
+        )
+
+    def faults(self) -> tuple[int, ...]:
+        return (self.lost, self.duplicated, self.out_of_order, self.after_terminal, self.mismatched, self.invalid)
+
+    def summary(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["not_completed"] = len(self.not_completed)
+        del out["notes"]
+        return out
+
+
+def trail(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """One Task's events, short enough to print."""
+    return [
+        (
+            e["seq"],
+            e["kind"],
+            e["sourceSeq"],
+            e.get("state"),
+            e.get("artifact", {}).get("append"),
+            len(e.get("artifact", {}).get("parts", [])),
+        )
+        for e in events
+    ]
+
+
+def check(
+    env: Env,
+    starts: list[dict[str, Any]],
+    got: Collected,
+    gateway_tasks: list[dict[str, Any]],
+    gateway_agents: set[str],
+) -> Verdict:
+    """Judge ``got`` (the events topic as kcat read it) for ``starts``. ``gateway_tasks``
+    is the gateway's ``/_control/tasks``; starts to ``gateway_agents`` ran there, the
+    rest on the a2a-sdk agents."""
+    tasks = {t["id"]: t for t in gateway_tasks}
+    by_key = got.by_task_key()
+    v = validator("event")
+    out = Verdict(starts=len(starts), tasks_with_events=len(by_key), events=len(got.records))
+    tally = Tally()
+    for start in starts:
+        events = by_key.get(start["taskKey"], [])
+        tally.count(events)
+        if not events or events[-1].get("state") != "completed":
+            out.not_completed.append(start["taskKey"])
+        out.invalid += sum(1 for e in events if list(v.iter_errors(e)))
+        task_ids = {e["taskId"] for e in events}
+        if len(task_ids) != 1:
+            out.mismatched += 1
+            continue
+        truth = tasks.get(task_id := task_ids.pop()) or sdk_task(env, start["agent"], task_id)
+        if reassemble(events) != {a["artifactId"]: a["parts"] for a in truth["artifacts"]}:
+            out.mismatched += 1
+            out.notes.append(
+                f"artifact mismatch for {start['taskKey']} on {start['agent']} ({task_id}): {trail(events)}"
+            )
+    out.lost, out.duplicated, out.out_of_order, out.after_terminal = tally.faults
+    gw_starts = [s for s in starts if s["agent"] in gateway_agents]
+    starts_per_message = Counter(m for t in tasks.values() for m in t["messageIds"])
+    out.gateway_starts = len(gw_starts)
+    out.one_task_each = sum(1 for s in gw_starts if starts_per_message[f"bridge-{s['commandId']}"] == 1)
+    return out
