@@ -30,8 +30,8 @@ import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
-from typing import Any, Literal, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Literal, Protocol, TypeVar
 
 from aiokafka.structs import ConsumerRecord
 
@@ -57,6 +57,7 @@ from bridge.errors import AgentError, AgentNoTask, CredentialsUnavailable, RpcEr
 from bridge.observe import logs, metrics
 from bridge.wire.dialects import Dialect, Request
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 Incoming = tuple[Command, "ConsumerRecord[bytes, bytes]"]
@@ -203,6 +204,21 @@ class TaskRunner:
             self._holding -= 1
             if not self._holding:
                 self._held_seconds += time.monotonic() - self._held_since
+
+    async def _once_credentialed(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``, made again after each wait for a token; the hold ends with the
+        agent's answer, whatever it is."""
+        while True:
+            try:
+                result = await call()
+            except CredentialsUnavailable as exc:
+                await self._hold(exc)
+                continue
+            except AgentError:
+                self._unheld()
+                raise
+            self._unheld()
+            return result
 
     def _unheld(self) -> None:
         """A call went out: the Task is held no more."""
@@ -510,17 +526,8 @@ class TaskRunner:
     async def _snapshot(self) -> TaskSnapshot:
         """tasks/get (held until there is a token to send)."""
         assert self.record.task_id is not None
-        while True:
-            try:
-                snap = await self.client.task(self.client.dialect.get(rpc_id("get"), self.record.task_id), self._trace)
-            except CredentialsUnavailable as exc:
-                await self._hold(exc)
-                continue
-            except AgentError:
-                self._unheld()
-                raise
-            self._unheld()
-            return snap
+        get = self.client.dialect.get(rpc_id("get"), self.record.task_id)
+        return await self._once_credentialed(lambda: self.client.task(get, self._trace))
 
     async def _observe(self) -> TaskSnapshot | AgentError:
         """tasks/get: the snapshot, or the error it failed with."""
@@ -534,18 +541,8 @@ class TaskRunner:
         assert self.record.task_id is not None
         metrics.RECONNECTS.labels(why).inc()
         resubscribe = self.client.dialect.resubscribe(rpc_id("resubscribe"), self.record.task_id, self.record.after_seq)
-        while True:
-            try:
-                # The token is asked for as the stream opens, before any event.
-                await self._consume(self.client.stream(resubscribe, self._trace))
-            except CredentialsUnavailable as exc:
-                await self._hold(exc)
-                continue
-            except AgentError:
-                self._unheld()
-                raise
-            self._unheld()
-            return
+        # The token is asked for as the stream opens, before any event.
+        await self._once_credentialed(lambda: self._consume(self.client.stream(resubscribe, self._trace)))
 
     async def _after_stream(self) -> None:
         """The stream ended: done, paused, or dropped (then resume)."""
