@@ -229,8 +229,22 @@ def deployment_flags(sources: dict[str, Path]) -> list[str]:
             flags += ["--tmpfs", f"{mount['mountPath']}:rw,size={size},mode=1777"]
         else:
             flags += ["-v", f"{sources[mount['name']]}:{mount['mountPath']}:{'ro' if mount.get('readOnly') else 'rw'}"]
-    flags += [f"--env={e['name']}={e['value']}" for e in container.get("env", [])]
+    flags += [f"--env={e['name']}={env_value(e)}" for e in container.get("env", [])]
     return flags
+
+
+# The one downward-API field the Deployment reads; podman has no pod, so one name
+# stands in for this test run's pod (its containers restart in it).
+POD_NAME = f"a2a-kafka-bridge-{uuid.uuid4().hex[:5]}"
+
+
+def env_value(var: dict[str, Any]) -> str:
+    """An env entry's value as the kubelet would give it."""
+    if "value" in var:
+        return str(var["value"])
+    field = var["valueFrom"]["fieldRef"]["fieldPath"]
+    assert field == "metadata.name", f"{var['name']}: no stand-in for {field}"
+    return POD_NAME
 
 
 class Container:
