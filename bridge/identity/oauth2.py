@@ -162,7 +162,12 @@ class ClientCredentials:
             form, headers = self.grant.request()
         except ConfigError as exc:  # the secret file went unreadable
             raise _Refused(f"the client secret cannot be read ({exc})", refused=True) from None
-        http = self._http or _client(self.grant.ca_file)
+        try:
+            http = self._http or _client(self.grant.ca_file)
+        except OSError as exc:  # ssl.SSLError too: the CA file went missing or bad since the start
+            raise _Refused(
+                f"the token endpoint's CA file cannot be used ({type(exc).__name__})", refused=False
+            ) from None
         try:
             async with http.stream("POST", self.grant.token_url, data=form, headers=headers, timeout=TIMEOUT) as r:
                 body = await _body(r)

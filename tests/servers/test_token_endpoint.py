@@ -14,6 +14,7 @@ import base64
 import dataclasses
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -178,3 +179,15 @@ async def test_a_refused_token_is_fetched_again_once_however_many_tasks_saw_the_
         source.refused(old)  # a late 401 for the old token drops nothing
         await source.token()
         assert len(endpoint.requests) == 2
+
+
+async def test_a_token_endpoint_ca_that_cannot_be_read_is_one_clear_error(tmp_path: Path) -> None:
+    g = Grant(
+        token_url="https://127.0.0.1:9/token",
+        client_id="c",
+        client_secret=FixedSecret(Secret(SECRET)),
+        ca_file=str(tmp_path / "gone.pem"),
+    )
+    with pytest.raises(CredentialsUnavailable, match=r"CA file cannot be used \(FileNotFoundError\)") as caught:
+        await ClientCredentials(g, "kafka").token()
+    assert caught.value.refused is False
