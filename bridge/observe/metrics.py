@@ -172,3 +172,12 @@ TOKEN_SECONDS = Histogram(
     ["source"],
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+
+# Push notifications, the partition owner's side (the webhook's are beside it).
+PUSH_APPLIED = Counter(
+    "bridge_push_notifications_applied_total",
+    "Push notifications read from the notifications topic by their partition's owner, by agent ('none' if"
+    " unreadable) and what became of them: applied, duplicate, ignored-unknown-task, ignored-closed, unreadable.",
+    ["agent", "result"],
+)
+PUSH_FOLLOWED = Gauge("bridge_push_followed_tasks", "Live Tasks followed by push notifications (no stream held).")
