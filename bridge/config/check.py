@@ -74,4 +74,5 @@ def render(report: Reading) -> str:
     table("[bridge]", "bridge", cfg.bridge)
     for name, agent in cfg.agents.items():
         table(f"[agents.{_quoted(name)}]", f"agents.{name}", agent)
+    table("[push]", "push", cfg.push)
     return "\n".join(out) + "\n"

@@ -120,6 +120,8 @@ class KafkaConfig:
     events_topic: str = field(default="a2a.events", metadata=TOPIC)
     checkpoints_topic: str = field(default="a2a.checkpoints", metadata=TOPIC)
     dlq_topic: str = field(default="a2a.dlq", metadata=TOPIC)
+    # Push notifications as the webhook received them, co-partitioned with the commands.
+    notifications_topic: str = field(default="a2a.notifications", metadata=TOPIC)
     transactional_id_prefix: str = field(default="a2a-bridge", metadata=NOT_EMPTY)
     # Used by `bridge topics` when it creates topics.
     partitions: int = field(default=6, metadata=POSITIVE)
@@ -274,6 +276,12 @@ class AgentConfig:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_ca_file: str | None = None
+    # Follow this agent's Tasks by A2A push notifications (when its card declares
+    # capabilities.pushNotifications) instead of a stream or polling; see [push].
+    push: bool = False
+    # The JWKS of the keys the agent signs its notifications with: each must then carry
+    # a valid JWT besides the Task's token.
+    push_jwks_url: str | None = field(default=None, metadata={"rule": rules.http_url})
 
     def token(self) -> Secret | None:
         return read_secret(f"agents.{self.name}", "token", self.token_file, self.token_env)
@@ -285,10 +293,57 @@ class AgentConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PushConfig:
+    """The webhook agents POST push notifications to (bridge/push/webhook.py), on a port
+    of its own: every replica serves it and relays what it verified to Kafka."""
+
+    listen_host: str = field(default="0.0.0.0", metadata=NOT_EMPTY)
+    # 0: any free port (tests).
+    listen_port: int = field(default=8443, metadata={"rule": rules.listen_port})
+    # What agents reach (a Service or an Ingress in front of every replica), e.g.
+    # "https://bridge-push.a2a.svc:8443"; each Task's URL is made under it.
+    base_url: str | None = field(default=None, metadata={"rule": rules.http_url})
+    # Server TLS for the webhook (both or none).
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    # The HMAC key every replica derives and checks the per-Task tokens with.
+    token_secret_file: str | None = field(default=None, metadata=SECRET_FILE)
+    token_secret_env: str | None = field(default=None, metadata=SECRET_ENV)
+    max_body_bytes: int = field(default=1_048_576, metadata=POSITIVE)
+    # A push-followed Task asks the agent with tasks/get this often (jittered), in
+    # case notifications were lost on the agent's side.
+    backstop_poll_seconds: float = field(default=300.0, metadata=POSITIVE)
+    # The longest the webhook waits for Kafka to acknowledge a notification before
+    # it answers 503 (the agent retries).
+    produce_timeout_seconds: float = field(default=5.0, metadata=POSITIVE)
+
+    def token_key(self, environ: Mapping[str, str] | None = None) -> bytes:
+        """The HMAC key, or :class:`ConfigError` naming the key that is missing or too short
+        (``environ``: the variables to read, the process's own by default)."""
+        secret = read_secret("push", "token_secret", self.token_secret_file, self.token_secret_env, environ)
+        if secret is None:
+            raise ConfigError("[push]: push needs token_secret_file or token_secret_env")
+        key = secret.get().encode("utf-8")
+        if len(key) < MIN_PUSH_SECRET_BYTES:
+            where = "push.token_secret_file" if self.token_secret_file else "push.token_secret_env"
+            raise ConfigError(f"{where}: the secret is shorter than {MIN_PUSH_SECRET_BYTES} bytes; it is not used")
+        return key
+
+
+# A shorter HMAC key could be guessed; `openssl rand -hex 32` makes a good one.
+MIN_PUSH_SECRET_BYTES = 32
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     bridge: BridgeConfig = field(default_factory=BridgeConfig)
     agents: Mapping[str, AgentConfig] = field(default_factory=dict)
+    push: PushConfig = field(default_factory=PushConfig)
+
+    def push_agents(self) -> list[str]:
+        """The agents whose Tasks are followed by push notifications."""
+        return sorted(name for name, a in self.agents.items() if a.push)
 
     def events_topic(self, agent: str | None) -> str:
         a = self.agents.get(agent or "")
@@ -341,7 +396,9 @@ def _reason(exc: OSError) -> str:
 
 # ------------------------------------------------------------------ keys --
 
-SECTIONS = ("kafka", "bridge", "agents")
+SECTIONS = ("kafka", "bridge", "agents", "push")
+# The variables of the sections: one that names no key is refused.
+SECTION_VARIABLES = ("BRIDGE_KAFKA_", "BRIDGE_BRIDGE_", "BRIDGE_AGENTS_", "BRIDGE_PUSH_")
 # TOML's types for each kind of key: a boolean is no number, a number no string.
 _TOML_TYPES: dict[type, tuple[type, ...]] = {int: (int,), float: (int, float), bool: (bool,), str: (str,)}
 _EXPECTED = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
@@ -490,17 +547,24 @@ class _Reader:
         kafka = self.section(KafkaConfig, doc.get("kafka", {}), "BRIDGE_KAFKA_", "kafka")
         bridge = self.section(BridgeConfig, doc.get("bridge", {}), "BRIDGE_BRIDGE_", "bridge")
         agents = self.agents(doc.get("agents", {}))
+        push = self.section(PushConfig, doc.get("push", {}), "BRIDGE_PUSH_", "push")
         self.unknown_variables(list(agents))
         k = effective(KafkaConfig, kafka)
+        p = effective(PushConfig, push)
         self.add(rules.kafka(k))
         self.add(rules.topics(k, agents))
+        self.add(
+            rules.push(p, {n: effective(AgentConfig, a) for n, a in agents.items()}, effective(BridgeConfig, bridge))
+        )
         if self.here:
             self.add(self.files_here(k, agents))
+            self.add(self.push_here(p))
         if self.reading.ok:
             self.reading.config = Config(
                 kafka=KafkaConfig(**kafka),
                 bridge=BridgeConfig(**bridge),
                 agents={name: AgentConfig(name=name, **values) for name, values in agents.items()},
+                push=PushConfig(**push),
             )
         return self.reading
 
@@ -584,13 +648,13 @@ class _Reader:
         """``BRIDGE_*`` variables of a section that name no key of it."""
         names = [
             f"BRIDGE_{s.upper()}_{k.upper()}"
-            for s, cls in (("kafka", KafkaConfig), ("bridge", BridgeConfig))
+            for s, cls in (("kafka", KafkaConfig), ("bridge", BridgeConfig), ("push", PushConfig))
             for k in keys(cls)
         ]
         per_agent = {env_prefix(a): [env_prefix(a) + k.upper() for k in keys(AgentConfig)] for a in agents}
         known = set(names).union(*per_agent.values())
         for var in sorted(self.env):
-            if var in known or not var.startswith(("BRIDGE_KAFKA_", "BRIDGE_BRIDGE_", "BRIDGE_AGENTS_")):
+            if var in known or not var.startswith(SECTION_VARIABLES):
                 continue
             if not var.startswith("BRIDGE_AGENTS_"):
                 message = f"does not name a key, so it sets nothing{suggest(var, names)}"
@@ -621,6 +685,33 @@ class _Reader:
         for key in files:
             if k[key] and not os.path.isfile(k[key]):
                 out.append(Problem(f"kafka.{key}", f"{k[key]!r} is not a file here"))
+        return out
+
+    def push_here(self, p: Mapping[str, Any]) -> list[Problem]:
+        """The webhook's secret (read and measured as ``bridge run`` reads it) and its
+        server certificate and key, where they are set."""
+        out: list[Problem] = []
+        if p["token_secret_file"] or p["token_secret_env"]:
+            out = self.secret_here("push", p, "token_secret")
+            if not out:
+                try:
+                    sources = {k: p[k] for k in ("token_secret_file", "token_secret_env")}
+                    PushConfig(**sources).token_key(self.env)
+                except ConfigError as exc:
+                    at, _, message = str(exc).partition(": ")
+                    out.append(Problem(at, message))
+        missing = [key for key in ("tls_cert_file", "tls_key_file") if p[key] and not os.path.isfile(p[key])]
+        out += [Problem(f"push.{key}", f"{p[key]!r} is not a file here") for key in missing]
+        if not missing and p["tls_cert_file"] and p["tls_key_file"]:
+            try:
+                ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+                    p["tls_cert_file"], p["tls_key_file"]
+                )
+            except (OSError, ssl.SSLError) as exc:
+                message = (
+                    f"{p['tls_cert_file']!r} and tls_key_file do not load as a certificate and its key ({_reason(exc)})"
+                )
+                out.append(Problem("push.tls_cert_file", message))
         return out
 
     def secret_here(self, where: str, values: Mapping[str, Any], key: str) -> list[Problem]:

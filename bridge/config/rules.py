@@ -100,6 +100,11 @@ def port(value: Any) -> str | None:
     return f"must be -1 (no HTTP endpoints), 0 (any free port) or a port up to 65535, got {value}"
 
 
+def listen_port(value: Any) -> str | None:
+    """A server that must listen: 0 (any free port) or a port."""
+    return None if 0 <= value <= 65535 else f"must be 0 (any free port) or a port up to 65535, got {value}"
+
+
 def deadline(value: Any) -> str | None:
     if value > MAX_DEADLINE_SECONDS:
         return f"at most {MAX_DEADLINE_SECONDS} (30 days), as a command's deadlineSeconds"
@@ -336,9 +341,9 @@ def agent_name(name: str, pattern: str) -> list[Problem]:
 
 
 def topics(k: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
-    """A topic serves one purpose: commands, events, checkpoints or dead letters."""
+    """A topic serves one purpose: commands, events, checkpoints, dead letters or notifications."""
     uses: dict[str, list[tuple[str, str]]] = {}
-    for role in ("commands", "events", "checkpoints", "dlq"):
+    for role in ("commands", "events", "checkpoints", "dlq", "notifications"):
         uses.setdefault(k[f"{role}_topic"], []).append((role, f"kafka.{role}_topic"))
     for name, a in agents.items():
         for role in ("events", "dlq"):
@@ -349,3 +354,38 @@ def topics(k: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]]) -> lis
         for name, used in uses.items()
         if len({r for r, _ in used}) > 1
     ]
+
+
+def push(p: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]], b: Mapping[str, Any]) -> list[Problem]:
+    """Agents followed by push need the webhook's base URL and token secret; the gateway
+    protocol has no push notifications; the webhook's TLS is a certificate and its key;
+    a JWKS only matters to an agent that pushes."""
+    out = secret_source("push", p, "token_secret")
+    pushing = sorted(name for name, a in agents.items() if a.get("push"))
+    for name in pushing:
+        if agents[name].get("dialect") == "gateway":
+            message = "the gateway protocol has no push notifications (docs/gateway-protocol.md); use stream or poll"
+            out.append(Problem(f"agents.{name}.push", message))
+    for name, a in agents.items():
+        if a.get("push_jwks_url") and not a.get("push"):
+            out.append(Problem(f"agents.{name}.push_jwks_url", "ignored: the agent does not push", warning=True))
+    if pushing:
+        users = ", ".join(pushing)
+        if not p["base_url"]:
+            out.append(Problem("push.base_url", f"required: agents {users} push to it"))
+        if not _secret_set(p, "token_secret"):
+            out.append(Problem("[push]", f"agents {users} push: the tokens need token_secret_file or token_secret_env"))
+    base = p["base_url"]
+    if isinstance(base, str) and URL.match(base):
+        if re.search(r"[?#]", base):
+            out.append(Problem("push.base_url", "must not have a query or fragment: each Task's path goes after it"))
+        elif base.startswith("http://") and not loopback(base):
+            message = "http:// sends each Task's token in clear; use https:// (tls_cert_file, or TLS in front)"
+            out.append(Problem("push.base_url", message, warning=True))
+    if bool(p["tls_cert_file"]) != bool(p["tls_key_file"]):
+        message = "tls_cert_file and tls_key_file go together (the webhook's certificate and its key)"
+        out.append(Problem("[push]", message))
+    if p["listen_port"] and p["listen_port"] == b["http_port"]:
+        message = f"{p['listen_port']} is bridge.http_port too; the webhook has a port of its own"
+        out.append(Problem("push.listen_port", message))
+    return out

@@ -42,9 +42,10 @@ class Backoff:
         return c * (self.floor + (1.0 - self.floor) * draw())
 
 
-def jittered(mean: float, draw: Draw = random.random) -> float:
-    """``mean`` spread over ``[mean / 2, 3 * mean / 2]``: the same rate on average."""
-    return mean * (0.5 + draw())
+def jittered(mean: float, draw: Draw = random.random, *, spread: float = 0.5) -> float:
+    """``mean`` spread over ``[mean * (1 - spread), mean * (1 + spread)]`` (by default
+    ``[mean / 2, 3 * mean / 2]``): the same rate on average."""
+    return mean * (1.0 - spread + 2.0 * spread * draw())
 
 
 # An agent call that failed but may pass (a timeout, a reset, HTTP 5xx or 429):

@@ -22,7 +22,7 @@ import pytest
 from bridge.cli import main
 from bridge.config import rules
 from bridge.config.check import check
-from bridge.config.model import AgentConfig, BridgeConfig, ConfigError, KafkaConfig, Key, keys, load
+from bridge.config.model import AgentConfig, BridgeConfig, ConfigError, KafkaConfig, Key, PushConfig, keys, load
 
 BASE = {"agents": {"a": {"url": "http://a/a2a"}}}
 SASL = {"sasl_mechanism": "PLAIN", "sasl_username": "bridge", "sasl_password_env": "CORPUS_PASSWORD"}
@@ -32,9 +32,10 @@ OAUTH = {
     "sasl_oauth_client_id": "bridge",
     "sasl_oauth_client_secret_env": "CORPUS_KAFKA_CLIENT_SECRET",
 }
-ENV = {"CORPUS_PASSWORD": "pw", "CORPUS_TOKEN": "tok", "CORPUS_KAFKA_CLIENT_SECRET": "cs"}
-SECTIONS: dict[str, type] = {"kafka": KafkaConfig, "bridge": BridgeConfig, "agents.a": AgentConfig}
-PREFIX = {"kafka": "BRIDGE_KAFKA_", "bridge": "BRIDGE_BRIDGE_", "agents.a": "BRIDGE_AGENTS_A_"}
+PUSH_SECRET = "p" * 32
+ENV = {"CORPUS_PASSWORD": "pw", "CORPUS_TOKEN": "tok", "CORPUS_KAFKA_CLIENT_SECRET": "cs", "CORPUS_PUSH": PUSH_SECRET}
+SECTIONS: dict[str, type] = {"kafka": KafkaConfig, "bridge": BridgeConfig, "agents.a": AgentConfig, "push": PushConfig}
+PREFIX = {"kafka": "BRIDGE_KAFKA_", "bridge": "BRIDGE_BRIDGE_", "agents.a": "BRIDGE_AGENTS_A_", "push": "BRIDGE_PUSH_"}
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def render(doc: dict[str, Any]) -> str:
 
 def with_key(section: str, key: str, value: Any) -> dict[str, Any]:
     """BASE with one key set (and what that key's value needs to be valid: SASL settings, agent_code)."""
-    doc: dict[str, Any] = {"kafka": {}, "bridge": {}, "agents": {"a": dict(BASE["agents"]["a"])}}
+    doc: dict[str, Any] = {"kafka": {}, "bridge": {}, "agents": {"a": dict(BASE["agents"]["a"])}, "push": {}}
     table = doc["agents"]["a"] if section == "agents.a" else doc[section]
     if key in SASL or (key == "security_protocol" and str(value).startswith("SASL")):
         doc["kafka"].update(SASL, security_protocol="SASL_PLAINTEXT")
@@ -81,6 +82,8 @@ def with_key(section: str, key: str, value: Any) -> dict[str, Any]:
         doc["kafka"].update(OAUTH, security_protocol="SASL_SSL")
     if key == "dialect" and value == "gateway":
         table["agent_code"] = "writer"
+    if key.startswith("push") and section == "agents.a":
+        doc["push"].update(PUSH)
     table[key] = value
     return doc
 
@@ -90,6 +93,7 @@ BAD: dict[Any, list[Any]] = {
     rules.positive: [0, -1, float("nan")],
     rules.non_negative: [-1],
     rules.port: [70000, -2, 65536],
+    rules.listen_port: [-1, 65536],
     rules.deadline: [0, -5, 2592001],
     rules.not_empty: ["", "  "],
     rules.topic: ["a topic", "..", "x" * 250],
@@ -100,6 +104,7 @@ EDGE: dict[Any, list[Any]] = {
     rules.positive: [1],
     rules.non_negative: [0],
     rules.port: [-1, 0, 65535],
+    rules.listen_port: [0, 65535],
     rules.deadline: [2592000],
     rules.not_empty: ["x"],
     rules.topic: ["ok.topic_1-2"],
@@ -174,6 +179,7 @@ def one_mistake() -> Iterator[Case]:
         ("kafka", "sasl_password_env", "UNSET_CORPUS_VAR"),
         ("kafka", "bootstrap_server", "k:9092"),
         ("kafka", "events_topic", "a2a.commands"),
+        ("kafka", "notifications_topic", "a2a.commands"),
         ("kafka", "heartbeat_interval_ms", 20000),
         ("bridge", "max_rss_bytes", -1),
         ("bridge", "cancel_on_timeout", "yes"),
@@ -230,9 +236,46 @@ def one_mistake() -> Iterator[Case]:
         else:
             doc["kafka"][key] = value
         yield Case(f"one mistake (OAUTHBEARER): kafka.{key} = {value!r}", doc, good=False)
+    yield from push_mistakes(good)
     yield Case(
         "not a BRIDGE_ section variable", good, {"BRIDGE_CONFIG_UNRELATED": "x", "BRIDGE_LOG_FORMAT": "json"}, good=True
     )
+
+
+PUSH = {"base_url": "https://bridge-push.a2a.svc:8443", "token_secret_env": "CORPUS_PUSH"}
+
+
+def push_mistakes(good: dict[str, Any]) -> Iterator[Case]:
+    """Push notifications: an agent that pushes, with the webhook it needs; then one mistake each."""
+    writer = {"url": "https://writer/a2a", "dialect": "a2a-1.0", "push": True}
+
+    def doc(section: dict[str, Any], agent: dict[str, Any] | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = orjson.loads(orjson.dumps(good))
+        out["agents"]["writer"] = {**writer, **(agent or {})}
+        out["push"] = {k: v for k, v in section.items() if v is not None}
+        return out
+
+    yield Case("push: an agent that pushes", doc(PUSH), good=True)
+    yield Case("push: and signs", doc(PUSH, {"push_jwks_url": "https://writer/.well-known/jwks.json"}), good=True)
+    mistakes: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, str]]] = [
+        ("push without a base URL", {**PUSH, "base_url": None}, {}, {}),
+        ("push without a token secret", {**PUSH, "token_secret_env": None}, {}, {}),
+        ("push secret unset", PUSH, {}, {"CORPUS_PUSH": ""}),
+        ("push secret too short", PUSH, {}, {"CORPUS_PUSH": "short"}),
+        ("push secret in two places", {**PUSH, "token_secret_file": "/no/such/secret"}, {}, {}),
+        ("push secret file missing", {**PUSH, "token_secret_env": None, "token_secret_file": "/no/such"}, {}, {}),
+        ("push base URL with a query", {**PUSH, "base_url": "https://b/p?x=1"}, {}, {}),
+        ("push base URL that is none", {**PUSH, "base_url": "bridge-push:8443"}, {}, {}),
+        ("push certificate without its key", {**PUSH, "tls_cert_file": "/no/such/cert"}, {}, {}),
+        ("push certificate missing", {**PUSH, "tls_cert_file": "/no/such/cert", "tls_key_file": "/no/key"}, {}, {}),
+        ("push on the ops port", {**PUSH, "listen_port": 9100}, {}, {}),
+        ("push from a gateway agent", PUSH, {"dialect": "gateway", "agent_code": "w"}, {}),
+        ("push JWKS URL that is none", PUSH, {"push_jwks_url": "jwks.json"}, {}),
+        ("push is not a word", PUSH, {"push": "yes"}, {}),
+    ]
+    for name, section, agent, env in mistakes:
+        yield Case(f"one mistake: {name}", doc(section, agent), env, good=False)
+    yield Case("one mistake: BRIDGE_PUSH_BASEURL", doc(PUSH), {"BRIDGE_PUSH_BASEURL": "https://x"}, good=False)
 
 
 OAUTH2 = {
