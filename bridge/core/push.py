@@ -16,7 +16,9 @@ import binascii
 import hashlib
 import hmac
 import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from bridge.core.backoff import jittered
 
@@ -28,6 +30,37 @@ _SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
 _B64U = re.compile(r"[A-Za-z0-9_-]+")
 # A Kafka partition number fits an int32.
 MAX_PARTITION = 2**31 - 1
+
+# Why the webhook refused a request (bridge_push_notifications_refused_total{reason});
+# a refused request is never produced.
+Refusal = Literal[
+    "not-found",
+    "method",
+    "unauthenticated",
+    "media-type",
+    "too-large",
+    "malformed",
+    "kafka-unavailable",
+    "unverifiable",  # the agent's JWKS could not be read: the signature cannot be checked now
+    "busy",  # too many connections at once
+]
+STATUS: dict[Refusal, int] = {
+    "not-found": 404,
+    "method": 405,
+    "unauthenticated": 401,
+    "media-type": 415,
+    "too-large": 413,
+    "malformed": 400,
+    "kafka-unavailable": 503,
+    "unverifiable": 503,
+    "busy": 503,
+}
+# A signed notification's JWT is fresh for this long after its `iat`, and may come
+# from a clock this far ahead of the bridge's.
+JWT_MAX_AGE_SECONDS = 300.0
+JWT_CLOCK_SKEW_SECONDS = 60.0
+# The claim A2A's guidance names for the hash of the body (hex SHA-256).
+BODY_HASH_CLAIM = "request_body_sha256"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,3 +141,51 @@ def backstop_delay(base: float, draw: float) -> float:
     over [0.75, 1.25] of itself (``draw`` in [0, 1)), so Tasks restored together do not
     poll together."""
     return jittered(base, lambda: draw, spread=0.25)
+
+
+def json_media_type(content_type: str | None) -> bool:
+    """Whether a Content-Type is JSON: ``application/json`` with any parameters (a
+    charset or none), in any case."""
+    if content_type is None:
+        return False
+    return content_type.split(";", 1)[0].strip().lower() == "application/json"
+
+
+def refuse_head(
+    *,
+    method: str,
+    route: Route | None,
+    authentic: bool,
+    pushes: bool,
+    content_type: str | None,
+    content_length: int | None,
+    max_body_bytes: int,
+) -> Refusal | None:
+    """What the webhook answers a request head with before it reads the body, in this
+    order: not a push path, not POST, a token that is not the route's, an agent that
+    does not push (only an authenticated caller learns that), not JSON, too large."""
+    checks: tuple[tuple[bool, Refusal], ...] = (
+        (route is None, "not-found"),
+        (method != "POST", "method"),
+        (not authentic, "unauthenticated"),
+        (not pushes, "not-found"),
+        (not json_media_type(content_type), "media-type"),
+        (content_length is not None and content_length > max_body_bytes, "too-large"),
+    )
+    return next((refusal for failed, refusal in checks if failed), None)
+
+
+def jwt_claims_problem(claims: Mapping[str, Any], now: float, body_digests: Collection[str]) -> str | None:
+    """What is wrong with the claims of a notification's verified JWT (None: nothing):
+    an ``iat`` that is missing, stale or from the future, and a body hash claim, when
+    there is one, that is none of the body's ``body_digests`` (hex SHA-256)."""
+    iat = claims.get("iat")
+    if not isinstance(iat, int | float) or isinstance(iat, bool):
+        return "the JWT has no iat"
+    if iat < now - JWT_MAX_AGE_SECONDS:
+        return f"the JWT was issued more than {JWT_MAX_AGE_SECONDS:.0f} s ago"
+    if iat > now + JWT_CLOCK_SKEW_SECONDS:
+        return "the JWT was issued in the future"
+    if BODY_HASH_CLAIM in claims and str(claims[BODY_HASH_CLAIM]).lower() not in body_digests:
+        return f"the JWT's {BODY_HASH_CLAIM} is not the body's"
+    return None

@@ -173,7 +173,26 @@ TOKEN_SECONDS = Histogram(
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 
-# Push notifications, the partition owner's side (the webhook's are beside it).
+# Push notifications at the webhook (bridge/push/webhook.py). A request is counted as
+# received once it names a configured agent; every refused one under its reason
+# (bridge/core/push.py Refusal), and nothing refused is ever produced.
+PUSH_RECEIVED = Counter(
+    "bridge_push_notifications_received_total",
+    "Webhook requests to a push path of a configured agent, by agent.",
+    ["agent"],
+)
+PUSH_REFUSED = Counter(
+    "bridge_push_notifications_refused_total",
+    "Webhook requests refused and not produced, by reason.",
+    ["reason"],
+)
+PUSH_PRODUCED = Counter(
+    "bridge_push_notifications_produced_total",
+    "Notifications Kafka acknowledged in the notifications topic (each answered 200), by agent.",
+    ["agent"],
+)
+
+# Push notifications at their partition's owner (bridge/engine/partition.py, runner.py).
 PUSH_APPLIED = Counter(
     "bridge_push_notifications_applied_total",
     "Push notifications read from the notifications topic by their partition's owner, by agent ('none' if"

@@ -40,6 +40,15 @@ class Notification:
     received_at: float  # unix seconds at the webhook
 
 
+def json_object(body: bytes) -> dict[str, Any] | None:
+    """The body as a JSON object, or None when it is not one (what the webhook accepts)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def encode(route: Route, body: bytes, received_at: float) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
     """(key, value, headers) of the record for a notification the webhook accepted."""
     headers = [

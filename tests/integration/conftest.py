@@ -20,29 +20,13 @@ from bridge.demo.procs import free_port
 from tests.support import toxiproxy as toxiproxy_mod
 from tests.support.cluster import KafkaCluster
 from tests.support.keycloak import Keycloak
-from tests.support.services import Env, Server, service_script
-
-
-def _kafka(cmd: str) -> subprocess.CompletedProcess[str]:
-    return service_script("kafka.sh", cmd)
+from tests.support.services import Env, Server, service_script, single_broker
 
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
-    given = os.environ.get("BRIDGE_TEST_BOOTSTRAP")
-    if given:
-        yield given
-        return
-    already = _kafka("status").returncode == 0
-    if not already:
-        up = _kafka("up")
-        if up.returncode != 0:
-            pytest.fail(
-                f"the Kafka broker did not start (scripts/kafka.sh up):\n{up.stdout}\n{up.stderr}", pytrace=False
-            )
-    yield f"127.0.0.1:{os.environ.get('KAFKA_PORT', '19092')}"
-    if not already and not os.environ.get("BRIDGE_TEST_KEEP_KAFKA"):
-        _kafka("down")
+    with single_broker() as bootstrap:
+        yield bootstrap
 
 
 @pytest.fixture(scope="session")

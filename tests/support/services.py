@@ -14,6 +14,8 @@ import sys
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,6 +141,31 @@ def service_script(
         timeout=timeout,
         check=False,
     )
+
+
+@contextmanager
+def single_broker() -> Iterator[str]:
+    """The bootstrap of the single test broker (``BRIDGE_TEST_BOOTSTRAP``, or scripts/kafka.sh
+    on ``KAFKA_PORT``, started if it is not running and then stopped again); a broker that
+    cannot start fails the test."""
+    import pytest
+
+    given = os.environ.get("BRIDGE_TEST_BOOTSTRAP")
+    if given:
+        yield given
+        return
+    already = service_script("kafka.sh", "status").returncode == 0
+    if not already:
+        up = service_script("kafka.sh", "up")
+        if up.returncode != 0:
+            pytest.fail(
+                f"the Kafka broker did not start (scripts/kafka.sh up):\n{up.stdout}\n{up.stderr}", pytrace=False
+            )
+    try:
+        yield f"127.0.0.1:{os.environ.get('KAFKA_PORT', '19092')}"
+    finally:
+        if not already and not os.environ.get("BRIDGE_TEST_KEEP_KAFKA"):
+            service_script("kafka.sh", "down")
 
 
 def kafka_script(*args: str, timeout: float = 180) -> None:

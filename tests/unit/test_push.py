@@ -138,3 +138,74 @@ def test_the_backstop_is_jittered_around_its_base(base: float, draw: float) -> N
     delay = push.backstop_delay(base, draw)
     assert base * 0.75 <= delay * (1 + 1e-12) and delay <= base * 1.25 * (1 + 1e-12)
     assert push.backstop_delay(base, 0.5) == pytest.approx(base)
+
+
+ROUTE = Route("writer", 0, "k", "c")
+HEAD: dict[str, Any] = {
+    "method": "POST",
+    "route": ROUTE,
+    "authentic": True,
+    "pushes": True,
+    "content_type": "application/json",
+    "content_length": 10,
+    "max_body_bytes": 10,
+}
+
+
+@pytest.mark.parametrize(
+    ("changed", "refusal"),
+    [
+        ({}, None),
+        ({"content_length": None}, None),  # chunked: the body is measured as it comes
+        ({"route": None, "authentic": False, "method": "GET"}, "not-found"),
+        ({"method": "GET", "authentic": False}, "method"),
+        ({"authentic": False, "pushes": False, "content_type": None}, "unauthenticated"),
+        ({"pushes": False, "content_type": None}, "not-found"),
+        ({"content_type": "text/plain", "content_length": 11}, "media-type"),
+        ({"content_length": 11}, "too-large"),
+    ],
+)
+def test_a_head_is_refused_for_its_first_fault(changed: dict[str, Any], refusal: str | None) -> None:
+    assert push.refuse_head(**{**HEAD, **changed}) == refusal
+    if refusal is not None:
+        assert push.STATUS[refusal] in (401, 404, 405, 413, 415)
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("application/json", True),
+        ("Application/JSON; charset=utf-8", True),
+        (" application/json ;charset=UTF-8", True),
+        ("application/jsonx", False),
+        ("text/json", False),
+        ("application/x-www-form-urlencoded", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_json_media_types(value: str | None, ok: bool) -> None:
+    assert push.json_media_type(value) is ok
+
+
+NOW = 1_800_000_000.0
+DIGEST = "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("claims", "problem"),
+    [
+        ({"iat": NOW}, None),
+        ({"iat": int(NOW) - 299, push.BODY_HASH_CLAIM: DIGEST}, None),
+        ({"iat": NOW, push.BODY_HASH_CLAIM: DIGEST.upper()}, None),
+        ({"iat": NOW + 59}, None),
+        ({}, "the JWT has no iat"),
+        ({"iat": "now"}, "the JWT has no iat"),
+        ({"iat": True}, "the JWT has no iat"),
+        ({"iat": NOW - 301}, "the JWT was issued more than 300 s ago"),
+        ({"iat": NOW + 61}, "the JWT was issued in the future"),
+        ({"iat": NOW, push.BODY_HASH_CLAIM: "cd" * 32}, "the JWT's request_body_sha256 is not the body's"),
+    ],
+)
+def test_jwt_claims(claims: dict[str, Any], problem: str | None) -> None:
+    assert push.jwt_claims_problem(claims, NOW, {DIGEST}) == problem

@@ -1,0 +1,137 @@
+"""Signed notifications: where an agent has ``push_jwks_url``, each notification must
+also carry a JWT (``Authorization: Bearer <jwt>``, as A2A's push notification
+guidance describes) signed by a key of that JWKS, freshly issued, and, when it has a
+``request_body_sha256`` claim, made for this very body.
+
+The JWKS is fetched when first needed and kept for :data:`JWKS_MAX_AGE_SECONDS`; a
+token naming a key id the set does not have fetches it again (the agent rotated its
+keys), at most once per :data:`JWKS_REFETCH_SECONDS`. Only asymmetric algorithms are
+accepted: a key the agent publishes can verify, never sign.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+import jwt
+import orjson
+
+from bridge.core.push import JWT_CLOCK_SKEW_SECONDS, jwt_claims_problem
+
+log = logging.getLogger(__name__)
+
+ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"})
+JWKS_MAX_AGE_SECONDS = 300.0
+JWKS_REFETCH_SECONDS = 30.0
+JWKS_TIMEOUT_SECONDS = 5.0
+MAX_JWKS_BYTES = 256 * 1024
+
+
+class Unverifiable(Exception):
+    """The agent's JWKS cannot be read now: the notification is neither accepted nor
+    refused as forged (the webhook answers 503 and the agent retries)."""
+
+
+def body_digests(body: bytes, doc: Mapping[str, Any]) -> frozenset[str]:
+    """The hex SHA-256 a signer may have put in the body hash claim: of the bytes as
+    sent, and of the JSON re-serialized compactly (key order as sent, and sorted)."""
+    forms = (body, orjson.dumps(doc), orjson.dumps(doc, option=orjson.OPT_SORT_KEYS))
+    return frozenset(hashlib.sha256(form).hexdigest() for form in forms)
+
+
+class Jwks:
+    """One agent's signing keys, fetched from its JWKS URL."""
+
+    def __init__(self, url: str, client: httpx.AsyncClient) -> None:
+        self.url = url
+        self._client = client
+        self._keys: list[dict[str, Any]] | None = None
+        self._fetched = -float("inf")
+        self._lock = asyncio.Lock()
+
+    async def keys(self, kid: str | None) -> list[dict[str, Any]]:
+        """The JWKs that may have signed a token naming ``kid`` (every key when it names none)."""
+        stale = time.monotonic() - self._fetched > JWKS_MAX_AGE_SECONDS
+        if self._keys is None or stale or (kid is not None and not _with_kid(self._keys, kid)):
+            await self._refresh()
+        assert self._keys is not None
+        return _with_kid(self._keys, kid)
+
+    async def _refresh(self) -> None:
+        async with self._lock:
+            if self._keys is not None and time.monotonic() - self._fetched < JWKS_REFETCH_SECONDS:
+                return  # another request just fetched it, or a rotation is asked for too often
+            try:
+                response = await self._client.get(self.url, timeout=JWKS_TIMEOUT_SECONDS)
+                if response.status_code != 200:
+                    raise Unverifiable(f"the JWKS at {self.url} answered HTTP {response.status_code}")
+                if len(response.content) > MAX_JWKS_BYTES:
+                    raise Unverifiable(f"the JWKS at {self.url} is larger than {MAX_JWKS_BYTES} bytes")
+                doc = orjson.loads(response.content)
+            except httpx.HTTPError as exc:
+                raise Unverifiable(f"the JWKS at {self.url} cannot be read ({type(exc).__name__})") from None
+            except orjson.JSONDecodeError:
+                raise Unverifiable(f"the JWKS at {self.url} is not JSON") from None
+            found = doc.get("keys") if isinstance(doc, dict) else None
+            if not isinstance(found, list):
+                raise Unverifiable(f"the JWKS at {self.url} has no 'keys' list")
+            self._keys = [k for k in found if isinstance(k, dict) and k.get("kty") in ("RSA", "EC", "OKP")]
+            self._fetched = time.monotonic()
+
+
+def _head(token: str) -> tuple[str, str | None] | str:
+    """The JWT's algorithm and key id, or what is wrong with its header."""
+    try:
+        header = jwt.get_unverified_header(token)
+    except jwt.PyJWTError:
+        return "not a JWT"
+    alg, kid = header.get("alg"), header.get("kid")
+    if alg not in ALGORITHMS:
+        return "the JWT's algorithm is not an asymmetric one"
+    if kid is not None and not isinstance(kid, str):
+        return "the JWT's kid is not a string"
+    return alg, kid
+
+
+def _with_kid(keys: list[dict[str, Any]], kid: str | None) -> list[dict[str, Any]]:
+    return keys if kid is None else [k for k in keys if k.get("kid") == kid]
+
+
+async def verify(jwks: Jwks, authorization: str | None, body: bytes, doc: Mapping[str, Any]) -> str | None:
+    """What is wrong with the notification's JWT (None: it is the agent's, fresh, and for
+    this body); :class:`Unverifiable` when the JWKS cannot be read."""
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return "no bearer JWT"
+    head = _head(token)
+    if isinstance(head, str):
+        return head
+    alg, kid = head
+    for jwk in await jwks.keys(kid):
+        if jwk.get("alg", alg) != alg:
+            continue
+        try:
+            key = jwt.PyJWK(jwk, algorithm=alg)
+        except jwt.PyJWTError:
+            continue  # a key of another type, or one this algorithm cannot use
+        try:
+            claims = jwt.decode(
+                token,
+                key=key,
+                algorithms=[alg],
+                leeway=JWT_CLOCK_SKEW_SECONDS,
+                options={"verify_aud": False, "require": ["iat"]},
+            )
+        except jwt.InvalidSignatureError:
+            continue
+        except jwt.PyJWTError as exc:
+            return f"the JWT is not valid ({type(exc).__name__})"
+        return jwt_claims_problem(claims, time.time(), body_digests(body, doc))
+    return "no key of the agent's JWKS verifies the JWT"

@@ -1,0 +1,304 @@
+"""The push webhook: agents POST their Task updates here, to whichever replica the
+Service picks, and this replica relays each one it can verify to the notifications
+topic, at the partition its URL names; the owner of that partition applies it.
+
+Its own HTTP/1.1 server (h11 for the framing, asyncio streams), on a port of its own
+(``push.listen_port``; never the ops port), TLS when ``push.tls_cert_file`` is set.
+Heads and bodies are bounded in size and time, and so is the number of connections.
+A request is answered, in this order:
+
+- 404 not a push path; 405 not POST; 401 a missing or wrong ``X-A2A-Notification-Token``;
+  404 an agent that is not configured or does not push; 415 not ``application/json``;
+  413 larger than ``push.max_body_bytes`` (by Content-Length, or once read);
+- 400 a body that is not a JSON object; 401 a JWT that does not verify, where the agent
+  has ``push_jwks_url`` (503 while its JWKS cannot be read);
+- 404 a partition the notifications topic does not have;
+- 200 once Kafka has acknowledged the record (bridge/push/relay.py); 503 with
+  Retry-After when it did not within ``push.produce_timeout_seconds``.
+
+Every refusal is counted by reason, and nothing refused is produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import time
+from http import HTTPStatus
+from typing import Any, get_args
+
+import h11
+import httpx
+
+from bridge.config.model import AgentConfig, Config
+from bridge.core import push
+from bridge.core.push import Refusal, Route
+from bridge.errors import KafkaUnreachable
+from bridge.observe import metrics
+from bridge.push import signatures
+from bridge.push.relay import Relay, TooLarge
+from bridge.wire.notifications import json_object
+
+log = logging.getLogger(__name__)
+
+MAX_HEAD_BYTES = 16 * 1024
+# A request's head (from the first byte a kept-alive connection waits for) and then
+# its body must each arrive within this: a slow sender cannot hold a connection.
+READ_SECONDS = 30.0
+WRITE_SECONDS = 10.0
+LINGER_SECONDS = 2.0
+MAX_CONNECTIONS = 512
+RETRY_AFTER_SECONDS = 5
+READ_CHUNK = 64 * 1024
+TOKEN_HEADER = b"x-a2a-notification-token"
+# What an operator reads in the response body (the reason is in the status already).
+TEXT: dict[Refusal | None, bytes] = {
+    None: b"produced\n",
+    "not-found": b"not a push notification URL of this bridge\n",
+    "method": b"push notifications are POSTed\n",
+    "unauthenticated": b"the notification is not authenticated\n",
+    "media-type": b"a notification is application/json\n",
+    "too-large": b"the notification is too large\n",
+    "malformed": b"a notification is a JSON object\n",
+    "kafka-unavailable": b"the notification could not be stored now; retry\n",
+    "unverifiable": b"the notification's signature cannot be checked now; retry\n",
+    "busy": b"too many connections; retry\n",
+}
+BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nretry-after: %d\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+    % RETRY_AFTER_SECONDS
+)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class Webhook:
+    def __init__(self, config: Config, *, producer: Any = None) -> None:
+        self.config = config
+        self.port = config.push.listen_port
+        self._relay = Relay(config, producer=producer)
+        self._key = b""
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._http: httpx.AsyncClient | None = None
+        self._jwks: dict[str, signatures.Jwks] = {}
+
+    async def start(self) -> None:
+        p = self.config.push
+        self._key = p.token_key()
+        tls = None
+        if p.tls_cert_file and p.tls_key_file:
+            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.load_cert_chain(p.tls_cert_file, p.tls_key_file)
+        signed = {n: a.push_jwks_url for n, a in self.config.agents.items() if a.push and a.push_jwks_url}
+        if signed:
+            self._http = httpx.AsyncClient(follow_redirects=False)
+            self._jwks = {name: signatures.Jwks(url, self._http) for name, url in signed.items()}
+        for reason in get_args(Refusal):
+            metrics.PUSH_REFUSED.labels(reason)
+        for agent in self.config.push_agents():
+            metrics.PUSH_RECEIVED.labels(agent)
+            metrics.PUSH_PRODUCED.labels(agent)
+        await self._relay.start()
+        self._server = await asyncio.start_server(
+            self._connection, p.listen_host, p.listen_port, ssl=tls, ssl_handshake_timeout=READ_SECONDS if tls else None
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("push webhook on %s:%d (%s)", p.listen_host, self.port, "TLS" if tls else "plain HTTP")
+
+    async def stop(self) -> None:
+        """Stop accepting; requests under way get the produce timeout to finish, then
+        are cut (their agents get no answer and retry)."""
+        if self._server is not None:
+            self._server.close()
+        if self._handlers:
+            _, pending = await asyncio.wait(set(self._handlers), timeout=self.config.push.produce_timeout_seconds)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        if self._http is not None:
+            await self._http.aclose()
+        await self._relay.stop()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            if len(self._handlers) > MAX_CONNECTIONS:
+                metrics.PUSH_REFUSED.labels("busy").inc()
+                writer.write(BUSY)
+                await asyncio.wait_for(writer.drain(), WRITE_SECONDS)
+                return
+            conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+            try:
+                while await self._exchange(conn, reader, writer):
+                    conn.start_next_cycle()
+            except h11.RemoteProtocolError as exc:
+                # Not HTTP/1.1, or a head larger than MAX_HEAD_BYTES (431).
+                if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                    refusal: Refusal = "too-large" if exc.error_status_hint == 431 else "malformed"
+                    await self._answer(conn, writer, refusal, close=True, status=exc.error_status_hint)
+        except (TimeoutError, ConnectionError, ssl.SSLError, h11.LocalProtocolError):
+            pass  # a caller that went silent or away: nothing was produced for it
+        finally:
+            self._handlers.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1)
+
+    async def _exchange(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """One request and its answer; whether the connection may carry another."""
+        async with asyncio.timeout(READ_SECONDS):
+            request = await _next(conn, reader)
+        if not isinstance(request, h11.Request):
+            return False
+        received_at = time.time()
+        if len(request.target) + sum(len(n) + len(v) + 4 for n, v in request.headers) > MAX_HEAD_BYTES:
+            # h11 bounds a head that arrives slowly; one that came whole is bounded here.
+            await self._answer(conn, writer, "too-large", close=True, status=431)
+            await _linger(reader, writer)
+            return False
+        headers = {name: value for name, value in request.headers}
+        route = push.parse(request.target.decode("ascii", "replace").split("?", 1)[0])
+        agent = self.config.agents.get(route.agent) if route else None
+        if route is not None and agent is not None:
+            metrics.PUSH_RECEIVED.labels(route.agent).inc()
+        token = headers.get(TOKEN_HEADER)
+        length = headers.get(b"content-length")
+        refusal = push.refuse_head(
+            method=request.method.decode("ascii", "replace"),
+            route=route,
+            authentic=route is not None and push.verify(self._key, route, token.decode("latin-1") if token else None),
+            pushes=agent is not None and agent.push,
+            content_type=headers[b"content-type"].decode("latin-1") if b"content-type" in headers else None,
+            content_length=int(length) if length is not None else None,
+            max_body_bytes=self.config.push.max_body_bytes,
+        )
+        if refusal is not None:
+            await self._answer(conn, writer, refusal, close=True)
+            await _linger(reader, writer)
+            return False
+        assert route is not None and agent is not None
+        if conn.they_are_waiting_for_100_continue:
+            writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+        try:
+            async with asyncio.timeout(READ_SECONDS):
+                body = await _body(conn, reader, self.config.push.max_body_bytes)
+        except _TooLarge:
+            await self._answer(conn, writer, "too-large", close=True)
+            await _linger(reader, writer)
+            return False
+        refusal = await self._admit(route, agent, headers.get(b"authorization"), body)
+        if refusal is None:
+            refusal = await self._produce(route, body, received_at)
+        await self._answer(conn, writer, refusal)
+        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+
+    async def _admit(
+        self, route: Route, agent: AgentConfig, authorization: bytes | None, body: bytes
+    ) -> Refusal | None:
+        """A JSON object, and where the agent signs, a JWT that verifies."""
+        doc = json_object(body)
+        if doc is None:
+            return "malformed"
+        jwks = self._jwks.get(agent.name)
+        if jwks is None:
+            return None
+        try:
+            problem = await signatures.verify(
+                jwks, authorization.decode("latin-1") if authorization else None, body, doc
+            )
+        except signatures.Unverifiable as exc:
+            log.warning("push: a notification for agent %s cannot be verified now: %s", agent.name, exc)
+            return "unverifiable"
+        if problem is not None:
+            log.info("push: a notification for agent %s is refused: %s", agent.name, problem)
+            return "unauthenticated"
+        return None
+
+    async def _produce(self, route: Route, body: bytes, received_at: float) -> Refusal | None:
+        try:
+            count = await self._relay.partition_count()
+            if route.partition >= count:
+                count = await self._relay.partition_count(fresh=True)
+            if route.partition >= count:
+                return "not-found"
+            await self._relay.produce(route, body, received_at)
+        except TooLarge:
+            return "too-large"
+        except KafkaUnreachable as exc:
+            log.warning("push: a notification for agent %s is not stored (503): %s", route.agent, exc)
+            return "kafka-unavailable"
+        metrics.PUSH_PRODUCED.labels(route.agent).inc()
+        return None
+
+    async def _answer(
+        self,
+        conn: h11.Connection,
+        writer: asyncio.StreamWriter,
+        refusal: Refusal | None,
+        *,
+        close: bool = False,
+        status: int | None = None,
+    ) -> None:
+        if refusal is not None:
+            metrics.PUSH_REFUSED.labels(refusal).inc()
+        text = TEXT[refusal]
+        headers = [("content-type", "text/plain; charset=utf-8"), ("content-length", str(len(text)))]
+        if close:
+            headers.append(("connection", "close"))
+        code = status or (200 if refusal is None else push.STATUS[refusal])
+        if code == 503:
+            headers.append(("retry-after", str(RETRY_AFTER_SECONDS)))
+        elif code == 405:
+            headers.append(("allow", "POST"))
+        writer.write(conn.send(h11.Response(status_code=code, headers=headers, reason=HTTPStatus(code).phrase)))
+        writer.write(conn.send(h11.Data(data=text)))
+        writer.write(conn.send(h11.EndOfMessage()))
+        await asyncio.wait_for(writer.drain(), WRITE_SECONDS)
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """After answering a request whose body is not read: read and drop what the client is
+    still sending, for a moment, so that closing does not reset the connection under the
+    answer (a client reads no answer on a reset connection)."""
+    with contextlib.suppress(TimeoutError, ConnectionError, ssl.SSLError, OSError):
+        if writer.can_write_eof():
+            writer.write_eof()
+        async with asyncio.timeout(LINGER_SECONDS):
+            while await reader.read(READ_CHUNK):
+                pass
+
+
+async def _next(conn: h11.Connection, reader: asyncio.StreamReader) -> Any:
+    """The next h11 event, reading as much as it needs."""
+    while True:
+        event = conn.next_event()
+        if event is not h11.NEED_DATA:
+            return event
+        conn.receive_data(await reader.read(READ_CHUNK))
+
+
+async def _body(conn: h11.Connection, reader: asyncio.StreamReader, limit: int) -> bytes:
+    """The request's body (Content-Length or chunked), :class:`_TooLarge` past ``limit``."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        event = await _next(conn, reader)
+        if isinstance(event, h11.Data):
+            size += len(event.data)
+            if size > limit:
+                raise _TooLarge
+            chunks.append(event.data)
+        elif isinstance(event, h11.EndOfMessage):
+            return b"".join(chunks)
+        else:
+            raise ConnectionError("the request ended before its body")

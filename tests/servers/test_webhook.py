@@ -1,0 +1,290 @@
+"""The push webhook (bridge.push.webhook) against the real test broker: a verified
+notification is in the notifications topic, at its route's partition, before the 200;
+every refused one gets its status, is counted by reason, and is never produced; with
+Kafka away the answer is 503 and a retry after it returns is stored."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from bridge.config import model as config_mod
+from bridge.config.model import Config
+from bridge.core import push
+from bridge.core.push import Route
+from bridge.observe import metrics
+from bridge.push.webhook import Webhook
+from bridge.wire import notifications
+from bridge.wire.notifications import Notification
+from tests.support.services import create_topics, kafka_script, single_broker
+from tests.support.tls import key_pair, make_ca
+
+SECRET = "webhook-test-secret-0123456789abcdef"
+PARTITIONS = 3
+BODY = {"kind": "status-update", "taskId": "t-1", "status": {"state": "working"}}
+
+
+@pytest.fixture(scope="module")
+def bootstrap() -> Iterator[str]:
+    with single_broker() as b:
+        yield b
+
+
+def write_config(tmp: Path, bootstrap: str, push_section: dict[str, Any] | None = None) -> Config:
+    n = uuid.uuid4().hex[:8]
+    secret = tmp / "push-secret"
+    secret.write_text(SECRET)
+    section = {
+        "listen_host": "127.0.0.1",
+        "listen_port": 0,
+        "base_url": "http://127.0.0.1:1",
+        "token_secret_file": str(secret),
+        "max_body_bytes": 4096,
+        "produce_timeout_seconds": 3.0,
+        **(push_section or {}),
+    }
+    lines = [
+        "[kafka]",
+        f'bootstrap_servers = "{bootstrap}"',
+        f'commands_topic = "w-{n}.commands"',
+        f'notifications_topic = "w-{n}.notifications"',
+        "",
+        "[agents.writer]",
+        'url = "http://127.0.0.1:1/a2a"',
+        "push = true",
+        "",
+        "[agents.quiet]",
+        'url = "http://127.0.0.1:1/a2a"',
+        "",
+        "[push]",
+        *(f"{k} = {orjson.dumps(v).decode()}" for k, v in section.items()),
+    ]
+    path = tmp / "bridge.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return config_mod.load(path, env={}, here=True)
+
+
+@pytest.fixture
+async def config(tmp_path: Path, bootstrap: str) -> Config:
+    cfg = write_config(tmp_path, bootstrap)
+    await create_topics(cfg, {cfg.kafka.notifications_topic: {}}, PARTITIONS)
+    return cfg
+
+
+@pytest.fixture
+async def webhook(config: Config) -> AsyncIterator[Webhook]:
+    hook = Webhook(config)
+    await hook.start()
+    try:
+        yield hook
+    finally:
+        await hook.stop()
+
+
+def target(hook: Webhook, route: Route, scheme: str = "http") -> str:
+    return push.url(f"{scheme}://127.0.0.1:{hook.port}", route)
+
+
+def headers(route: Route, **more: str) -> dict[str, str]:
+    return {"X-A2A-Notification-Token": push.token(SECRET.encode(), route), **more}
+
+
+async def on_topic(config: Config, settle: float = 1.0) -> list[Notification]:
+    """Every record of the notifications topic up to its end (read_committed), decoded as
+    the owner decodes them."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=config.kafka.bootstrap_servers, isolation_level="read_committed", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(config.kafka.notifications_topic, p) for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        await asyncio.sleep(settle)  # for a record that should NOT be there to show
+        ends = await consumer.end_offsets(tps)
+        out: list[Notification] = []
+        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+            for recs in (await consumer.getmany(timeout_ms=500)).values():
+                out += [notifications.decode(r.key, r.value, r.headers, r.partition) for r in recs]
+        return out
+    finally:
+        await consumer.stop()
+
+
+def counted(name: Any, label: str) -> float:
+    return float(name.labels(label)._value.get())
+
+
+async def test_a_notification_is_in_kafka_before_its_200(webhook: Webhook, config: Config) -> None:
+    route = Route("writer", 2, "order-17 ü", "cmd-1")
+    produced = counted(metrics.PUSH_PRODUCED, "writer")
+    before = time.time()
+    async with httpx.AsyncClient() as client:
+        answer = await client.post(target(webhook, route), json=BODY, headers=headers(route))
+        assert answer.status_code == 200, answer.text
+        # The charset parameter and a kept-alive connection carry a second one.
+        raw = orjson.dumps({**BODY, "status": {"state": "completed"}})
+        content = {"Content-Type": "application/json; charset=utf-8"}
+        second = await client.post(target(webhook, route), content=raw, headers=headers(route, **content))
+        assert second.status_code == 200, second.text
+    got = await on_topic(config)
+    assert [(n.route, n.body) for n in got] == [(route, BODY), (route, orjson.loads(raw))]
+    assert before <= got[0].received_at <= time.time()
+    assert counted(metrics.PUSH_PRODUCED, "writer") == produced + 2
+
+
+async def test_every_refusal_has_its_status_is_counted_and_is_never_produced(webhook: Webhook, config: Config) -> None:
+    route = Route("writer", 1, "order-9", "cmd-9")
+    good = target(webhook, route)
+    forged = {"X-A2A-Notification-Token": push.token(b"another secret, another bridge!!", route)}
+    other = push.token(SECRET.encode(), Route("writer", 1, "order-8", "cmd-9"))
+    big = orjson.dumps({"blob": "x" * 5000})
+
+    async def chunked() -> AsyncIterator[bytes]:
+        for _ in range(10):
+            yield b" " * 1000
+
+    unknown, quiet, beyond = Route("nobody", 0, "k", "c"), Route("quiet", 0, "k", "c"), Route("writer", 3, "k", "c")
+    cases: list[tuple[str, int, str, dict[str, Any]]] = [
+        ("forged token", 401, "unauthenticated", {"url": good, "json": BODY, "headers": forged}),
+        ("no token", 401, "unauthenticated", {"url": good, "json": BODY}),
+        (
+            "another Task's token",
+            401,
+            "unauthenticated",
+            {"url": good, "json": BODY, "headers": {"X-A2A-Notification-Token": other}},
+        ),
+        (
+            "unknown agent",
+            404,
+            "not-found",
+            {"url": target(webhook, unknown), "json": BODY, "headers": headers(unknown)},
+        ),
+        (
+            "agent without push",
+            404,
+            "not-found",
+            {"url": target(webhook, quiet), "json": BODY, "headers": headers(quiet)},
+        ),
+        (
+            "no such partition",
+            404,
+            "not-found",
+            {"url": target(webhook, beyond), "json": BODY, "headers": headers(beyond)},
+        ),
+        ("not a push path", 404, "not-found", {"url": f"http://127.0.0.1:{webhook.port}/metrics", "json": BODY}),
+        ("GET", 405, "method", {"method": "GET", "url": good, "headers": headers(route)}),
+        (
+            "text",
+            415,
+            "media-type",
+            {"url": good, "content": b"{}", "headers": headers(route, **{"Content-Type": "text/plain"})},
+        ),
+        ("no content type", 415, "media-type", {"url": good, "content": b"{}", "headers": headers(route)}),
+        (
+            "too large",
+            413,
+            "too-large",
+            {"url": good, "content": big, "headers": headers(route, **{"Content-Type": "application/json"})},
+        ),
+        (
+            "too large, chunked",
+            413,
+            "too-large",
+            {"url": good, "content": chunked(), "headers": headers(route, **{"Content-Type": "application/json"})},
+        ),
+        ("a JSON array", 400, "malformed", {"url": good, "json": [BODY], "headers": headers(route)}),
+        (
+            "not JSON",
+            400,
+            "malformed",
+            {"url": good, "content": b"{", "headers": headers(route, **{"Content-Type": "application/json"})},
+        ),
+    ]
+    async with httpx.AsyncClient() as client:
+        for name, status, reason, request in cases:
+            refused = counted(metrics.PUSH_REFUSED, reason)
+            answer = await client.request(request.pop("method", "POST"), **request)
+            assert answer.status_code == status, (name, answer.status_code, answer.text)
+            assert counted(metrics.PUSH_REFUSED, reason) == refused + 1, name
+            if status == 405:
+                assert answer.headers["allow"] == "POST"
+    assert await on_topic(config) == []
+
+
+async def test_a_head_too_large_is_refused(webhook: Webhook, config: Config) -> None:
+    route = Route("writer", 0, "k", "c")
+    reader, writer = await asyncio.open_connection("127.0.0.1", webhook.port)
+    path = push.url("", route)
+    writer.write(f"POST {path} HTTP/1.1\r\nHost: x\r\nX-Junk: {'j' * 20000}\r\n\r\n".encode())
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:80]
+    assert await on_topic(config, settle=0.2) == []
+
+
+async def test_tls(tmp_path: Path, bootstrap: str) -> None:
+    ca = make_ca("webhook-test-ca")
+    pair = key_pair(ca, tmp_path / "tls", ["localhost", "127.0.0.1"])
+    cfg = write_config(tmp_path, bootstrap, {"tls_cert_file": str(pair.cert), "tls_key_file": str(pair.key)})
+    await create_topics(cfg, {cfg.kafka.notifications_topic: {}}, PARTITIONS)
+    hook = Webhook(cfg)
+    await hook.start()
+    route = Route("writer", 0, "tls-key", "c")
+    try:
+        trust = ssl.create_default_context(cadata=ca.pem().decode())
+        async with httpx.AsyncClient(verify=trust) as client:
+            answer = await client.post(target(hook, route, "https"), json=BODY, headers=headers(route))
+        assert answer.status_code == 200, answer.text
+        reader, writer = await asyncio.open_connection("127.0.0.1", hook.port)
+        writer.write(f"POST {push.url('', route)} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        plain = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert not plain.startswith(b"HTTP/")  # no answer in clear
+    finally:
+        await hook.stop()
+    assert [(n.route, n.body) for n in await on_topic(cfg)] == [(route, BODY)]
+
+
+# Last: it stops the broker.
+async def test_kafka_away_is_503_then_the_retry_is_stored(webhook: Webhook, config: Config) -> None:
+    route = Route("writer", 0, "order-down", "cmd-down")
+    async with httpx.AsyncClient(timeout=30) as client:
+        first = await client.post(target(webhook, route), json=BODY, headers=headers(route))
+        assert first.status_code == 200, first.text
+        unavailable = counted(metrics.PUSH_REFUSED, "kafka-unavailable")
+        await asyncio.to_thread(kafka_script, "kill-broker")
+        try:
+            started = time.monotonic()
+            down = await client.post(target(webhook, route), json={**BODY, "n": 2}, headers=headers(route))
+            assert down.status_code == 503, down.text
+            assert down.headers["retry-after"].isdigit()
+            assert time.monotonic() - started < config.push.produce_timeout_seconds + 5
+            assert counted(metrics.PUSH_REFUSED, "kafka-unavailable") == unavailable + 1
+        finally:
+            await asyncio.to_thread(kafka_script, "start-broker")
+        # The agent retries (as its sender does on a 5xx) until the broker is back.
+        deadline = time.monotonic() + 90
+        while True:
+            again = await client.post(target(webhook, route), json={**BODY, "n": 2}, headers=headers(route))
+            if again.status_code == 200 or time.monotonic() > deadline:
+                break
+            assert again.status_code == 503, again.text
+            await asyncio.sleep(float(again.headers["retry-after"]) / 5)
+        assert again.status_code == 200, again.text
+    got = [(n.route, n.body) for n in await on_topic(config)]
+    # The first, then the one answered 503 at least once (its retry; the send given up
+    # on may have been delivered too, which the owner's dedupe absorbs), nothing else.
+    assert got[0] == (route, BODY) and (route, {**BODY, "n": 2}) in got[1:]
+    assert set(map(orjson.dumps, (b for _, b in got[1:]))) == {orjson.dumps({**BODY, "n": 2})}
