@@ -14,13 +14,15 @@ follower crashes is answered by the closing event (a start) or the DLQ.
 
 The runner is the IO; the rules it follows are pure and live in
 :mod:`bridge.core`: the mode it follows the Task in (:mod:`bridge.core.follow`:
-sending, streaming, resubscribing, polling, snapshots only, the auth watch),
-each step of a resume and of polling (:mod:`bridge.core.resume`), what a failed
+sending, streaming, resubscribing, polling, snapshots only, the auth watch,
+push), each step of a resume, of polling and of a push-followed Task's backstop
+(:mod:`bridge.core.resume`), what a failed
 start, cancel or follower becomes (:mod:`bridge.core.policy`), and every wait
 (:mod:`bridge.core.backoff`): a dropped stream or failed resume is retried
 with :data:`~bridge.core.backoff.AGENT_RETRY` until ``resume_deadline_seconds``
 pass without progress, then the Task is ``lost``; polling backs off from
-``poll_initial_seconds`` to ``poll_max_seconds``.
+``poll_initial_seconds`` to ``poll_max_seconds``. A push-followed Task holds no
+stream: its partition hands each notification to :meth:`TaskRunner.notified`.
 """
 
 from __future__ import annotations

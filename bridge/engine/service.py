@@ -58,7 +58,7 @@ import signal
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -78,6 +78,7 @@ from bridge.config.model import Config, ConfigError
 from bridge.core import rejoin, txn_failure
 from bridge.core.backoff import KAFKA_RETRY
 from bridge.core.capacity import LAG_SAMPLE_S, LIMITS, Admission, Limit, ResumeTurns
+from bridge.core.lifecycle import NotificationResult
 from bridge.core.limits import RecordLimits
 from bridge.core.offsets import commands_lag
 from bridge.engine.partition import PartitionOwner
@@ -588,10 +589,7 @@ class Service:
             watch = asyncio.create_task(self._watch(), name="watch")
             webhook: Webhook | None = None
             try:
-                if self._push:
-                    webhook = Webhook(cfg)
-                    await webhook.start()
-                    log.info("push notification webhook on :%d", webhook.port)
+                webhook = await self._webhook()
                 consumer = await self._connect()
                 if consumer is not None:
                     await self._loop(consumer)
@@ -623,6 +621,17 @@ class Service:
                     self._resumer.cancel()
                 self._producers.close()
         return self._exit_code()
+
+    async def _webhook(self) -> Webhook | None:
+        """The push notification webhook (its own port), started when any agent pushes."""
+        if not self._push:
+            return None
+        for agent in self.config.push_agents():
+            for result in get_args(NotificationResult):
+                metrics.PUSH_APPLIED.labels(agent, result)
+        webhook = Webhook(self.config)
+        await webhook.start()  # it says where it listens
+        return webhook
 
     async def _check_cards(self) -> None:
         """One warning per agent whose card requires credentials its configuration
