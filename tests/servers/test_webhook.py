@@ -6,6 +6,7 @@ Kafka away the answer is 503 and a retry after it returns is stored."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import ssl
 import time
 import uuid
@@ -14,9 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jwt
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from cryptography.hazmat.primitives.asymmetric import ec
+from jwt.algorithms import ECAlgorithm
 
 from bridge.config import model as config_mod
 from bridge.config.model import Config
@@ -26,6 +30,7 @@ from bridge.observe import metrics
 from bridge.push.webhook import Webhook
 from bridge.wire import notifications
 from bridge.wire.notifications import Notification
+from tests.servers.raw import Published, serve
 from tests.support.services import create_topics, kafka_script, single_broker
 from tests.support.tls import key_pair, make_ca
 
@@ -40,7 +45,9 @@ def bootstrap() -> Iterator[str]:
         yield b
 
 
-def write_config(tmp: Path, bootstrap: str, push_section: dict[str, Any] | None = None) -> Config:
+def write_config(
+    tmp: Path, bootstrap: str, push_section: dict[str, Any] | None = None, jwks_url: str | None = None
+) -> Config:
     n = uuid.uuid4().hex[:8]
     secret = tmp / "push-secret"
     secret.write_text(SECRET)
@@ -66,6 +73,11 @@ def write_config(tmp: Path, bootstrap: str, push_section: dict[str, Any] | None 
         "[agents.quiet]",
         'url = "http://127.0.0.1:1/a2a"',
         "",
+        *(
+            ["[agents.signer]", 'url = "http://127.0.0.1:1/a2a"', "push = true", f'push_jwks_url = "{jwks_url}"', ""]
+            if jwks_url
+            else []
+        ),
         "[push]",
         *(f"{k} = {orjson.dumps(v).decode()}" for k, v in section.items()),
     ]
@@ -254,6 +266,48 @@ async def test_tls(tmp_path: Path, bootstrap: str) -> None:
         assert not plain.startswith(b"HTTP/")  # no answer in clear
     finally:
         await hook.stop()
+    assert [(n.route, n.body) for n in await on_topic(cfg)] == [(route, BODY)]
+
+
+async def test_a_signing_agents_notifications_need_its_jwt(tmp_path: Path, bootstrap: str) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    public = ECAlgorithm.to_jwk(key.public_key(), as_dict=True)
+    jwks = Published([{**public, "kid": "k1"}])
+    async with serve(jwks) as (url, _):
+        cfg = write_config(tmp_path, bootstrap, jwks_url=f"{url}/.well-known/jwks.json")
+        await create_topics(cfg, {cfg.kafka.notifications_topic: {}}, PARTITIONS)
+        hook = Webhook(cfg)
+        await hook.start()
+        route = Route("signer", 1, "signed-key", "c")
+        raw = orjson.dumps(BODY)
+
+        def signature(body: bytes) -> str:
+            claims = {
+                "iat": int(time.time()),
+                "aud": push.url(cfg.push.base_url or "", route),
+                "request_body_sha256": hashlib.sha256(body).hexdigest(),
+            }
+            return "Bearer " + jwt.encode(claims, key, algorithm="ES256", headers={"kid": "k1"})
+
+        def signed_with(authorization: str | None) -> dict[str, str]:
+            more = {"Authorization": authorization} if authorization else {}
+            return headers(route, **{"Content-Type": "application/json"}, **more)
+
+        try:
+            async with httpx.AsyncClient() as client:
+                unverifiable = counted(metrics.PUSH_REFUSED, "unverifiable")
+                jwks.status = 500
+                down = await client.post(target(hook, route), content=raw, headers=signed_with(signature(raw)))
+                assert down.status_code == 503 and down.headers["retry-after"], down.text
+                assert counted(metrics.PUSH_REFUSED, "unverifiable") == unverifiable + 1
+                jwks.status = 200
+                good = await client.post(target(hook, route), content=raw, headers=signed_with(signature(raw)))
+                assert good.status_code == 200, good.text
+                for authorization in (None, signature(b"{}")):
+                    refused = await client.post(target(hook, route), content=raw, headers=signed_with(authorization))
+                    assert refused.status_code == 401, refused.text
+        finally:
+            await hook.stop()
     assert [(n.route, n.body) for n in await on_topic(cfg)] == [(route, BODY)]
 
 
