@@ -10,7 +10,8 @@ A request is answered, in this order:
 - 404 not a push path; 405 not POST; 401 a missing or wrong ``X-A2A-Notification-Token``;
   404 an agent that is not configured or does not push; 415 not ``application/json``
   (nor ``application/a2a+json``);
-  413 larger than ``push.max_body_bytes`` (by Content-Length, or once read);
+  413 larger than ``push.max_body_bytes`` (by Content-Length, or once read), 431 a
+  head larger than :data:`MAX_HEAD_BYTES`;
 - 400 a body that is not a JSON object; 401 a JWT that does not verify, where the agent
   has ``push_jwks_url`` (503 while its JWKS cannot be read);
 - 404 a partition the notifications topic does not have;
