@@ -8,8 +8,8 @@ bridge/config/rules.py; each key names its rule here, in its field's metadata.
 
 Every key can be set by a variable ``BRIDGE_<SECTION>_<KEY>`` (an agent's by
 ``BRIDGE_AGENTS_<NAME>_<KEY>``, the name upper-cased, ``-`` and ``.`` as ``_``);
-a ``BRIDGE_KAFKA_*``, ``BRIDGE_BRIDGE_*`` or ``BRIDGE_AGENTS_*`` variable that
-names no key is refused, as a misspelt key in the file is.
+a ``BRIDGE_KAFKA_*``, ``BRIDGE_BRIDGE_*``, ``BRIDGE_AGENTS_*`` or ``BRIDGE_PUSH_*``
+variable that names no key is refused, as a misspelt key in the file is.
 
 Secrets (agent tokens, the SASL password, OAuth client secrets) are never in
 the file: it names a file or an environment variable to read them from, and

@@ -31,6 +31,17 @@ _B64U = re.compile(r"[A-Za-z0-9_-]+")
 # A Kafka partition number fits an int32.
 MAX_PARTITION = 2**31 - 1
 
+# Room beside the body in a notification record and its batch: the key (a taskKey of
+# up to 256 characters) and the headers.
+RECORD_OVERHEAD_BYTES = 16 * 1024
+
+
+def record_bytes(max_body_bytes: int) -> int:
+    """The largest notification record: what the notifications topic's
+    ``max.message.bytes`` and the webhook producer's request size must take."""
+    return max_body_bytes + RECORD_OVERHEAD_BYTES
+
+
 # Why the webhook refused a request (bridge_push_notifications_refused_total{reason});
 # a refused request is never produced.
 Refusal = Literal[
@@ -143,12 +154,16 @@ def backstop_delay(base: float, draw: float) -> float:
     return jittered(base, lambda: draw, spread=0.25)
 
 
+# @a2a-js/sdk POSTs a v1.0 Task's notifications as A2A's own media type.
+JSON_MEDIA_TYPES = ("application/json", "application/a2a+json")
+
+
 def json_media_type(content_type: str | None) -> bool:
-    """Whether a Content-Type is JSON: ``application/json`` with any parameters (a
+    """Whether a Content-Type is JSON (:data:`JSON_MEDIA_TYPES`) with any parameters (a
     charset or none), in any case."""
     if content_type is None:
         return False
-    return content_type.split(";", 1)[0].strip().lower() == "application/json"
+    return content_type.split(";", 1)[0].strip().lower() in JSON_MEDIA_TYPES
 
 
 def refuse_head(
@@ -175,10 +190,13 @@ def refuse_head(
     return next((refusal for failed, refusal in checks if failed), None)
 
 
-def jwt_claims_problem(claims: Mapping[str, Any], now: float, body_digests: Collection[str]) -> str | None:
+def jwt_claims_problem(
+    claims: Mapping[str, Any], now: float, body_digests: Collection[str], audience: str
+) -> str | None:
     """What is wrong with the claims of a notification's verified JWT (None: nothing):
-    an ``iat`` that is missing, stale or from the future, and a body hash claim, when
-    there is one, that is none of the body's ``body_digests`` (hex SHA-256)."""
+    an ``iat`` that is missing, stale or from the future; when there is one, a body
+    hash claim that is none of the body's ``body_digests`` (hex SHA-256), an ``aud``
+    that is not ``audience`` (the Task's webhook URL, which the agent POSTs to)."""
     iat = claims.get("iat")
     if not isinstance(iat, int | float) or isinstance(iat, bool):
         return "the JWT has no iat"
@@ -188,4 +206,7 @@ def jwt_claims_problem(claims: Mapping[str, Any], now: float, body_digests: Coll
         return "the JWT was issued in the future"
     if BODY_HASH_CLAIM in claims and str(claims[BODY_HASH_CLAIM]).lower() not in body_digests:
         return f"the JWT's {BODY_HASH_CLAIM} is not the body's"
+    aud = claims.get("aud", audience)
+    if audience not in (aud if isinstance(aud, list) else [aud]):
+        return "the JWT's aud is not this Task's webhook URL"
     return None

@@ -5,8 +5,10 @@ guidance describes) signed by a key of that JWKS, freshly issued, and, when it h
 
 The JWKS is fetched when first needed and kept for :data:`JWKS_MAX_AGE_SECONDS`; a
 token naming a key id the set does not have fetches it again (the agent rotated its
-keys), at most once per :data:`JWKS_REFETCH_SECONDS`. Only asymmetric algorithms are
-accepted: a key the agent publishes can verify, never sign.
+keys), at most once per :data:`JWKS_REFETCH_SECONDS`: inside that, such a token is
+Unverifiable (503, the agent retries), and a key id the fresh set does not have
+either is refused. Only asymmetric algorithms are accepted: a key the agent
+publishes can verify, never sign.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ log = logging.getLogger(__name__)
 
 ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"})
 JWKS_MAX_AGE_SECONDS = 300.0
-JWKS_REFETCH_SECONDS = 30.0
+JWKS_REFETCH_SECONDS = 5.0
 JWKS_TIMEOUT_SECONDS = 5.0
 MAX_JWKS_BYTES = 256 * 1024
 
@@ -57,16 +59,20 @@ class Jwks:
 
     async def keys(self, kid: str | None) -> list[dict[str, Any]]:
         """The JWKs that may have signed a token naming ``kid`` (every key when it names none)."""
-        stale = time.monotonic() - self._fetched > JWKS_MAX_AGE_SECONDS
-        if self._keys is None or stale or (kid is not None and not _with_kid(self._keys, kid)):
-            await self._refresh()
+        age = time.monotonic() - self._fetched
+        if self._keys is None or age > JWKS_MAX_AGE_SECONDS:
+            await self._refresh(age)
+        elif kid is not None and not _with_kid(self._keys, kid):
+            if age < JWKS_REFETCH_SECONDS:
+                raise Unverifiable(f"key id not in the JWKS at {self.url} read {age:.0f} s ago; it is read again soon")
+            await self._refresh(age)
         assert self._keys is not None
         return _with_kid(self._keys, kid)
 
-    async def _refresh(self) -> None:
+    async def _refresh(self, age: float) -> None:
         async with self._lock:
-            if self._keys is not None and time.monotonic() - self._fetched < JWKS_REFETCH_SECONDS:
-                return  # another request just fetched it, or a rotation is asked for too often
+            if self._fetched > time.monotonic() - age:
+                return  # another request fetched it meanwhile
             try:
                 response = await self._client.get(self.url, timeout=JWKS_TIMEOUT_SECONDS)
                 if response.status_code != 200:
@@ -103,9 +109,11 @@ def _with_kid(keys: list[dict[str, Any]], kid: str | None) -> list[dict[str, Any
     return keys if kid is None else [k for k in keys if k.get("kid") == kid]
 
 
-async def verify(jwks: Jwks, authorization: str | None, body: bytes, doc: Mapping[str, Any]) -> str | None:
-    """What is wrong with the notification's JWT (None: it is the agent's, fresh, and for
-    this body); :class:`Unverifiable` when the JWKS cannot be read."""
+async def verify(
+    jwks: Jwks, authorization: str | None, body: bytes, doc: Mapping[str, Any], audience: str
+) -> str | None:
+    """What is wrong with the notification's JWT (None: it is the agent's, fresh, for this
+    body and this Task's URL ``audience``); :class:`Unverifiable` when the JWKS cannot be read."""
     scheme, _, token = (authorization or "").partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
@@ -133,5 +141,5 @@ async def verify(jwks: Jwks, authorization: str | None, body: bytes, doc: Mappin
             continue
         except jwt.PyJWTError as exc:
             return f"the JWT is not valid ({type(exc).__name__})"
-        return jwt_claims_problem(claims, time.time(), body_digests(body, doc))
+        return jwt_claims_problem(claims, time.time(), body_digests(body, doc), audience)
     return "no key of the agent's JWKS verifies the JWT"

@@ -8,8 +8,10 @@ Heads and bodies are bounded in size and time, and so is the number of connectio
 A request is answered, in this order:
 
 - 404 not a push path; 405 not POST; 401 a missing or wrong ``X-A2A-Notification-Token``;
-  404 an agent that is not configured or does not push; 415 not ``application/json``;
-  413 larger than ``push.max_body_bytes`` (by Content-Length, or once read);
+  404 an agent that is not configured or does not push; 415 not ``application/json``
+  (nor ``application/a2a+json``);
+  413 larger than ``push.max_body_bytes`` (by Content-Length, or once read), 431 a
+  head larger than :data:`MAX_HEAD_BYTES`;
 - 400 a body that is not a JSON object; 401 a JWT that does not verify, where the agent
   has ``push_jwks_url`` (503 while its JWKS cannot be read);
 - 404 a partition the notifications topic does not have;
@@ -148,6 +150,9 @@ class Webhook:
                     await self._answer(conn, writer, refusal, close=True, status=exc.error_status_hint)
         except (TimeoutError, ConnectionError, ssl.SSLError, h11.LocalProtocolError):
             pass  # a caller that went silent or away: nothing was produced for it
+        except Exception:
+            # The agent gets no answer and retries; the connection is closed.
+            log.exception("push webhook: a request failed")
         finally:
             self._handlers.discard(task)
             writer.close()
@@ -213,9 +218,9 @@ class Webhook:
         if jwks is None:
             return None
         try:
-            problem = await signatures.verify(
-                jwks, authorization.decode("latin-1") if authorization else None, body, doc
-            )
+            presented = authorization.decode("latin-1") if authorization else None
+            audience = push.url(self.config.push.base_url or "", route)
+            problem = await signatures.verify(jwks, presented, body, doc, audience)
         except signatures.Unverifiable as exc:
             log.warning("push: a notification for agent %s cannot be verified now: %s", agent.name, exc)
             return "unverifiable"

@@ -7,9 +7,12 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
+import orjson
 
 from bridge.agents import transport
 from tests.support import tls
@@ -126,3 +129,23 @@ def tls_contexts(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(keystore)
     return server_ctx, ssl.create_default_context(cadata=ca.pem().decode())
+
+
+@dataclass
+class Published:
+    """A JWKS endpoint (any path): answers ``{"keys": keys}`` with ``status``, and counts the requests."""
+
+    keys: list[dict[str, Any]] = field(default_factory=list)
+    status: int = 200
+    asked: int = 0
+
+    async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            self.asked += 1
+            body = orjson.dumps({"keys": self.keys})
+            writer.write(b"HTTP/1.1 %d X\r\ncontent-length: %d\r\n\r\n%s" % (self.status, len(body), body))
+            await writer.drain()

@@ -6,6 +6,8 @@ Kafka away the answer is 503 and a retry after it returns is stored."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import ssl
 import time
 import uuid
@@ -14,18 +16,26 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jwt
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from cryptography.hazmat.primitives.asymmetric import ec
+from jwt.algorithms import ECAlgorithm
 
 from bridge.config import model as config_mod
 from bridge.config.model import Config
 from bridge.core import push
 from bridge.core.push import Route
+from bridge.errors import StartupError
+from bridge.kafka import topics
 from bridge.observe import metrics
 from bridge.push.webhook import Webhook
 from bridge.wire import notifications
 from bridge.wire.notifications import Notification
+from tests.servers.raw import Published, serve
 from tests.support.services import create_topics, kafka_script, single_broker
 from tests.support.tls import key_pair, make_ca
 
@@ -40,7 +50,9 @@ def bootstrap() -> Iterator[str]:
         yield b
 
 
-def write_config(tmp: Path, bootstrap: str, push_section: dict[str, Any] | None = None) -> Config:
+def write_config(
+    tmp: Path, bootstrap: str, push_section: dict[str, Any] | None = None, jwks_url: str | None = None
+) -> Config:
     n = uuid.uuid4().hex[:8]
     secret = tmp / "push-secret"
     secret.write_text(SECRET)
@@ -56,8 +68,7 @@ def write_config(tmp: Path, bootstrap: str, push_section: dict[str, Any] | None 
     lines = [
         "[kafka]",
         f'bootstrap_servers = "{bootstrap}"',
-        f'commands_topic = "w-{n}.commands"',
-        f'notifications_topic = "w-{n}.notifications"',
+        *(f'{role}_topic = "w-{n}.{role}"' for role in ("commands", "events", "checkpoints", "dlq", "notifications")),
         "",
         "[agents.writer]",
         'url = "http://127.0.0.1:1/a2a"',
@@ -66,6 +77,11 @@ def write_config(tmp: Path, bootstrap: str, push_section: dict[str, Any] | None 
         "[agents.quiet]",
         'url = "http://127.0.0.1:1/a2a"',
         "",
+        *(
+            ["[agents.signer]", 'url = "http://127.0.0.1:1/a2a"', "push = true", f'push_jwks_url = "{jwks_url}"', ""]
+            if jwks_url
+            else []
+        ),
         "[push]",
         *(f"{k} = {orjson.dumps(v).decode()}" for k, v in section.items()),
     ]
@@ -255,6 +271,76 @@ async def test_tls(tmp_path: Path, bootstrap: str) -> None:
     finally:
         await hook.stop()
     assert [(n.route, n.body) for n in await on_topic(cfg)] == [(route, BODY)]
+
+
+async def test_a_signing_agents_notifications_need_its_jwt(tmp_path: Path, bootstrap: str) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    public = ECAlgorithm.to_jwk(key.public_key(), as_dict=True)
+    jwks = Published([{**public, "kid": "k1"}])
+    async with serve(jwks) as (url, _):
+        cfg = write_config(tmp_path, bootstrap, jwks_url=f"{url}/.well-known/jwks.json")
+        await create_topics(cfg, {cfg.kafka.notifications_topic: {}}, PARTITIONS)
+        hook = Webhook(cfg)
+        await hook.start()
+        route = Route("signer", 1, "signed-key", "c")
+        raw = orjson.dumps(BODY)
+
+        def signature(body: bytes) -> str:
+            claims = {
+                "iat": int(time.time()),
+                "aud": push.url(cfg.push.base_url or "", route),
+                "request_body_sha256": hashlib.sha256(body).hexdigest(),
+            }
+            return "Bearer " + jwt.encode(claims, key, algorithm="ES256", headers={"kid": "k1"})
+
+        def signed_with(authorization: str | None) -> dict[str, str]:
+            more = {"Authorization": authorization} if authorization else {}
+            return headers(route, **{"Content-Type": "application/json"}, **more)
+
+        try:
+            async with httpx.AsyncClient() as client:
+                unverifiable = counted(metrics.PUSH_REFUSED, "unverifiable")
+                jwks.status = 500
+                down = await client.post(target(hook, route), content=raw, headers=signed_with(signature(raw)))
+                assert down.status_code == 503 and down.headers["retry-after"], down.text
+                assert counted(metrics.PUSH_REFUSED, "unverifiable") == unverifiable + 1
+                jwks.status = 200
+                good = await client.post(target(hook, route), content=raw, headers=signed_with(signature(raw)))
+                assert good.status_code == 200, good.text
+                for authorization in (None, signature(b"{}")):
+                    refused = await client.post(target(hook, route), content=raw, headers=signed_with(authorization))
+                    assert refused.status_code == 401, refused.text
+        finally:
+            await hook.stop()
+    assert [(n.route, n.body) for n in await on_topic(cfg)] == [(route, BODY)]
+
+
+async def test_bridge_topics_creates_the_notifications_topic_co_partitioned(tmp_path: Path, bootstrap: str) -> None:
+    cfg = write_config(tmp_path, bootstrap)
+    k = cfg.kafka
+    await create_topics(cfg, {k.commands_topic: {}}, 4)
+    await topics.partitions(cfg, [k.commands_topic])  # ensure() reads the count from fresh metadata
+    counts = await topics.ensure(cfg, create=True)
+    assert counts[k.notifications_topic] == counts[k.checkpoints_topic] == 4
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        resource = ConfigResource(ConfigResourceType.TOPIC, k.notifications_topic, configs={"max.message.bytes": None})
+        (response,) = await admin.describe_configs([resource])
+        (entry,) = response.to_object()["resources"][0]["config_entries"]
+        assert int(entry["config_value"]) == push.record_bytes(cfg.push.max_body_bytes)
+    finally:
+        await admin.close()
+    # Without an agent that pushes there is no notifications topic to create or check.
+    quiet = dataclasses.replace(cfg, agents={"quiet": cfg.agents["quiet"]})
+    assert k.notifications_topic not in topics.wanted(quiet)
+    # A count that differs from the commands' is refused, as for checkpoints.
+    other = write_config(tmp_path, bootstrap)
+    await create_topics(other, {other.kafka.commands_topic: {}}, 2)
+    await create_topics(other, {other.kafka.notifications_topic: {}}, 1)
+    await topics.partitions(other, [other.kafka.commands_topic, other.kafka.notifications_topic])
+    with pytest.raises(StartupError, match=r"notifications topic .* has 1 partitions but commands topic .* has 2"):
+        await topics.ensure(other, create=True)
 
 
 # Last: it stops the broker.

@@ -178,6 +178,7 @@ def test_a_head_is_refused_for_its_first_fault(changed: dict[str, Any], refusal:
         ("Application/JSON; charset=utf-8", True),
         (" application/json ;charset=UTF-8", True),
         ("application/jsonx", False),
+        ("application/a2a+json", True),
         ("text/json", False),
         ("application/x-www-form-urlencoded", False),
         ("", False),
@@ -190,6 +191,7 @@ def test_json_media_types(value: str | None, ok: bool) -> None:
 
 NOW = 1_800_000_000.0
 DIGEST = "ab" * 32
+URL = push.url("https://bridge-push:8443", ROUTE)
 
 
 @pytest.mark.parametrize(
@@ -205,7 +207,11 @@ DIGEST = "ab" * 32
         ({"iat": NOW - 301}, "the JWT was issued more than 300 s ago"),
         ({"iat": NOW + 61}, "the JWT was issued in the future"),
         ({"iat": NOW, push.BODY_HASH_CLAIM: "cd" * 32}, "the JWT's request_body_sha256 is not the body's"),
+        ({"iat": NOW, "aud": URL}, None),
+        ({"iat": NOW, "aud": ["other", URL]}, None),
+        ({"iat": NOW, "aud": URL + "x"}, "the JWT's aud is not this Task's webhook URL"),
+        ({"iat": NOW, "aud": ["other"]}, "the JWT's aud is not this Task's webhook URL"),
     ],
 )
 def test_jwt_claims(claims: dict[str, Any], problem: str | None) -> None:
-    assert push.jwt_claims_problem(claims, NOW, {DIGEST}) == problem
+    assert push.jwt_claims_problem(claims, NOW, {DIGEST}, URL) == problem
