@@ -85,7 +85,7 @@ from bridge.engine.partition import PartitionOwner
 from bridge.errors import BridgeError, KafkaUnreachable, StartupError
 from bridge.kafka import topics
 from bridge.kafka.auth import client_options
-from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, check_kafka, co_partitioned
+from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, check_kafka
 from bridge.kafka.transaction import ProducerLoop, TransactionFailed, error_names
 from bridge.observe import metrics
 from bridge.observe.http import OpsServer
@@ -699,12 +699,6 @@ class Service:
                 await check_kafka(cfg, PREFLIGHT_TIMEOUT_SECONDS)
                 async with topics.kafka_errors(cfg):
                     self._topic_partitions = await topics.ensure(cfg, create=False)
-                    if self._push:
-                        notes = cfg.kafka.notifications_topic
-                        if notes not in self._topic_partitions:
-                            found = await topics.partitions(cfg, [notes])
-                            self._topic_partitions[notes] = len(found) if found else 0
-                        co_partitioned(cfg, {k: v for k, v in self._topic_partitions.items() if v})
                     self.limits = await topics.record_limits(cfg)
                     consumer = AIOKafkaConsumer(
                         group_id=cfg.kafka.group_id,
