@@ -329,10 +329,12 @@ class Service:
             if hold:
                 await asyncio.sleep(hold)
                 continue
-            turn = self._resume_queue.popleft()
-            if turn.done():  # its runner was stopped meanwhile (partition released)
-                continue
-            turn.set_result(None)
+            due = self._turns.due(time.monotonic())
+            while due and self._resume_queue:
+                turn = self._resume_queue.popleft()
+                if not turn.done():  # else its runner was stopped meanwhile (partition released)
+                    turn.set_result(None)
+                    due -= 1
             await asyncio.sleep(self._turns.gap())
 
     def admit(self) -> bool:
