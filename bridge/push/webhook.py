@@ -138,6 +138,7 @@ class Webhook:
                 metrics.PUSH_REFUSED.labels("busy").inc()
                 writer.write(BUSY)
                 await asyncio.wait_for(writer.drain(), WRITE_SECONDS)
+                await _linger(reader, writer)
                 return
             conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
             try:
