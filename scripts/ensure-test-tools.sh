@@ -5,11 +5,28 @@
 #                                 a live bridge (tests/integration/test_prometheus.py);
 #   kcat     (package kcat)       reads the events topic in the chaos test, a
 #                                 Kafka client that shares no code with the bridge.
+# And the @a2a-js/sdk agent server (agents-js/): `npm ci` from its package-lock.json
+# into agents-js/node_modules (Node >= 20 and npm must be installed; nothing global).
 #
 # Idempotent: exits at once when both are on PATH; otherwise installs the
 # missing packages with apt-get (running `apt-get update` first only when a
 # package is not known yet). Fails loudly when that is not possible.
 set -euo pipefail
+
+die() { echo "ensure-test-tools: $*" >&2; exit 1; }
+
+# agents-js: installed again only when package-lock.json changed since the last npm ci.
+agents_js="$(cd "$(dirname "$0")/.." && pwd)/agents-js"
+stamp="$agents_js/node_modules/.ensure-test-tools"
+if [ ! -f "$stamp" ] || [ "$agents_js/package-lock.json" -nt "$stamp" ]; then
+  command -v node >/dev/null 2>&1 || die "node (>= 20) is not installed: the @a2a-js/sdk agents (agents-js/) need it"
+  node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' ||
+    die "node $(node --version) is too old: agents-js/ needs Node >= 20"
+  command -v npm >/dev/null 2>&1 || die "npm is not installed: agents-js/ is installed with npm ci"
+  echo "ensure-test-tools: npm ci in agents-js/" >&2
+  (cd "$agents_js" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || die "npm ci in agents-js/ failed"
+  touch "$stamp"
+fi
 
 declare -A wanted=([promtool]=prometheus [prometheus]=prometheus [kcat]=kcat)
 missing=()
@@ -18,8 +35,6 @@ for tool in "${!wanted[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || [[ " ${missing[*]} " == *" $pkg "* ]] || missing+=("$pkg")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
-
-die() { echo "ensure-test-tools: $*" >&2; exit 1; }
 command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and apt-get is not available; install them by hand"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then

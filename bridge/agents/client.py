@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import http.cookiejar
 import itertools
+import logging
 import ssl
 import time
 import zlib
@@ -39,6 +40,7 @@ from bridge.observe import metrics, tracing
 from bridge.wire import sse
 from bridge.wire.dialects import Dialect, Request, for_agent, unwrap
 
+log = logging.getLogger(__name__)
 _rpc_ids = itertools.count(1)
 _metric_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 # An agent card is a small JSON document; anything larger is not one.
@@ -163,6 +165,7 @@ class AgentClient:
         self._shards: dict[int, AgentClient] = {}
         self._root: AgentClient | None = None  # a shard's parent: one agent card answer for all
         self._streaming: bool | None = None
+        self._pushes: bool | None = None
         self._card: dict[str, Any] | None = None
         # Asked on every request: a renewed or rotated credential is on the next one.
         self.credentials = creds if creds is not None else credentials(config)
@@ -203,6 +206,26 @@ class AgentClient:
             else:
                 root._streaming = await self._card_streaming()
         return root._streaming
+
+    async def pushes(self) -> bool:
+        """Whether to follow this agent's Tasks by push notifications: configured
+        (``push = true``) and the agent card says ``capabilities.pushNotifications``
+        (asked once per agent). A configured agent whose card does not say so is
+        followed as before (stream or poll), with one warning."""
+        root = self._root or self
+        if root._pushes is None:
+            root._pushes = False
+            if self.config.push:
+                try:
+                    capabilities = (await self.card()).get("capabilities")
+                except (AgentFault, CredentialsUnavailable) as exc:
+                    capabilities, why = None, f"its agent card could not be read ({exc})"
+                else:
+                    why = "its agent card does not say capabilities.pushNotifications"
+                root._pushes = isinstance(capabilities, dict) and capabilities.get("pushNotifications") is True
+                if not root._pushes:
+                    log.warning("agent %s: push = true, but %s: its Tasks are followed without push", self.name, why)
+        return root._pushes
 
     def routed(self, url: str, dialect: str, agent_code: str | None) -> AgentClient:
         """This agent as it was configured when a Task started: a config change must

@@ -18,6 +18,11 @@ polling          ``tasks/get`` with backoff: the agent does not stream
 snapshots        ``tasks/get`` with backoff: the agent's replay is gone, or would
                  repeat what a snapshot published (``TaskRecord.snapshots_only``)
 auth-watch       ``tasks/get`` until a Task paused in auth-required moves on
+push             no stream: the agent POSTs each update to the bridge's webhook and
+                 the partition owner applies it from the notifications topic; the
+                 follower only reconciles with ``tasks/get`` (after a restore or a
+                 rebalance) and then polls as a backstop, rarely and with jitter
+                 (:class:`bridge.core.resume.Backstop`)
 closed           none: the Task ended (from any mode; closing twice is no change)
 ===============  ==========================================================
 
@@ -42,19 +47,21 @@ class Mode(enum.Enum):
     POLLING = "polling"
     SNAPSHOTS = "snapshots"
     AUTH_WATCH = "auth-watch"
+    PUSH = "push"
     CLOSED = "closed"
 
 
-IDLE, SENDING, STREAMING, RESUBSCRIBING, POLLING, SNAPSHOTS, AUTH_WATCH, CLOSED = Mode
+IDLE, SENDING, STREAMING, RESUBSCRIBING, POLLING, SNAPSHOTS, AUTH_WATCH, PUSH, CLOSED = Mode
 
 # The moves between modes. ``closed`` is reachable from every mode (a deadline,
 # a cancel's terminal snapshot, a crash) and is left for none.
 TRANSITIONS: Mapping[Mode, frozenset[Mode]] = {
-    # a start; a restored Task resumes, or watches its sign-in
-    IDLE: frozenset({SENDING, RESUBSCRIBING, AUTH_WATCH, CLOSED}),
-    # the first answer streams or, from an agent that does not stream, is polled;
-    # a failed reply leaves the Task paused (and the next reply may be sent at once)
-    SENDING: frozenset({SENDING, STREAMING, POLLING, IDLE, CLOSED}),
+    # a start; a restored Task resumes (a push-followed one reconciles), or watches its sign-in
+    IDLE: frozenset({SENDING, RESUBSCRIBING, AUTH_WATCH, PUSH, CLOSED}),
+    # the first answer streams or, from an agent that does not stream, is polled, or
+    # (a send with a push config) the agent pushes the rest; a failed reply leaves
+    # the Task paused (and the next reply may be sent at once)
+    SENDING: frozenset({SENDING, STREAMING, POLLING, PUSH, IDLE, CLOSED}),
     # the stream ended: dropped (resume), paused in auth-required, or paused
     STREAMING: frozenset({SENDING, RESUBSCRIBING, AUTH_WATCH, IDLE, CLOSED}),
     # resumed by snapshots, polled (no streaming), or paused
@@ -62,8 +69,11 @@ TRANSITIONS: Mapping[Mode, frozenset[Mode]] = {
     POLLING: frozenset({SENDING, IDLE, CLOSED}),
     SNAPSHOTS: frozenset({SENDING, IDLE, CLOSED}),
     # the Task moved on: its replay (then resumed as after a drop), or snapshots
-    # when replay is refused; a snapshot the record did not take leaves it waiting
-    AUTH_WATCH: frozenset({SENDING, AUTH_WATCH, RESUBSCRIBING, SNAPSHOTS, IDLE, CLOSED}),
+    # when replay is refused, or its pushes; a snapshot the record did not take
+    # leaves it waiting
+    AUTH_WATCH: frozenset({SENDING, AUTH_WATCH, RESUBSCRIBING, SNAPSHOTS, PUSH, IDLE, CLOSED}),
+    # pushes have no stream to drop: a reply, a pause or the end
+    PUSH: frozenset({SENDING, IDLE, CLOSED}),
     CLOSED: frozenset(),
 }
 
@@ -118,16 +128,20 @@ class Follow:
         return self.to(IDLE)
 
 
-def next_mode(closed: bool, state: str | None) -> Mode:
+def next_mode(closed: bool, state: str | None, *, push: bool = False) -> Mode:
     """What follows a Task that nothing follows now: its stream ended, or it was
     restored from its checkpoint.
 
     ``closed``: nothing; ``auth-watch``: paused until the user signs in (out of
     band); ``resubscribing``: live, so its stream dropped (or the bridge
-    restarted); ``idle``: paused for a reply.
+    restarted); ``push``: live and followed by push notifications (``push``:
+    the record says so), reconciled with ``tasks/get`` first; ``idle``: paused
+    for a reply.
     """
     if closed:
         return CLOSED
     if state == "auth-required":
         return AUTH_WATCH
-    return IDLE if state in PAUSED_STATES else RESUBSCRIBING
+    if state in PAUSED_STATES:
+        return IDLE
+    return PUSH if push else RESUBSCRIBING

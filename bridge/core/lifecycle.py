@@ -53,8 +53,12 @@ ARTIFACT_MEMORY = 256
 _ARTIFACT_KEY_CHARS = 128
 # History messages published per Task, remembered (by digest) for dedupe.
 MESSAGE_MEMORY = 64
+# Push notification bodies applied per Task, remembered (by digest) for dedupe.
+NOTIFICATION_MEMORY = 64
 
 DropReason = Literal["replayed", "duplicate", "after-terminal", "foreign-task", "no-task"]
+# What became of a push notification (bridge_push_notifications_applied_total's result).
+NotificationResult = Literal["applied", "duplicate", "ignored-unknown-task", "ignored-closed", "unreadable"]
 EventKind = Literal["status", "artifact", "message", "bridge"]
 
 JSON = dict[str, Any]
@@ -215,6 +219,11 @@ class TaskRecord:
     # not yet delivered: replay after ``after_seq`` would repeat it, so from then on
     # the Task is followed by snapshots only, in this process and after a restore.
     snapshots_only: bool = False
+    # Followed by push notifications (the send carried a push config): no stream, a
+    # backstop tasks/get, and after a restore a reconcile first (bridge.core.follow).
+    push: bool = False
+    # Digests of the notification bodies applied, newest last (see apply_notification).
+    notified: list[str] = field(default_factory=list)
     # The start's business record: published on the Task's first event, then
     # dropped (never in the shared checkpoints topic: workspace data stays routed).
     metadata: JSON | None = None
@@ -266,6 +275,32 @@ class TaskRecord:
         if isinstance(update, MessageUpdate):
             return [self._message(update.message, src)]
         return self._snapshot(update, max_artifact_bytes)
+
+    def apply_notification(
+        self, update: Update, body: Any, max_artifact_bytes: int | None = None
+    ) -> list[Event | Dropped]:
+        """A push notification's ``update`` (``body``: the JSON the agent POSTed),
+        applied like any update, once per body.
+
+        Agents deliver notifications at least once. A status or a whole Task sent
+        twice is dropped by :meth:`apply`'s own rules, but an appended chunk sent
+        twice would be appended twice (a stream never repeats one, so :meth:`apply`
+        has no rule for it): a body applied already (the last
+        :data:`NOTIFICATION_MEMORY`, by digest) is a duplicate. An agent that
+        appends the very same chunk twice on purpose is indistinguishable from a
+        redelivery; the second copy then reaches Kafka with the next ``tasks/get``
+        snapshot (the backstop), as a missing tail.
+        """
+        if self.closed:
+            return [Dropped("after-terminal")]
+        digest = _digest(body)
+        if digest in self.notified:
+            return [Dropped("duplicate")]
+        out = self.apply(update, max_artifact_bytes)
+        if not (len(out) == 1 and isinstance(out[0], Dropped) and out[0].reason in ("foreign-task", "no-task")):
+            self.notified.append(digest)
+            del self.notified[:-NOTIFICATION_MEMORY]
+        return out
 
     def _admit(self, update: Update) -> DropReason | None:
         """Why ``update`` is not this Task's to publish, if it is not (closed, a
@@ -411,6 +446,20 @@ class TaskRecord:
         assert self.task_id is not None
         self.seq += 1
         return Event(self.task_id, self.seq, kind, body, src)
+
+
+def notification_result(results: list[Event | Dropped]) -> NotificationResult:
+    """What a notification's results (of :meth:`TaskRecord.apply_notification`) come to:
+    ``applied`` if it published anything; else why not: after the end, another Task's
+    id (or none), or a duplicate (dropped as already published)."""
+    if any(isinstance(r, Event) for r in results):
+        return "applied"
+    reasons = {r.reason for r in results if isinstance(r, Dropped)}
+    if "after-terminal" in reasons:
+        return "ignored-closed"
+    if reasons & {"foreign-task", "no-task"}:
+        return "ignored-unknown-task"
+    return "duplicate"
 
 
 class ClosedTask:

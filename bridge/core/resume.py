@@ -43,6 +43,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from bridge.core import push
 from bridge.core.backoff import AGENT_RETRY, Backoff, Draw
 from bridge.core.lifecycle import PAUSED_STATES, StatusUpdate, TaskSnapshot, Update, is_terminal
 from bridge.errors import AgentError, RpcError
@@ -177,3 +178,40 @@ class Poll:
         if now - self.failing_since > self.budget:
             return Lost("tasks/get kept failing")
         return Retry()
+
+
+class Backstop(Poll):
+    """Following a push-followed Task: the agent POSTs each update (applied from the
+    notifications topic, not here), so ``tasks/get`` is only a backstop for an
+    update whose notification never came. Fed one answer at a time.
+
+    The first ``tasks/get`` comes at once when ``reconcile`` (a restored Task, or
+    one a rebalance brought: what happened while nobody owned it is published
+    first, then pushes are relied on); then one every ``base`` seconds, jittered
+    (:func:`bridge.core.push.backstop_delay`) so the Tasks of one restore do not
+    poll together. A failed ``tasks/get`` is retried with ``backoff`` and given up
+    as :meth:`Poll.failed` says (TaskNotFound at once, else after ``budget``
+    seconds of failures in a row); a notification shows the Task is observable.
+    """
+
+    def __init__(self, *, base: float, budget: float, reconcile: bool, backoff: Backoff = AGENT_RETRY) -> None:
+        super().__init__(budget=budget, pace=backoff)
+        self.base = base
+        self.due_now = reconcile
+
+    def wait(self, draw: Draw = random.random) -> float:
+        """How long to wait before the next ``tasks/get``."""
+        if self.due_now:
+            self.due_now = False
+            return 0.0
+        if self.failing_since is not None:
+            return self.pace.delay(self.attempts - 1, draw)
+        return push.backstop_delay(self.base, draw())
+
+    def answered(self, changed: bool = False) -> None:
+        """``tasks/get`` answered: back to the backstop's pace."""
+        self.failing_since, self.attempts = None, 0
+
+    def notified(self) -> None:
+        """A notification of the Task was applied: it is observable."""
+        self.answered()

@@ -12,6 +12,13 @@ one URL per agent, ``/agents/<name>``, speaks both A2A v0.3 JSON-RPC
 ``writer-poll`` runs the writer script behind a card that says
 ``streaming: false``, for the bridge's polling path.
 
+Every card says ``pushNotifications: true``: a send may carry a push config
+(``configuration.pushNotificationConfig`` in v0.3, ``taskPushNotificationConfig`` in
+v1.0, or the ``...PushNotificationConfig`` methods) and the SDK's own
+``BasePushNotificationSender`` then POSTs each Task update to it, retried and, with
+``--push-jwt``, signed as :mod:`bridge.demo.push_sender` describes (the JWKS at
+``/.well-known/jwks.json``).
+
 Run: ``python -m bridge.demo.sdk_agents --host 127.0.0.1 --port 18090``, plus
 the credential options of :mod:`bridge.demo.guard` (a bearer token file, a JWT
 from an issuer, an API key, HTTPS with a required client certificate). The cards
@@ -36,7 +43,7 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore
+from a2a.server.tasks import BasePushNotificationSender, InMemoryPushNotificationConfigStore, InMemoryTaskStore
 from a2a.types import (
     AgentCapabilities,
     AgentCard,
@@ -62,10 +69,13 @@ from a2a.types import (
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import BaseRoute
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Route
 
 from bridge.demo import scripts
 from bridge.demo.guard import Guard, GuardError, GuardMiddleware, GuardOptions, TlsOptions, add_arguments, options_from
+from bridge.demo.push_sender import JWKS_PATH, SIGNING_ALGORITHMS, PushOptions, Signer, push_client
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +234,7 @@ def agent_card(base_url: str, agent: HostedAgent, schemes: dict[str, SecuritySch
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"),
         ],
-        capabilities=AgentCapabilities(streaming=agent.streaming, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=agent.streaming, push_notifications=True),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
         skills=[
@@ -243,7 +253,8 @@ def agent_card(base_url: str, agent: HostedAgent, schemes: dict[str, SecuritySch
 
 
 def _public(path: str) -> bool:
-    return path.endswith(AGENT_CARD_WELL_KNOWN_PATH)
+    # The cards and the push signing keys: what anyone may read to check this server.
+    return path.endswith(AGENT_CARD_WELL_KNOWN_PATH) or path == JWKS_PATH
 
 
 def create_app(
@@ -251,25 +262,39 @@ def create_app(
     agents: tuple[HostedAgent, ...] = HOSTED,
     auth: GuardOptions | None = None,
     tls: TlsOptions | None = None,
+    push: PushOptions | None = None,
 ) -> Starlette:
     """The Starlette app hosting ``agents``; ``base_url`` is what the cards announce;
-    ``auth`` what every request but the cards' must carry (TLS is the server's, see :func:`serve`)."""
-    auth, tls = auth or GuardOptions(), tls or TlsOptions()
+    ``auth`` what every request but the cards' must carry (TLS is the server's, see :func:`serve`);
+    ``push`` how notifications are delivered (``app.state.push_signer`` signs them, or is None)."""
+    auth, tls, push = auth or GuardOptions(), tls or TlsOptions(), push or PushOptions()
     guard = Guard(auth)
+    signer = Signer(push.signing) if push.signing else None
+    pusher = push_client(push, signer)
     schemes = security_schemes(auth, tls)
     routes: list[BaseRoute] = []
     handlers: list[DefaultRequestHandler] = []
     for agent in agents:
         card = agent_card(base_url, agent, schemes)
+        push_configs = InMemoryPushNotificationConfigStore()
         handler = DefaultRequestHandler(
             agent_executor=ScriptedAgentExecutor(agent.script),
             task_store=InMemoryTaskStore(),
             agent_card=card,
+            push_config_store=push_configs,
+            push_sender=BasePushNotificationSender(pusher, push_configs),
         )
         handlers.append(handler)
         rpc_path = f"{AGENTS_PREFIX}/{agent.name}"
         routes.extend(create_jsonrpc_routes(handler, rpc_url=rpc_path, enable_v0_3_compat=True))
         routes.extend(create_agent_card_routes(card, card_url=rpc_path + AGENT_CARD_WELL_KNOWN_PATH))
+    if signer is not None:
+        jwks = signer.jwks
+
+        async def jwks_endpoint(_request: Request) -> JSONResponse:
+            return JSONResponse(jwks)
+
+        routes.append(Route(JWKS_PATH, jwks_endpoint, methods=["GET"]))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -278,6 +303,7 @@ def create_app(
         finally:
             for handler in handlers:
                 await handler.aclose()
+            await pusher.aclose()
 
     app = Starlette(
         routes=routes,
@@ -285,15 +311,22 @@ def create_app(
         middleware=[Middleware(GuardMiddleware, guard=guard, public=_public)],
     )
     app.state.guard = guard
+    app.state.push_signer = signer
     return app
 
 
-async def serve(host: str, port: int, auth: GuardOptions | None = None, tls: TlsOptions | None = None) -> None:
+async def serve(
+    host: str,
+    port: int,
+    auth: GuardOptions | None = None,
+    tls: TlsOptions | None = None,
+    push: PushOptions | None = None,
+) -> None:
     """Run the server until interrupted; print the ready line once it listens."""
     tls = tls or TlsOptions()
     base_url = f"{tls.scheme}://{host}:{port}"
     try:
-        app = create_app(base_url, auth=auth, tls=tls)
+        app = create_app(base_url, auth=auth, tls=tls, push=push)
     except GuardError as exc:
         raise SystemExit(f"sdk agents: {exc}") from None
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", **tls.uvicorn_kwargs())
@@ -313,10 +346,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=18090)
     add_arguments(parser)
+    g = parser.add_argument_group("push notifications")
+    g.add_argument(
+        "--push-attempts", type=int, default=8, help="POSTs at most per notification (retried on 5xx/429/408)"
+    )
+    g.add_argument(
+        "--push-jwt", choices=SIGNING_ALGORITHMS, help="sign each notification with a JWT; JWKS at " + JWKS_PATH
+    )
     args = parser.parse_args(argv)
     auth, tls = options_from(parser, args)
+    push = PushOptions(attempts=args.push_attempts, signing=args.push_jwt)
+    if push.problems():
+        parser.error("; ".join(push.problems()))
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    asyncio.run(serve(args.host, args.port, auth, tls))
+    asyncio.run(serve(args.host, args.port, auth, tls, push))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,11 @@ its end (``read_committed``), and resumes every live Task before the first
 new command is taken. Commands then flow through :meth:`on_command`; which of
 them are absorbed, and what offset to commit, is :mod:`bridge.core.offsets`.
 
+With push notifications on, the owner of commands partition p also owns
+notifications partition p (co-partitioned, the group's range assignor): each
+record goes through :meth:`on_notification` to its Task's runner, which applies
+it at once, so its events and its offset are in the same transaction.
+
 Everything written here is sized against its topic's record budget first
 (:mod:`bridge.core.limits`): events through :func:`bridge.wire.events.encode_within`,
 DLQ copies through :func:`bridge.wire.deadletters.encode`.
@@ -31,9 +36,10 @@ from aiokafka.structs import ConsumerRecord
 
 from bridge.agents.client import AgentClient
 from bridge.config.model import Config
+from bridge.core import push
 from bridge.core.commands import Act, Command, Duplicate, Refuse, decide
 from bridge.core.intake import Intake
-from bridge.core.lifecycle import ClosedTask, Dropped, Event, TaskRecord, new_task
+from bridge.core.lifecycle import ClosedTask, Dropped, Event, NotificationResult, TaskRecord, new_task
 from bridge.core.limits import RecordLimits
 from bridge.core.offsets import PartitionOffsets, Position
 from bridge.core.retention import Retention
@@ -42,8 +48,9 @@ from bridge.engine.runner import TaskRunner
 from bridge.kafka.auth import client_options
 from bridge.kafka.transaction import OutRecord, PartitionTransactions, ProducerLoop, TransactionFailed, partition_for
 from bridge.observe import metrics, tracing
-from bridge.wire import checkpoints, deadletters, events
+from bridge.wire import checkpoints, deadletters, events, notifications
 from bridge.wire.commands import Invalid, decode
+from bridge.wire.dialects import Push
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +59,10 @@ Raw: TypeAlias = "ConsumerRecord[bytes, bytes]"
 # Restore yields to the event loop after decoding this many records (about
 # 10 ms of work), so heartbeats and other partitions' traffic go on.
 _RESTORE_STEP = 2000
+# A restored push-followed Task reconciles once the notifications read at the open
+# are applied (see TaskRunner._pushed), or after this long whatever: a partition
+# whose backlog takes longer must not leave its Tasks unreconciled.
+NOTIFICATIONS_CATCH_UP_S = 30.0
 
 
 class PartitionOwner:
@@ -93,13 +104,22 @@ class PartitionOwner:
             config.bridge.max_parked_starts, config.bridge.max_parked_bytes
         )
         self._resent: set[str] = set()
-        self.txn = PartitionTransactions(config, partition, self._position, limits, producers)
+        self.txn = PartitionTransactions(
+            config, partition, self._position, limits, producers, notified=lambda: self.notified_offset
+        )
         self._committer: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self.failed: BaseException | None = None
         self.ready = False
         # Where the checkpoints say this partition's commands continue.
         self.restored_offset: int | None = None
+        # Push notifications: the agents on, and the notifications partition's offset
+        # to commit (the next to apply: restored, then moved by each one read).
+        self._push_agents = frozenset(config.push_agents())
+        self.notified_offset: int | None = None
+        # Set once reading has reached where the partition ended at the open.
+        self._notes_end: int | None = None
+        self._notes_read = asyncio.Event()
 
     # ------------------------------------------------------------- lifecycle --
 
@@ -122,6 +142,11 @@ class PartitionOwner:
         except checkpoints.CheckpointError:
             part, rejected = None, 1
         self.restored_offset = part.offset if part else None
+        self.notified_offset = part.notifications_offset if part else None
+        if self._push_agents:
+            ntp = TopicPartition(self.config.kafka.notifications_topic, self.partition)
+            self._notes_end, _ = await self._ends(ntp)
+        self.notifications_at(self.notified_offset or 0)
         self.offsets = PartitionOffsets(self.restored_offset, part.absorbed_above if part else ())
         self._resent = set(part.starts_in_flight) if part else set()
         now = time.time()
@@ -415,6 +440,70 @@ class PartitionOwner:
     @property
     def parked(self) -> int:
         return self.intake.parked
+
+    # ---------------------------------------------------------- notifications --
+
+    def on_notification(self, raw: Raw) -> None:
+        """One record of the notifications partition of this number: applied to its
+        Task now, its offset committed with the events it caused. Never raises: a
+        notification that cannot be applied is counted and its offset committed."""
+        if self.notified_offset is not None and raw.offset < self.notified_offset:
+            return  # applied already: a re-read
+        try:
+            agent, result = self._notify(raw)
+        except Exception:
+            # A bug must not stop the partition on one notification (a poison record
+            # would stop it for good): counted and passed, like an unreadable one.
+            log.exception("partition %d: notification at offset %d failed", self.partition, raw.offset)
+            agent, result = None, "unreadable"
+        self.notified_offset = raw.offset + 1
+        metrics.PUSH_APPLIED.labels(agent if agent in self._clients else "none", result).inc()
+        if result != "applied":
+            log.debug("partition %d: notification at offset %d: %s", self.partition, raw.offset, result)
+
+    def _notify(self, raw: Raw) -> tuple[str | None, NotificationResult]:
+        try:
+            n = notifications.decode(raw.key, raw.value, raw.headers, raw.partition)
+        except notifications.Unreadable as exc:
+            log.warning("partition %d: notification at offset %d unreadable: %s", self.partition, raw.offset, exc)
+            return None, "unreadable"
+        route = n.route
+        runner = self.runners.get(route.task_key)
+        if runner is None or (runner.record.start_command_id, runner.record.agent) != (route.command_id, route.agent):
+            # Not a live Task of this partition: an earlier Task of the key (closed), or none.
+            record = self.records.get(route.task_key)
+            closed = record is not None and record.agent == route.agent and record.seen(route.command_id)
+            return route.agent, "ignored-closed" if closed else "ignored-unknown-task"
+        return route.agent, runner.notified(n.body)
+
+    def notifications_at(self, position: int) -> None:
+        """Where reading the notifications partition stands (the consumer's position)."""
+        if self._notes_end is None or position >= self._notes_end:
+            self._notes_read.set()
+
+    async def notifications_read(self) -> None:
+        """Until the notifications there were when the partition was opened are read
+        (at most :data:`NOTIFICATIONS_CATCH_UP_S`)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(NOTIFICATIONS_CATCH_UP_S):
+                await self._notes_read.wait()
+
+    @property
+    def reading_notifications(self) -> bool:
+        """Whether the open's backlog of notifications is still being read."""
+        return not self._notes_read.is_set()
+
+    def push_agent(self, agent: str) -> bool:
+        return agent in self._push_agents
+
+    def push_config(self, record: TaskRecord) -> Push:
+        """The push config of ``record``'s Task: a URL naming its route (this partition,
+        its key and start) and the token any replica can check (bridge/core/push.py)."""
+        assert record.start_command_id is not None
+        route = push.Route(record.agent, self.partition, record.task_key, record.start_command_id)
+        cfg = self.config.push
+        assert cfg.base_url is not None  # required with push agents (config check)
+        return Push(push.url(cfg.base_url, route), push.token(cfg.token_key(), route))
 
     def _run(self, record: TaskRecord, start: tuple[Command, Raw] | None) -> None:
         if record.agent not in self._clients:

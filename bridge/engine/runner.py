@@ -40,27 +40,36 @@ from bridge.config.model import AgentConfig, Config
 from bridge.core import follow, policy
 from bridge.core.backoff import AGENT_RETRY, polling
 from bridge.core.commands import Act, Command, Duplicate, Refuse, decide, message_id
-from bridge.core.follow import AUTH_WATCH, POLLING, RESUBSCRIBING, SENDING, SNAPSHOTS, STREAMING, Follow, Mode
+from bridge.core.follow import AUTH_WATCH, POLLING, PUSH, RESUBSCRIBING, SENDING, SNAPSHOTS, STREAMING, Follow, Mode
 from bridge.core.lifecycle import (
     JSON,
     BridgeOutcome,
     Dropped,
     Event,
     MessageUpdate,
+    NotificationResult,
     TaskRecord,
     TaskSnapshot,
     Update,
     is_terminal,
+    notification_result,
 )
-from bridge.core.resume import Lost, Poll, Publish, Resume, Snapshots, reconcile_first
-from bridge.errors import AgentError, AgentNoTask, CredentialsUnavailable, RpcError
+from bridge.core.resume import Backstop, Lost, Poll, Publish, Resume, Snapshots, reconcile_first
+from bridge.errors import AgentError, AgentNoTask, AgentProtocolError, CredentialsUnavailable, RpcError
 from bridge.observe import logs, metrics
-from bridge.wire.dialects import Dialect, Request
+from bridge.wire.dialects import Dialect, Push, Request, notification
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 Incoming = tuple[Command, "ConsumerRecord[bytes, bytes]"]
+
+
+async def _settled(waiter: asyncio.Future[None], timeout: float | None) -> None:
+    """Until ``waiter`` is done, or ``timeout`` seconds passed."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            await waiter
 
 
 class Client(Protocol):
@@ -73,6 +82,7 @@ class Client(Protocol):
     @property
     def dialect(self) -> Dialect: ...
     async def streaming(self) -> bool: ...
+    async def pushes(self) -> bool: ...
     def stream(self, req: Request, trace: str | None = None) -> AsyncIterator[Update]: ...
     async def task(self, req: Request, trace: str | None = None) -> TaskSnapshot: ...
 
@@ -97,6 +107,9 @@ class Partition(Protocol):
     def start_resent(self, command_id: str) -> bool: ...
     def activity(self, task_key: str, active: bool) -> None: ...
     def artifact_cap(self, agent: str) -> int: ...
+    def push_config(self, record: TaskRecord) -> Push: ...
+    def notifications_read(self) -> Awaitable[None]: ...
+    def push_agent(self, agent: str) -> bool: ...
 
 
 class TaskRunner:
@@ -126,6 +139,12 @@ class TaskRunner:
         self._held_seconds = 0.0
         self._holding = 0  # waits under way (a cancel may wait beside the follower)
         self._held_since = 0.0
+        # A push-followed Task's backstop (bridge.core.resume.Backstop) while it runs,
+        # and the notifications applied so far (a snapshot asked meanwhile may be older).
+        self._backstop: Backstop | None = None
+        self._notes = 0
+        # Set by a notification that paused or ended the Task: the backstop's wait ends.
+        self._nudge: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------ plumbing --
 
@@ -173,10 +192,7 @@ class TaskRunner:
         """Until :meth:`_wake` (or ``timeout``): the main loop's only wait."""
         self._waiter = asyncio.get_running_loop().create_future()
         try:
-            async with asyncio.timeout(timeout):
-                await self._waiter
-        except TimeoutError:
-            pass
+            await _settled(self._waiter, timeout)
         finally:
             self._waiter = None
 
@@ -345,10 +361,13 @@ class TaskRunner:
             return
         if self.record.cancel_pending:
             self._spawn(self._cancel())
-        mode = follow.next_mode(self.record.closed, self.record.state)
+        mode = follow.next_mode(self.record.closed, self.record.state, push=self._push_followed())
         if mode is RESUBSCRIBING:
             await self.part.resume_turn()
             self._follow(mode, self._resume("restart"))
+        elif mode is PUSH:
+            await self.part.resume_turn()
+            self._follow(mode, self._pushed(reconcile=True))
         elif mode is AUTH_WATCH:
             self._follow(mode, self._watch_auth())
 
@@ -391,11 +410,15 @@ class TaskRunner:
             task_id=self.record.task_id,
         )
 
-    def _first(self, command: Command, update: Update) -> None:
+    def _first(self, command: Command, update: Update, seq_before: int | None = None) -> None:
         """The agent's first answer to ``command``: its events carry the command's
-        id, and the command is absorbed with them."""
+        id, and the command is absorbed with them. The answer to a send with a push
+        config (``seq_before``: the record's seq when it was sent) is applied only if
+        no notification got there first: one that did is as new as the answer, or
+        newer (applying the answer after it would publish an older status again)."""
         self.record.command_id = command.command_id
-        self._apply(update)
+        if seq_before is None or self.record.seq == seq_before:
+            self._apply(update)
         self._log.update(taskId=self.record.task_id, commandId=command.command_id)
         log.info("%s answered: the Task is %s", command.type, self.record.state)
         self._answered()
@@ -408,6 +431,10 @@ class TaskRunner:
         """
         rest = await self._answer(command, raw)
         del command, raw
+        if rest == "push":
+            self.follow.to(PUSH)
+            await self._pushed(reconcile=False)
+            return
         if rest == "poll":
             self.follow.to(POLLING)
             await self._poll()
@@ -421,10 +448,11 @@ class TaskRunner:
 
     async def _answer(
         self, command: Command, raw: ConsumerRecord[bytes, bytes]
-    ) -> AsyncIterator[Update] | Literal["poll"] | None:
+    ) -> AsyncIterator[Update] | Literal["poll", "push"] | None:
         """Send the command until the agent answers; the command is absorbed with the
         agent's first answer. Returns the rest of the stream ("poll" for an agent
-        that does not stream; None when the command got its final answer here).
+        that does not stream, "push" for a send with a push config: the agent POSTs
+        the rest; None when the command got its final answer here).
 
         Each attempt waits ``first_event_timeout_seconds`` for a first event;
         transient failures are re-sent with the same messageId (a gateway that
@@ -437,27 +465,12 @@ class TaskRunner:
             metrics.START_RESENDS.inc()
         message = self._message(command)
         cfg = self.part.config.bridge
-        dialect = self.client.dialect
         deadline = self._clock() + cfg.resume_deadline_seconds
         attempt = 0
+        seq = self.record.seq
         while True:
             try:
-                if not await self.client.streaming():
-                    async with asyncio.timeout(cfg.first_event_timeout_seconds):
-                        snap = await self.client.task(dialect.send("send", rpc_id("send"), message), self._trace)
-                    self._unheld()
-                    self._first(command, snap)
-                    return "poll"
-                it = aiter(self.client.stream(dialect.send("stream", rpc_id("stream"), message), self._trace))
-                try:
-                    first = await self._first_update(it, cfg.first_event_timeout_seconds)
-                except BaseException:
-                    with contextlib.suppress(Exception):
-                        await close_stream(it)
-                    raise
-                self._unheld()
-                self._first(command, first)
-                return it
+                return await self._attempt(command, message, seq)
             except CredentialsUnavailable as exc:
                 await self._hold(exc)
             except AgentNoTask as exc:
@@ -484,6 +497,33 @@ class TaskRunner:
                     self._answered(reason)
                     self._active()
                 return None
+
+    async def _attempt(
+        self, command: Command, message: dict[str, Any], seq: int
+    ) -> AsyncIterator[Update] | Literal["poll", "push"]:
+        """One send of ``command`` and the agent's first answer, applied (:meth:`_first`;
+        ``seq``: the record's when the command was taken). A send with a push config,
+        or to an agent that does not stream, is answered with the Task; a stream is
+        returned after its first update."""
+        timeout = self.part.config.bridge.first_event_timeout_seconds
+        dialect = self.client.dialect
+        push = await self._push_for(command)
+        if push is not None or not await self.client.streaming():
+            async with asyncio.timeout(timeout):
+                snap = await self.client.task(dialect.send("send", rpc_id("send"), message, push), self._trace)
+            self._unheld()
+            self._first(command, snap, None if push is None else seq)
+            return "poll" if push is None else "push"
+        it = aiter(self.client.stream(dialect.send("stream", rpc_id("stream"), message), self._trace))
+        try:
+            first = await self._first_update(it, timeout)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await close_stream(it)
+            raise
+        self._unheld()
+        self._first(command, first)
+        return it
 
     async def _first_update(self, it: AsyncIterator[Update], timeout: float) -> Update:
         """The first update that names the Task; Messages before it are what the
@@ -546,13 +586,16 @@ class TaskRunner:
 
     async def _after_stream(self) -> None:
         """The stream ended: done, paused, or dropped (then resume)."""
-        mode = follow.next_mode(self.record.closed, self.record.state)
+        mode = follow.next_mode(self.record.closed, self.record.state, push=self._push_followed())
         if mode is AUTH_WATCH:
             self.follow.to(mode)
             await self._watch_auth()
         elif mode is RESUBSCRIBING:
             self.follow.to(mode)
             await self._resume("dropped")
+        elif mode is PUSH:
+            self.follow.to(mode)
+            await self._pushed(reconcile=False)
 
     async def _resume(self, why: str) -> None:
         """Recover a live Task: resubscribe after afterSeq, ask tasks/get when that
@@ -655,16 +698,108 @@ class TaskRunner:
         )
         while self._live():
             await asyncio.sleep(plan.wait())
-            got = await self._observe()
-            if isinstance(got, AgentError):
-                decision = plan.failed(got, self._clock())
-                if isinstance(decision, Lost):
-                    self._outcome("lost", decision.reason)
-                    return
+            got = await self._ask(plan)
+            if got is None:
                 continue
             seq = self.record.seq
             self._apply(got)
             plan.answered(changed=self.record.seq != seq)
+
+    async def _ask(self, plan: Poll) -> TaskSnapshot | None:
+        """One ``tasks/get`` of a poll (or a backstop): the snapshot, or None when it
+        failed (and the Task is closed ``lost`` if ``plan`` gives it up)."""
+        got = await self._observe()
+        if isinstance(got, TaskSnapshot):
+            return got
+        decision = plan.failed(got, self._clock())
+        if isinstance(decision, Lost):
+            self._outcome("lost", decision.reason)
+        return None
+
+    # ---------------------------------------------------------------- push --
+
+    def _push_followed(self) -> bool:
+        """Whether the Task is followed by push: it started so, and its agent still
+        pushes (else it is followed as before: resubscribe, poll)."""
+        return self.record.push and self.part.push_agent(self.record.agent)
+
+    async def _push_for(self, command: Command) -> Push | None:
+        """The push config a start or a reply is sent with, if any: a start to an
+        agent that pushes (:meth:`bridge.agents.client.AgentClient.pushes`), a reply
+        to a Task that started so. Set on the record before the send: a notification
+        may come before the answer."""
+        record = self.record
+        if command.type == "start":
+            record.push = self.part.push_agent(record.agent) and await self.client.pushes()
+        elif record.push and not self.part.push_agent(record.agent):
+            record.push = False  # push was switched off meanwhile: followed as before from here
+        return self.part.push_config(record) if record.push else None
+
+    async def _pushed(self, reconcile: bool) -> None:
+        """Follow a push-followed Task: its updates come as notifications (applied by
+        :meth:`notified`), and ``tasks/get`` only as :class:`bridge.core.resume.Backstop`
+        says: at once when ``reconcile`` (a restore or a rebalance: what happened while
+        nobody owned the Task is published first), then rarely, with jitter.
+
+        A reconcile waits until the partition has read its notifications up to where
+        they ended when it was opened: those are older than the snapshot, and an
+        appended chunk applied after a snapshot that showed it would repeat it. A
+        snapshot is applied only if no notification was applied while it was asked
+        for (the notification may be newer than the snapshot)."""
+        cfg = self.part.config
+        plan = self._backstop = Backstop(
+            base=cfg.push.backstop_poll_seconds, budget=cfg.bridge.resume_deadline_seconds, reconcile=reconcile
+        )
+        metrics.PUSH_FOLLOWED.inc()
+        try:
+            if reconcile:
+                await self.part.notifications_read()
+            while self._live():
+                await self._backstop_wait(plan.wait())
+                if not self._live():
+                    return
+                notes = self._notes
+                got = await self._ask(plan)
+                if got is None:
+                    continue
+                plan.answered()
+                if self._notes == notes:
+                    self._apply(got)
+        finally:
+            self._backstop = None
+            metrics.PUSH_FOLLOWED.dec()
+
+    async def _backstop_wait(self, seconds: float) -> None:
+        """Until the next backstop ``tasks/get``, or a notification paused or ended the Task."""
+        self._nudge = asyncio.get_running_loop().create_future()
+        try:
+            await _settled(self._nudge, seconds)
+        finally:
+            self._nudge = None
+
+    def notified(self, body: Any) -> NotificationResult:
+        """A push notification of this Task (``body``: the JSON the agent POSTed),
+        applied now through the lifecycle
+        (:meth:`bridge.core.lifecycle.TaskRecord.apply_notification`): its events go
+        into the partition's current transaction, with the notification's offset.
+        Returns what became of it."""
+        try:
+            update = notification(self.client.name, body)
+        except AgentProtocolError:
+            return "unreadable"
+        results = self.record.apply_notification(update, body, self._cap)
+        self.part.publish(self.record, results)
+        self._active()
+        if self.record.closed:
+            self._wake()
+        if not self._live() and self._nudge is not None and not self._nudge.done():
+            self._nudge.set_result(None)
+        result = notification_result(results)
+        if result == "applied":
+            self._notes += 1
+            if self._backstop is not None:
+                self._backstop.notified()
+        return result
 
     # -------------------------------------------------------------- cancel --
 

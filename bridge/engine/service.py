@@ -30,6 +30,16 @@ Ownership of a partition, step by step:
 So no partition is ever left assigned without an owner or an opener, and
 ``/readyz`` says ready only when every assigned partition is owned.
 
+With push notifications on (any agent has ``push = true``) the consumer also
+subscribes to the notifications topic, and the group assigns with the range
+assignor, which gives each member the same partition numbers of both topics: the
+owner of commands partition p reads notifications partition p (from the offset
+its checkpoints, else the group, committed) and nobody else applies them. A
+notifications partition that comes without its commands partition (only while
+members of an older release, which assign round robin, are in the group) stays
+paused: its notifications wait in Kafka for their owner. The webhook
+(:class:`bridge.push.webhook.Webhook`, its own port) runs beside the consumer.
+
 Startup waits for Kafka: unreachable brokers are retried with backoff and
 jitter (not ready meanwhile); a refused login or certificate, missing topics,
 mismatched partition counts and authorization failures are permanent (exit 2,
@@ -48,10 +58,13 @@ import signal
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
@@ -71,7 +84,7 @@ from bridge.engine.partition import PartitionOwner
 from bridge.errors import BridgeError, KafkaUnreachable, StartupError
 from bridge.kafka import topics
 from bridge.kafka.auth import client_options
-from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, check_kafka
+from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, check_kafka, co_partitioned
 from bridge.kafka.transaction import ProducerLoop, TransactionFailed, error_names
 from bridge.observe import metrics
 from bridge.observe.http import OpsServer
@@ -88,6 +101,13 @@ YOUNG_GC_THRESHOLD = 10_000
 # The command poll's timeout; shorter while starts wait for room.
 _POLL_MS = 100
 _POLL_WAITING_MS = 5
+# Range first: it gives a member the same partition numbers of every topic it
+# subscribes to, so the owner of commands partition p also owns notifications
+# partition p. Round robin second, as the releases before push listed it alone: the
+# coordinator picks a protocol every member lists, so during a rolling upgrade the
+# group keeps assigning (round robin) instead of refusing the new members
+# (InconsistentGroupProtocol), and moves to range once the last old member left.
+ASSIGNORS = (RangePartitionAssignor, RoundRobinPartitionAssignor)
 _FORBIDDEN = (
     TopicAuthorizationFailedError,
     GroupAuthorizationFailedError,
@@ -172,10 +192,11 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         self.service = service
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        await self.service.release([tp.partition for tp in revoked])
+        await self.service.release(self.service.commands_partitions(revoked))
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        self.service.acquire([tp.partition for tp in assigned])
+        self.service.hold_notifications(assigned)
+        self.service.acquire(self.service.commands_partitions(assigned))
 
 
 class Service:
@@ -206,6 +227,8 @@ class Service:
         self._fatal: BaseException | None = None
         self._joined = False
         self._consumer: AIOKafkaConsumer | None = None
+        # Push notifications on: the notifications topic is read, the webhook served.
+        self._push = bool(config.push_agents())
         b = config.bridge
         # Fed by _watch's samples; asked before every start.
         self.admission = Admission(
@@ -332,6 +355,31 @@ class Service:
     def _tp(self, p: int) -> TopicPartition:
         return TopicPartition(self.config.kafka.commands_topic, p)
 
+    def _ntp(self, p: int) -> TopicPartition:
+        return TopicPartition(self.config.kafka.notifications_topic, p)
+
+    def commands_partitions(self, tps: list[TopicPartition]) -> list[int]:
+        return [tp.partition for tp in tps if tp.topic == self.config.kafka.commands_topic]
+
+    def hold_notifications(self, assigned: list[TopicPartition]) -> None:
+        """Notifications partitions are read only once their commands partition is
+        owned (the opener resumes both): paused until then, and for good if it
+        did not come with them (see the module's docstring)."""
+        if self._consumer is not None:
+            for tp in assigned:
+                if tp.topic == self.config.kafka.notifications_topic:
+                    self._consumer.pause(tp)
+
+    def _pause(self, p: int, pause: bool) -> None:
+        """Pause (or resume) partition ``p`` of the topics this consumer reads."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        assigned = consumer.assignment()
+        for tp in (self._tp(p), self._ntp(p)) if self._push else (self._tp(p),):
+            if tp in assigned:
+                (consumer.pause if pause else consumer.resume)(tp)
+
     def acquire(self, partitions: list[int]) -> None:
         """Step 1: hold the new partitions and start their openers."""
         metrics.REBALANCES.inc()
@@ -339,8 +387,7 @@ class Service:
         self._taken.clear()
         for p in partitions:
             self._assigned.add(p)
-            if self._consumer is not None:
-                self._consumer.pause(self._tp(p))
+            self._pause(p, True)
             self._spawn_open(p)
         self._joined = True
 
@@ -420,7 +467,9 @@ class Service:
                         producers=self._producers,
                     )
                     await owner.open()
-                    await self._seek(p, owner.restored_offset)
+                    await self._seek(self._tp(p), owner.restored_offset)
+                    if self._push:
+                        await self._seek(self._ntp(p), owner.notified_offset)
                 except asyncio.CancelledError:
                     if owner is not None:
                         await owner.close(flush=False)
@@ -437,8 +486,7 @@ class Service:
                     # Its producer's init_transactions went through: Kafka takes writes again.
                     self._kafka_failing.pop(p, None)
                     self.owners[p] = owner
-                    if self._consumer is not None:
-                        self._consumer.resume(self._tp(p))
+                    self._pause(p, False)
                     metrics.PARTITIONS.set(len(self.owners))
                     return
             await asyncio.sleep(KAFKA_RETRY.delay(attempt))
@@ -451,10 +499,12 @@ class Service:
             why = txn_failure.explain(txn_failure.reason(error_names(exc)))
             self._kafka_failing[p] = (self._kafka_failing[p][0], why)
 
-    async def _seek(self, p: int, offset: int | None) -> None:
+    async def _seek(self, tp: TopicPartition, offset: int | None) -> None:
         """Read from where the checkpoints say, not from a position the group fetched
-        before the last owner's final commit (which would run commands twice)."""
-        consumer, tp = self._consumer, self._tp(p)
+        before the last owner's final commit (which would run commands, or apply
+        notifications, twice); else from the group's committed offset. Unless ``tp``
+        is not ours."""
+        consumer = self._consumer
         if consumer is None or tp not in consumer.assignment():
             return
         if offset is None:
@@ -472,8 +522,7 @@ class Service:
         """Step 3: a failed transaction: pause, classify (bridge/core/txn_failure.py),
         stop or rebuild."""
         self.owners.pop(p, None)
-        if self._consumer is not None and self._tp(p) in self._consumer.assignment():
-            self._consumer.pause(self._tp(p))
+        self._pause(p, True)
         verdict = self._classify(owner.failed)
         if verdict.kind == "fatal":
             self._dying.append(owner)
@@ -536,7 +585,14 @@ class Service:
             settle_heap()
             keep_freed_memory()
             watch = asyncio.create_task(self._watch(), name="watch")
+            webhook: Any = None
             try:
+                if self._push:
+                    from bridge.push.webhook import Webhook  # type: ignore[import-untyped,unused-ignore]  # lands with ingress
+
+                    webhook = Webhook(cfg)
+                    await webhook.start()
+                    log.info("push notification webhook on :%d", webhook.port)
                 consumer = await self._connect()
                 if consumer is not None:
                     await self._loop(consumer)
@@ -557,6 +613,9 @@ class Service:
                     with contextlib.suppress(Exception):
                         # Leaving the group is a courtesy; with the broker gone it must not eat the grace period.
                         await _stop_consumer(self._consumer)
+                if webhook is not None:
+                    with contextlib.suppress(Exception):
+                        await webhook.stop()
                 if ops:
                     await ops.stop()
                 watch.cancel()
@@ -632,6 +691,8 @@ class Service:
                 await check_kafka(cfg, PREFLIGHT_TIMEOUT_SECONDS)
                 async with topics.kafka_errors(cfg):
                     self._topic_partitions = await topics.ensure(cfg, create=False)
+                    if self._push:
+                        co_partitioned(cfg, self._topic_partitions)
                     self.limits = await topics.record_limits(cfg)
                     consumer = AIOKafkaConsumer(
                         group_id=cfg.kafka.group_id,
@@ -642,9 +703,13 @@ class Service:
                         session_timeout_ms=cfg.kafka.session_timeout_ms,
                         heartbeat_interval_ms=cfg.kafka.heartbeat_interval_ms,
                         group_instance_id=cfg.kafka.group_instance_id,
+                        partition_assignment_strategy=ASSIGNORS,
                         **client_options(cfg.kafka),
                     )
-                    consumer.subscribe([cfg.kafka.commands_topic], listener=_Listener(self))
+                    subscribed = [cfg.kafka.commands_topic]
+                    if self._push:
+                        subscribed.append(cfg.kafka.notifications_topic)
+                    consumer.subscribe(subscribed, listener=_Listener(self))
                     await consumer.start()
                 self._consumer = consumer
                 return consumer
@@ -678,14 +743,9 @@ class Service:
             # idle poll: a short poll while any wait (a burst's ramp is many releases).
             waiting = any(o.parked or o.offsets.deferred for o in self.owners.values())
             batch = await consumer.getmany(timeout_ms=_POLL_WAITING_MS if waiting else _POLL_MS)
-            for tp, records in batch.items():
-                taker = self.owners.get(tp.partition)
-                if taker is None or not taker.ready or taker.failed is not None:
-                    # Not owned (or being rebuilt): read these again later.
-                    consumer.seek(tp, records[0].offset)
-                    continue
-                for r in records:
-                    taker.on_command(r)
+            self._take(consumer, batch)
+            if self._push:
+                await self._notifications_read(consumer)
             for p, owner in list(self.owners.items()):
                 owner.release(lambda: self.held_by() is None)
                 if self.held_by() is None:
@@ -694,6 +754,29 @@ class Service:
                         consumer.seek(self._tp(p), point)
             metrics.COMMIT_LAG.set(sum(o.txn.buffered for o in self.owners.values()))
             await self._sample_lag(consumer)
+
+    def _take(self, consumer: AIOKafkaConsumer, batch: dict[TopicPartition, list[Any]]) -> None:
+        """Hand a poll's records to the owners of their partitions."""
+        notes = self.config.kafka.notifications_topic
+        for tp, records in batch.items():
+            taker = self.owners.get(tp.partition)
+            if taker is None or not taker.ready or taker.failed is not None:
+                # Not owned (or being rebuilt): read these again later.
+                consumer.seek(tp, records[0].offset)
+                continue
+            if tp.topic == notes:
+                for r in records:
+                    taker.on_notification(r)
+                continue
+            for r in records:
+                taker.on_command(r)
+
+    async def _notifications_read(self, consumer: AIOKafkaConsumer) -> None:
+        """Tell owners still reading their open's backlog of notifications where reading stands."""
+        assigned = consumer.assignment()
+        for p, owner in list(self.owners.items()):
+            if owner.reading_notifications and (tp := self._ntp(p)) in assigned:
+                owner.notifications_at(await consumer.position(tp))
 
     async def _sample_lag(self, consumer: AIOKafkaConsumer) -> None:
         for p, owner in list(self.owners.items()):

@@ -227,14 +227,20 @@ class PartitionTransactions:
         producers: ProducerLoop | None = None,
         *,
         make_producer: Callable[..., AIOKafkaProducer] = AIOKafkaProducer,
+        notified: Callable[[], int | None] = lambda: None,
     ) -> None:
         """``make_producer`` is called with ``AIOKafkaProducer``'s keyword arguments
-        at :meth:`start` (a test passes one that returns a recording fake)."""
+        at :meth:`start` (a test passes one that returns a recording fake).
+        ``notified``: the offset to commit on the notifications partition of the
+        same number (the next one to apply; None: none read), taken at the same
+        instant as ``position``: a notification's events and its offset commit
+        together, as a command's do."""
         self.config = config
         self.partition = partition
         self._producers = producers or ProducerLoop.inline()
         self._make_producer = make_producer
         self._position = position
+        self._notified = notified
         self._limits = limits
         self._outbox = Outbox()
         self._space = asyncio.Event()
@@ -243,10 +249,12 @@ class PartitionTransactions:
         # commits at once instead of sleeping out its tick while readers wait.
         self.wake = asyncio.Event()
         self._last: Position | None = None
+        self._last_notified: int | None = None
         # When the transaction now waiting on Kafka began (None: none is).
         self.pending_since: float | None = None
         self._producer: AIOKafkaProducer | None = None
         self._commands_tp = TopicPartition(config.kafka.commands_topic, partition)
+        self._notifications_tp = TopicPartition(config.kafka.notifications_topic, partition)
 
     async def start(self) -> None:
         """Create the producer; its init_transactions fences any older owner."""
@@ -378,15 +386,15 @@ class PartitionTransactions:
     async def commit(self) -> int:
         """Commit the current outbox as one transaction; returns records written.
 
-        1. Swap the outbox, encode checkpoints and take the position, with no
-           await in between: the three describe the same instant.
+        1. Swap the outbox, encode checkpoints and take the positions (commands and
+           notifications), with no await in between: they describe the same instant.
         2. Begin the transaction.
         3. Send the events and DLQ copies, in the order readers added them.
         4. Send tombstones of closed Tasks past their window, then the checkpoint
            of each Task that changed.
         5. Send the partition record.
-        6. Add the consumer offset to the transaction, unless the last committed
-           transaction of this object already holds it.
+        6. Add the consumer offsets (commands, notifications) to the transaction,
+           unless the last committed transaction of this object already holds them.
         7. Wait for every send's delivery; any failure aborts (nothing commits).
         8. Commit.
         """
@@ -398,7 +406,9 @@ class PartitionTransactions:
         self._space.set()
         self.wake.clear()
         position = self._position()
-        if not outbox.records and not outbox.dirty and not outbox.tombstones and position == self._last:
+        notified = self._notified()
+        unmoved = position == self._last and notified == self._last_notified
+        if not outbox.records and not outbox.dirty and not outbox.tombstones and unmoved:
             return 0
         cp_topic = self.config.kafka.checkpoints_topic
         budget = self._limits().budget(cp_topic)
@@ -411,7 +421,7 @@ class PartitionTransactions:
             for r in outbox.dirty.values()
         ]
         part = checkpoints.PartitionRecord(
-            self.partition, list(position.absorbed), list(position.starts_in_flight), position.offset
+            self.partition, list(position.absorbed), list(position.starts_in_flight), position.offset, notified
         )
         staged.append(OutRecord(cp_topic, checkpoints.PARTITION_KEY, part.encode(), [], "partition", p))
         for r in staged:
@@ -423,7 +433,11 @@ class PartitionTransactions:
         # __consumer_offsets in every tick of a partition whose Tasks stream while no
         # command arrives. An offset an aborted transaction moved differs from _last.
         moved = self._last is None or self._last.offset != position.offset
-        offset = position.offset if moved else None
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        if moved and position.offset is not None:
+            offsets[self._commands_tp] = OffsetAndMetadata(position.offset, "")
+        if notified is not None and notified != self._last_notified:
+            offsets[self._notifications_tp] = OffsetAndMetadata(notified, "")
         records = [*outbox.records, *staged]
         # Record batches are filled here, on the main loop, when every record's partition
         # is known (as it is unless a topic's partition count was not learnt at start):
@@ -439,10 +453,10 @@ class PartitionTransactions:
                 raise TransactionFailed(self.partition, exc) from exc
         started = self.pending_since = time.monotonic()
         try:
-            await self._producers.run(self._transact(producer, records, built, offset, started))
+            await self._producers.run(self._transact(producer, records, built, offsets, started))
         finally:
             self.pending_since = None
-        self._last = position
+        self._last, self._last_notified = position, notified
         count = len(records)
         metrics.TRANSACTIONS.labels("committed").inc()
         metrics.TRANSACTION_SECONDS.observe(time.monotonic() - started)
@@ -454,14 +468,14 @@ class PartitionTransactions:
         producer: AIOKafkaProducer,
         records: list[OutRecord],
         built: Batches | None,
-        offset: int | None,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
         started: float,
     ) -> None:
         """Steps 2 to 8 on the producer loop; any failure aborts and raises :class:`TransactionFailed`."""
         sent: list[tuple[tuple[str, ...], asyncio.Future[object]]] = []
         try:
             async with asyncio.timeout(self.config.kafka.transaction_timeout_ms / 1000 + _TRANSACTION_GRACE_S):
-                await self._send_all(producer, records, built, offset, sent)
+                await self._send_all(producer, records, built, offsets, sent)
         except Exception as exc:
             metrics.TRANSACTIONS.labels("failed").inc()
             # Records a broker refused as too large. A batch of several may have been
@@ -508,7 +522,7 @@ class PartitionTransactions:
         producer: AIOKafkaProducer,
         records: list[OutRecord],
         built: Batches | None,
-        offset: int | None,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
         sent: list[tuple[tuple[str, ...], asyncio.Future[object]]],
     ) -> None:
         """Steps 2 to 8 of :meth:`commit`; ``sent`` collects each batch's delivery
@@ -522,11 +536,9 @@ class PartitionTransactions:
             built = await self._batches(producer, records)
         for topic, partition, batch, origins in built:
             sent.append((origins, await producer.send_batch(batch, topic, partition=partition)))
-        # Step 6. The consumer offset, when it moved (see commit).
-        if offset is not None:
-            await producer.send_offsets_to_transaction(
-                {self._commands_tp: OffsetAndMetadata(offset, "")}, self.config.kafka.group_id
-            )
+        # Step 6. The consumer offsets that moved (see commit), of both topics in one call.
+        if offsets:
+            await producer.send_offsets_to_transaction(offsets, self.config.kafka.group_id)
         # Step 7. Every send delivered, or nothing commits.
         results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
         failed = next((r for r in results if isinstance(r, BaseException)), None)

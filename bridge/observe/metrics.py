@@ -173,7 +173,6 @@ TOKEN_SECONDS = Histogram(
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 
-
 # Push notifications at the webhook (bridge/push/webhook.py). A request is counted as
 # received once it names a configured agent; every refused one under its reason
 # (bridge/core/push.py Refusal), and nothing refused is ever produced.
@@ -192,3 +191,12 @@ PUSH_PRODUCED = Counter(
     "Notifications Kafka acknowledged in the notifications topic (each answered 200), by agent.",
     ["agent"],
 )
+
+# Push notifications at their partition's owner (bridge/engine/partition.py, runner.py).
+PUSH_APPLIED = Counter(
+    "bridge_push_notifications_applied_total",
+    "Push notifications read from the notifications topic by their partition's owner, by agent ('none' if"
+    " unreadable) and what became of them: applied, duplicate, ignored-unknown-task, ignored-closed, unreadable.",
+    ["agent", "result"],
+)
+PUSH_FOLLOWED = Gauge("bridge_push_followed_tasks", "Live Tasks followed by push notifications (no stream held).")

@@ -84,6 +84,8 @@ def _document(record: TaskRecord, artifacts: dict[str, ArtifactProgress]) -> dic
         messages=record.messages,
         traceparent=record.traceparent,
         snapshotsOnly=record.snapshots_only,
+        push=record.push,
+        notified=record.notified,
     )
     return doc
 
@@ -206,6 +208,8 @@ _FIELDS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
     ("events_topic", "eventsTopic", _opt_str),
     ("traceparent", "traceparent", _opt_str),
     ("snapshots_only", "snapshotsOnly", _is_true),
+    ("push", "push", _is_true),
+    ("notified", "notified", _strings),
 )
 
 
@@ -222,6 +226,8 @@ class PartitionRecord:
     # The consumer offset committed in the same transaction: after a restore the
     # partition is read from here, whatever position the group fetched earlier.
     offset: int | None = None
+    # The same for the notifications partition of this number (push notifications).
+    notifications_offset: int | None = None
 
     def encode(self) -> bytes:
         return orjson.dumps(
@@ -231,6 +237,7 @@ class PartitionRecord:
                 "offset": self.offset,
                 "absorbedAbove": _ranges(self.absorbed_above),
                 "startsInFlight": self.starts_in_flight,
+                **({"notificationsOffset": self.notifications_offset} if self.notifications_offset is not None else {}),
             }
         )
 
@@ -238,12 +245,13 @@ class PartitionRecord:
     def decode(value: bytes) -> PartitionRecord:
         try:
             d = orjson.loads(value)
-            offset = d.get("offset")
+            offset, notified = d.get("offset"), d.get("notificationsOffset")
             return PartitionRecord(
                 int(d["partition"]),
                 _expand(d.get("absorbedAbove") or []),
                 [str(c) for c in d.get("startsInFlight") or []],
                 int(offset) if offset is not None else None,
+                int(notified) if notified is not None else None,
             )
         except (orjson.JSONDecodeError, TypeError, ValueError, KeyError, AttributeError) as exc:
             raise CheckpointError(f"undecodable partition record ({type(exc).__name__})") from None

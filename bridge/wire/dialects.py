@@ -17,6 +17,20 @@ resubscribe tasks/resubscribe       tasks/resubscribe  SubscribeToTask {id}
 The gateway also wants the Agent selector ``agent_code`` beside ``jsonrpc``;
 a2a-1.0 wants the ``A2A-Version: 1.0`` header and spells states
 ``TASK_STATE_WORKING``, normalized here to the v0.3 spelling.
+
+A send may carry a push notification config (:class:`Push`): the agent POSTs
+each update of the Task to its URL instead of streaming it, and answers at
+once (not blocking). In a2a-sdk 1.3.0's shapes (its a2a.proto
+``SendMessageConfiguration`` and the v0.3 compat ``MessageSendConfiguration``):
+
+========== ============================================================================
+a2a-0.3    ``configuration: {blocking: false, pushNotificationConfig: {url, token}}``
+a2a-1.0    ``configuration: {returnImmediately: true, taskPushNotificationConfig: {url, token}}``
+========== ============================================================================
+
+What the agent POSTs is read by its shape (:func:`notification`), whatever the
+agent's dialect: a2a-sdk sends the v1.0 ``StreamResponse`` JSON even to a v0.3
+client; other servers send the v0.3 objects.
 """
 
 from __future__ import annotations
@@ -58,6 +72,18 @@ def normalize_state(state: Any) -> str:
     if not isinstance(state, str) or not state:
         return "unknown"
     return _V1_STATES.get(state) or cut(state, MAX_STATE_BYTES)
+
+
+@dataclass(frozen=True, slots=True)
+class Push:
+    """A push notification config for a send: where the agent POSTs, and the token
+    it presents (A2A ``token``; v0.3's ``X-A2A-Notification-Token`` header)."""
+
+    url: str
+    token: str
+
+    def __repr__(self) -> str:
+        return f"Push({self.url!r}, token=***)"  # the token is a secret
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +149,15 @@ class Dialect:
             out["taskId"] = task_id
         return out
 
-    def send(self, op: Literal["stream", "send"], rpc_id: str, message: JSON) -> Request:
-        return self._request(op, rpc_id, {"message": message})
+    def send(self, op: Literal["stream", "send"], rpc_id: str, message: JSON, push: Push | None = None) -> Request:
+        params: JSON = {"message": message}
+        if push is not None:
+            params["configuration"] = self.push_configuration(push)
+        return self._request(op, rpc_id, params)
+
+    def push_configuration(self, push: Push) -> JSON:
+        """The send's ``configuration`` that registers ``push`` and does not block."""
+        return {"blocking": False, "pushNotificationConfig": {"url": push.url, "token": push.token}}
 
     def get(self, rpc_id: str, task_id: str) -> Request:
         return self._request("get", rpc_id, {"id": task_id})
@@ -344,6 +377,9 @@ class V1Dialect(Dialect):
     def headers(self) -> dict[str, str]:
         return {"A2A-Version": "1.0"}
 
+    def push_configuration(self, push: Push) -> JSON:
+        return {"returnImmediately": True, "taskPushNotificationConfig": {"url": push.url, "token": push.token}}
+
     def message(self, message: JSON, *, message_id: str, context_id: str | None, task_id: str | None) -> JSON:
         out: JSON = {
             "messageId": message_id,
@@ -405,6 +441,18 @@ class V1Dialect(Dialect):
             source_seq,
             tuple(m for m in map(_message_from_v1, self._history(result)) if m is not None),
         )
+
+
+def notification(agent: str, body: Any) -> Update:
+    """A push notification's body as an update, read by its shape: a v0.3 object names
+    its ``kind``; anything else is read as a v1.0 ``StreamResponse`` (or a bare Task).
+    :class:`AgentProtocolError` for what is neither."""
+    if not isinstance(body, dict):
+        raise AgentProtocolError(agent, "push", "notification is not a JSON object")
+    update = (Dialect(agent) if "kind" in body else V1Dialect(agent)).update(body)
+    if update is None:
+        raise AgentProtocolError(agent, "push", "notification names no update")
+    return update
 
 
 def for_agent(name: str, dialect: str, agent_code: str | None) -> Dialect:

@@ -11,6 +11,7 @@ the gateway, exactly one agent Task.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -20,11 +21,12 @@ from bridge.wire.schemas import validator
 from tests.support.services import Collected, Env, Tally, reassemble
 
 
-def sdk_task(env: Env, agent: str, task_id: str) -> dict[str, Any]:
-    """The a2a-sdk agent's own record of a Task (tasks/get or GetTask)."""
+def sdk_task(env: Env, agent: str, task_id: str, url: str | None = None) -> dict[str, Any]:
+    """An A2A agent's own record of a Task (tasks/get, or GetTask for a ``v1-`` agent) at
+    ``url``, by default the a2a-sdk writer's."""
     v1 = agent.startswith("v1-")
     doc = httpx.post(
-        f"{env.sdk}/agents/writer",
+        url or f"{env.sdk}/agents/writer",
         timeout=10,
         headers={"A2A-Version": "1.0"} if v1 else {},
         json={"jsonrpc": "2.0", "id": "truth", "method": "GetTask" if v1 else "tasks/get", "params": {"id": task_id}},
@@ -94,10 +96,11 @@ def check(
     got: Collected,
     gateway_tasks: list[dict[str, Any]],
     gateway_agents: set[str],
+    agent_urls: Mapping[str, str] | None = None,
 ) -> Verdict:
     """Judge ``got`` (the events topic as kcat read it) for ``starts``. ``gateway_tasks``
     is the gateway's ``/_control/tasks``; starts to ``gateway_agents`` ran there, the
-    rest on the a2a-sdk agents."""
+    rest on the A2A agent at ``agent_urls[agent]`` (by default the a2a-sdk writer)."""
     tasks = {t["id"]: t for t in gateway_tasks}
     by_key = got.by_task_key()
     v = validator("event")
@@ -113,7 +116,8 @@ def check(
         if len(task_ids) != 1:
             out.mismatched += 1
             continue
-        truth = tasks.get(task_id := task_ids.pop()) or sdk_task(env, start["agent"], task_id)
+        url = (agent_urls or {}).get(start["agent"])
+        truth = tasks.get(task_id := task_ids.pop()) or sdk_task(env, start["agent"], task_id, url)
         if reassemble(events) != {a["artifactId"]: a["parts"] for a in truth["artifacts"]}:
             out.mismatched += 1
             out.notes.append(

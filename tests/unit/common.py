@@ -55,4 +55,6 @@ def kept(record: TaskRecord) -> TaskRecord:
         agent_code=None,
         events_topic=None,
         snapshots_only=False,
+        push=False,
+        notified=[],
     )

@@ -72,12 +72,15 @@ records = st.builds(
     events_topic=maybe(ids),
     closed_at=maybe(st.floats(0, 4e9, allow_nan=False)),
     snapshots_only=st.booleans(),
+    push=st.booleans(),
+    notified=st.lists(st.text(alphabet="0123456789abcdef", min_size=24, max_size=24), max_size=64),
 )
 partition_records = st.builds(
     PartitionRecord,
     st.integers(0, 10_000),
     st.lists(st.integers(0, 2**62), max_size=10, unique=True).map(sorted),
     st.lists(ids, max_size=5),
+    maybe(st.integers(0, 2**62)),
     maybe(st.integers(0, 2**62)),
 )
 

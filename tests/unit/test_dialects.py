@@ -30,9 +30,11 @@ from bridge.errors import AgentError, AgentProtocolError, RpcError
 from bridge.wire.dialects import (
     Dialect,
     GatewayDialect,
+    Push,
     V1Dialect,
     for_agent,
     normalize_state,
+    notification,
     part_from_v1,
     part_to_v1,
     unwrap,
@@ -794,3 +796,100 @@ def test_gateway_drop_and_resubscribe_after_seq(cut: int) -> None:
     record, more = run(replay, record)
     _, straight = run(us)
     assert events + more == straight
+
+
+# -------------------------------------------------------------------- push --
+
+PUSH = Push("https://bridge.example/push/v1/a/0/aw/Yw", "tok-1")
+
+
+def test_a_v03_send_with_a_push_config_is_what_the_sdk_reads_as_one() -> None:
+    """Read back by a2a-sdk's own v0.3 model: the push config and a send that does not block."""
+    from a2a.compat.v0_3.types import MessageSendParams
+
+    d = Dialect("w")
+    req = d.send("send", "1", d.message(MSG, message_id="m", context_id=None, task_id=None), PUSH)
+    assert req.method == "message/send"
+    params = MessageSendParams.model_validate(req.body["params"])
+    assert params.configuration is not None and params.configuration.blocking is False
+    pushed = params.configuration.push_notification_config
+    assert pushed is not None and (pushed.url, pushed.token) == (PUSH.url, PUSH.token)
+
+
+def test_a_v10_send_with_a_push_config_is_what_the_sdk_reads_as_one() -> None:
+    """Parsed by a2a-sdk 1.3.0's own proto JSON rules (unknown fields refused)."""
+    from a2a.types.a2a_pb2 import SendMessageRequest
+    from google.protobuf.json_format import ParseDict  # type: ignore[import-untyped,unused-ignore]
+
+    d = V1Dialect("w")
+    req = d.send("send", "1", d.message(MSG, message_id="m", context_id=None, task_id=None), PUSH)
+    assert req.method == "SendMessage"
+    parsed = ParseDict(req.body["params"], SendMessageRequest())
+    assert parsed.configuration.return_immediately is True
+    pushed = parsed.configuration.task_push_notification_config
+    assert (pushed.url, pushed.token) == (PUSH.url, PUSH.token)
+
+
+def test_a_send_without_a_push_config_has_no_configuration_and_the_token_is_never_printed() -> None:
+    d = Dialect("w")
+    assert "configuration" not in d.send("send", "1", {"parts": []}).body["params"]
+    assert "tok-1" not in repr(PUSH)
+
+
+def sdk_body(event: Any) -> dict[str, Any]:
+    """What a2a-sdk's BasePushNotificationSender POSTs for ``event``."""
+    from a2a.utils.proto_utils import to_stream_response
+    from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped,unused-ignore]
+
+    body: dict[str, Any] = MessageToDict(to_stream_response(event))
+    return body
+
+
+def test_notifications_the_sdk_posts_read_as_updates_whatever_the_dialect() -> None:
+    from a2a.types.a2a_pb2 import (
+        Artifact,
+        Part,
+        Task,
+        TaskArtifactUpdateEvent,
+        TaskState,
+        TaskStatus,
+        TaskStatusUpdateEvent,
+    )
+
+    status = sdk_body(
+        TaskStatusUpdateEvent(
+            task_id="t-1", context_id="c", status=TaskStatus(state=TaskState.TASK_STATE_INPUT_REQUIRED)
+        )
+    )
+    u = notification("w", status)
+    assert isinstance(u, StatusUpdate) and (u.task_id, u.state) == ("t-1", "input-required")
+    chunk = sdk_body(
+        TaskArtifactUpdateEvent(
+            task_id="t-1",
+            context_id="c",
+            artifact=Artifact(artifact_id="a", parts=[Part(text="x")]),
+            append=True,
+            last_chunk=True,
+        )
+    )
+    a = notification("w", chunk)
+    assert isinstance(a, ArtifactUpdate)
+    assert (a.artifact_id, a.parts, a.append, a.last_chunk) == ("a", [{"kind": "text", "text": "x"}], True, True)
+    task = sdk_body(Task(id="t-1", context_id="c", status=TaskStatus(state=TaskState.TASK_STATE_COMPLETED)))
+    snap = notification("w", task)
+    assert isinstance(snap, TaskSnapshot) and snap.state == "completed"
+
+
+def test_v03_notifications_read_by_their_kind() -> None:
+    u = notification("w", {"kind": "status-update", "taskId": "t-1", "status": {"state": "working"}})
+    assert isinstance(u, StatusUpdate) and u.state == "working"
+    snap = notification("w", {"kind": "task", "id": "t-1", "status": {"state": "completed"}})
+    assert isinstance(snap, TaskSnapshot) and snap.state == "completed"
+
+
+@pytest.mark.parametrize(
+    "body", [[], "x", {}, {"kind": "nonsense"}, {"statusUpdate": "no"}, {"statusUpdate": {"status": {}}}]
+)
+def test_a_notification_that_is_no_update_is_a_protocol_error(body: Any) -> None:
+    with pytest.raises(AgentProtocolError):
+        notification("w", body)

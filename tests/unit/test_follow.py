@@ -11,6 +11,7 @@ from bridge.core.follow import (
     CLOSED,
     IDLE,
     POLLING,
+    PUSH,
     RESUBSCRIBING,
     SENDING,
     SNAPSHOTS,
@@ -37,6 +38,10 @@ modes = st.sampled_from(list(Mode))
         ([SENDING, IDLE], IDLE),  # a reply the agent refused: the Task stays paused
         ([RESUBSCRIBING, POLLING], POLLING),  # restored, the agent does not stream
         ([AUTH_WATCH, SNAPSHOTS], SNAPSHOTS),  # signed in, replay refused
+        ([SENDING, PUSH], PUSH),  # a send with a push config: the agent POSTs the rest
+        ([PUSH], PUSH),  # restored push-followed: reconciled, then pushes
+        ([SENDING, PUSH, IDLE, SENDING, PUSH], PUSH),  # paused, a reply, pushed again
+        ([SENDING, STREAMING, AUTH_WATCH, PUSH], PUSH),  # signed in: pushes again
     ],
 )
 def test_each_move_of_a_path_lands_in_its_mode(path: list[Mode], end: Mode) -> None:
@@ -62,6 +67,11 @@ def test_each_move_of_a_path_lands_in_its_mode(path: list[Mode], end: Mode) -> N
         (RESUBSCRIBING, AUTH_WATCH),
         (CLOSED, SENDING),
         (CLOSED, IDLE),
+        (PUSH, RESUBSCRIBING),  # pushes hold no stream that could drop
+        (PUSH, POLLING),
+        (PUSH, PUSH),
+        (STREAMING, PUSH),  # a streamed Task is pushed only after a new send
+        (RESUBSCRIBING, PUSH),
     ],
 )
 def test_a_move_the_table_does_not_allow_is_refused_and_changes_nothing(source: Mode, target: Mode) -> None:
@@ -137,3 +147,20 @@ def test_resumed_is_set_by_the_first_resubscribe_and_kept() -> None:
 )
 def test_what_follows_a_task_nothing_follows(closed: bool, state: str | None, mode: Mode) -> None:
     assert next_mode(closed, state) is mode
+
+
+@pytest.mark.parametrize(
+    ("closed", "state", "mode"),
+    [
+        (False, "working", PUSH),
+        (False, None, PUSH),
+        (False, "some-new-state", PUSH),
+        (False, "input-required", IDLE),  # paused: a reply sends again (with the push config)
+        (False, "auth-required", AUTH_WATCH),
+        (True, "completed", CLOSED),
+    ],
+)
+def test_a_live_push_followed_task_nothing_follows_is_pushed_not_resubscribed(
+    closed: bool, state: str | None, mode: Mode
+) -> None:
+    assert next_mode(closed, state, push=True) is mode

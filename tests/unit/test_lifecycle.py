@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from bridge.core.artifacts import unsplit
 from bridge.core.lifecycle import (
     COMMAND_MEMORY,
+    NOTIFICATION_MEMORY,
     PAUSED_STATES,
     TERMINAL_STATES,
     ArtifactUpdate,
@@ -31,9 +32,11 @@ from bridge.core.lifecycle import (
     TaskRecord,
     TaskSnapshot,
     Update,
+    artifact_key,
     command_digest,
     is_terminal,
     new_task,
+    notification_result,
     roll,
 )
 from bridge.wire import checkpoints
@@ -817,3 +820,73 @@ def test_task_record_is_what_the_checkpoint_holds() -> None:
     names = {f.name for f in dataclasses.fields(TaskRecord)}
     restored = checkpoints.decode(checkpoints.encode(fresh()))
     assert {f.name for f in dataclasses.fields(restored)} == names
+
+
+# ------------------------------------------------------------ notifications --
+
+
+def pushed_task() -> TaskRecord:
+    r = new_task("k", "w", "c-1", deadline=None, metadata=None)
+    r.push = True
+    return r
+
+
+def pushed_chunk(text: str, append: bool = True, last: bool = False) -> ArtifactUpdate:
+    return ArtifactUpdate("t-1", "ctx", "a", None, [{"kind": "text", "text": text}], append=append, last_chunk=last)
+
+
+def body_of(u: Update) -> dict[str, Any]:
+    """A stand-in for the JSON the agent POSTed for ``u`` (its digest is what counts)."""
+    return orjson.loads(orjson.dumps(dataclasses.asdict(u)))  # type: ignore[no-any-return]
+
+
+def test_an_appended_chunk_notified_twice_is_published_once() -> None:
+    r = pushed_task()
+    first = pushed_chunk("x", append=False)
+    assert [e.kind for e in r.apply_notification(first, body_of(first)) if isinstance(e, Event)] == ["artifact"]
+    second = pushed_chunk("y")
+    out = r.apply_notification(second, body_of(second))
+    assert [e.seq for e in out if isinstance(e, Event)] == [2]
+    again = r.apply_notification(second, body_of(second))
+    assert again == [Dropped("duplicate")]
+    assert r.artifacts[artifact_key("a")].parts == 2
+    assert notification_result(again) == "duplicate" and notification_result(out) == "applied"
+
+
+def test_a_notification_after_the_end_is_dropped_and_one_of_another_task_is_not_remembered() -> None:
+    r = pushed_task()
+    working = StatusUpdate("t-1", "ctx", "working")
+    r.apply_notification(working, body_of(working))
+    foreign = StatusUpdate("t-2", "ctx", "completed")
+    out = r.apply_notification(foreign, body_of(foreign))
+    assert out == [Dropped("foreign-task")] and notification_result(out) == "ignored-unknown-task"
+    assert len(r.notified) == 1
+    done = StatusUpdate("t-1", "ctx", "completed")
+    assert notification_result(r.apply_notification(done, body_of(done))) == "applied"
+    late = StatusUpdate("t-1", "ctx", "working", {"parts": [], "messageId": "late"})
+    out = r.apply_notification(late, body_of(late))
+    assert out == [Dropped("after-terminal")] and notification_result(out) == "ignored-closed"
+
+
+def test_a_notification_repeating_what_a_snapshot_published_is_a_duplicate() -> None:
+    """The lifecycle's own dedupe holds for notifications as for stream events."""
+    r = pushed_task()
+    r.apply(
+        TaskSnapshot(
+            "t-1", "ctx", "working", artifacts=({"artifactId": "a", "parts": [{"kind": "text", "text": "x"}]},)
+        )
+    )
+    status = StatusUpdate("t-1", "ctx", "working")
+    assert notification_result(r.apply_notification(status, body_of(status))) == "duplicate"
+
+
+def test_notified_digests_are_bounded_and_survive_a_checkpoint() -> None:
+    r = pushed_task()
+    for i in range(NOTIFICATION_MEMORY + 5):
+        u = pushed_chunk(str(i), append=i > 0)
+        r.apply_notification(u, body_of(u))
+    assert len(r.notified) == NOTIFICATION_MEMORY
+    restored = checkpoints.decode(checkpoints.encode(r))
+    assert restored.push and restored.notified == r.notified
+    last = pushed_chunk(str(NOTIFICATION_MEMORY + 4))
+    assert restored.apply_notification(last, body_of(last)) == [Dropped("duplicate")]

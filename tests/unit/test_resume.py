@@ -8,7 +8,17 @@ from hypothesis import strategies as st
 
 from bridge.core.backoff import Backoff
 from bridge.core.lifecycle import StatusUpdate, TaskSnapshot
-from bridge.core.resume import FAILED_RESUBSCRIBES, Lost, Poll, Publish, Resume, Retry, Snapshots, reconcile_first
+from bridge.core.resume import (
+    FAILED_RESUBSCRIBES,
+    Backstop,
+    Lost,
+    Poll,
+    Publish,
+    Resume,
+    Retry,
+    Snapshots,
+    reconcile_first,
+)
 from bridge.errors import AgentError, AgentUnavailable, RpcError
 
 BUDGET = 60.0
@@ -207,6 +217,49 @@ def test_polls_failing_for_longer_than_the_budget_lose_the_task_and_an_answer_re
     p.answered(changed=False)
     assert p.failed(down(), now=170.0) == Retry()  # counted from the first failure after the answer
     assert p.failed(down(), now=230.5) == Lost("tasks/get kept failing")
+
+
+# ---------------------------------------------------------------- backstop --
+
+
+def backstop(reconcile: bool = False) -> Backstop:
+    return Backstop(base=300.0, budget=BUDGET, reconcile=reconcile, backoff=RETRY)
+
+
+def test_a_backstop_polls_rarely_with_jitter() -> None:
+    b = backstop()
+    assert b.wait(lambda: 0.0) == pytest.approx(225.0)
+    assert b.wait(lambda: 1.0 - 1e-12) == pytest.approx(375.0)
+    assert b.wait(lambda: 0.5) == pytest.approx(300.0)
+
+
+def test_a_reconcile_asks_at_once_and_then_only_as_a_backstop() -> None:
+    b = backstop(reconcile=True)
+    assert b.wait(lambda: 0.5) == 0.0
+    assert b.wait(lambda: 0.5) == pytest.approx(300.0)
+
+
+def test_a_failed_backstop_is_retried_soon_and_an_answer_goes_back_to_the_slow_pace() -> None:
+    b = backstop()
+    assert b.failed(down(), now=0.0) == Retry()
+    assert b.wait(lambda: 1.0 - 1e-12) == pytest.approx(0.2)
+    assert b.failed(down(), now=1.0) == Retry()
+    assert b.wait(lambda: 1.0 - 1e-12) == pytest.approx(0.4)
+    b.answered()
+    assert b.wait(lambda: 0.5) == pytest.approx(300.0)
+
+
+def test_a_push_followed_task_the_agent_no_longer_knows_is_lost_at_once() -> None:
+    assert backstop().failed(not_found(), now=0.0) == Lost("tasks/get: JSON-RPC -32001")
+
+
+def test_a_backstop_failing_past_the_budget_loses_the_task_unless_a_notification_came() -> None:
+    b = backstop()
+    assert b.failed(down(), now=100.0) == Retry()
+    b.notified()  # the agent still pushes: observable
+    assert b.wait(lambda: 0.5) == pytest.approx(300.0)
+    assert b.failed(down(), now=170.0) == Retry()
+    assert b.failed(down(), now=230.5) == Lost("tasks/get kept failing")
 
 
 # --------------------------------------------------------------- reconcile --

@@ -39,7 +39,7 @@ from bridge.core.lifecycle import (
 from bridge.engine import runner as runner_module
 from bridge.engine.runner import TaskRunner
 from bridge.errors import AgentOversize
-from bridge.wire.dialects import Dialect, GatewayDialect, Request
+from bridge.wire.dialects import Dialect, GatewayDialect, Push, Request
 from tests.factories import consumer_record
 
 AGENT = AgentConfig(name="gw", url="http://agent.invalid/a2a", dialect="gateway", agent_code="writer")
@@ -69,6 +69,9 @@ class FakeClient:
     async def streaming(self) -> bool:
         return True
 
+    async def pushes(self) -> bool:
+        return False
+
     async def stream(self, req: Request, trace: str | None = None) -> AsyncIterator[Update]:
         self.script.requests.append(req)
         q = self.script.streams[len(self.script.requests) - 1]
@@ -97,6 +100,10 @@ class FakePartition:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     # The agent's client, when the test scripts more than its streams.
     agent: FakeClient | None = None
+    # Agents configured with push = true.
+    push_agents: frozenset[str] = frozenset()
+    # Set when the notifications read at the open are applied (see notifications_read).
+    notes_read: asyncio.Event = field(default_factory=asyncio.Event)
 
     def publish(self, record: TaskRecord, results: list[Event | Dropped]) -> None:
         self.events += [{"seq": e.seq, "kind": e.kind, **e.body} for e in results if isinstance(e, Event)]
@@ -137,6 +144,15 @@ class FakePartition:
 
     def artifact_cap(self, agent: str) -> int:
         return 1_000_000
+
+    def push_agent(self, agent: str) -> bool:
+        return agent in self.push_agents
+
+    def push_config(self, record: TaskRecord) -> Push:
+        return Push(f"https://bridge.invalid/push/{record.task_key}", "tok")
+
+    async def notifications_read(self) -> None:
+        await self.notes_read.wait()
 
 
 MESSAGE = {"role": "user", "parts": [{"kind": "text", "text": "hi"}]}

@@ -466,3 +466,56 @@ async def test_closing_what_was_left_open_that_fails_fails_the_open() -> None:
         await t.close_left_open([("cps", 2)], commit=True)
     fake.mock.commit_transaction.assert_not_called()
     fake.mock.abort_transaction.assert_awaited()
+
+
+async def notified_txn(fake: Fake, notified: Callable[[], int | None]) -> PartitionTransactions:
+    t = PartitionTransactions(
+        CONFIG, 2, lambda: POS, lambda: RecordLimits(1_000_000), make_producer=fake.make, notified=notified
+    )
+    await t.start()
+    return t
+
+
+async def test_a_notifications_offset_commits_with_the_commands_offset_in_one_call() -> None:
+    """Push: the events a notification caused and its offset land together (one
+    send_offsets_to_transaction naming both topics' partition of this number)."""
+    fake = Fake()
+    t = await notified_txn(fake, lambda: 12)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    await t.commit()
+    offsets = [args for name, args in fake.calls() if name == "send_offsets_to_transaction"]
+    notes = TopicPartition(CONFIG.kafka.notifications_topic, 2)
+    assert offsets == [({TopicPartition("cmds", 2): OffsetAndMetadata(7, ""), notes: OffsetAndMetadata(12, "")}, "g")]
+    names = [n for n, _ in fake.calls()]
+    assert names.index("send_offsets_to_transaction") < names.index("commit_transaction")
+    # The partition record carries it too: a restore reads notifications from there.
+    partition = [v for topic, _, k, v in fake.sends() if topic == "cps" and k == checkpoints.PARTITION_KEY]
+    assert partition and checkpoints.PartitionRecord.decode(partition[-1] or b"").notifications_offset == 12
+
+
+async def test_a_moved_notifications_offset_alone_is_a_transaction_and_an_unmoved_one_is_not_sent() -> None:
+    fake = Fake()
+    notified: list[int | None] = [None]
+    t = await notified_txn(fake, lambda: notified[0])
+    await t.commit()
+    fake.mock.reset_mock()
+    notified[0] = 5  # a notification for an unknown Task: no event, still its offset
+    assert await t.commit() == 1  # the partition record
+    notes = TopicPartition(CONFIG.kafka.notifications_topic, 2)
+    assert ("send_offsets_to_transaction", ({notes: OffsetAndMetadata(5, "")}, "g")) in fake.calls()
+    fake.mock.reset_mock()
+    assert await t.commit() == 0
+    assert fake.calls() == []
+
+
+async def test_a_notifications_offset_of_an_aborted_transaction_goes_into_the_next_one() -> None:
+    fake = Fake(fail={b"e1": MessageSizeTooLargeError()})
+    t = await notified_txn(fake, lambda: 9)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    with pytest.raises(TransactionFailed):
+        await t.commit()
+    fake.mock.reset_mock()
+    fake.fail.clear()
+    await t.commit()
+    offsets = [args[0] for name, args in fake.calls() if name == "send_offsets_to_transaction"]
+    assert offsets and offsets[0][TopicPartition(CONFIG.kafka.notifications_topic, 2)] == OffsetAndMetadata(9, "")

@@ -1,0 +1,197 @@
+"""A push-followed Task's runner (bridge.engine.runner, follow mode ``push``) with the
+recording fake partition of test_runner: no Kafka, no HTTP.
+
+What a user relies on: a start to an agent that pushes is sent once, without a
+stream, carrying the Task's push config; each notification is applied through the
+lifecycle once; a restored Task is reconciled with ``tasks/get`` only after the
+notifications read at the open; an agent that does not push is followed as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from bridge.config.model import AgentConfig
+from bridge.core.commands import Command
+from bridge.core.follow import IDLE, PUSH, STREAMING
+from bridge.core.lifecycle import TaskRecord, TaskSnapshot, new_task
+from bridge.engine.runner import TaskRunner
+from bridge.wire.dialects import Dialect, Request
+from tests.factories import consumer_record
+from tests.unit.test_runner import MESSAGE, FakeClient, FakePartition, Script, status, until
+
+AGENT = AgentConfig(name="sdk", url="http://agent.invalid/agents/writer", push=True)
+
+
+class PushClient(FakeClient):
+    """An a2a-0.3 agent whose card says pushNotifications: sends are answered from
+    ``answers`` (a queue, so a test decides when), tasks/get from ``snapshots``."""
+
+    def __init__(self, script: Script, *, pushes: bool = True) -> None:
+        super().__init__(script)
+        self.name, self.config = AGENT.name, AGENT
+        self.dialect = Dialect("sdk")
+        self._pushes = pushes
+        self.answers: asyncio.Queue[TaskSnapshot] = asyncio.Queue()
+        self.snapshots: asyncio.Queue[TaskSnapshot] = asyncio.Queue()
+        self.sent: list[Request] = []
+
+    async def pushes(self) -> bool:
+        return self._pushes
+
+    async def task(self, req: Request, trace: str | None = None) -> TaskSnapshot:
+        self.sent.append(req)
+        if req.op == "send":
+            return await self.answers.get()
+        return await self.snapshots.get()
+
+
+def snapshot(state: str, *parts: str) -> TaskSnapshot:
+    arts = ({"artifactId": "a", "parts": [{"kind": "text", "text": p} for p in parts]},) if parts else ()
+    return TaskSnapshot("t-1", "ctx", state, artifacts=arts)
+
+
+def sdk_chunk(text: str, append: bool = True, last: bool = False) -> dict[str, Any]:
+    """A body as a2a-sdk POSTs it (StreamResponse JSON)."""
+    artifact = {"artifactId": "a", "parts": [{"text": text}]}
+    return {
+        "artifactUpdate": {
+            "taskId": "t-1",
+            "contextId": "ctx",
+            "artifact": artifact,
+            "append": append,
+            "lastChunk": last,
+        }
+    }
+
+
+def sdk_status(state: str) -> dict[str, Any]:
+    return {"statusUpdate": {"taskId": "t-1", "contextId": "ctx", "status": {"state": state}}}
+
+
+def push_part(script: Script, client: PushClient) -> FakePartition:
+    return FakePartition(script, agent=client, push_agents=frozenset({AGENT.name}))
+
+
+def start_cmd(offset: int = 1) -> tuple[Command, Any]:
+    return Command("start", "c-start", "k", agent=AGENT.name, message=MESSAGE), consumer_record(offset=offset)
+
+
+async def sent_start() -> tuple[TaskRunner, FakePartition, PushClient]:
+    """A runner whose start went to a push agent, not answered yet."""
+    script = Script()
+    client = PushClient(script)
+    part = push_part(script, client)
+    runner = TaskRunner(part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
+    runner.launch(start_cmd())
+    await until(lambda: bool(client.sent), "the start is sent")
+    return runner, part, client
+
+
+async def pushed_runner() -> tuple[TaskRunner, FakePartition, PushClient]:
+    runner, part, client = await sent_start()
+    await client.answers.put(snapshot("submitted"))
+    await until(lambda: runner.follow.mode is PUSH, "the Task is followed by push")
+    return runner, part, client
+
+
+async def test_a_start_to_an_agent_that_pushes_is_one_send_with_its_push_config_and_no_stream() -> None:
+    runner, part, client = await pushed_runner()
+    [send] = client.sent
+    assert send.method == "message/send"
+    config = send.body["params"]["configuration"]
+    assert config == {
+        "blocking": False,
+        "pushNotificationConfig": {"url": "https://bridge.invalid/push/k", "token": "tok"},
+    }
+    assert client.script.requests == []  # no stream was opened
+    assert runner.record.push and part.absorbed == [(1, "c-start")]
+    assert [e["state"] for e in part.events] == ["submitted"]
+    await runner.stop()
+
+
+async def test_each_notification_is_applied_once_and_the_last_ends_the_task() -> None:
+    runner, part, _ = await pushed_runner()
+    assert runner.notified(sdk_status("working")) == "applied"
+    assert runner.notified(sdk_chunk("x", append=False)) == "applied"
+    assert runner.notified(sdk_chunk("y", last=True)) == "applied"
+    assert runner.notified(sdk_chunk("y", last=True)) == "duplicate"  # the agent delivered it again
+    assert runner.notified({"statusUpdate": "?"}) == "unreadable"
+    assert runner.notified(sdk_status("completed")) == "applied"
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert runner.notified(sdk_status("working")) == "ignored-closed"
+    arts = [e["artifact"]["parts"][0]["text"] for e in part.events if e["kind"] == "artifact"]
+    assert arts == ["x", "y"]
+    assert [e["seq"] for e in part.events] == list(range(1, len(part.events) + 1))
+    assert part.events[-1]["state"] == "completed"
+
+
+async def test_the_answer_is_not_applied_after_a_notification_that_got_there_first() -> None:
+    runner, part, client = await sent_start()
+    assert runner.notified(sdk_status("working")) == "applied"  # before the agent's answer
+    await client.answers.put(snapshot("submitted"))
+    await until(lambda: part.absorbed == [(1, "c-start")], "the start is absorbed with the answer")
+    assert [e["state"] for e in part.events] == ["working"]  # not back to submitted
+    await runner.stop()
+
+
+async def restored(client: PushClient, part: FakePartition) -> TaskRunner:
+    record = TaskRecord("k", AGENT.name, task_id="t-1", context_id="ctx", state="working", seq=1, push=True)
+    record.start_command_id = "c-start"
+    runner = TaskRunner(part, record)
+    runner.launch(None)
+    return runner
+
+
+async def test_a_restored_task_is_reconciled_after_the_notifications_read_at_the_open() -> None:
+    script = Script()
+    client = PushClient(script)
+    part = push_part(script, client)
+    runner = await restored(client, part)
+    await until(lambda: runner.follow.mode is PUSH, "the restored Task is followed by push")
+    assert runner.notified(sdk_chunk("x", append=False)) == "applied"  # the backlog, before the reconcile
+    await asyncio.sleep(0.05)
+    assert client.sent == []  # no tasks/get while the open's notifications are read
+    part.notes_read.set()
+    await until(lambda: len(client.sent) == 1, "the reconcile asks tasks/get")
+    assert client.sent[0].method == "tasks/get"
+    await client.snapshots.put(snapshot("completed", "x", "y"))
+    await asyncio.wait_for(part.done.wait(), 2)
+    # The snapshot publishes only what the notifications had not: the tail, then the end.
+    arts = [
+        (e["artifact"]["append"], [p["text"] for p in e["artifact"]["parts"]])
+        for e in part.events
+        if e["kind"] == "artifact"
+    ]
+    assert arts == [(False, ["x"]), (True, ["y"])]
+    assert part.events[-1]["state"] == "completed"
+
+
+async def test_a_reply_to_a_paused_push_task_is_sent_with_the_push_config_too() -> None:
+    runner, part, client = await pushed_runner()
+    runner.notified(sdk_status("input-required"))
+    await until(lambda: runner.follow.mode is IDLE, "the paused Task waits for a reply")
+    runner.deliver(Command("reply", "r-1", "k", message=MESSAGE), consumer_record(offset=2))
+    await until(lambda: len(client.sent) == 2, "the reply is sent")
+    reply = client.sent[1]
+    assert reply.method == "message/send" and "pushNotificationConfig" in reply.body["params"]["configuration"]
+    await client.answers.put(snapshot("working"))
+    await until(lambda: runner.follow.mode is PUSH and (2, "r-1") in part.absorbed, "the reply's answer")
+    assert client.script.requests == []
+    await runner.stop()
+
+
+async def test_an_agent_whose_card_does_not_push_is_streamed_as_before() -> None:
+    script = Script()
+    client = PushClient(script, pushes=False)
+    part = push_part(script, client)
+    record = new_task("k", AGENT.name, "c-start", deadline=None, metadata=None)
+    runner = TaskRunner(part, record)
+    stream = script.next_stream()
+    runner.launch(start_cmd())
+    await stream.put(status("working", 1))
+    await until(lambda: runner.follow.mode is STREAMING, "the start streams")
+    assert script.requests[0].method == "message/stream" and "configuration" not in script.requests[0].body["params"]
+    assert not record.push and client.sent == []
+    await runner.stop()
