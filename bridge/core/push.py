@@ -31,6 +31,17 @@ _B64U = re.compile(r"[A-Za-z0-9_-]+")
 # A Kafka partition number fits an int32.
 MAX_PARTITION = 2**31 - 1
 
+# Room beside the body in a notification record and its batch: the key (a taskKey of
+# up to 256 characters) and the headers.
+RECORD_OVERHEAD_BYTES = 16 * 1024
+
+
+def record_bytes(max_body_bytes: int) -> int:
+    """The largest notification record: what the notifications topic's
+    ``max.message.bytes`` and the webhook producer's request size must take."""
+    return max_body_bytes + RECORD_OVERHEAD_BYTES
+
+
 # Why the webhook refused a request (bridge_push_notifications_refused_total{reason});
 # a refused request is never produced.
 Refusal = Literal[

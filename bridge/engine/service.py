@@ -88,6 +88,7 @@ from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, check_kafka, co_pa
 from bridge.kafka.transaction import ProducerLoop, TransactionFailed, error_names
 from bridge.observe import metrics
 from bridge.observe.http import OpsServer
+from bridge.push.webhook import Webhook
 
 log = logging.getLogger(__name__)
 
@@ -585,11 +586,9 @@ class Service:
             settle_heap()
             keep_freed_memory()
             watch = asyncio.create_task(self._watch(), name="watch")
-            webhook: Any = None
+            webhook: Webhook | None = None
             try:
                 if self._push:
-                    from bridge.push.webhook import Webhook  # type: ignore[import-untyped,unused-ignore]  # lands with ingress
-
                     webhook = Webhook(cfg)
                     await webhook.start()
                     log.info("push notification webhook on :%d", webhook.port)
@@ -692,7 +691,11 @@ class Service:
                 async with topics.kafka_errors(cfg):
                     self._topic_partitions = await topics.ensure(cfg, create=False)
                     if self._push:
-                        co_partitioned(cfg, self._topic_partitions)
+                        notes = cfg.kafka.notifications_topic
+                        if notes not in self._topic_partitions:
+                            found = await topics.partitions(cfg, [notes])
+                            self._topic_partitions[notes] = len(found) if found else 0
+                        co_partitioned(cfg, {k: v for k, v in self._topic_partitions.items() if v})
                     self.limits = await topics.record_limits(cfg)
                     consumer = AIOKafkaConsumer(
                         group_id=cfg.kafka.group_id,

@@ -2,7 +2,9 @@
 
 Checkpoints must have exactly as many partitions as commands: a Task's
 checkpoint lives in the partition with its commands' number, so a mismatch
-would restore the wrong Tasks. The bridge refuses to run on one.
+would restore the wrong Tasks. So must notifications, when an agent pushes: a
+Task's notifications go to the partition number of its commands, whose owner
+applies them. The bridge refuses to run on a mismatch.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExists
 
 from bridge.config.model import Config
 from bridge.core.limits import MIN_RECORD_BYTES, RecordLimits, min_insync_replicas
+from bridge.core.push import record_bytes
 from bridge.errors import KafkaUnreachable, StartupError
 from bridge.kafka.auth import client_options
 
@@ -50,7 +53,17 @@ def wanted(config: Config) -> dict[str, dict[str, str]]:
         out[t] = durable
     for t in config.all_dlq_topics():
         out[t] = durable
+    if config.push_agents():
+        # A notification is the agent's body as it came, up to push.max_body_bytes.
+        size = {"max.message.bytes": str(record_bytes(config.push.max_body_bytes))}
+        out[k.notifications_topic] = {**durable, **size}
     return out
+
+
+def co_partitioned(config: Config) -> list[str]:
+    """The topics that must have as many partitions as the commands topic."""
+    k = config.kafka
+    return [k.checkpoints_topic, *([k.notifications_topic] if config.push_agents() else [])]
 
 
 async def _partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int]:
@@ -87,10 +100,11 @@ async def ensure(config: Config, *, create: bool) -> dict[str, int]:
         missing = [t for t in topics if t not in counts]
         if missing and create:
             commands = counts.get(config.kafka.commands_topic, config.kafka.partitions)
+            paired = co_partitioned(config)
             new = [
                 NewTopic(
                     t,
-                    commands if t == config.kafka.checkpoints_topic else config.kafka.partitions,
+                    commands if t in paired else config.kafka.partitions,
                     config.kafka.replication_factor,
                     topic_configs=topics[t],
                 )
@@ -106,12 +120,14 @@ async def ensure(config: Config, *, create: bool) -> dict[str, int]:
         missing = [t for t in topics if t not in counts]
         if missing:
             raise StartupError(f"topics missing: {missing}; create them with `bridge topics`")
-        c, p = counts[config.kafka.commands_topic], counts[config.kafka.checkpoints_topic]
-        if c != p:
-            raise StartupError(
-                f"checkpoints topic {config.kafka.checkpoints_topic!r} has {p} partitions but commands topic "
-                f"{config.kafka.commands_topic!r} has {c}: they must be co-partitioned (same count)"
-            )
+        c = counts[config.kafka.commands_topic]
+        for topic in co_partitioned(config):
+            if counts[topic] != c:
+                role = "checkpoints" if topic == config.kafka.checkpoints_topic else "notifications"
+                raise StartupError(
+                    f"{role} topic {topic!r} has {counts[topic]} partitions but commands topic "
+                    f"{config.kafka.commands_topic!r} has {c}: they must be co-partitioned (same count)"
+                )
         return counts
     finally:
         await admin.close()

@@ -21,16 +21,13 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
 from bridge.config.model import Config
-from bridge.core.push import Route
+from bridge.core.push import Route, record_bytes
 from bridge.errors import KafkaUnreachable
 from bridge.kafka.auth import client_options
 from bridge.wire import notifications
 
 log = logging.getLogger(__name__)
 
-# Room for the key (a taskKey of up to 256 characters) and the headers beside the body
-# in one produce request.
-RECORD_OVERHEAD_BYTES = 16 * 1024
 # How long a known partition count is trusted before it is asked again (topics grow).
 PARTITIONS_MAX_AGE_SECONDS = 60.0
 
@@ -51,7 +48,7 @@ class Relay:
         self._partitions: tuple[int, float] | None = None  # (count, when it was read)
 
     def _new_producer(self) -> Any:
-        request = max(self.config.kafka.max_request_size, self.config.push.max_body_bytes + RECORD_OVERHEAD_BYTES)
+        request = max(self.config.kafka.max_request_size, record_bytes(self.config.push.max_body_bytes))
         return AIOKafkaProducer(
             acks="all", enable_idempotence=True, max_request_size=request, **client_options(self.config.kafka)
         )

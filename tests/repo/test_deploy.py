@@ -24,6 +24,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from bridge.cli import parser as cli_parser
 from bridge.config import model as config_mod
+from bridge.core.push import record_bytes
 from bridge.kafka import topics, transaction
 from bridge.observe import metrics
 from tests.support import ROOT
@@ -186,7 +187,7 @@ def test_kustomize_build_base() -> None:
     built = kustomize_build(BASE)
     kinds = sorted(d["kind"] for d in built)
     # Only core Kubernetes kinds: the base applies on a cluster without the Prometheus Operator.
-    assert kinds == sorted(["ConfigMap", "Deployment", "PodDisruptionBudget", "Service", "ServiceAccount"])
+    assert kinds == sorted(["ConfigMap", "Deployment", "PodDisruptionBudget", "Service", "Service", "ServiceAccount"])
     (cm,) = [d for d in built if d["kind"] == "ConfigMap"]
     (dep,) = [d for d in built if d["kind"] == "Deployment"]
     assert cm["data"]["bridge.toml"] == config_file().read_text()
@@ -207,7 +208,7 @@ def test_kustomize_build_keda(cfg: config_mod.Config) -> None:
 
 def test_kustomize_build_strimzi() -> None:
     kinds = sorted(d["kind"] for d in kustomize_build(DEPLOY / "strimzi"))
-    assert kinds == ["KafkaTopic"] * 4 + ["KafkaUser"]
+    assert kinds == ["KafkaTopic"] * 5 + ["KafkaUser"]
 
 
 # ---------------------------------------------------------------- workload --
@@ -259,7 +260,7 @@ def test_probes_hit_the_ops_server(cfg: config_mod.Config) -> None:
 
 def test_service_and_servicemonitor_scrape_metrics(cfg: config_mod.Config) -> None:
     pod_labels = deployment()["spec"]["template"]["metadata"]["labels"]
-    svc = one(BASE, "Service")
+    svc = one(BASE, "Service", "a2a-kafka-bridge")
     assert svc["spec"]["selector"].items() <= pod_labels.items()
     (port,) = svc["spec"]["ports"]
     assert port_number(container(), port["targetPort"]) == cfg.bridge.http_port
@@ -274,6 +275,38 @@ def test_service_and_servicemonitor_scrape_metrics(cfg: config_mod.Config) -> No
     pdb = one(BASE, "PodDisruptionBudget")
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     assert deployment()["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+
+
+def test_the_push_webhook_is_served_on_its_own_port(cfg: config_mod.Config) -> None:
+    c = container()
+    assert port_number(c, "push") == cfg.push.listen_port != cfg.bridge.http_port
+    svc = one(BASE, "Service", "a2a-kafka-bridge-push")
+    assert svc["spec"]["selector"].items() <= deployment()["spec"]["template"]["metadata"]["labels"].items()
+    (port,) = svc["spec"]["ports"]
+    assert port["targetPort"] == "push"
+    # base_url names this Service, on its port, over TLS (the server certificate is configured).
+    assert cfg.push.base_url == f"https://{svc['metadata']['name']}.bridge.svc:{port['port']}"
+    assert cfg.push.tls_cert_file and cfg.push.tls_key_file
+
+
+def test_only_agents_reach_the_push_webhook() -> None:
+    policy = one(DEPLOY / "networkpolicy", "NetworkPolicy")
+    assert (
+        policy["spec"]["podSelector"]["matchLabels"].items() <= deployment()["spec"]["selector"]["matchLabels"].items()
+    )
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    rules = policy["spec"]["ingress"]
+    by_port = {p["port"]: r["from"] for r in rules for p in r["ports"]}
+    assert set(by_port) == {"push", "http"}, "nothing else is open"
+    assert all("ipBlock" not in peer for peers in by_port.values() for peer in peers)
+    assert by_port["push"] == [{"namespaceSelector": {"matchLabels": {"a2a.example/push-agents": "true"}}}]
+    assert kustomization(DEPLOY / "networkpolicy")["kind"] == "Component"
+
+
+def test_kustomize_build_with_the_networkpolicy(tmp_path: Path) -> None:
+    built = overlay(tmp_path, readme_block("<!-- overlay: networkpolicy -->"))
+    kinds = {d["kind"] for d in built}
+    assert {"Deployment", "NetworkPolicy"} <= kinds
 
 
 def test_grace_period_exceeds_the_drain_budget(cfg: config_mod.Config) -> None:
@@ -338,6 +371,9 @@ def secret_paths(cfg: config_mod.Config) -> dict[str, str]:
     """Config key -> the file path it names."""
     paths = {"kafka.sasl_password_file": cfg.kafka.sasl_password_file, "kafka.ssl_cafile": cfg.kafka.ssl_cafile}
     paths |= {f"agents.{a.name}.token_file": a.token_file for a in cfg.agents.values()}
+    p = cfg.push
+    paths |= {"push.token_secret_file": p.token_secret_file, "push.tls_cert_file": p.tls_cert_file}
+    paths |= {"push.tls_key_file": p.tls_key_file}
     return {k: v for k, v in paths.items() if v}
 
 
@@ -376,6 +412,7 @@ def test_secrets_are_read_only_when_used(cfg: config_mod.Config, tmp_path: Path)
     for agent in local_cfg.agents.values():
         token = agent.token()
         assert token is not None and token.get() == expected[f"agents.{agent.name}.token_file"]
+    assert local_cfg.push.token_key() == expected["push.token_secret_file"].encode()
 
 
 # -------------------------------------------------------------------- Kafka --
@@ -391,6 +428,14 @@ def test_strimzi_topics_match_the_config(cfg: config_mod.Config) -> None:
         # The configs the bridge itself would create the topic with (bridge/kafka/topics.py).
         for key, value in topics.wanted(cfg)[name].items():
             assert str(topic["spec"].get("config", {}).get(key)) == value, f"{name}: {key}"
+
+
+def test_notifications_are_co_partitioned_and_take_a_whole_body(cfg: config_mod.Config) -> None:
+    assert cfg.push_agents(), "the example configures an agent that pushes"
+    found = strimzi_topics()
+    notifications = found[cfg.kafka.notifications_topic]
+    assert notifications["spec"]["partitions"] == found[cfg.kafka.commands_topic]["spec"]["partitions"]
+    assert int(notifications["spec"]["config"]["max.message.bytes"]) >= record_bytes(cfg.push.max_body_bytes)
 
 
 def test_checkpoints_are_co_partitioned_and_compacted(cfg: config_mod.Config) -> None:
@@ -429,6 +474,9 @@ def test_kafkauser_acls(cfg: config_mod.Config) -> None:
     for t in [*cfg.all_events_topics(), *cfg.all_dlq_topics(), k.checkpoints_topic]:
         assert {"Write", "Describe"} <= allowed(acls, "topic", t), t
     assert {"Read"} <= allowed(acls, "topic", k.checkpoints_topic), "restore reads checkpoints back"
+    if cfg.push_agents():
+        ops = allowed(acls, "topic", k.notifications_topic)
+        assert {"Read", "Write", "Describe"} <= ops, "webhooks write notifications, owners read them"
     for t in topics.wanted(cfg):
         assert "Describe" in allowed(acls, "topic", t), f"{t}: the start-up topic check describes it"
     # The transactional ids: one prefix ACL "<prefix>-" covering the id of every partition.

@@ -6,6 +6,7 @@ Kafka away the answer is 503 and a retry after it returns is stored."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import ssl
 import time
@@ -19,6 +20,8 @@ import jwt
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from cryptography.hazmat.primitives.asymmetric import ec
 from jwt.algorithms import ECAlgorithm
 
@@ -26,6 +29,8 @@ from bridge.config import model as config_mod
 from bridge.config.model import Config
 from bridge.core import push
 from bridge.core.push import Route
+from bridge.errors import StartupError
+from bridge.kafka import topics
 from bridge.observe import metrics
 from bridge.push.webhook import Webhook
 from bridge.wire import notifications
@@ -63,8 +68,7 @@ def write_config(
     lines = [
         "[kafka]",
         f'bootstrap_servers = "{bootstrap}"',
-        f'commands_topic = "w-{n}.commands"',
-        f'notifications_topic = "w-{n}.notifications"',
+        *(f'{role}_topic = "w-{n}.{role}"' for role in ("commands", "events", "checkpoints", "dlq", "notifications")),
         "",
         "[agents.writer]",
         'url = "http://127.0.0.1:1/a2a"',
@@ -309,6 +313,34 @@ async def test_a_signing_agents_notifications_need_its_jwt(tmp_path: Path, boots
         finally:
             await hook.stop()
     assert [(n.route, n.body) for n in await on_topic(cfg)] == [(route, BODY)]
+
+
+async def test_bridge_topics_creates_the_notifications_topic_co_partitioned(tmp_path: Path, bootstrap: str) -> None:
+    cfg = write_config(tmp_path, bootstrap)
+    k = cfg.kafka
+    await create_topics(cfg, {k.commands_topic: {}}, 4)
+    await topics.partitions(cfg, [k.commands_topic])  # ensure() reads the count from fresh metadata
+    counts = await topics.ensure(cfg, create=True)
+    assert counts[k.notifications_topic] == counts[k.checkpoints_topic] == 4
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        resource = ConfigResource(ConfigResourceType.TOPIC, k.notifications_topic, configs={"max.message.bytes": None})
+        (response,) = await admin.describe_configs([resource])
+        (entry,) = response.to_object()["resources"][0]["config_entries"]
+        assert int(entry["config_value"]) == push.record_bytes(cfg.push.max_body_bytes)
+    finally:
+        await admin.close()
+    # Without an agent that pushes there is no notifications topic to create or check.
+    quiet = dataclasses.replace(cfg, agents={"quiet": cfg.agents["quiet"]})
+    assert k.notifications_topic not in topics.wanted(quiet)
+    # A count that differs from the commands' is refused, as for checkpoints.
+    other = write_config(tmp_path, bootstrap)
+    await create_topics(other, {other.kafka.commands_topic: {}}, 2)
+    await create_topics(other, {other.kafka.notifications_topic: {}}, 1)
+    await topics.partitions(other, [other.kafka.commands_topic, other.kafka.notifications_topic])
+    with pytest.raises(StartupError, match=r"notifications topic .* has 1 partitions but commands topic .* has 2"):
+        await topics.ensure(other, create=True)
 
 
 # Last: it stops the broker.
