@@ -33,7 +33,7 @@ def sdk_task(env: Env, agent: str, task_id: str, url: str | None = None) -> dict
     )
     task: dict[str, Any] = doc.json()["result"]
     if v1:  # v1.0 parts carry no kind; the bridge publishes the v0.3 shape
-        for a in task["artifacts"]:
+        for a in task.get("artifacts", []):
             a["parts"] = [{"kind": "text", **p} for p in a["parts"]]
     return task
 
@@ -118,7 +118,7 @@ def check(
             continue
         url = (agent_urls or {}).get(start["agent"])
         truth = tasks.get(task_id := task_ids.pop()) or sdk_task(env, start["agent"], task_id, url)
-        if reassemble(events) != {a["artifactId"]: a["parts"] for a in truth["artifacts"]}:
+        if reassemble(events) != {a["artifactId"]: a["parts"] for a in truth.get("artifacts", [])}:
             out.mismatched += 1
             out.notes.append(
                 f"artifact mismatch for {start['taskKey']} on {start['agent']} ({task_id}): {trail(events)}"
