@@ -226,9 +226,9 @@ class TaskRecord:
     notified: list[str] = field(default_factory=list)
     # Push: per artifact, the parts a snapshot published at its end whose own
     # notifications may still come, as the running digest before each part and after
-    # the last (see apply_notification). Not checkpointed: it covers notifications in
-    # flight while this process owns the Task.
-    snapshot_tails: dict[str, list[str]] = field(default_factory=dict, compare=False, repr=False)
+    # the last (see apply_notification). Checkpointed: the late notifications may
+    # reach the next owner (at most NOTIFICATION_MEMORY parts per artifact).
+    snapshot_tails: dict[str, list[str]] = field(default_factory=dict, repr=False)
     # The start's business record: published on the Task's first event, then
     # dropped (never in the shared checkpoints topic: workspace data stays routed).
     metadata: JSON | None = None
@@ -455,7 +455,9 @@ class TaskRecord:
         """A snapshot of a push-followed Task publishes ``tail`` at the end of its
         artifact: remember it part by part for :meth:`_snapshot_showed`."""
         digests = [before]
-        for part in tail:
+        # Bounded, as it is checkpointed: a later part of a longer tail, if its
+        # notification still comes, is appended again.
+        for part in tail[:NOTIFICATION_MEMORY]:
             digests.append(roll(digests[-1], [part]))
         self.snapshot_tails[artifact_key(artifact_id)] = digests
 

@@ -86,6 +86,7 @@ def _document(record: TaskRecord, artifacts: dict[str, ArtifactProgress]) -> dic
         snapshotsOnly=record.snapshots_only,
         push=record.push,
         notified=record.notified,
+        snapshotTails=record.snapshot_tails,
     )
     return doc
 
@@ -188,6 +189,10 @@ def _strings(v: Any) -> list[str]:
     return [str(m) for m in v or []]
 
 
+def _tails(v: Any) -> dict[str, list[str]]:
+    return {str(k): _strings(t) for k, t in (v or {}).items()}
+
+
 # The TaskRecord fields read as they are, each from its checkpoint field, in
 # checkpoint.schema.json's names; the fields above are read by their own rules.
 _FIELDS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
@@ -210,6 +215,7 @@ _FIELDS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
     ("snapshots_only", "snapshotsOnly", _is_true),
     ("push", "push", _is_true),
     ("notified", "notified", _strings),
+    ("snapshot_tails", "snapshotTails", _tails),
 )
 
 

@@ -57,4 +57,5 @@ def kept(record: TaskRecord) -> TaskRecord:
         snapshots_only=False,
         push=False,
         notified=[],
+        snapshot_tails={},
     )

@@ -74,6 +74,11 @@ records = st.builds(
     snapshots_only=st.booleans(),
     push=st.booleans(),
     notified=st.lists(st.text(alphabet="0123456789abcdef", min_size=24, max_size=24), max_size=64),
+    snapshot_tails=st.dictionaries(
+        st.text(min_size=1, max_size=8),
+        st.lists(st.text(alphabet="0123456789abcdef", min_size=24, max_size=24), min_size=1, max_size=65),
+        max_size=3,
+    ),
 )
 partition_records = st.builds(
     PartitionRecord,

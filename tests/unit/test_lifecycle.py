@@ -908,6 +908,34 @@ def test_a_chunk_a_snapshot_already_showed_is_not_appended_again_when_its_notifi
     assert r.artifacts[artifact_key("a")].parts == 4
 
 
+def test_the_parts_a_snapshot_showed_survive_a_checkpoint_to_the_next_owner() -> None:
+    """The owner changes between the snapshot and the chunks' late notifications: the
+    next owner, restored from the checkpoint, drops them too."""
+    r = pushed_task()
+    first = pushed_chunk("x", append=False)
+    r.apply_notification(first, body_of(first))
+    parts = [{"kind": "text", "text": t} for t in ("x", "y", "z")]
+    r.apply(TaskSnapshot("t-1", "ctx", "working", artifacts=({"artifactId": "a", "parts": parts},)))
+    late_y = pushed_chunk("y")
+    assert r.apply_notification(late_y, body_of(late_y)) == [Dropped("duplicate")]
+    restored = checkpoints.decode(checkpoints.encode(r))
+    assert restored.snapshot_tails == r.snapshot_tails
+    late_z = pushed_chunk("z")
+    assert restored.apply_notification(late_z, body_of(late_z)) == [Dropped("duplicate")]
+    new = pushed_chunk("w")
+    assert notification_result(restored.apply_notification(new, body_of(new))) == "applied"
+    assert restored.artifacts[artifact_key("a")].parts == 4
+
+
+def test_a_snapshot_tail_is_remembered_for_a_bounded_number_of_parts() -> None:
+    r = pushed_task()
+    first = pushed_chunk("x", append=False)
+    r.apply_notification(first, body_of(first))
+    parts = [{"kind": "text", "text": str(i)} for i in range(NOTIFICATION_MEMORY + 10)]
+    r.apply(TaskSnapshot("t-1", "ctx", "working", artifacts=({"artifactId": "a", "parts": [first.parts[0], *parts]},)))
+    assert len(r.snapshot_tails[artifact_key("a")]) == NOTIFICATION_MEMORY + 1
+
+
 def test_a_chunk_that_is_not_the_next_one_a_snapshot_showed_is_appended() -> None:
     r = pushed_task()
     first = pushed_chunk("x", append=False)
