@@ -80,14 +80,47 @@ async def partitions(config: Config, names: list[str]) -> list[TopicPartition]:
     admin = AIOKafkaAdminClient(**client_options(config.kafka))
     await admin.start()
     try:
-        for _ in range(50):  # a fresh topic's metadata takes a moment to show
-            counts = await _partition_counts(admin, names)
-            if all(n in counts for n in names):
-                break
-            await asyncio.sleep(0.1)
+        counts = await _shown(admin, names)
         return [TopicPartition(n, p) for n in names for p in range(counts.get(n, 0))]
     finally:
         await admin.close()
+
+
+async def _shown(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+    """Partition counts of ``names``, waiting a moment for fresh topics' metadata."""
+    for _ in range(50):
+        counts = await _partition_counts(admin, names)
+        if all(t in counts for t in names):
+            break
+        await asyncio.sleep(0.2)
+    return counts
+
+
+async def _create(
+    admin: AIOKafkaAdminClient, config: Config, topics: dict[str, dict[str, str]], counts: dict[str, int]
+) -> None:
+    """Create the missing ``topics``; ``counts`` gets every count then shown."""
+    k = config.kafka
+    if k.commands_topic not in counts:
+        # The commands topic first, alone, and its count read back before anything
+        # is made co-partitioned with it: one that another client made a moment ago
+        # (not in the metadata yet, so "missing" above) keeps its own count.
+        with contextlib.suppress(TopicAlreadyExistsError):
+            await admin.create_topics(
+                [NewTopic(k.commands_topic, k.partitions, k.replication_factor, topic_configs=topics[k.commands_topic])]
+            )
+        counts.update(await _shown(admin, [k.commands_topic]))
+    commands = counts.get(k.commands_topic, k.partitions)
+    paired = co_partitioned(config)
+    new = [
+        NewTopic(t, commands if t in paired else k.partitions, k.replication_factor, topic_configs=topics[t])
+        for t in topics
+        if t not in counts
+    ]
+    if new:
+        with contextlib.suppress(TopicAlreadyExistsError):
+            await admin.create_topics(new)
+    counts.update(await _shown(admin, list(topics)))
 
 
 async def ensure(config: Config, *, create: bool) -> dict[str, int]:
@@ -97,26 +130,8 @@ async def ensure(config: Config, *, create: bool) -> dict[str, int]:
     try:
         topics = wanted(config)
         counts = await _partition_counts(admin, list(topics))
-        missing = [t for t in topics if t not in counts]
-        if missing and create:
-            commands = counts.get(config.kafka.commands_topic, config.kafka.partitions)
-            paired = co_partitioned(config)
-            new = [
-                NewTopic(
-                    t,
-                    commands if t in paired else config.kafka.partitions,
-                    config.kafka.replication_factor,
-                    topic_configs=topics[t],
-                )
-                for t in missing
-            ]
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics(new)
-            for _ in range(50):  # metadata of fresh topics takes a moment to show
-                counts = await _partition_counts(admin, list(topics))
-                if all(t in counts for t in topics):
-                    break
-                await asyncio.sleep(0.2)
+        if create and any(t not in counts for t in topics):
+            await _create(admin, config, topics, counts)
         missing = [t for t in topics if t not in counts]
         if missing:
             raise StartupError(f"topics missing: {missing}; create them with `bridge topics`")

@@ -194,6 +194,25 @@ async def test_startup_refuses_topics_that_are_not_co_partitioned(env: Env, tmp_
     assert "co-partitioned" in out.stderr and "has 2 partitions" in out.stderr and "has 3" in out.stderr
 
 
+async def test_topics_made_beside_a_fresh_commands_topic_take_its_partition_count(env: Env, tmp_path: Path) -> None:
+    """The commands topic was made a moment ago by another client (its metadata may not
+    show yet): the checkpoints topic is made with its count, not kafka.partitions."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    from bridge.kafka import topics
+
+    _, config = bridge_config(env, tmp_path, partitions=6)
+    admin = AIOKafkaAdminClient(bootstrap_servers=config.kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(config.kafka.commands_topic, 3, 1)])
+    finally:
+        await admin.close()
+    counts = await topics.ensure(config, create=True)
+    assert counts[config.kafka.commands_topic] == counts[config.kafka.checkpoints_topic] == 3
+    assert counts[config.kafka.events_topic] == 6
+
+
 async def test_ops_endpoints_report_readiness_and_metrics(env: Env, tmp_path: Path) -> None:
     path, config = bridge_config(env, tmp_path, partitions=2)
     assert run_cli(path, "topics").returncode == 0
