@@ -12,11 +12,12 @@ what kcat read.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import secrets
 import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from bridge.demo.procs import free_port
 from bridge.kafka.transaction import partition_for
 from tests.support.agents_js import start_js_agents
 from tests.support.exactly_once import Verdict, check
-from tests.support.push_receiver import Forwarded, relay
+from tests.support.push_receiver import Forwarded, Relay, relay
 from tests.support.services import (
     BridgeProcess,
     Env,
@@ -107,6 +108,19 @@ class PushSetup:
         path = self.tmp / f"{label}.toml"
         path.write_text(text + "\n".join(lines) + "\n")
         return path, config_mod.load(path, env={})
+
+    @contextlib.asynccontextmanager
+    async def behind_relay(self, label: str, copies: int = 1) -> AsyncIterator[tuple[Relay, BridgeProcess]]:
+        """One bridge whose agents reach its webhook through a relay (``copies`` of each POST)."""
+        port = free_port()
+        async with relay(f"http://127.0.0.1:{port}", copies) as front:
+            path, _ = self.replica(label, port, front.url)
+            await topics(path)
+            bridge = BridgeProcess(path, self.env.log_dir, label)
+            try:
+                yield front, bridge
+            finally:
+                bridge.stop()
 
     def agent_urls(self) -> dict[str, str]:
         return {name: a["url"] for name, a in self.agents.items()}
@@ -191,21 +205,14 @@ async def test_tasks_end_exactly_once_by_push_with_no_stream(env: Env, js: str, 
 
 async def test_a_notification_delivered_twice_is_applied_once(env: Env, js: str, tmp_path: Path) -> None:
     setup = PushSetup(env, js, tmp_path)
-    port = free_port()
-    async with relay(f"http://127.0.0.1:{port}", copies=2) as twice:
-        path, config = setup.replica("push-twice", port, twice.url)
-        await topics(path)
-        bridge = BridgeProcess(path, env.log_dir, "push-twice")
-        try:
-            ops = ops_port(bridge)
-            starts = starts_for([a for a in setup.agents if "writer" in a], "twice", "chunks=5 interval=0.1")
-            await send_commands(config, starts)
-            await judged(env, setup, starts, bridge)
-            assert twice.forwarded and set(twice.statuses()) == {200}, twice.statuses()
-            duplicates = counted(ops, "bridge_push_notifications_applied_total", result="duplicate")
-            assert duplicates >= len(twice.forwarded) / 2, "the second copies were seen and dropped as duplicates"
-        finally:
-            bridge.stop()
+    async with setup.behind_relay("push-twice", copies=2) as (twice, bridge):
+        ops = ops_port(bridge)
+        starts = starts_for([a for a in setup.agents if "writer" in a], "twice", "chunks=5 interval=0.1")
+        await send_commands(setup.config, starts)
+        await judged(env, setup, starts, bridge)
+        assert twice.forwarded and set(twice.statuses()) == {200}, twice.statuses()
+        duplicates = counted(ops, "bridge_push_notifications_applied_total", result="duplicate")
+        assert duplicates >= len(twice.forwarded) / 2, "the second copies were seen and dropped as duplicates"
 
 
 async def test_notifications_reaching_the_replica_that_does_not_own_the_task(env: Env, js: str, tmp_path: Path) -> None:
@@ -240,13 +247,10 @@ async def test_the_owner_killed_between_the_webhooks_2xx_and_the_commit(env: Env
     """A commit tick of 2 s; once every Task's start is committed, a SIGKILL right after the
     webhook answered 200: that notification is in Kafka, not yet committed with its events.
     The restarted owner restores the live Tasks, reconciles with tasks/get, reads the
-    notification again, and every Task still ends exactly once."""
+    notification again with what followed, and every Task still ends exactly once."""
     setup = PushSetup(env, js, tmp_path, partitions=1, bridge={"commit_interval_ms": 2000})
-    port = free_port()
-    async with relay(f"http://127.0.0.1:{port}") as front:
-        path, config = setup.replica("push-killed", port, front.url)
-        await topics(path)
-        bridge = BridgeProcess(path, env.log_dir, "push-killed")
+    config = setup.config
+    async with setup.behind_relay("push-killed") as (front, bridge):
         armed: list[bool] = []
         killed: list[Forwarded] = []
 
@@ -256,31 +260,23 @@ async def test_the_owner_killed_between_the_webhooks_2xx_and_the_commit(env: Env
                 killed.append(done)
 
         front.on_answer = kill_right_after_a_2xx
-        try:
-            ops_port(bridge)
-            starts = starts_for([a for a in setup.agents if "sleeper" in a], "killed", "ticks=30 interval=0.5")
-            keys = {s["taskKey"] for s in starts}
-            await send_commands(config, starts)
-            committed = await read_topic(
-                config, config.kafka.events_topic, timeout=30, until=lambda c: set(c.by_task_key()) >= keys
-            )
-            assert set(committed.by_task_key()) >= keys, "every start committed before the kill"
-            armed.append(True)
-            await until(lambda: bool(killed), 30, "a notification answered 200, then the owner killed")
-            bridge.wait(10)
-            bridge.start()
-            await until(lambda: bridge.log().count("ops endpoints on") == 2, 30, "the restarted bridge serving")
-            ops = ops_port(bridge)
-            await judged(env, setup, starts, bridge)
-            # The notification relayed just before the kill is read again, after the tasks/get
-            # reconcile already told the restarted owner as much: dropped as a duplicate.
-            assert counted(ops, "bridge_push_notifications_applied_total", result="duplicate") >= 1
-            restored = re.findall(r"partition 0 restored: \d+ records read, (\d+) live Tasks", bridge.log())
-            assert restored[-1] == str(len(starts)), restored
-            assert 503 in front.statuses(), "notifications came while the owner was away (retried)"
-            assert bridge.starts == 2 and bridge.alive
-        finally:
-            bridge.stop()
+        ops_port(bridge)
+        starts = starts_for([a for a in setup.agents if "sleeper" in a], "killed", "ticks=30 interval=0.5")
+        keys = {s["taskKey"] for s in starts}
+        await send_commands(config, starts)
+        committed = await read_topic(
+            config, config.kafka.events_topic, timeout=30, until=lambda c: set(c.by_task_key()) >= keys
+        )
+        assert set(committed.by_task_key()) >= keys, "every start committed before the kill"
+        armed.append(True)
+        await until(lambda: bool(killed), 30, "a notification answered 200, then the owner killed")
+        bridge.wait(10)
+        bridge.start()
+        await judged(env, setup, starts, bridge)
+        restored = re.findall(r"partition 0 restored: \d+ records read, (\d+) live Tasks", bridge.log())
+        assert restored[-1] == str(len(starts)), restored
+        assert 503 in front.statuses(), "notifications came while the owner was away (retried)"
+        assert bridge.starts == 2 and bridge.alive
 
 
 async def test_a_forged_token_is_refused_and_nothing_is_produced(env: Env, js: str, tmp_path: Path) -> None:
@@ -323,26 +319,19 @@ async def test_kafka_down_while_a_notification_arrives(env: Env, js: str, tmp_pa
     """The broker is killed while sleepers tick: the webhook answers 503 (Retry-After) and
     produces nothing; the agents retry, and once the broker is back every Task ends exactly once."""
     setup = PushSetup(env, js, tmp_path, partitions=1)
-    port = free_port()
-    async with relay(f"http://127.0.0.1:{port}") as front:
-        path, config = setup.replica("push-kafka-down", port, front.url)
-        await topics(path)
-        bridge = BridgeProcess(path, env.log_dir, "push-kafka-down")
+    async with setup.behind_relay("push-kafka-down") as (front, bridge):
+        ops = ops_port(bridge)
+        starts = starts_for([a for a in setup.agents if "sleeper" in a], "kdown", "ticks=20 interval=0.5")
+        await send_commands(setup.config, starts)
+        await until(lambda: len(front.forwarded) >= 8, 30, "the sleepers' first notifications")
+        await asyncio.to_thread(kafka_script, "kill-broker")
         try:
-            ops = ops_port(bridge)
-            starts = starts_for([a for a in setup.agents if "sleeper" in a], "kdown", "ticks=20 interval=0.5")
-            await send_commands(config, starts)
-            await until(lambda: len(front.forwarded) >= 8, 30, "the sleepers' first notifications")
-            await asyncio.to_thread(kafka_script, "kill-broker")
-            try:
-                await until(lambda: 503 in front.statuses(), 30, "a 503 while Kafka is away")
-                refused = counted(ops, "bridge_push_notifications_refused_total", reason="kafka-unavailable")
-                assert refused, "counted as kafka-unavailable"
-            finally:
-                await asyncio.to_thread(kafka_script, "start-broker")
-            await judged(env, setup, starts, bridge)
-            first_503 = front.statuses().index(503)
-            assert 200 in front.statuses()[first_503:], "delivered on the agents' retries"
-            assert bridge.alive
+            await until(lambda: 503 in front.statuses(), 30, "a 503 while Kafka is away")
+            refused = counted(ops, "bridge_push_notifications_refused_total", reason="kafka-unavailable")
+            assert refused, "counted as kafka-unavailable"
         finally:
-            bridge.stop()
+            await asyncio.to_thread(kafka_script, "start-broker")
+        await judged(env, setup, starts, bridge)
+        first_503 = front.statuses().index(503)
+        assert 200 in front.statuses()[first_503:], "delivered on the agents' retries"
+        assert bridge.alive
