@@ -24,7 +24,6 @@ from typing import Any
 import httpx
 import pytest
 
-from bridge.config import model as config_mod
 from bridge.config.model import Config
 from bridge.core import push
 from bridge.demo.procs import free_port
@@ -42,6 +41,7 @@ from tests.support.services import (
     metric,
     metric_sum,
     ops_port,
+    push_replica,
     read_topic,
     run_cli,
     send_commands,
@@ -92,28 +92,17 @@ class PushSetup:
     def replica(self, label: str, listen_port: int, base_url: str) -> tuple[Path, Config]:
         """A config of this test's group whose webhook listens on ``listen_port`` and gives
         agents URLs under ``base_url``."""
-        lines = [
-            "",
-            "[push]",
-            'listen_host = "127.0.0.1"',
-            f"listen_port = {listen_port}",
-            f'base_url = "{base_url}"',
-            f'token_secret_file = "{self.secret_file}"',
-            "backstop_poll_seconds = 3600.0",  # only pushes move these Tasks
-            "produce_timeout_seconds = 2.0",
-        ]
-        text = self.base_path.read_text()
-        for name in self.agents:  # push on: only loadable with the [push] section beside it
-            text = text.replace(f'[agents."{name}"]\n', f'[agents."{name}"]\npush = true\n', 1)
-        path = self.tmp / f"{label}.toml"
-        path.write_text(text + "\n".join(lines) + "\n")
-        return path, config_mod.load(path, env={})
+        return push_replica(
+            self.base_path, label, list(self.agents), listen_port, base_url, self.secret_file,
+            backstop_poll_seconds=3600.0,  # only pushes move these Tasks
+            produce_timeout_seconds=2.0,
+        )  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def behind_relay(self, label: str, copies: int = 1) -> AsyncIterator[tuple[Relay, BridgeProcess]]:
         """One bridge whose agents reach its webhook through a relay (``copies`` of each POST)."""
         port = free_port()
-        async with relay(f"http://127.0.0.1:{port}", copies) as front:
+        async with relay(f"http://127.0.0.1:{port}", copies=copies) as front:
             path, _ = self.replica(label, port, front.url)
             await topics(path)
             bridge = BridgeProcess(path, self.env.log_dir, label)
