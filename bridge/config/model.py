@@ -8,8 +8,8 @@ bridge/config/rules.py; each key names its rule here, in its field's metadata.
 
 Every key can be set by a variable ``BRIDGE_<SECTION>_<KEY>`` (an agent's by
 ``BRIDGE_AGENTS_<NAME>_<KEY>``, the name upper-cased, ``-`` and ``.`` as ``_``);
-a ``BRIDGE_KAFKA_*``, ``BRIDGE_BRIDGE_*`` or ``BRIDGE_AGENTS_*`` variable that
-names no key is refused, as a misspelt key in the file is.
+a ``BRIDGE_KAFKA_*``, ``BRIDGE_BRIDGE_*``, ``BRIDGE_AGENTS_*`` or ``BRIDGE_PUSH_*``
+variable that names no key is refused, as a misspelt key in the file is.
 
 Secrets (agent tokens, the SASL password, OAuth client secrets) are never in
 the file: it names a file or an environment variable to read them from, and
@@ -227,9 +227,10 @@ class BridgeConfig:
     # scans every connection per request, so many streams share it badly
     # (measured: bench/README.md).
     http_pools: int = field(default=32, metadata=POSITIVE)
-    # Restored Tasks reconnect at most this many a second per process (with jitter),
-    # and not while the event loop lags: not all at once.
-    resume_rate_per_second: float = field(default=500.0, metadata=POSITIVE)
+    # Restored Tasks reconnect at most this many a second per process, and not while
+    # the event loop lags: not all at once. 1,000 resumes 2,000 Tasks of a restarted
+    # container in 2 s (bench/results/scale-restart-token-bucket.json).
+    resume_rate_per_second: float = field(default=1000.0, metadata=POSITIVE)
 
 
 @dataclass(frozen=True, slots=True)

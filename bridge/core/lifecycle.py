@@ -224,6 +224,11 @@ class TaskRecord:
     push: bool = False
     # Digests of the notification bodies applied, newest last (see apply_notification).
     notified: list[str] = field(default_factory=list)
+    # Push: per artifact, the parts a snapshot published at its end whose own
+    # notifications may still come, as the running digest before each part and after
+    # the last (see apply_notification). Not checkpointed: it covers notifications in
+    # flight while this process owns the Task.
+    snapshot_tails: dict[str, list[str]] = field(default_factory=dict, compare=False, repr=False)
     # The start's business record: published on the Task's first event, then
     # dropped (never in the shared checkpoints topic: workspace data stays routed).
     metadata: JSON | None = None
@@ -296,11 +301,36 @@ class TaskRecord:
         digest = _digest(body)
         if digest in self.notified:
             return [Dropped("duplicate")]
+        if isinstance(update, ArtifactUpdate) and self._snapshot_showed(update):
+            self._remember_notification(digest)
+            return [Dropped("duplicate")]
         out = self.apply(update, max_artifact_bytes)
         if not (len(out) == 1 and isinstance(out[0], Dropped) and out[0].reason in ("foreign-task", "no-task")):
-            self.notified.append(digest)
-            del self.notified[:-NOTIFICATION_MEMORY]
+            self._remember_notification(digest)
         return out
+
+    def _remember_notification(self, digest: str) -> None:
+        self.notified.append(digest)
+        del self.notified[:-NOTIFICATION_MEMORY]
+
+    def _snapshot_showed(self, u: ArtifactUpdate) -> bool:
+        """Whether appended chunk ``u`` is the next of the parts a snapshot published at
+        its artifact's end (a ``tasks/get`` answered while the chunk's notification was
+        still on its way: appending it would repeat them). The agent sends an
+        artifact's chunks in order, so they are matched from the first part on; a
+        chunk that is not the next ends the matching."""
+        key = artifact_key(u.artifact_id)
+        tail = self.snapshot_tails.get(key)
+        if not tail or not u.append:
+            return False
+        n = len(u.parts)
+        if n < len(tail) and roll(tail[0], u.parts) == tail[n]:
+            del tail[:n]
+            if len(tail) == 1:
+                del self.snapshot_tails[key]
+            return True
+        del self.snapshot_tails[key]
+        return False
 
     def _admit(self, update: Update) -> DropReason | None:
         """Why ``update`` is not this Task's to publish, if it is not (closed, a
@@ -402,6 +432,8 @@ class TaskRecord:
                 tail = parts[known.parts :]
                 if not tail and (known.done or not terminal):
                     continue
+                if self.push and tail:
+                    self._tail_shown(artifact_id, known.digest, tail)
                 update = ArtifactUpdate(
                     snap.task_id, snap.context_id, artifact_id, art.get("name"), tail, append=True, last_chunk=terminal
                 )
@@ -418,6 +450,14 @@ class TaskRecord:
             out.extend(self._artifact(update, cap))
         out.append(self._status(snap.state, snap.message, snap.source_seq))
         return [e for e in out if isinstance(e, Event)] or [Dropped("duplicate")]
+
+    def _tail_shown(self, artifact_id: str, before: str, tail: list[Any]) -> None:
+        """A snapshot of a push-followed Task publishes ``tail`` at the end of its
+        artifact: remember it part by part for :meth:`_snapshot_showed`."""
+        digests = [before]
+        for part in tail:
+            digests.append(roll(digests[-1], [part]))
+        self.snapshot_tails[artifact_key(artifact_id)] = digests
 
     # ---------------------------------------------------- bridge outcomes --
 

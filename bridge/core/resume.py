@@ -198,6 +198,7 @@ class Backstop(Poll):
         super().__init__(budget=budget, pace=backoff)
         self.base = base
         self.due_now = reconcile
+        self.heard = 0  # notifications applied (a snapshot asked meanwhile may be older)
 
     def wait(self, draw: Draw = random.random) -> float:
         """How long to wait before the next ``tasks/get``."""
@@ -214,4 +215,5 @@ class Backstop(Poll):
 
     def notified(self) -> None:
         """A notification of the Task was applied: it is observable."""
+        self.heard += 1
         self.answered()

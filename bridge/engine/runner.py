@@ -14,13 +14,15 @@ follower crashes is answered by the closing event (a start) or the DLQ.
 
 The runner is the IO; the rules it follows are pure and live in
 :mod:`bridge.core`: the mode it follows the Task in (:mod:`bridge.core.follow`:
-sending, streaming, resubscribing, polling, snapshots only, the auth watch),
-each step of a resume and of polling (:mod:`bridge.core.resume`), what a failed
+sending, streaming, resubscribing, polling, snapshots only, the auth watch,
+push), each step of a resume, of polling and of a push-followed Task's backstop
+(:mod:`bridge.core.resume`), what a failed
 start, cancel or follower becomes (:mod:`bridge.core.policy`), and every wait
 (:mod:`bridge.core.backoff`): a dropped stream or failed resume is retried
 with :data:`~bridge.core.backoff.AGENT_RETRY` until ``resume_deadline_seconds``
 pass without progress, then the Task is ``lost``; polling backs off from
-``poll_initial_seconds`` to ``poll_max_seconds``.
+``poll_initial_seconds`` to ``poll_max_seconds``. A push-followed Task holds no
+stream: its partition hands each notification to :meth:`TaskRunner.notified`.
 """
 
 from __future__ import annotations
@@ -139,10 +141,8 @@ class TaskRunner:
         self._held_seconds = 0.0
         self._holding = 0  # waits under way (a cancel may wait beside the follower)
         self._held_since = 0.0
-        # A push-followed Task's backstop (bridge.core.resume.Backstop) while it runs,
-        # and the notifications applied so far (a snapshot asked meanwhile may be older).
+        # A push-followed Task's backstop (bridge.core.resume.Backstop) while it runs.
         self._backstop: Backstop | None = None
-        self._notes = 0
         # Set by a notification that paused or ended the Task: the backstop's wait ends.
         self._nudge: asyncio.Future[None] | None = None
 
@@ -758,12 +758,12 @@ class TaskRunner:
                 await self._backstop_wait(plan.wait())
                 if not self._live():
                     return
-                notes = self._notes
+                heard = plan.heard
                 got = await self._ask(plan)
                 if got is None:
                     continue
                 plan.answered()
-                if self._notes == notes:
+                if plan.heard == heard:
                     self._apply(got)
         finally:
             self._backstop = None
@@ -795,10 +795,8 @@ class TaskRunner:
         if not self._live() and self._nudge is not None and not self._nudge.done():
             self._nudge.set_result(None)
         result = notification_result(results)
-        if result == "applied":
-            self._notes += 1
-            if self._backstop is not None:
-                self._backstop.notified()
+        if result == "applied" and self._backstop is not None:
+            self._backstop.notified()
         return result
 
     # -------------------------------------------------------------- cancel --

@@ -58,7 +58,7 @@ import signal
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -78,13 +78,14 @@ from bridge.config.model import Config, ConfigError
 from bridge.core import rejoin, txn_failure
 from bridge.core.backoff import KAFKA_RETRY
 from bridge.core.capacity import LAG_SAMPLE_S, LIMITS, Admission, Limit, ResumeTurns
+from bridge.core.lifecycle import NotificationResult
 from bridge.core.limits import RecordLimits
 from bridge.core.offsets import commands_lag
 from bridge.engine.partition import PartitionOwner
 from bridge.errors import BridgeError, KafkaUnreachable, StartupError
 from bridge.kafka import topics
 from bridge.kafka.auth import client_options
-from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, check_kafka, co_partitioned
+from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, check_kafka
 from bridge.kafka.transaction import ProducerLoop, TransactionFailed, error_names
 from bridge.observe import metrics
 from bridge.observe.http import OpsServer
@@ -330,10 +331,12 @@ class Service:
             if hold:
                 await asyncio.sleep(hold)
                 continue
-            turn = self._resume_queue.popleft()
-            if turn.done():  # its runner was stopped meanwhile (partition released)
-                continue
-            turn.set_result(None)
+            due = self._turns.due(time.monotonic())
+            while due and self._resume_queue:
+                turn = self._resume_queue.popleft()
+                if not turn.done():  # else its runner was stopped meanwhile (partition released)
+                    turn.set_result(None)
+                    due -= 1
             await asyncio.sleep(self._turns.gap())
 
     def admit(self) -> bool:
@@ -588,10 +591,7 @@ class Service:
             watch = asyncio.create_task(self._watch(), name="watch")
             webhook: Webhook | None = None
             try:
-                if self._push:
-                    webhook = Webhook(cfg)
-                    await webhook.start()
-                    log.info("push notification webhook on :%d", webhook.port)
+                webhook = await self._webhook()
                 consumer = await self._connect()
                 if consumer is not None:
                     await self._loop(consumer)
@@ -623,6 +623,17 @@ class Service:
                     self._resumer.cancel()
                 self._producers.close()
         return self._exit_code()
+
+    async def _webhook(self) -> Webhook | None:
+        """The push notification webhook (its own port), started when any agent pushes."""
+        if not self._push:
+            return None
+        for agent in self.config.push_agents():
+            for result in get_args(NotificationResult):
+                metrics.PUSH_APPLIED.labels(agent, result)
+        webhook = Webhook(self.config)
+        await webhook.start()  # it says where it listens
+        return webhook
 
     async def _check_cards(self) -> None:
         """One warning per agent whose card requires credentials its configuration
@@ -690,12 +701,6 @@ class Service:
                 await check_kafka(cfg, PREFLIGHT_TIMEOUT_SECONDS)
                 async with topics.kafka_errors(cfg):
                     self._topic_partitions = await topics.ensure(cfg, create=False)
-                    if self._push:
-                        notes = cfg.kafka.notifications_topic
-                        if notes not in self._topic_partitions:
-                            found = await topics.partitions(cfg, [notes])
-                            self._topic_partitions[notes] = len(found) if found else 0
-                        co_partitioned(cfg, {k: v for k, v in self._topic_partitions.items() if v})
                     self.limits = await topics.record_limits(cfg)
                     consumer = AIOKafkaConsumer(
                         group_id=cfg.kafka.group_id,

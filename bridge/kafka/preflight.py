@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ from bridge.errors import BridgeError, KafkaUnreachable, StartupError
 from bridge.kafka.auth import TokenUnavailable, client_options
 
 # KafkaUnreachable is bridge.errors' (what the service retries), re-exported.
-__all__ = ["PREFLIGHT_TIMEOUT_SECONDS", "KafkaUnreachable", "check_kafka", "classify", "co_partitioned"]
+__all__ = ["PREFLIGHT_TIMEOUT_SECONDS", "KafkaUnreachable", "check_kafka", "classify"]
 
 log = logging.getLogger(__name__)
 
@@ -303,21 +303,3 @@ async def check_kafka(config: Config, timeout: float, *, connect: Connector = cr
                 log.warning("%s", result)
                 continue
             raise result
-
-
-def co_partitioned(config: Config, counts: Mapping[str, int]) -> None:
-    """With push notifications on: the notifications topic exists and has as many
-    partitions as the commands topic (``counts``: partitions per topic), else
-    :class:`StartupError`. Notifications partition p is applied by the owner of
-    commands partition p (the range assignor gives a member the same numbers of
-    both topics); with another count a Task's notifications would reach a member
-    that does not own it, or nobody."""
-    k = config.kafka
-    n, c = counts.get(k.notifications_topic), counts.get(k.commands_topic)
-    if n is None:
-        raise StartupError(f"notifications topic {k.notifications_topic!r} is missing; create it with `bridge topics`")
-    if n != c:
-        raise StartupError(
-            f"notifications topic {k.notifications_topic!r} has {n} partitions but commands topic "
-            f"{k.commands_topic!r} has {c}: they must be co-partitioned (same count)"
-        )

@@ -10,7 +10,8 @@ A request is answered, in this order:
 - 404 not a push path; 405 not POST; 401 a missing or wrong ``X-A2A-Notification-Token``;
   404 an agent that is not configured or does not push; 415 not ``application/json``
   (nor ``application/a2a+json``);
-  413 larger than ``push.max_body_bytes`` (by Content-Length, or once read);
+  413 larger than ``push.max_body_bytes`` (by Content-Length, or once read), 431 a
+  head larger than :data:`MAX_HEAD_BYTES`;
 - 400 a body that is not a JSON object; 401 a JWT that does not verify, where the agent
   has ``push_jwks_url`` (503 while its JWKS cannot be read);
 - 404 a partition the notifications topic does not have;
@@ -137,6 +138,7 @@ class Webhook:
                 metrics.PUSH_REFUSED.labels("busy").inc()
                 writer.write(BUSY)
                 await asyncio.wait_for(writer.drain(), WRITE_SECONDS)
+                await _linger(reader, writer)
                 return
             conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
             try:

@@ -92,7 +92,7 @@ def push_config(env: Env, tmp_path: Path, base_url: str, commit_interval_ms: int
 
 
 async def topics_for(path: Path, config: Config) -> None:
-    await create_topics(config, {config.kafka.notifications_topic: {}}, PARTITIONS)
+    """``bridge topics``: the notifications topic among them, co-partitioned."""
     done = run_cli(path, "topics")
     assert done.returncode == 0, done.stderr
 
@@ -230,7 +230,7 @@ async def test_startup_refuses_a_notifications_topic_not_co_partitioned_with_the
 ) -> None:
     path, config = push_config(env, tmp_path, "http://127.0.0.1:9")
     await create_topics(config, {config.kafka.notifications_topic: {}}, PARTITIONS + 1)
-    run_cli(path, "topics")
+    assert run_cli(path, "topics").returncode == 2  # creates the rest, then refuses the mismatch
     out = run_cli(path, "run", timeout=60)
     assert out.returncode == 2, out.stderr
     assert "co-partitioned" in out.stderr and f"has {PARTITIONS + 1} partitions" in out.stderr

@@ -8,6 +8,8 @@ import yaml
 
 from bridge.core.commands import DlqReason
 from bridge.core.lifecycle import BridgeOutcome
+from bridge.core.push import Route
+from bridge.wire import notifications
 from bridge.wire.schemas import load, schema_dir, validator
 
 
@@ -21,10 +23,10 @@ def test_every_schema_is_a_valid_draft_2020_12_schema() -> None:
         validator(name)  # check_schema raises on an invalid schema
 
 
-def test_asyncapi_names_the_four_topics_and_points_at_the_schema_files() -> None:
+def test_asyncapi_names_the_topics_and_points_at_the_schema_files() -> None:
     doc = asyncapi()
     assert doc["asyncapi"].startswith("3.")
-    assert set(doc["channels"]) == {"commands", "events", "checkpoints", "dlq"}
+    assert set(doc["channels"]) == {"commands", "events", "checkpoints", "dlq", "notifications"}
     for message in doc["components"]["messages"].values():
         ref = message.get("payload", {}).get("$ref")
         if ref:
@@ -41,3 +43,12 @@ def test_asyncapi_enumerations_match_the_code() -> None:
     }
     outcome_enum = next(b for b in load("event")["oneOf"] if b["properties"]["kind"]["const"] == "bridge")
     assert set(outcome_enum["properties"]["outcome"]["enum"]) == set(get_args(BridgeOutcome))
+
+
+def test_asyncapi_notification_headers_are_the_ones_written() -> None:
+    message = asyncapi()["components"]["messages"]["notification"]
+    key, _, headers = notifications.encode(Route("writer", 0, "order-1", "c-1"), b"{}", 1.5)
+    assert key == b"order-1" and message["bindings"]["kafka"]["key"]["description"] == "taskKey"
+    written = dict(headers)
+    assert set(written) == set(message["headers"]["required"]) == set(message["headers"]["properties"])
+    assert written["content-type"].decode() == message["headers"]["properties"]["content-type"]["const"]

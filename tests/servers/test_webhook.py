@@ -32,12 +32,14 @@ from bridge.core.push import Route
 from bridge.errors import StartupError
 from bridge.kafka import topics
 from bridge.observe import metrics
+from bridge.push import webhook as webhook_mod
 from bridge.push.webhook import Webhook
 from bridge.wire import notifications
 from bridge.wire.notifications import Notification
 from tests.servers.raw import Published, serve
 from tests.support.services import create_topics, kafka_script, single_broker
 from tests.support.tls import key_pair, make_ca
+from tests.support.waiting import until
 
 SECRET = "webhook-test-secret-0123456789abcdef"
 PARTITIONS = 3
@@ -248,6 +250,45 @@ async def test_a_head_too_large_is_refused(webhook: Webhook, config: Config) -> 
     writer.close()
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:80]
     assert await on_topic(config, settle=0.2) == []
+
+
+async def test_a_slow_head_is_cut_off(webhook: Webhook, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(webhook_mod, "READ_SECONDS", 0.5)
+    reader, writer = await asyncio.open_connection("127.0.0.1", webhook.port)
+    writer.write(b"POST /push/v1/writer/0/aw/Yw HTTP/1.1\r\nHost: x\r\n")  # and then nothing
+    started = time.monotonic()
+    assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, unanswered
+    assert time.monotonic() - started < 5
+    writer.close()
+
+
+async def test_connections_past_the_bound_are_told_to_come_back(
+    webhook: Webhook, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(webhook_mod, "MAX_CONNECTIONS", 1)
+    idle = await asyncio.open_connection("127.0.0.1", webhook.port)
+    await until(lambda: len(webhook._handlers) == 1, 5, "the first connection is being served")
+    busy = counted(metrics.PUSH_REFUSED, "busy")
+    route = Route("writer", 0, "k", "c")
+    async with httpx.AsyncClient() as client:
+        answer = await client.post(target(webhook, route), json=BODY, headers=headers(route))
+    assert answer.status_code == 503 and answer.headers["retry-after"]
+    assert counted(metrics.PUSH_REFUSED, "busy") == busy + 1
+    idle[1].close()
+    assert await on_topic(config, settle=0.2) == []
+
+
+async def test_a_webhook_started_while_kafka_is_away_answers_503(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, "127.0.0.1:1", {"produce_timeout_seconds": 1.0})
+    hook = Webhook(cfg)
+    await hook.start()  # does not wait for Kafka
+    route = Route("writer", 0, "k", "c")
+    try:
+        async with httpx.AsyncClient() as client:
+            answer = await client.post(target(hook, route), json=BODY, headers=headers(route))
+        assert answer.status_code == 503 and answer.headers["retry-after"], answer.text
+    finally:
+        await hook.stop()
 
 
 async def test_tls(tmp_path: Path, bootstrap: str) -> None:

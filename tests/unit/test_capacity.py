@@ -11,6 +11,7 @@ from bridge.core.capacity import (
     LAG_CALM_S,
     LAG_DECAY,
     LIMITS,
+    RESUME_BURST_S,
     RESUME_HOLD_MAX_S,
     START_WINDOW_MAX,
     START_WINDOW_MIN,
@@ -186,9 +187,53 @@ def test_a_recovered_loop_ends_the_hold() -> None:
     assert t.held == 0.0
 
 
-def test_the_gap_after_a_turn_keeps_the_rate_on_average() -> None:
+def test_the_first_turn_goes_at_once() -> None:
+    assert turns().due(10.0) == 1
+
+
+def test_turns_are_earned_by_the_clock_not_by_the_calls() -> None:
+    # A slow loop asks rarely: it gets every turn the rate earned meanwhile (up to
+    # the burst), not one per wake-up.
+    t = turns()  # 100 a second; the burst is at least one turn
+    t.due(0.0)
+    assert t.due(0.015) == 1
+    assert t.due(0.035) == max(2, int(100 * RESUME_BURST_S))
+
+
+def test_a_long_pause_earns_no_more_than_the_burst() -> None:
+    t = ResumeTurns(rate_per_second=1000.0, max_loop_lag_seconds=MAX_LAG)
+    t.due(0.0)
+    assert t.due(60.0) == int(1000 * RESUME_BURST_S)
+
+
+@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=300), st.floats(1.0, 5000.0))
+@FAST
+def test_the_pace_is_the_rate_however_the_calls_are_spaced(turns_between: list[float], rate: float) -> None:
+    t = ResumeTurns(rate_per_second=rate, max_loop_lag_seconds=MAX_LAG)
+    now, handed = 0.0, t.due(0.0)
+    for between in turns_between:
+        now += between / rate
+        handed += t.due(now)
+    # The first turn at once, then one per 1/rate: never more, and never fewer
+    # than a turn behind (calls at most a turn apart never fill the bucket).
+    earned = 1 + now * rate
+    assert earned - 1.0 - 1e-6 <= handed <= earned + 1e-6
+
+
+def test_a_held_turn_earns_nothing_while_held_and_goes_when_the_hold_ends() -> None:
+    t = ResumeTurns(rate_per_second=1000.0, max_loop_lag_seconds=MAX_LAG)
+    t.due(0.0)
+    assert t.hold(1.0) > 0
+    assert t.hold(0.0) == 0.0
+    assert t.due(0.5) == 1
+
+
+def test_the_gap_waits_for_the_next_whole_turn_with_jitter() -> None:
     t = turns()
+    t.due(0.0)  # the credit is spent: a whole turn to wait for
     assert (t.gap(lambda: 0.0), t.gap(lambda: 0.5), t.gap(lambda: 1.0)) == pytest.approx((0.005, 0.01, 0.015))
+    t.due(0.0075)  # three quarters of a turn earned
+    assert t.gap(lambda: 0.5) == pytest.approx(0.0025)
 
 
 def test_the_default_hold_cap_is_the_documented_one() -> None:

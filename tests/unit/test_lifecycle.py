@@ -890,3 +890,30 @@ def test_notified_digests_are_bounded_and_survive_a_checkpoint() -> None:
     assert restored.push and restored.notified == r.notified
     last = pushed_chunk(str(NOTIFICATION_MEMORY + 4))
     assert restored.apply_notification(last, body_of(last)) == [Dropped("duplicate")]
+
+
+def test_a_chunk_a_snapshot_already_showed_is_not_appended_again_when_its_notification_comes() -> None:
+    """The backstop's tasks/get answered while the chunks' notifications were on their way
+    (or an agent retried them after a 503): they arrive after the snapshot published them."""
+    r = pushed_task()
+    first = pushed_chunk("x", append=False)
+    r.apply_notification(first, body_of(first))
+    parts = [{"kind": "text", "text": t} for t in ("x", "y", "z")]
+    r.apply(TaskSnapshot("t-1", "ctx", "working", artifacts=({"artifactId": "a", "parts": parts},)))
+    assert r.artifacts[artifact_key("a")].parts == 3
+    for late in (pushed_chunk("y"), pushed_chunk("z")):
+        assert r.apply_notification(late, body_of(late)) == [Dropped("duplicate")]
+    new = pushed_chunk("w")
+    assert notification_result(r.apply_notification(new, body_of(new))) == "applied"
+    assert r.artifacts[artifact_key("a")].parts == 4
+
+
+def test_a_chunk_that_is_not_the_next_one_a_snapshot_showed_is_appended() -> None:
+    r = pushed_task()
+    first = pushed_chunk("x", append=False)
+    r.apply_notification(first, body_of(first))
+    parts = [{"kind": "text", "text": t} for t in ("x", "y")]
+    r.apply(TaskSnapshot("t-1", "ctx", "working", artifacts=({"artifactId": "a", "parts": parts},)))
+    other = pushed_chunk("q")
+    assert notification_result(r.apply_notification(other, body_of(other))) == "applied"
+    assert not r.snapshot_tails

@@ -20,7 +20,7 @@ from aiokafka import errors as kafka_errors
 
 from bridge.config.model import Config, KafkaConfig
 from bridge.errors import StartupError
-from bridge.kafka.preflight import KafkaUnreachable, check_kafka, classify, co_partitioned
+from bridge.kafka.preflight import KafkaUnreachable, check_kafka, classify
 from tests.support.tls import make_ca, server_keystore_pem, write_private
 
 SASL = KafkaConfig(
@@ -195,13 +195,3 @@ async def test_a_permanent_problem_wins_over_an_unreachable_bootstrap_server(tls
 async def test_malformed_bootstrap_servers(servers: str) -> None:
     with pytest.raises(StartupError, match="bootstrap_servers"):
         await check_kafka(Config(kafka=KafkaConfig(bootstrap_servers=servers)), 1)
-
-
-def test_push_needs_the_notifications_topic_co_partitioned_with_the_commands() -> None:
-    k = KafkaConfig(commands_topic="cmds", notifications_topic="notes")
-    cfg = Config(kafka=k)
-    co_partitioned(cfg, {"cmds": 6, "notes": 6})  # same count: fine
-    with pytest.raises(StartupError, match="'notes' has 3 partitions but commands topic 'cmds' has 6"):
-        co_partitioned(cfg, {"cmds": 6, "notes": 3})
-    with pytest.raises(StartupError, match="'notes' is missing; create it with `bridge topics`"):
-        co_partitioned(cfg, {"cmds": 6})

@@ -257,6 +257,7 @@ def test_a_backstop_failing_past_the_budget_loses_the_task_unless_a_notification
     b = backstop()
     assert b.failed(down(), now=100.0) == Retry()
     b.notified()  # the agent still pushes: observable
+    assert b.heard == 1
     assert b.wait(lambda: 0.5) == pytest.approx(300.0)
     assert b.failed(down(), now=170.0) == Retry()
     assert b.failed(down(), now=230.5) == Lost("tasks/get kept failing")

@@ -195,3 +195,19 @@ async def test_an_agent_whose_card_does_not_push_is_streamed_as_before() -> None
     assert script.requests[0].method == "message/stream" and "configuration" not in script.requests[0].body["params"]
     assert not record.push and client.sent == []
     await runner.stop()
+
+
+async def test_a_snapshot_asked_while_a_notification_was_applied_is_not_applied() -> None:
+    """The notification may be newer than the snapshot: applying the snapshot after it
+    would publish an older status again."""
+    script = Script()
+    client = PushClient(script)
+    part = push_part(script, client)
+    runner = await restored(client, part)
+    part.notes_read.set()
+    await until(lambda: len(client.sent) == 1, "the reconcile asks tasks/get")
+    assert runner.notified(sdk_status("input-required")) == "applied"
+    await client.snapshots.put(snapshot("working", "x"))  # answered after it, older
+    await until(lambda: runner.follow.mode is IDLE, "the follower ends: the Task is paused")
+    assert [e.get("state") for e in part.events] == ["input-required"]
+    await runner.stop()
