@@ -16,6 +16,7 @@ import contextlib
 import re
 import secrets
 import signal
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ import pytest
 from bridge.config.model import Config
 from bridge.core import push
 from bridge.demo.procs import free_port
+from bridge.demo.push_sender import JWKS_PATH, Signer
 from bridge.kafka.transaction import partition_for
 from tests.support.agents_js import start_js_agents
 from tests.support.exactly_once import Verdict, check
@@ -34,6 +36,7 @@ from tests.support.push_receiver import Forwarded, Relay, relay
 from tests.support.services import (
     BridgeProcess,
     Env,
+    Server,
     bridge_config,
     closed_keys,
     kafka_script,
@@ -53,6 +56,15 @@ pytestmark = pytest.mark.integration
 
 # The agent calls (the ``method`` label: the dialect's op) a push-followed Task never makes.
 STREAM_OPS = ("stream", "resubscribe")
+
+
+@pytest.fixture(scope="module")
+def signing_sdk(env: Env) -> Iterator[str]:
+    """The a2a-sdk demo agents signing each notification (ES256), their JWKS served."""
+    argv = [sys.executable, "-m", "bridge.demo.sdk_agents", "--port", str(free_port()), "--push-jwt", "ES256"]
+    server = Server("sdk-agents-signing", argv, env.log_dir)
+    yield server.url
+    server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +88,19 @@ def push_agents(env: Env, js: str) -> dict[str, dict[str, Any]]:
 class PushSetup:
     """One test's topics, agents and token secret; :meth:`replica` writes one bridge's config."""
 
-    def __init__(self, env: Env, js: str, tmp: Path, *, partitions: int = 3, bridge: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        env: Env,
+        js: str,
+        tmp: Path,
+        *,
+        partitions: int = 3,
+        bridge: dict[str, Any] | None = None,
+        more_agents: dict[str, dict[str, Any]] | None = None,
+    ):
         self.env, self.tmp = env, tmp
         self.name = uuid.uuid4().hex[:8]
-        self.agents = push_agents(env, js)
+        self.agents = push_agents(env, js) | (more_agents or {})
         self.secret_file = tmp / "push-secret"
         self.secret_file.write_text(secrets.token_hex(32))
         settings = {"resume_deadline_seconds": 60, **(bridge or {})}
@@ -324,3 +345,43 @@ async def test_kafka_down_while_a_notification_arrives(env: Env, js: str, tmp_pa
         first_503 = front.statuses().index(503)
         assert 200 in front.statuses()[first_503:], "delivered on the agents' retries"
         assert bridge.alive
+
+
+async def test_signed_notifications_are_verified_against_the_agents_jwks(
+    env: Env, js: str, signing_sdk: str, tmp_path: Path
+) -> None:
+    """Agents with ``push_jwks_url``: their notifications move Tasks only with a JWT that a key
+    of that JWKS verifies; the right token without one, or with one of another key, is 401."""
+    jwks = f"{signing_sdk}{JWKS_PATH}"
+    signed = {
+        f"{v}signed-writer": {"url": f"{signing_sdk}/agents/writer", "dialect": d, "push_jwks_url": jwks}
+        for v, d in (("", "a2a-0.3"), ("v1-", "a2a-1.0"))
+    }
+    setup = PushSetup(env, js, tmp_path, more_agents=signed)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    path, config = setup.replica("push-signed", port, base)
+    await topics(path)
+    bridge = BridgeProcess(path, env.log_dir, "push-signed")
+    try:
+        ops = ops_port(bridge)
+        starts = starts_for(list(signed), "signed", "chunks=5 interval=0.1", per_agent=2)
+        await send_commands(config, starts)
+        await judged(env, setup, starts, bridge)
+        for agent in signed:
+            assert counted(ops, "bridge_push_notifications_applied_total", agent=agent, result="applied")
+        route = setup.route(starts[0])
+        url = push.url(base, route)
+        headers = {
+            "Content-Type": "application/json",
+            "X-A2A-Notification-Token": push.token(setup.secret_file.read_text().encode(), route),
+        }
+        body = b'{"statusUpdate":{"taskId":"x","contextId":"y","status":{"state":"TASK_STATE_FAILED"}}}'
+        other_key = Signer("ES256").sign(url, body)
+        async with httpx.AsyncClient(timeout=10) as client:
+            unsigned = await client.post(url, content=body, headers=headers)
+            foreign = await client.post(url, content=body, headers=headers | {"Authorization": f"Bearer {other_key}"})
+        assert (unsigned.status_code, foreign.status_code) == (401, 401), (unsigned.text, foreign.text)
+        assert counted(ops, "bridge_push_notifications_refused_total", reason="unauthenticated") == 2
+    finally:
+        bridge.stop()
