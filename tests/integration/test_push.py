@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from bridge.config.model import Config
 from bridge.core import push
@@ -120,17 +122,33 @@ class PushSetup:
         )  # fmt: skip
 
     @contextlib.asynccontextmanager
+    async def running(self, label: str, listen_port: int, base_url: str) -> AsyncIterator[BridgeProcess]:
+        """One ``bridge run`` of :meth:`replica`'s config, its topics made, stopped at the end."""
+        path, _ = self.replica(label, listen_port, base_url)
+        await topics(path)
+        bridge = BridgeProcess(path, self.env.log_dir, label)
+        try:
+            yield bridge
+        finally:
+            bridge.stop()
+
+    @contextlib.asynccontextmanager
+    async def reached_directly(self, label: str) -> AsyncIterator[tuple[str, BridgeProcess]]:
+        """One bridge whose agents POST to its webhook directly: its base URL and the process."""
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        async with self.running(label, port, base) as bridge:
+            yield base, bridge
+
+    @contextlib.asynccontextmanager
     async def behind_relay(self, label: str, copies: int = 1) -> AsyncIterator[tuple[Relay, BridgeProcess]]:
         """One bridge whose agents reach its webhook through a relay (``copies`` of each POST)."""
         port = free_port()
-        async with relay(f"http://127.0.0.1:{port}", copies=copies) as front:
-            path, _ = self.replica(label, port, front.url)
-            await topics(path)
-            bridge = BridgeProcess(path, self.env.log_dir, label)
-            try:
-                yield front, bridge
-            finally:
-                bridge.stop()
+        async with (
+            relay(f"http://127.0.0.1:{port}", copies=copies) as front,
+            self.running(label, port, front.url) as bridge,
+        ):
+            yield front, bridge
 
     def agent_urls(self) -> dict[str, str]:
         return {name: a["url"] for name, a in self.agents.items()}
@@ -192,11 +210,8 @@ async def assigned(bridges: list[BridgeProcess], partitions: int) -> list[int]:
 
 async def test_tasks_end_exactly_once_by_push_with_no_stream(env: Env, js: str, tmp_path: Path) -> None:
     setup = PushSetup(env, js, tmp_path)
-    port = free_port()
-    path, config = setup.replica("push-one", port, f"http://127.0.0.1:{port}")
-    await topics(path)
-    bridge = BridgeProcess(path, env.log_dir, "push-one")
-    try:
+    config = setup.config
+    async with setup.reached_directly("push-one") as (_, bridge):
         ops = ops_port(bridge)
         writers = [a for a in setup.agents if "writer" in a]
         sleepers = [a for a in setup.agents if "sleeper" in a]
@@ -209,8 +224,6 @@ async def test_tasks_end_exactly_once_by_push_with_no_stream(env: Env, js: str, 
             applied = counted(ops, "bridge_push_notifications_applied_total", agent=agent, result="applied")
             assert applied, f"{agent}: its Tasks moved by pushes ({applied})"
         assert bridge.alive
-    finally:
-        bridge.stop()
 
 
 async def test_a_notification_delivered_twice_is_applied_once(env: Env, js: str, tmp_path: Path) -> None:
@@ -291,12 +304,8 @@ async def test_the_owner_killed_between_the_webhooks_2xx_and_the_commit(env: Env
 
 async def test_a_forged_token_is_refused_and_nothing_is_produced(env: Env, js: str, tmp_path: Path) -> None:
     setup = PushSetup(env, js, tmp_path)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    path, config = setup.replica("push-forged", port, base)
-    await topics(path)
-    bridge = BridgeProcess(path, env.log_dir, "push-forged")
-    try:
+    config = setup.config
+    async with setup.reached_directly("push-forged") as (base, bridge):
         ops = ops_port(bridge)
         start = start_command("forged-1", "v1-py-sleeper", "ticks=6 interval=0.3")
         await send_commands(config, [start])
@@ -321,8 +330,6 @@ async def test_a_forged_token_is_refused_and_nothing_is_produced(env: Env, js: s
         notes = await read_topic(config, config.kafka.notifications_topic, timeout=5, settle=0)
         assert not [r for r in notes.records if r.value == forged_body], "a refused notification is never produced"
         assert notes.records, "the agent's own notifications were produced"
-    finally:
-        bridge.stop()
 
 
 async def test_kafka_down_while_a_notification_arrives(env: Env, js: str, tmp_path: Path) -> None:
@@ -358,12 +365,8 @@ async def test_signed_notifications_are_verified_against_the_agents_jwks(
         for v, d in (("", "a2a-0.3"), ("v1-", "a2a-1.0"))
     }
     setup = PushSetup(env, js, tmp_path, more_agents=signed)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    path, config = setup.replica("push-signed", port, base)
-    await topics(path)
-    bridge = BridgeProcess(path, env.log_dir, "push-signed")
-    try:
+    config = setup.config
+    async with setup.reached_directly("push-signed") as (base, bridge):
         ops = ops_port(bridge)
         starts = starts_for(list(signed), "signed", "chunks=5 interval=0.1", per_agent=2)
         await send_commands(config, starts)
@@ -377,11 +380,13 @@ async def test_signed_notifications_are_verified_against_the_agents_jwks(
             "X-A2A-Notification-Token": push.token(setup.secret_file.read_text().encode(), route),
         }
         body = b'{"statusUpdate":{"taskId":"x","contextId":"y","status":{"state":"TASK_STATE_FAILED"}}}'
-        other_key = Signer("ES256").sign(url, body)
         async with httpx.AsyncClient(timeout=10) as client:
+            kid = (await client.get(jwks)).json()["keys"][0]["kid"]
+            # Claims as the agent makes them, under the agent's key id, signed by another key
+            # (an unknown key id would be a rotation: the webhook fetches the JWKS again first).
+            forged_claims = jwt.decode(Signer("ES256").sign(url, body), options={"verify_signature": False})
+            other_key = jwt.encode(forged_claims, ec.generate_private_key(ec.SECP256R1()), "ES256", {"kid": kid})
             unsigned = await client.post(url, content=body, headers=headers)
             foreign = await client.post(url, content=body, headers=headers | {"Authorization": f"Bearer {other_key}"})
         assert (unsigned.status_code, foreign.status_code) == (401, 401), (unsigned.text, foreign.text)
         assert counted(ops, "bridge_push_notifications_refused_total", reason="unauthenticated") == 2
-    finally:
-        bridge.stop()
