@@ -76,9 +76,12 @@ def write_config(
     bridge: dict[str, Any] | None = None,
     kafka: dict[str, Any] | None = None,
     agent: dict[str, Any] | None = None,
+    agents: dict[str, dict[str, Any]] | None = None,
+    push: dict[str, Any] | None = None,
 ) -> Path:
     """A ``bridge run`` config with fresh topic names (``{name}.commands`` ...) and one
-    agent, ``writer``, on the fast source (dialect gateway, agent_code writer)."""
+    agent, ``writer``, on the fast source (dialect gateway, agent_code writer); ``agents``
+    more agents, ``push`` a ``[push]`` section."""
     kafka_ = {
         "bootstrap_servers": bootstrap,
         "group_id": f"{name}-g",
@@ -95,6 +98,10 @@ def write_config(
     bridge_ = {"commit_interval_ms": commit_interval_ms, **BRIDGE_DEFAULTS, **(bridge or {})}
     agent_ = {"url": source_url, "dialect": "gateway", "agent_code": "writer", "mode": "stream", **(agent or {})}
     lines = ["[kafka]", *_toml(kafka_), "", "[bridge]", *_toml(bridge_), "", "[agents.writer]", *_toml(agent_)]
+    for more, fields in (agents or {}).items():
+        lines += ["", f"[agents.{more}]", *_toml(fields)]
+    if push:
+        lines += ["", "[push]", *_toml(push)]
     path = run_dir / f"{name}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -104,13 +111,13 @@ def _toml(values: dict[str, Any]) -> list[str]:
     return [f"{k} = {orjson.dumps(v).decode()}" for k, v in values.items()]
 
 
-def command(name: str, i: int, text: str) -> tuple[bytes, bytes]:
-    """A ``start`` command for the writer agent, as (key, value); taskKey ``{name}-k{i}``."""
+def command(name: str, i: int, text: str, agent: str = "writer") -> tuple[bytes, bytes]:
+    """A ``start`` command for ``agent``, as (key, value); taskKey ``{name}-k{i}``."""
     cmd: dict[str, Any] = {
         "type": "start",
         "commandId": f"{name}-c{i}",
         "taskKey": f"{name}-k{i}",
-        "agent": "writer",
+        "agent": agent,
         "message": {"role": "user", "parts": [{"kind": "text", "text": text}]},
     }
     return cmd["taskKey"].encode(), orjson.dumps(cmd)

@@ -37,6 +37,13 @@ write time of every frame is recorded: ``GET /_stamps`` returns them as
 (CLOCK_MONOTONIC: comparable between processes of one machine). Rate 0
 (the default) writes each Task's frames at once.
 
+Push-followed Tasks (A2A v0.3, no ``agent_code``): ``POST /a2a/push`` takes
+``message/send`` (with ``configuration.pushNotificationConfig``, as the bridge sends it
+for an agent with ``push = true``) and answers at once with the Task, ``working``, held
+like ``mode=hold`` but with no stream; it sends no notification (the Task stays live and
+quiet until ``POST /_release``). ``tasks/get`` and ``tasks/cancel`` work there too; its
+card (``GET /a2a/push/.well-known/agent-card.json``) says ``pushNotifications: true``.
+
 Control: ``GET /_stats`` (open streams now, by kind; requests by method;
 Tasks by mode), ``POST /_release {"count"?: n}`` (ends held streams with
 ``completed``; held Tasks without a stream are completed too), ``GET
@@ -67,6 +74,8 @@ import orjson
 from bridge.demo.scripts import params
 
 PATH = b"/newmoi/agents/a2a"
+PUSH_PATH = b"/a2a/push"
+CARD_PATH = PUSH_PATH + b"/.well-known/agent-card.json"
 AGENT_CODES = ("writer",)
 # Placeholders in pre-rendered frames; never produced by orjson for our values.
 _TID = b"\x00T\x00"
@@ -241,6 +250,7 @@ class Source:
         self.open: Counter[str] = Counter()  # open SSE responses by kind
         self.connections = 0
         self.unknown_resubscribes = 0
+        self.push_configs = 0  # sends that carried a push config
         self.rate = 0.0
         self.paced: deque[Paced] = deque()
         self.stamps: dict[str, list[float]] = {}
@@ -323,8 +333,12 @@ class Source:
     async def route(
         self, method: bytes, path: bytes, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> bool:
-        if method == b"POST" and path == PATH:
-            return await self.rpc(body, reader, writer)
+        if method == b"POST" and path in (PATH, PUSH_PATH):
+            return await self.rpc(body, reader, writer, gateway=path == PATH)
+        if path == CARD_PATH:
+            self.json(writer, self.push_card(writer))
+            await writer.drain()
+            return True
         if path == b"/_stats":
             self.json(writer, self.stats())
         elif path == b"/_stamps":
@@ -358,6 +372,7 @@ class Source:
             "live_tasks": len(self.live),
             "held_tasks": sum(1 for t in self.live.values() if t.state == "working"),
             "unknown_resubscribes": self.unknown_resubscribes,
+            "push_configs": self.push_configs,
             "paced_streams": len(self.paced),
             "rate": self.rate,
         }
@@ -380,7 +395,35 @@ class Source:
             n += 1
         return n
 
-    async def rpc(self, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    def push_card(self, writer: asyncio.StreamWriter) -> dict[str, Any]:
+        host, port = writer.get_extra_info("sockname")[:2]
+        return {
+            "name": "push",
+            "description": "held Tasks followed by push notifications (none are sent)",
+            "url": f"http://{host}:{port}{PUSH_PATH.decode()}",
+            "version": "1.0.0",
+            "protocolVersion": "0.3.0",
+            "preferredTransport": "JSONRPC",
+            "capabilities": {"streaming": True, "pushNotifications": True},
+            "defaultInputModes": ["text/plain"],
+            "defaultOutputModes": ["text/plain"],
+            "skills": [],
+        }
+
+    def push_send(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``message/send`` on the push endpoint: a held Task, answered at once."""
+        if (params.get("configuration") or {}).get("pushNotificationConfig"):
+            self.push_configs += 1
+        message = params.get("message") or {}
+        text = " ".join(str(p.get("text", "")) for p in message.get("parts") or [] if isinstance(p, dict))
+        task = self.new_task(Shape("hold", 0, 1), text)
+        task.state = "working"
+        self.live[task.id] = task
+        return self.snapshot(task)
+
+    async def rpc(
+        self, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gateway: bool = True
+    ) -> bool:
         try:
             req = orjson.loads(body)
             rpc_id = req["id"]
@@ -392,9 +435,13 @@ class Source:
             return True
         self.requests[str(method)] += 1
         rid = orjson.dumps(rpc_id)
-        if req.get("agent_code") not in AGENT_CODES:
+        if gateway and req.get("agent_code") not in AGENT_CODES:
             code, msg = (-32011, "agent_code is required") if not req.get("agent_code") else (-32012, "unknown agent")
             self.json(writer, {"jsonrpc": "2.0", "id": rpc_id, "error": {"code": code, "message": msg}})
+            await writer.drain()
+            return True
+        if method == "message/send" and not gateway:
+            self.json(writer, {"jsonrpc": "2.0", "id": rpc_id, "result": self.push_send(params)})
             await writer.drain()
             return True
         if method == "message/stream":

@@ -9,7 +9,9 @@ measure               what is done and what is reported
 ``live``              N live Tasks in one process, half paused in
                       ``input-required`` (no connection), half streaming (an open,
                       quiet SSE stream each). (VmRSS with N live - VmRSS with 0
-                      live after a warm-up) / N; target ≤ 48 KB.
+                      live after a warm-up) / N; target ≤ 48 KB. Then P more
+                      followed by push notifications (no stream; the webhook
+                      serving): VmRSS added per push-followed Task, beside them.
 ``resume``            N streaming Tasks; SIGKILL ``bridge run``; once the group is
                       empty, a new ``bridge run``: seconds until the source counts
                       N open ``tasks/resubscribe`` streams; target ≤ 5 s. Then the
@@ -68,12 +70,14 @@ from bench import bridge_bench, proc
 from bench.services import BridgeProcess, FastSource, ServiceError
 from bridge.config import model as config_mod
 from bridge.config.model import BridgeConfig, Config
+from bridge.demo.procs import free_port
 from bridge.kafka import topics
 
 MEASURES = ("live", "resume", "restart", "rebalance", "churn", "held", "burst")
 # measure parameter -> (env var, full size, quick size)
 SIZES: dict[str, tuple[str, int, int]] = {
     "live": ("BENCH_SCALE_LIVE", 10_000, 1_000),
+    "live_push": ("BENCH_SCALE_LIVE_PUSH", 5_000, 500),
     "resume": ("BENCH_SCALE_RESUME", 1_000, 200),
     "restart": ("BENCH_SCALE_RESTART", 2_000, 200),
     "closed": ("BENCH_SCALE_CLOSED", 1_000_000, 20_000),
@@ -414,7 +418,22 @@ class Scale:
         env: dict[str, str] | None = None,
         create: bool = True,
         kafka: dict[str, Any] | None = None,
+        push: bool = False,
     ) -> tuple[BridgeProcess, Config, Path]:
+        """A ``bridge run`` on ``source`` (``push``: with the agent ``pusher``, followed by push
+        notifications, and the webhook on a free port)."""
+        agents, push_section = None, None
+        if push:
+            secret = self.log_dir / f"{name}.push-secret"
+            secret.write_text(secrets.token_hex(32))
+            port = free_port()
+            agents = {"pusher": {"url": f"{source.url}/a2a/push", "dialect": "a2a-0.3", "push": True}}
+            push_section = {
+                "listen_host": "127.0.0.1",
+                "listen_port": port,
+                "base_url": f"http://127.0.0.1:{port}",
+                "token_secret_file": str(secret),
+            }
         path = bridge_bench.write_config(
             self.log_dir,
             name,
@@ -424,6 +443,8 @@ class Scale:
             bridge={"default_deadline_seconds": 86_400, "resume_deadline_seconds": 120, **(bridge or {})},
             kafka={**KAFKA_DEFAULTS, **(kafka or {})},
             agent={"stream_idle_seconds": 86_400},
+            agents=agents,
+            push=push_section,
         )
         config = config_mod.load(path, env={})
         if create:
@@ -454,7 +475,9 @@ class Scale:
         try:
             k = config.kafka
             with contextlib.suppress(Exception):
-                await admin.delete_topics([k.commands_topic, k.events_topic, k.checkpoints_topic, k.dlq_topic])
+                await admin.delete_topics(
+                    [k.commands_topic, k.events_topic, k.checkpoints_topic, k.dlq_topic, k.notifications_topic]
+                )
         finally:
             await admin.close()
 
@@ -480,6 +503,7 @@ class Scale:
 
     async def measure_live(self) -> dict[str, Any]:
         n = self.n("live")
+        pushed = self.n("live_push")
         half = n // 2
         name = self.name("live")
         source = FastSource(self.log_dir, name=f"{name}.source")
@@ -493,8 +517,9 @@ class Scale:
             bridge, config, _ = await self.bridge(
                 name,
                 source,
-                bridge={"max_in_flight_tasks": max(20_000, n)},
+                bridge={"max_in_flight_tasks": max(20_000, n + pushed)},
                 kafka={"session_timeout_ms": LIVE_SESSION_TIMEOUT_MS},
+                push=pushed > 0,
             )
             tail = EventTail(self.bootstrap, config.kafka.events_topic, self.partitions)
             await tail.start()
@@ -548,6 +573,30 @@ class Scale:
                     streaming_s = time.monotonic() - t0
                     await wait_for("the streams' commit", lambda: _uncommitted_zero(bridge, http), 60, bridge)
                     with_all = await rss_settled(bridge.pid)
+                    streams_before_push = metric(await metrics_or_empty(bridge, http), "bridge_streams_open")
+                    # Push-followed: sent without a stream, answered at once, then quiet.
+                    t0 = time.monotonic()
+                    first_push = warm + n
+                    live0 = (await source.stats(http))["live_tasks"]
+                    events = tail.records
+                    for first in range(0, pushed, BATCH):
+                        k = min(BATCH, pushed - first)
+                        starts = [
+                            bridge_bench.command(name, i, "mode=hold", agent="pusher")
+                            for i in range(first_push + first, first_push + first + k)
+                        ]
+                        await self.send(producer, topic, starts)
+                        await wait_for(
+                            f"{first + k} push-followed Tasks",
+                            lambda t=first + k: _live_at_least(source, http, live0 + t),
+                            600,
+                            bridge,
+                        )
+                    pushed_s = time.monotonic() - t0
+                    # at least the working status each
+                    await wait_for("their events", lambda: _ge(lambda: tail.records, events + pushed), 120, bridge)
+                    await wait_for("the push Tasks' commit", lambda: _uncommitted_zero(bridge, http), 60, bridge)
+                    with_push = await rss_settled(bridge.pid) if pushed else with_all
                     metrics = await metrics_or_empty(bridge, http)
                     stats = await source.stats(http)
                     peak = proc.status_mib(bridge.pid, "VmHWM")
@@ -566,6 +615,13 @@ class Scale:
                 "kib_per_live_task": round(per_live, 2),
                 "kib_per_paused_task": round((with_paused - base) / max(1, half), 2),
                 "kib_per_streaming_task": round((with_all - with_paused) / max(1, n - half), 2),
+                "push_followed": pushed,
+                "rss_kib_with_push_followed": with_push,
+                "kib_per_push_followed_task": round((with_push - with_all) / max(1, pushed), 2) if pushed else None,
+                "seconds_to_start_push_followed": round(pushed_s, 2),
+                "push_configs_sent": stats.get("push_configs"),
+                "streams_open_before_push": streams_before_push,
+                "bridge_push_followed_tasks": metric(metrics, "bridge_push_followed_tasks"),
                 "target_kib_per_live_task": 48,
                 "seconds_to_pause_all": round(paused_s, 2),
                 "seconds_to_open_all_streams": round(streaming_s, 2),
@@ -1198,6 +1254,10 @@ async def _stat_le(source: FastSource, http: httpx.AsyncClient, kinds: tuple[str
     return sum(opened.get(k, 0) for k in kinds) <= at_most
 
 
+async def _live_at_least(source: FastSource, http: httpx.AsyncClient, target: int) -> bool:
+    return bool((await source.stats(http))["live_tasks"] >= target)
+
+
 async def _ge(value: Callable[[], int], target: int) -> bool:
     return value() >= target
 
@@ -1227,7 +1287,8 @@ def headline(measure: str, r: dict[str, Any]) -> str:
     if measure == "live":
         return (
             f"{r['kib_per_live_task']} KiB per live Task at {r['live_tasks']:,} live (target <= 48 KB); "
-            f"paused {r['kib_per_paused_task']}, streaming {r['kib_per_streaming_task']} KiB each"
+            f"paused {r['kib_per_paused_task']}, streaming {r['kib_per_streaming_task']}, "
+            f"push-followed {r['kib_per_push_followed_task']} KiB each"
         )
     if measure == "resume":
         a, b = r["after_group_empty"], r["immediate_respawn"]

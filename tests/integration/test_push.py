@@ -12,28 +12,33 @@ what kcat read.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import secrets
 import signal
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
 
-from bridge.config import model as config_mod
 from bridge.config.model import Config
 from bridge.core import push
 from bridge.demo.procs import free_port
+from bridge.demo.push_sender import JWKS_PATH, Signer
 from bridge.kafka.transaction import partition_for
 from tests.support.agents_js import start_js_agents
 from tests.support.exactly_once import Verdict, check
-from tests.support.push_receiver import Forwarded, relay
+from tests.support.push_receiver import Forwarded, Relay, relay
 from tests.support.services import (
     BridgeProcess,
     Env,
+    Server,
     bridge_config,
     closed_keys,
     kafka_script,
@@ -41,6 +46,7 @@ from tests.support.services import (
     metric,
     metric_sum,
     ops_port,
+    push_replica,
     read_topic,
     run_cli,
     send_commands,
@@ -52,6 +58,15 @@ pytestmark = pytest.mark.integration
 
 # The agent calls (the ``method`` label: the dialect's op) a push-followed Task never makes.
 STREAM_OPS = ("stream", "resubscribe")
+
+
+@pytest.fixture(scope="module")
+def signing_sdk(env: Env) -> Iterator[str]:
+    """The a2a-sdk demo agents signing each notification (ES256), their JWKS served."""
+    argv = [sys.executable, "-m", "bridge.demo.sdk_agents", "--port", str(free_port()), "--push-jwt", "ES256"]
+    server = Server("sdk-agents-signing", argv, env.log_dir)
+    yield server.url
+    server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +90,19 @@ def push_agents(env: Env, js: str) -> dict[str, dict[str, Any]]:
 class PushSetup:
     """One test's topics, agents and token secret; :meth:`replica` writes one bridge's config."""
 
-    def __init__(self, env: Env, js: str, tmp: Path, *, partitions: int = 3, bridge: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        env: Env,
+        js: str,
+        tmp: Path,
+        *,
+        partitions: int = 3,
+        bridge: dict[str, Any] | None = None,
+        more_agents: dict[str, dict[str, Any]] | None = None,
+    ):
         self.env, self.tmp = env, tmp
         self.name = uuid.uuid4().hex[:8]
-        self.agents = push_agents(env, js)
+        self.agents = push_agents(env, js) | (more_agents or {})
         self.secret_file = tmp / "push-secret"
         self.secret_file.write_text(secrets.token_hex(32))
         settings = {"resume_deadline_seconds": 60, **(bridge or {})}
@@ -91,22 +115,40 @@ class PushSetup:
     def replica(self, label: str, listen_port: int, base_url: str) -> tuple[Path, Config]:
         """A config of this test's group whose webhook listens on ``listen_port`` and gives
         agents URLs under ``base_url``."""
-        lines = [
-            "",
-            "[push]",
-            'listen_host = "127.0.0.1"',
-            f"listen_port = {listen_port}",
-            f'base_url = "{base_url}"',
-            f'token_secret_file = "{self.secret_file}"',
-            "backstop_poll_seconds = 3600.0",  # only pushes move these Tasks
-            "produce_timeout_seconds = 2.0",
-        ]
-        text = self.base_path.read_text()
-        for name in self.agents:  # push on: only loadable with the [push] section beside it
-            text = text.replace(f'[agents."{name}"]\n', f'[agents."{name}"]\npush = true\n', 1)
-        path = self.tmp / f"{label}.toml"
-        path.write_text(text + "\n".join(lines) + "\n")
-        return path, config_mod.load(path, env={})
+        return push_replica(
+            self.base_path, label, list(self.agents), listen_port, base_url, self.secret_file,
+            backstop_poll_seconds=3600.0,  # only pushes move these Tasks
+            produce_timeout_seconds=2.0,
+        )  # fmt: skip
+
+    @contextlib.asynccontextmanager
+    async def running(self, label: str, listen_port: int, base_url: str) -> AsyncIterator[BridgeProcess]:
+        """One ``bridge run`` of :meth:`replica`'s config, its topics made, stopped at the end."""
+        path, _ = self.replica(label, listen_port, base_url)
+        await topics(path)
+        bridge = BridgeProcess(path, self.env.log_dir, label)
+        try:
+            yield bridge
+        finally:
+            bridge.stop()
+
+    @contextlib.asynccontextmanager
+    async def reached_directly(self, label: str) -> AsyncIterator[tuple[str, BridgeProcess]]:
+        """One bridge whose agents POST to its webhook directly: its base URL and the process."""
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        async with self.running(label, port, base) as bridge:
+            yield base, bridge
+
+    @contextlib.asynccontextmanager
+    async def behind_relay(self, label: str, copies: int = 1) -> AsyncIterator[tuple[Relay, BridgeProcess]]:
+        """One bridge whose agents reach its webhook through a relay (``copies`` of each POST)."""
+        port = free_port()
+        async with (
+            relay(f"http://127.0.0.1:{port}", copies=copies) as front,
+            self.running(label, port, front.url) as bridge,
+        ):
+            yield front, bridge
 
     def agent_urls(self) -> dict[str, str]:
         return {name: a["url"] for name, a in self.agents.items()}
@@ -168,11 +210,8 @@ async def assigned(bridges: list[BridgeProcess], partitions: int) -> list[int]:
 
 async def test_tasks_end_exactly_once_by_push_with_no_stream(env: Env, js: str, tmp_path: Path) -> None:
     setup = PushSetup(env, js, tmp_path)
-    port = free_port()
-    path, config = setup.replica("push-one", port, f"http://127.0.0.1:{port}")
-    await topics(path)
-    bridge = BridgeProcess(path, env.log_dir, "push-one")
-    try:
+    config = setup.config
+    async with setup.reached_directly("push-one") as (_, bridge):
         ops = ops_port(bridge)
         writers = [a for a in setup.agents if "writer" in a]
         sleepers = [a for a in setup.agents if "sleeper" in a]
@@ -185,27 +224,18 @@ async def test_tasks_end_exactly_once_by_push_with_no_stream(env: Env, js: str, 
             applied = counted(ops, "bridge_push_notifications_applied_total", agent=agent, result="applied")
             assert applied, f"{agent}: its Tasks moved by pushes ({applied})"
         assert bridge.alive
-    finally:
-        bridge.stop()
 
 
 async def test_a_notification_delivered_twice_is_applied_once(env: Env, js: str, tmp_path: Path) -> None:
     setup = PushSetup(env, js, tmp_path)
-    port = free_port()
-    async with relay(f"http://127.0.0.1:{port}", copies=2) as twice:
-        path, config = setup.replica("push-twice", port, twice.url)
-        await topics(path)
-        bridge = BridgeProcess(path, env.log_dir, "push-twice")
-        try:
-            ops = ops_port(bridge)
-            starts = starts_for([a for a in setup.agents if "writer" in a], "twice", "chunks=5 interval=0.1")
-            await send_commands(config, starts)
-            await judged(env, setup, starts, bridge)
-            assert twice.forwarded and set(twice.statuses()) == {200}, twice.statuses()
-            duplicates = counted(ops, "bridge_push_notifications_applied_total", result="duplicate")
-            assert duplicates >= len(twice.forwarded) / 2, "the second copies were seen and dropped as duplicates"
-        finally:
-            bridge.stop()
+    async with setup.behind_relay("push-twice", copies=2) as (twice, bridge):
+        ops = ops_port(bridge)
+        starts = starts_for([a for a in setup.agents if "writer" in a], "twice", "chunks=5 interval=0.1")
+        await send_commands(setup.config, starts)
+        await judged(env, setup, starts, bridge)
+        assert twice.forwarded and set(twice.statuses()) == {200}, twice.statuses()
+        duplicates = counted(ops, "bridge_push_notifications_applied_total", result="duplicate")
+        assert duplicates >= len(twice.forwarded) / 2, "the second copies were seen and dropped as duplicates"
 
 
 async def test_notifications_reaching_the_replica_that_does_not_own_the_task(env: Env, js: str, tmp_path: Path) -> None:
@@ -240,13 +270,10 @@ async def test_the_owner_killed_between_the_webhooks_2xx_and_the_commit(env: Env
     """A commit tick of 2 s; once every Task's start is committed, a SIGKILL right after the
     webhook answered 200: that notification is in Kafka, not yet committed with its events.
     The restarted owner restores the live Tasks, reconciles with tasks/get, reads the
-    notification again, and every Task still ends exactly once."""
+    notification again with what followed, and every Task still ends exactly once."""
     setup = PushSetup(env, js, tmp_path, partitions=1, bridge={"commit_interval_ms": 2000})
-    port = free_port()
-    async with relay(f"http://127.0.0.1:{port}") as front:
-        path, config = setup.replica("push-killed", port, front.url)
-        await topics(path)
-        bridge = BridgeProcess(path, env.log_dir, "push-killed")
+    config = setup.config
+    async with setup.behind_relay("push-killed") as (front, bridge):
         armed: list[bool] = []
         killed: list[Forwarded] = []
 
@@ -256,41 +283,29 @@ async def test_the_owner_killed_between_the_webhooks_2xx_and_the_commit(env: Env
                 killed.append(done)
 
         front.on_answer = kill_right_after_a_2xx
-        try:
-            ops_port(bridge)
-            starts = starts_for([a for a in setup.agents if "sleeper" in a], "killed", "ticks=30 interval=0.5")
-            keys = {s["taskKey"] for s in starts}
-            await send_commands(config, starts)
-            committed = await read_topic(
-                config, config.kafka.events_topic, timeout=30, until=lambda c: set(c.by_task_key()) >= keys
-            )
-            assert set(committed.by_task_key()) >= keys, "every start committed before the kill"
-            armed.append(True)
-            await until(lambda: bool(killed), 30, "a notification answered 200, then the owner killed")
-            bridge.wait(10)
-            bridge.start()
-            await until(lambda: bridge.log().count("ops endpoints on") == 2, 30, "the restarted bridge serving")
-            ops = ops_port(bridge)
-            await judged(env, setup, starts, bridge)
-            # The notification relayed just before the kill is read again, after the tasks/get
-            # reconcile already told the restarted owner as much: dropped as a duplicate.
-            assert counted(ops, "bridge_push_notifications_applied_total", result="duplicate") >= 1
-            restored = re.findall(r"partition 0 restored: \d+ records read, (\d+) live Tasks", bridge.log())
-            assert restored[-1] == str(len(starts)), restored
-            assert 503 in front.statuses(), "notifications came while the owner was away (retried)"
-            assert bridge.starts == 2 and bridge.alive
-        finally:
-            bridge.stop()
+        ops_port(bridge)
+        starts = starts_for([a for a in setup.agents if "sleeper" in a], "killed", "ticks=30 interval=0.5")
+        keys = {s["taskKey"] for s in starts}
+        await send_commands(config, starts)
+        committed = await read_topic(
+            config, config.kafka.events_topic, timeout=30, until=lambda c: set(c.by_task_key()) >= keys
+        )
+        assert set(committed.by_task_key()) >= keys, "every start committed before the kill"
+        armed.append(True)
+        await until(lambda: bool(killed), 30, "a notification answered 200, then the owner killed")
+        bridge.wait(10)
+        bridge.start()
+        await judged(env, setup, starts, bridge)
+        restored = re.findall(r"partition 0 restored: \d+ records read, (\d+) live Tasks", bridge.log())
+        assert restored[-1] == str(len(starts)), restored
+        assert 503 in front.statuses(), "notifications came while the owner was away (retried)"
+        assert bridge.starts == 2 and bridge.alive
 
 
 async def test_a_forged_token_is_refused_and_nothing_is_produced(env: Env, js: str, tmp_path: Path) -> None:
     setup = PushSetup(env, js, tmp_path)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    path, config = setup.replica("push-forged", port, base)
-    await topics(path)
-    bridge = BridgeProcess(path, env.log_dir, "push-forged")
-    try:
+    config = setup.config
+    async with setup.reached_directly("push-forged") as (base, bridge):
         ops = ops_port(bridge)
         start = start_command("forged-1", "v1-py-sleeper", "ticks=6 interval=0.3")
         await send_commands(config, [start])
@@ -315,34 +330,63 @@ async def test_a_forged_token_is_refused_and_nothing_is_produced(env: Env, js: s
         notes = await read_topic(config, config.kafka.notifications_topic, timeout=5, settle=0)
         assert not [r for r in notes.records if r.value == forged_body], "a refused notification is never produced"
         assert notes.records, "the agent's own notifications were produced"
-    finally:
-        bridge.stop()
 
 
 async def test_kafka_down_while_a_notification_arrives(env: Env, js: str, tmp_path: Path) -> None:
     """The broker is killed while sleepers tick: the webhook answers 503 (Retry-After) and
     produces nothing; the agents retry, and once the broker is back every Task ends exactly once."""
     setup = PushSetup(env, js, tmp_path, partitions=1)
-    port = free_port()
-    async with relay(f"http://127.0.0.1:{port}") as front:
-        path, config = setup.replica("push-kafka-down", port, front.url)
-        await topics(path)
-        bridge = BridgeProcess(path, env.log_dir, "push-kafka-down")
+    async with setup.behind_relay("push-kafka-down") as (front, bridge):
+        ops = ops_port(bridge)
+        starts = starts_for([a for a in setup.agents if "sleeper" in a], "kdown", "ticks=20 interval=0.5")
+        await send_commands(setup.config, starts)
+        await until(lambda: len(front.forwarded) >= 8, 30, "the sleepers' first notifications")
+        await asyncio.to_thread(kafka_script, "kill-broker")
         try:
-            ops = ops_port(bridge)
-            starts = starts_for([a for a in setup.agents if "sleeper" in a], "kdown", "ticks=20 interval=0.5")
-            await send_commands(config, starts)
-            await until(lambda: len(front.forwarded) >= 8, 30, "the sleepers' first notifications")
-            await asyncio.to_thread(kafka_script, "kill-broker")
-            try:
-                await until(lambda: 503 in front.statuses(), 30, "a 503 while Kafka is away")
-                refused = counted(ops, "bridge_push_notifications_refused_total", reason="kafka-unavailable")
-                assert refused, "counted as kafka-unavailable"
-            finally:
-                await asyncio.to_thread(kafka_script, "start-broker")
-            await judged(env, setup, starts, bridge)
-            first_503 = front.statuses().index(503)
-            assert 200 in front.statuses()[first_503:], "delivered on the agents' retries"
-            assert bridge.alive
+            await until(lambda: 503 in front.statuses(), 30, "a 503 while Kafka is away")
+            refused = counted(ops, "bridge_push_notifications_refused_total", reason="kafka-unavailable")
+            assert refused, "counted as kafka-unavailable"
         finally:
-            bridge.stop()
+            await asyncio.to_thread(kafka_script, "start-broker")
+        await judged(env, setup, starts, bridge)
+        first_503 = front.statuses().index(503)
+        assert 200 in front.statuses()[first_503:], "delivered on the agents' retries"
+        assert bridge.alive
+
+
+async def test_signed_notifications_are_verified_against_the_agents_jwks(
+    env: Env, js: str, signing_sdk: str, tmp_path: Path
+) -> None:
+    """Agents with ``push_jwks_url``: their notifications move Tasks only with a JWT that a key
+    of that JWKS verifies; the right token without one, or with one of another key, is 401."""
+    jwks = f"{signing_sdk}{JWKS_PATH}"
+    signed = {
+        f"{v}signed-writer": {"url": f"{signing_sdk}/agents/writer", "dialect": d, "push_jwks_url": jwks}
+        for v, d in (("", "a2a-0.3"), ("v1-", "a2a-1.0"))
+    }
+    setup = PushSetup(env, js, tmp_path, more_agents=signed)
+    config = setup.config
+    async with setup.reached_directly("push-signed") as (base, bridge):
+        ops = ops_port(bridge)
+        starts = starts_for(list(signed), "signed", "chunks=5 interval=0.1", per_agent=2)
+        await send_commands(config, starts)
+        await judged(env, setup, starts, bridge)
+        for agent in signed:
+            assert counted(ops, "bridge_push_notifications_applied_total", agent=agent, result="applied")
+        route = setup.route(starts[0])
+        url = push.url(base, route)
+        headers = {
+            "Content-Type": "application/json",
+            "X-A2A-Notification-Token": push.token(setup.secret_file.read_text().encode(), route),
+        }
+        body = b'{"statusUpdate":{"taskId":"x","contextId":"y","status":{"state":"TASK_STATE_FAILED"}}}'
+        async with httpx.AsyncClient(timeout=10) as client:
+            kid = (await client.get(jwks)).json()["keys"][0]["kid"]
+            # Claims as the agent makes them, under the agent's key id, signed by another key
+            # (an unknown key id would be a rotation: the webhook fetches the JWKS again first).
+            forged_claims = jwt.decode(Signer("ES256").sign(url, body), options={"verify_signature": False})
+            other_key = jwt.encode(forged_claims, ec.generate_private_key(ec.SECP256R1()), "ES256", {"kid": kid})
+            unsigned = await client.post(url, content=body, headers=headers)
+            foreign = await client.post(url, content=body, headers=headers | {"Authorization": f"Bearer {other_key}"})
+        assert (unsigned.status_code, foreign.status_code) == (401, 401), (unsigned.text, foreign.text)
+        assert counted(ops, "bridge_push_notifications_refused_total", reason="unauthenticated") == 2

@@ -4,10 +4,11 @@
 side (what an SDK server really sends): as plain as a webhook can be, every POST is recorded
 and answered with the next status of ``plan`` (``Retry-After: 1`` with a 503), then 200.
 
-:func:`relay` sits between the agents and a bridge's webhook (the bridge's ``push.base_url``
+:func:`relay` sits between the agents and the bridges' webhooks (their ``push.base_url``
 points at it), the way a Service or a load balancer does: it forwards each POST as it came,
-``copies`` times (an agent's redelivery), records what the bridge answered, and calls
-``on_answer`` after each, so a test can act right after a 2xx (kill the owner).
+``copies`` times (an agent's redelivery), to the webhooks in turn (one that cannot be reached
+is skipped, as a Service skips an endpoint that is not ready), records what was answered,
+and calls ``on_answer`` after each, so a test can act right after a 2xx (kill the owner).
 """
 
 from __future__ import annotations
@@ -98,8 +99,9 @@ class Forwarded:
 @dataclass
 class Relay:
     url: str
-    target: str
+    targets: tuple[str, ...]
     copies: int = 1
+    turn: int = 0
     forwarded: list[Forwarded] = field(default_factory=list)
     on_answer: Callable[[Forwarded], None] | None = None
 
@@ -108,10 +110,21 @@ class Relay:
 
 
 @contextlib.asynccontextmanager
-async def relay(target: str, copies: int = 1) -> AsyncIterator[Relay]:
-    """A relay on a free local port to the webhook at ``target`` (its base URL)."""
+async def relay(*targets: str, copies: int = 1) -> AsyncIterator[Relay]:
+    """A relay on a free local port to the webhooks at ``targets`` (their base URLs)."""
     port = free_port()
-    rel = Relay(f"http://127.0.0.1:{port}", target.rstrip("/"), copies)
+    rel = Relay(f"http://127.0.0.1:{port}", tuple(t.rstrip("/") for t in targets), copies)
+
+    async def post_to_one(path: str, body: bytes, headers: dict[str, str]) -> httpx.Response | None:
+        """The next webhook's answer, or None when none could be reached."""
+        for _ in rel.targets:
+            target = rel.targets[rel.turn % len(rel.targets)]
+            rel.turn += 1
+            try:
+                return await client.post(target + path, content=body, headers=headers)
+            except httpx.TransportError:
+                continue
+        return None
 
     async def forward(request: Request) -> Response:
         body = await request.body()
@@ -119,10 +132,9 @@ async def relay(target: str, copies: int = 1) -> AsyncIterator[Relay]:
         statuses: list[int] = []
         answer = Response(b"", status_code=503, headers={"Retry-After": "1"})
         for _ in range(rel.copies):
-            try:
-                r = await client.post(rel.target + request.url.path, content=body, headers=headers)
-            except httpx.TransportError:
-                statuses.append(503)  # the bridge is away: a Service would have no endpoint
+            r = await post_to_one(request.url.path, body, headers)
+            if r is None:
+                statuses.append(503)  # every bridge away: a Service with no ready endpoint
                 answer = Response(b"", status_code=503, headers={"Retry-After": "1"})
                 continue
             statuses.append(r.status_code)

@@ -113,6 +113,29 @@ def bridge_config(
     return path, config_mod.load(path, env={})
 
 
+def push_replica(
+    base: Path, label: str, push_agents: list[str], listen_port: int, base_url: str, secret_file: Path, **keys: Any
+) -> tuple[Path, Config]:
+    """``base`` (a :func:`bridge_config` file) as one replica whose ``push_agents`` are
+    followed by push notifications: its webhook on ``listen_port``, agents given URLs under
+    ``base_url``, the token key in ``secret_file``; ``keys``: more ``[push]`` keys. Written
+    beside ``base`` as ``<label>.toml``."""
+    push = {
+        "listen_host": "127.0.0.1",
+        "listen_port": listen_port,
+        "base_url": base_url,
+        "token_secret_file": str(secret_file),
+        **keys,
+    }
+    text = base.read_text()
+    for name in push_agents:  # push on: only loadable with the [push] section beside it
+        text = text.replace(f'[agents."{name}"]\n', f'[agents."{name}"]\npush = true\n', 1)
+    path = base.parent / f"{label}.toml"
+    lines = ["", "[push]", *(f"{k} = {orjson.dumps(v).decode()}" for k, v in push.items())]
+    path.write_text(text + "\n".join(lines) + "\n")
+    return path, config_mod.load(path, env={})
+
+
 async def create_topics(config: Config, overrides: dict[str, dict[str, str]], partitions: int | None = None) -> None:
     """Create some of the bridge's topics with topic configs of the test's choosing
     (``bridge topics`` then creates the rest)."""
