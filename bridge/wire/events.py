@@ -28,6 +28,8 @@ SOURCE_PREFIX = "a2a-kafka-bridge/agents/"
 
 
 _second: tuple[int, str] = (-1, "")
+# The last time stamped and its text: a tick's events share one ``now``.
+_stamped: tuple[float, str, bytes] = (-1.0, "", b"")
 
 
 def rfc3339(ts: float) -> str:
@@ -41,6 +43,16 @@ def rfc3339(ts: float) -> str:
     if whole != _second[0]:
         _second = (whole, datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
     return f"{_second[1]}.{micros // 1000:03d}Z"
+
+
+def _stamp(ts: float) -> tuple[str, bytes]:
+    """:func:`rfc3339` of ``ts``, as text and bytes, formatted once for the events
+    published together (they share one ``now``)."""
+    global _stamped  # noqa: PLW0603 - a one-entry cache on the per-event path
+    if ts != _stamped[0]:
+        text = rfc3339(ts)
+        _stamped = (ts, text, text.encode())
+    return _stamped[1], _stamped[2]
 
 
 def ce_type(event: Event) -> str:
@@ -68,28 +80,55 @@ def _document(event: Event, record: TaskRecord, time: str, metadata: Any) -> dic
     return doc
 
 
-def _headers(event: Event, record: TaskRecord, time: str) -> Headers:
+# Header names, and the values that are the same for every event, encoded once.
+_SPEC = ("ce_specversion", SPEC_VERSION)
+_CONTENT_TYPE = ("content-type", b"application/json")
+_TASK_TYPES = {k: ("ce_type", f"a2a.task.{k}".encode()) for k in ("status", "artifact", "message")}
+_SOURCES: dict[str, tuple[str, bytes]] = {}  # per agent: the configured agents, a handful
+_NAMES = ("ce_specversion", "ce_id", "ce_source", "ce_type", "ce_subject", "ce_time", "content-type", "seq")
+# What the eight headers add to limits.record_size besides their variable values.
+_FIXED_HEADER_BYTES = sum(2 * limits.VARINT + len(n) for n in _NAMES) + len(SPEC_VERSION) + len(_CONTENT_TYPE[1])
+_TRACEPARENT = "ce_traceparent"
+
+
+def _headers(event: Event, record: TaskRecord, stamp: bytes, key: bytes) -> tuple[Headers, int]:
+    """The event's headers, and :func:`bridge.core.limits.record_size` of ``key``
+    with them (and no value), summed from the lengths already in hand."""
+    source = _SOURCES.get(record.agent)
+    if source is None:
+        if len(_SOURCES) >= 256:  # never more than the configured agents; bounded all the same
+            _SOURCES.clear()
+        source = _SOURCES[record.agent] = ("ce_source", (SOURCE_PREFIX + record.agent).encode())
+    kind = _TASK_TYPES.get(event.kind) or ("ce_type", ce_type(event).encode())
+    event_id = f"{event.task_id}:{event.seq}".encode()
+    seq = str(event.seq).encode()
     headers: Headers = [
-        ("ce_specversion", SPEC_VERSION),
-        ("ce_id", f"{event.task_id}:{event.seq}".encode()),
-        ("ce_source", (SOURCE_PREFIX + record.agent).encode()),
-        ("ce_type", ce_type(event).encode()),
-        ("ce_subject", event.task_id.encode()),
-        ("ce_time", time.encode()),
-        ("content-type", b"application/json"),
-        ("seq", str(event.seq).encode()),
+        _SPEC,
+        ("ce_id", event_id),
+        source,
+        kind,
+        ("ce_subject", key),
+        ("ce_time", stamp),
+        _CONTENT_TYPE,
+        ("seq", seq),
     ]
+    n = limits.empty_record_size(key) + _FIXED_HEADER_BYTES
+    n += len(event_id) + len(source[1]) + len(kind[1]) + len(key) + len(stamp) + len(seq)
     if record.traceparent:
-        headers.append(("ce_traceparent", record.traceparent.encode()))  # CloudEvents distributed tracing
-    return headers
+        # CloudEvents distributed tracing
+        traceparent = record.traceparent.encode()
+        headers.append((_TRACEPARENT, traceparent))
+        n += 2 * limits.VARINT + len(_TRACEPARENT) + len(traceparent)
+    return headers, n
 
 
 def encode(event: Event, record: TaskRecord, now: float, metadata: Any = ...) -> tuple[bytes, bytes, Headers]:
     """(key, value, headers) of one event of ``record``'s Task; ``metadata`` (on
     seq 1) defaults to the record's."""
-    time = rfc3339(now)
+    time, stamp = _stamp(now)
+    key = event.task_id.encode()
     value = _document(event, record, time, record.metadata if metadata is ... else metadata)
-    return event.task_id.encode(), orjson.dumps(value), _headers(event, record, time)
+    return key, orjson.dumps(value), _headers(event, record, stamp, key)[0]
 
 
 # ------------------------------------------------------------- within budget --
@@ -146,10 +185,11 @@ def encode_within(
        quarter of the budget; see :mod:`bridge.core.limits` for projections);
     3. an :func:`unpublishable` marker with the event's seq in its place.
     """
-    time = rfc3339(now)
-    key, headers = event.task_id.encode(), _headers(event, record, time)
+    time, stamp = _stamp(now)
+    key = event.task_id.encode()
+    headers, empty = _headers(event, record, stamp, key)
     value = orjson.dumps(_document(event, record, time, record.metadata))
-    room = budget - limits.record_size(key, None, headers)  # bytes the value may take
+    room = budget - empty  # bytes the value may take
     if len(value) <= room and not refused:
         return key, value, headers, event
     if not refused:

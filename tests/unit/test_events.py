@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.core.lifecycle import ArtifactUpdate, Event, StatusUpdate, TaskRecord, TaskSnapshot, Update, new_task
-from bridge.wire.events import ce_type, encode, rfc3339
+from bridge.core.limits import record_size
+from bridge.wire.events import _headers, ce_type, encode, rfc3339
 from bridge.wire.schemas import validator
 
 FAST = settings(
@@ -62,7 +63,20 @@ def check(event: Event, rec: TaskRecord, now: float = NOW) -> dict[str, Any]:
     assert h["ce_type"].decode() == (expected_type or OUTCOME_TYPES[event.body["outcome"]])
     # The business record rides on the first event only, in the Task's own topic.
     assert ("metadata" in value) == (event.seq == 1 and rec.metadata is not None)
+    # The record budget is checked against a size summed from the headers' lengths.
+    again, empty = _headers(event, rec, h["ce_time"], key)
+    assert again == headers and empty == record_size(key, None, headers)
     return value
+
+
+def test_traceparent_header_is_counted_in_the_record_size() -> None:
+    rec = record()
+    rec.traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    ev = rec.apply(StatusUpdate("t-1", "c-1", "working"))[0]
+    assert isinstance(ev, Event)
+    check(ev, rec)
+    _, _, headers = encode(ev, rec, NOW)
+    assert dict(headers)["ce_traceparent"] == rec.traceparent.encode()
 
 
 def test_status_event() -> None:
