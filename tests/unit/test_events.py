@@ -64,9 +64,18 @@ def check(event: Event, rec: TaskRecord, now: float = NOW) -> dict[str, Any]:
     # The business record rides on the first event only, in the Task's own topic.
     assert ("metadata" in value) == (event.seq == 1 and rec.metadata is not None)
     # The record budget is checked against a size summed from the headers' lengths.
-    again, empty = _headers(event, rec, h["ce_time"], key)
+    again, empty = _headers(event, rec, ("ce_time", h["ce_time"]), ("ce_subject", key))
     assert again == headers and empty == record_size(key, None, headers)
     return value
+
+
+def test_events_of_tasks_published_in_turn_keep_their_own_key_and_time() -> None:
+    one, two = record(), new_task("order-2", "writer", "cmd-2", deadline=None, metadata=None)
+    for n, (rec, task_id) in enumerate([(one, "t-1"), (two, "t-2"), (one, "t-1"), (two, "t-2")]):
+        ev = rec.apply(StatusUpdate(task_id, "c", "working" if n < 2 else "completed"))[0]
+        assert isinstance(ev, Event)
+        value = check(ev, rec, NOW + n)  # the key, ce_subject and ce_time of this event's own
+        assert value["time"] == rfc3339(NOW + n)
 
 
 def test_traceparent_header_is_counted_in_the_record_size() -> None:
