@@ -31,9 +31,9 @@ _second: tuple[int, str] = (-1, "")
 # One-entry caches of the per-event path. Each header tuple a record carries is an
 # object the garbage collector walks while the record waits for its tick (at 10,000
 # events/s, most of what a young collection walks), so the ones events share are
-# shared: the time of the events published together (they share one ``now``), and
+# shared: the time of the events stamped in one millisecond, and
 # the key and subject of a Task whose events come one after another.
-_stamped: tuple[float, str, tuple[str, bytes]] = (-1.0, "", ("ce_time", b""))
+_stamped: tuple[int, str, tuple[str, bytes]] = (-1, "", ("ce_time", b""))
 _keyed: tuple[str, tuple[str, bytes]] = ("", ("ce_subject", b""))
 
 
@@ -51,11 +51,14 @@ def rfc3339(ts: float) -> str:
 
 
 def _stamp(ts: float) -> tuple[str, tuple[str, bytes]]:
-    """:func:`rfc3339` of ``ts``, and its ``ce_time`` header."""
+    """:func:`rfc3339` of ``ts``, and its ``ce_time`` header, formatted once per
+    millisecond (rounded as :func:`rfc3339` rounds)."""
     global _stamped  # noqa: PLW0603 - a one-entry cache on the per-event path
-    if ts != _stamped[0]:
+    whole = int(ts)
+    millis = whole * 1000 + round((ts - whole) * 1e6) // 1000
+    if millis != _stamped[0]:
         text = rfc3339(ts)
-        _stamped = (ts, text, ("ce_time", text.encode()))
+        _stamped = (millis, text, ("ce_time", text.encode()))
     return _stamped[1], _stamped[2]
 
 

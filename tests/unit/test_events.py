@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from bridge.core.lifecycle import ArtifactUpdate, Event, StatusUpdate, TaskRecord, TaskSnapshot, Update, new_task
 from bridge.core.limits import record_size
-from bridge.wire.events import _headers, ce_type, encode, rfc3339
+from bridge.wire.events import _headers, _stamp, ce_type, encode, rfc3339
 from bridge.wire.schemas import validator
 
 FAST = settings(
@@ -238,3 +238,13 @@ def test_rfc3339_is_datetimes_own_formatting(ts: float) -> None:
     from datetime import UTC, datetime
 
     assert rfc3339(ts) == datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@settings(derandomize=True, database=None, max_examples=2000)
+@given(st.floats(0, 4e9, allow_nan=False), st.floats(-0.002, 0.002))
+def test_a_time_formatted_once_per_millisecond_is_the_one_of_each_event(ts: float, later: float) -> None:
+    """Events stamped in the same millisecond share one formatted time (a cache hit
+    when the second comes right after the first): each still gets its own time."""
+    for t in (ts, max(0.0, ts + later)):
+        text, header = _stamp(t)
+        assert text == rfc3339(t) and header == ("ce_time", text.encode())
