@@ -56,18 +56,20 @@ def _stamp(ts: float) -> tuple[str, tuple[str, bytes]]:
     global _stamped  # noqa: PLW0603 - a one-entry cache on the per-event path
     whole = int(ts)
     millis = whole * 1000 + round((ts - whole) * 1e6) // 1000
-    if millis != _stamped[0]:
+    stamped = _stamped  # read once: another thread may replace it meanwhile
+    if millis != stamped[0]:
         text = rfc3339(ts)
-        _stamped = (millis, text, ("ce_time", text.encode()))
-    return _stamped[1], _stamped[2]
+        stamped = _stamped = (millis, text, ("ce_time", text.encode()))
+    return stamped[1], stamped[2]
 
 
 def _subject(task_id: str) -> tuple[str, bytes]:
     """The ``ce_subject`` header of ``task_id``: its value is the record's key."""
     global _keyed  # noqa: PLW0603 - a one-entry cache on the per-event path
-    if task_id != _keyed[0]:
-        _keyed = (task_id, ("ce_subject", task_id.encode()))
-    return _keyed[1]
+    keyed = _keyed  # read once: another thread may replace it meanwhile
+    if task_id != keyed[0]:
+        keyed = _keyed = (task_id, ("ce_subject", task_id.encode()))
+    return keyed[1]
 
 
 def ce_type(event: Event) -> str:
