@@ -43,7 +43,7 @@ def _write(name: str, doc: dict[str, Any], log_dir: Path) -> Path:
 async def _latency(
     run_id: str, log_dir: Path, broker: Broker, source: FastSource, saturated: float | None
 ) -> dict[str, Any]:
-    case = (suite.FULL_CASES if suite.size_mode() == "full" else suite.QUICK_CASES)[0]
+    case = (suite.QUICK_CASES if suite.size_mode() == "quick" else suite.FULL_CASES)[0]
     partitions = suite.env_int("BENCH_PARTITIONS", 6)
     pids = {"source": source.pid, **({"broker": p} if (p := broker.pid()) else {})}
     events_topic = suite.c_events_topic(run_id)  # the throughput section's C topic, written before
@@ -67,8 +67,8 @@ async def _latency(
         rate = (await run_round(params, f"bench-{run_id}-lat-cal", pids))["events_per_second"]
     fraction = suite.env_float("BENCH_LATENCY_FRACTION", 0.5)
     out: dict[str, Any] = {"saturated_events_per_second": rate, "saturated_rate_from": how, "runs": []}
-    intervals = latency.intervals("50,100,200" if suite.size_mode() == "full" else "100")
-    repeats = max(1, suite.env_int("BENCH_LATENCY_REPEAT", 3 if suite.size_mode() == "full" else 1))
+    intervals = latency.intervals("50,100,200" if suite.size_mode() != "quick" else "100")
+    repeats = max(1, suite.env_int("BENCH_LATENCY_REPEAT", 1 if suite.size_mode() == "quick" else 3))
     # Each repeat runs every interval once, so a slow stretch of the host lands on all of them alike.
     for repeat, interval in [(n, i) for n in range(1, repeats + 1) for i in intervals]:
         print(
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _transport(source: FastSource) -> dict[str, Any]:
-    full = suite.size_mode() == "full"
+    full = suite.size_mode() != "quick"
     streams, chunks, rate = (100, 300, 10_000.0) if full else (25, 300, 5_000.0)
     rounds = suite.env_int("BENCH_TRANSPORT_ROUNDS", 5 if full else 3)
     print(

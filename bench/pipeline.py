@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -38,12 +39,14 @@ BUFFER_BYTES = 16 * 1024 * 1024
 
 
 class Pipeline:
-    def __init__(self, producer: AIOKafkaProducer, topic: str, commit_interval: float, partitions: int) -> None:
+    def __init__(
+        self, producer: AIOKafkaProducer, topic: str, commit_interval: float, max_events: float, max_bytes: float
+    ) -> None:
         self.producer = producer
         self.topic = topic
         self.commit_interval = commit_interval
-        self.max_events = BUFFER_EVENTS * partitions
-        self.max_bytes = BUFFER_BYTES * partitions
+        self.max_events = max_events
+        self.max_bytes = max_bytes
         self.buffer: list[records.Record] = []
         self.buffered_bytes = 0
         self.wake = asyncio.Event()
@@ -122,31 +125,24 @@ class Pipeline:
                 return
 
 
-async def run(
-    *,
-    url: str,
-    bootstrap: str,
-    topic: str,
-    tasks: int,
-    chunks: int,
-    size: int,
-    txn_id: str,
-    run_id: str,
-    commit_interval: float,
-    partitions: int,
-) -> dict[str, Any]:
+async def drive(
+    a: argparse.Namespace, max_batch_size: int, pipe_for: Callable[[AIOKafkaProducer], Pipeline]
+) -> tuple[Pipeline, float, int]:
+    """Run ``a.tasks`` streams through the pipe ``pipe_for`` builds on one transactional
+    producer; return it, the seconds from the first request to the last commit, and
+    how many Tasks' SSE ids were not 1 .. K + 3."""
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        transactional_id=txn_id,
+        bootstrap_servers=a.bootstrap,
+        transactional_id=a.transactional_id,
         enable_idempotence=True,
         acks="all",
         linger_ms=5,
-        max_batch_size=256 * 1024,
+        max_batch_size=max_batch_size,
         transaction_timeout_ms=30_000,
     )
     await producer.start()
-    pipe = Pipeline(producer, topic, commit_interval, partitions)
-    text = records.writer_text(chunks, size)
+    pipe = pipe_for(producer)
+    text = records.writer_text(a.chunks, a.size)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=200)
     timeout = httpx.Timeout(30.0, connect=5.0, read=120.0)
     try:
@@ -154,7 +150,7 @@ async def run(
             proc.mark("start")
             started = time.monotonic()
             committer = asyncio.create_task(pipe.commit_loop())
-            await asyncio.gather(*(pipe.stream(http, url, i, run_id, text) for i in range(tasks)))
+            await asyncio.gather(*(pipe.stream(http, a.url, i, a.run_id, text) for i in range(a.tasks)))
             pipe.streams_done = True
             pipe.wake.set()
             await committer
@@ -162,12 +158,35 @@ async def run(
             proc.mark("stop")
     finally:
         await producer.stop()
-    expected = list(range(1, chunks + 4))
-    bad = [t for t, s in pipe.seqs.items() if s != expected]
+    expected = list(range(1, a.chunks + 4))
+    return pipe, elapsed, sum(1 for s in pipe.seqs.values() if s != expected)
+
+
+def arguments(prog: str) -> argparse.ArgumentParser:
+    """The command line B and B0 share."""
+    ap = argparse.ArgumentParser(prog=prog)
+    ap.add_argument("--url", required=True, help="the source's A2A endpoint")
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--tasks", type=int, required=True)
+    ap.add_argument("--chunks", type=int, required=True)
+    ap.add_argument("--size", type=int, required=True, help="bytes of each chunk's text")
+    ap.add_argument("--transactional-id", required=True)
+    ap.add_argument("--run-id", required=True, help="taskKey/commandId prefix")
+    ap.add_argument("--commit-interval-ms", type=int, default=100)
+    return ap
+
+
+async def run(a: argparse.Namespace) -> dict[str, Any]:
+    def pipe_for(producer: AIOKafkaProducer) -> Pipeline:
+        bounds = BUFFER_EVENTS * a.partitions, BUFFER_BYTES * a.partitions
+        return Pipeline(producer, a.topic, a.commit_interval_ms / 1000, *bounds)
+
+    pipe, elapsed, bad = await drive(a, 256 * 1024, pipe_for)
     return {
         "events": pipe.events,
         "tasks_seen": len(pipe.seqs),
-        "tasks_with_wrong_seqs": len(bad),
+        "tasks_with_wrong_seqs": bad,
         "seconds": round(elapsed, 4),
         "events_per_second": round(pipe.events / elapsed, 1),
         "transactions": pipe.transactions,
@@ -179,33 +198,9 @@ async def run(
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.pipeline")
-    ap.add_argument("--url", required=True, help="the source's A2A endpoint")
-    ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("--topic", required=True)
-    ap.add_argument("--tasks", type=int, required=True)
-    ap.add_argument("--chunks", type=int, required=True)
-    ap.add_argument("--size", type=int, required=True, help="bytes of each chunk's text")
-    ap.add_argument("--transactional-id", required=True)
-    ap.add_argument("--run-id", required=True, help="taskKey/commandId prefix")
-    ap.add_argument("--commit-interval-ms", type=int, default=100)
+    ap = arguments("python -m bench.pipeline")
     ap.add_argument("--partitions", type=int, required=True, help="batch bounds = the bridge's per partition x this")
-    a = ap.parse_args()
-    result = asyncio.run(
-        run(
-            url=a.url,
-            bootstrap=a.bootstrap,
-            topic=a.topic,
-            tasks=a.tasks,
-            chunks=a.chunks,
-            size=a.size,
-            txn_id=a.transactional_id,
-            run_id=a.run_id,
-            commit_interval=a.commit_interval_ms / 1000,
-            partitions=a.partitions,
-        )
-    )
-    proc.report(result)
+    proc.report(asyncio.run(run(ap.parse_args())))
     return 0
 
 

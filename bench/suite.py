@@ -38,18 +38,19 @@ from bench.bridge_bench import BenchFailure, Params
 from bench.services import ROOT, Broker, FastSource, ServiceError
 
 OUT_DIR = ROOT / ".bench"
-KEYS = ("C", "B", "A", "N", "S")
+KEYS = ("C", "B", "B0", "A", "N", "S")
 # P: the bridge of another checkout (BENCH_AGAINST), run right after C in every round,
 # so that a change is measured before and after in one run.
 NAMES = {
     "P": "the bridge of BENCH_AGAINST's checkout",
     "A": "bare transactional producer",
     "B": "lean SSE→Kafka pipeline",
+    "B0": "leanest pipeline (one loads, one dumps)",
     "C": "the bridge",
     "N": "naive a2a-sdk peer (send_and_wait per event)",
     "S": "naive peer, one Task at a time",
 }
-WORKER = {"A": "bare", "B": "pipeline", "C": "bridge", "N": "naive", "S": "naive", "P": "bridge"}
+WORKER = {"A": "bare", "B": "pipeline", "B0": "lean", "C": "bridge", "N": "naive", "S": "naive", "P": "bridge"}
 
 
 def against() -> Path | None:
@@ -90,6 +91,8 @@ class Case:
 FULL_CASES = (Case("1", 100, 300, 200), Case("2", 100, 30, 20_000), Case("3", 2_000, 12, 200))
 # The same shapes with a quarter of the Tasks: a run of 3 rounds takes a few minutes.
 QUICK_CASES = (Case("1", 25, 300, 200), Case("2", 25, 30, 20_000), Case("3", 500, 12, 200))
+# The full cases with five times the chunks: a run long enough that a fresh process's start weighs little.
+LONG_CASES = tuple(Case(c.name, c.tasks, c.chunks * 5, c.size) for c in FULL_CASES)
 # The broker is warm when its JIT uses less than this in a window (see Suite.warm_broker).
 WARM_JIT_CORES = 0.1
 
@@ -119,15 +122,20 @@ def env_float(name: str, default: float) -> float:
 
 def size_mode() -> str:
     mode = os.environ.get("BENCH_SIZE", "quick") or "quick"
-    if mode not in ("quick", "full"):
-        raise SystemExit(f"bench: BENCH_SIZE must be quick or full, got {mode!r}")
+    if mode not in ("quick", "full", "long"):
+        raise SystemExit(f"bench: BENCH_SIZE must be quick, full or long, got {mode!r}")
     return mode
+
+
+def case_table() -> tuple[Case, ...]:
+    """BENCH_SIZE's throughput cases (``long`` is ``full`` everywhere else)."""
+    return {"quick": QUICK_CASES, "full": FULL_CASES, "long": LONG_CASES}[size_mode()]
 
 
 def cases() -> list[Case]:
     """The cases of this run: BENCH_SIZE's, or one custom case from BENCH_TASKS/CHUNKS/CHUNK_SIZE."""
     if any(os.environ.get(k) for k in ("BENCH_TASKS", "BENCH_CHUNKS", "BENCH_CHUNK_SIZE")):
-        base = (FULL_CASES if size_mode() == "full" else QUICK_CASES)[0]
+        base = case_table()[0]
         return [
             Case(
                 "custom",
@@ -137,7 +145,7 @@ def cases() -> list[Case]:
             )
         ]
     chosen = (os.environ.get("BENCH_CASES") or "1,2,3").replace(" ", "").split(",")
-    table = {c.name: c for c in (FULL_CASES if size_mode() == "full" else QUICK_CASES)}
+    table = {c.name: c for c in case_table()}
     unknown = [c for c in chosen if c not in table]
     if unknown:
         raise SystemExit(f"bench: BENCH_CASES names unknown cases {unknown} (1, 2, 3)")
@@ -305,8 +313,15 @@ class Suite:
         )
 
     async def run_b(self, case: Case, label: str) -> dict[str, Any]:
+        return await self._pipeline("pipeline", case, label, case.events, ["--partitions", str(self.partitions)])
+
+    async def run_b0(self, case: Case, label: str) -> dict[str, Any]:
+        return await self._pipeline("lean", case, label, case.tasks * (case.chunks + 3), [])  # a record per frame
+
+    async def _pipeline(self, module: str, case: Case, label: str, written: int, extra: list[str]) -> dict[str, Any]:
+        """B (``bench.pipeline``) or B0 (``bench.lean``), checked: ``written`` records of every Task."""
         result = await self.child(
-            "pipeline",
+            module,
             label,
             [
                 *self._common(case, label),
@@ -318,16 +333,16 @@ class Suite:
                 f"{self.prefix}-{label}",
                 "--commit-interval-ms",
                 str(self.commit_interval_ms),
-                "--partitions",
-                str(self.partitions),
+                *extra,
             ],
-            f"{self.prefix}-b",
-            case.events,
+            f"{self.prefix}-{'b' if module == 'pipeline' else 'b0'}",
+            written,
         )
-        if result["events"] != case.events or result["tasks_with_wrong_seqs"] or result["tasks_seen"] != case.tasks:
+        got = result.get("records", result["events"])
+        if got != written or result["tasks_with_wrong_seqs"] or result["tasks_seen"] != case.tasks:
             raise BenchFailure(
-                f"{label}: the lean pipeline saw {result['events']} events of {result['tasks_seen']} Tasks "
-                f"({result['tasks_with_wrong_seqs']} with wrong SSE ids), expected {case.events} of {case.tasks}"
+                f"{label}: bench.{module} wrote {got} records of {result['tasks_seen']} Tasks "
+                f"({result['tasks_with_wrong_seqs']} with wrong SSE ids), expected {written} of {case.tasks}"
             )
         return result
 
@@ -382,7 +397,7 @@ class Suite:
         self.source.check()
 
     async def run(self) -> None:
-        await self.create_topics([f"{self.prefix}-a", f"{self.prefix}-b", f"{self.prefix}-n"])
+        await self.create_topics([f"{self.prefix}-{t}" for t in ("a", "b", "b0", "n")])
         warm = Case("warmup", min(5, self.cases[0].tasks), min(10, self.cases[0].chunks), self.cases[0].size)
         print(f"bench: warm-up ({warm.describe()}, not counted)", flush=True)
         self.warmup["C"] = await self.run_c(warm, "warmup-c")
@@ -390,6 +405,8 @@ class Suite:
             self.warmup["P"] = await self.run_c(warm, "warmup-p", root=self.previous)
         if "B" in self.keys:
             self.warmup["B"] = await self.run_b(warm, "warmup-b")
+        if "B0" in self.keys:
+            self.warmup["B0"] = await self.run_b0(warm, "warmup-b0")
         if "A" in self.keys:
             self.warmup["A"] = await self.run_a(warm, "warmup-a", 10)
         if "N" in self.keys:
@@ -419,6 +436,10 @@ class Suite:
                     b = await self.run_b(case, f"r{r}-{case.name}-b")
                     got["B"].append(b)
                     self.progress("B pipeline", b)
+                if "B0" in self.keys:
+                    b0 = await self.run_b0(case, f"r{r}-{case.name}-b0")
+                    got["B0"].append(b0)
+                    self.progress("B0 leanest", b0)
                 if "A" in self.keys:
                     a = await self.run_a(case, f"r{r}-{case.name}-a", self.txn_records[case.name])
                     got["A"].append(a)
@@ -502,7 +523,7 @@ def _entry(key: str, rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return entry
 
 
-PAIRS = (("C", "B"), ("C", "A"), ("C", "N"), ("C", "S"), ("B", "A"), ("N", "A"), ("C", "P"))
+PAIRS = (("C", "B"), ("C", "B0"), ("C", "A"), ("B0", "A"), ("C", "N"), ("C", "S"), ("B", "A"), ("N", "A"), ("C", "P"))
 
 
 def ratios(s: dict[str, Any], case: Case) -> dict[str, Any]:
@@ -530,7 +551,7 @@ def ratios(s: dict[str, Any], case: Case) -> dict[str, Any]:
 def limiting(s: dict[str, Any]) -> dict[str, str]:
     """Which process was the bottleneck, read from median cores busy (1.0 = one full core)."""
     out: dict[str, str] = {}
-    for key in ("B", "C", "N", "S", "P"):
+    for key in ("B", "B0", "C", "N", "S", "P"):
         if key not in s:
             continue
         cores: dict[str, float] = s[key]["cores_busy_median"]
@@ -605,7 +626,7 @@ def machine_info(broker: Broker) -> dict[str, Any]:
 def table(throughput: dict[str, Any]) -> list[str]:
     """The results as a markdown table (the one bench/README.md shows); a contestant not run is ``-``."""
     keys = KEYS + (("P",) if any("P" in doc["benchmarks"] for doc in throughput.values()) else ())
-    ratio_keys = ("C/B", "C/A", "C/N", "C/S") + (("C/P",) if "P" in keys else ())
+    ratio_keys = ("C/B", "C/B0", "C/A", "C/N", "C/S") + (("C/P",) if "P" in keys else ())
 
     def each(b: dict[str, Any], k: str, field: str, fmt: str) -> str:
         value = b.get(k, {}).get(field)
@@ -658,7 +679,7 @@ def print_summary(doc: dict[str, Any]) -> None:
             )
         r = case.get("ratios") or {}
         if r:
-            shown = [k for k in ("C/B", "C/A", "C/N", "C/S", "B/A", "C/P") if k in r]
+            shown = [k for k in ("C/B", "C/B0", "C/A", "C/N", "C/S", "B/A", "B0/A", "C/P") if k in r]
             print("    ratios of medians: " + "  ".join(f"{k} {r[k]} (paired {r['paired_median'][k]})" for k in shown))
             print("    CPU per event: " + "  ".join(f"{k} {v}" for k, v in r["cpu_per_event"].items()))
         for key, verdict in (case.get("limiting") or {}).items():

@@ -53,9 +53,10 @@ def fit(part: Any, cap: int) -> list[Any]:
     return [projection(part, total)]
 
 
-def split(parts: list[Any], cap: int | None) -> list[list[Any]]:
-    """Group ``parts`` into runs that each encode within ``cap`` bytes (never empty)."""
-    if cap is None or size(parts) <= cap:
+def split(parts: list[Any], cap: int | None, total: int | None = None) -> list[list[Any]]:
+    """Group ``parts`` into runs that each encode within ``cap`` bytes (never empty).
+    ``total``: the JSON size of ``parts`` if the caller knows it already."""
+    if cap is None or (size(parts) if total is None else total) <= cap:
         return [parts]
     groups: list[list[Any]] = [[]]
     used = 2  # the list's brackets

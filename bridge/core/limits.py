@@ -36,17 +36,22 @@ MIN_RECORD_BYTES = 16 * 1024
 # of record framing (aiokafka's DefaultRecordBatchBuilder.estimate_size_in_bytes);
 # every length below is a varint of at most 5 bytes.
 _BATCH_OVERHEAD = 61 + 21
-_VARINT = 5
+VARINT = 5
 # Below this a value is not worth cutting further: it is projected instead.
 _MIN_PIECE = 64
 
 
 def record_size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
     """An upper bound of the bytes one record takes in its own batch."""
-    n = _BATCH_OVERHEAD + 3 * _VARINT + len(key or b"") + len(value or b"")
+    n = empty_record_size(key) + len(value or b"")
     for name, v in headers:
-        n += 2 * _VARINT + len(name.encode()) + len(v)
+        n += 2 * VARINT + len(name.encode()) + len(v)
     return n
+
+
+def empty_record_size(key: bytes | None) -> int:
+    """:func:`record_size` of a record with this key, no value and no headers."""
+    return _BATCH_OVERHEAD + 3 * VARINT + len(key or b"")
 
 
 @dataclass(frozen=True, slots=True)

@@ -249,7 +249,7 @@ class PartitionOwner:
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)
             end = (await consumer.end_offsets([tp]))[tp]
-            restorer = checkpoints.Restorer()
+            restorer = checkpoints.Restorer(slim_closed=True)
             while await consumer.position(tp) < end:
                 batch = await consumer.getmany(tp, timeout_ms=500)
                 for r in batch.get(tp, []):

@@ -62,6 +62,7 @@ _V1_STATES = {
 # Ids from agents address Tasks: longer ones cannot be cut, so they are refused
 # (bytes of JSON; every record's envelope is sized for this, see bridge.wire.events).
 MAX_ID_BYTES = 512
+_SURELY_WITHIN = (MAX_ID_BYTES - 2) // 6  # characters: quotes plus six bytes each at the most
 # States are labels: an absurdly long one is cut (still never terminal).
 MAX_STATE_BYTES = 256
 
@@ -241,7 +242,9 @@ class Dialect:
         return self._id(value, key)
 
     def _id(self, value: str, key: str) -> str:
-        if size(value) > MAX_ID_BYTES:
+        # Checked twice an event: a character's JSON is at most 6 bytes (``\u001f``),
+        # so a short id needs no encoding to be known within the cap.
+        if len(value) > _SURELY_WITHIN and size(value) > MAX_ID_BYTES:
             raise AgentProtocolError(self.agent, "stream", f"{key} is longer than {MAX_ID_BYTES} bytes")
         return value
 

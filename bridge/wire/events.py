@@ -28,6 +28,13 @@ SOURCE_PREFIX = "a2a-kafka-bridge/agents/"
 
 
 _second: tuple[int, str] = (-1, "")
+# One-entry caches of the per-event path. Each header tuple a record carries is an
+# object the garbage collector walks while the record waits for its tick (at 10,000
+# events/s, most of what a young collection walks), so the ones events share are
+# shared: the time of the events stamped in one millisecond, and
+# the key and subject of a Task whose events come one after another.
+_stamped: tuple[int, str, tuple[str, bytes]] = (-1, "", ("ce_time", b""))
+_keyed: tuple[str, tuple[str, bytes]] = ("", ("ce_subject", b""))
 
 
 def rfc3339(ts: float) -> str:
@@ -41,6 +48,28 @@ def rfc3339(ts: float) -> str:
     if whole != _second[0]:
         _second = (whole, datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
     return f"{_second[1]}.{micros // 1000:03d}Z"
+
+
+def _stamp(ts: float) -> tuple[str, tuple[str, bytes]]:
+    """:func:`rfc3339` of ``ts``, and its ``ce_time`` header, formatted once per
+    millisecond (rounded as :func:`rfc3339` rounds)."""
+    global _stamped  # noqa: PLW0603 - a one-entry cache on the per-event path
+    whole = int(ts)
+    millis = whole * 1000 + round((ts - whole) * 1e6) // 1000
+    stamped = _stamped  # read once: another thread may replace it meanwhile
+    if millis != stamped[0]:
+        text = rfc3339(ts)
+        stamped = _stamped = (millis, text, ("ce_time", text.encode()))
+    return stamped[1], stamped[2]
+
+
+def _subject(task_id: str) -> tuple[str, bytes]:
+    """The ``ce_subject`` header of ``task_id``: its value is the record's key."""
+    global _keyed  # noqa: PLW0603 - a one-entry cache on the per-event path
+    keyed = _keyed  # read once: another thread may replace it meanwhile
+    if task_id != keyed[0]:
+        keyed = _keyed = (task_id, ("ce_subject", task_id.encode()))
+    return keyed[1]
 
 
 def ce_type(event: Event) -> str:
@@ -68,28 +97,58 @@ def _document(event: Event, record: TaskRecord, time: str, metadata: Any) -> dic
     return doc
 
 
-def _headers(event: Event, record: TaskRecord, time: str) -> Headers:
+# Header names, and the values that are the same for every event, encoded once.
+_SPEC = ("ce_specversion", SPEC_VERSION)
+_CONTENT_TYPE = ("content-type", b"application/json")
+_TASK_TYPES = {k: ("ce_type", f"a2a.task.{k}".encode()) for k in ("status", "artifact", "message")}
+_SOURCES: dict[str, tuple[str, bytes]] = {}  # per agent: the configured agents, a handful
+_NAMES = ("ce_specversion", "ce_id", "ce_source", "ce_type", "ce_subject", "ce_time", "content-type", "seq")
+# What the eight headers add to limits.record_size besides their variable values.
+_FIXED_HEADER_BYTES = sum(2 * limits.VARINT + len(n) for n in _NAMES) + len(SPEC_VERSION) + len(_CONTENT_TYPE[1])
+_TRACEPARENT = "ce_traceparent"
+
+
+def _headers(
+    event: Event, record: TaskRecord, stamp: tuple[str, bytes], subject: tuple[str, bytes]
+) -> tuple[Headers, int]:
+    """The event's headers, and :func:`bridge.core.limits.record_size` of its key
+    (``subject``'s value) with them and no value, summed from the lengths in hand."""
+    source = _SOURCES.get(record.agent)
+    if source is None:
+        if len(_SOURCES) >= 256:  # never more than the configured agents; bounded all the same
+            _SOURCES.clear()
+        source = _SOURCES[record.agent] = ("ce_source", (SOURCE_PREFIX + record.agent).encode())
+    kind = _TASK_TYPES.get(event.kind) or ("ce_type", ce_type(event).encode())
+    event_id = f"{event.task_id}:{event.seq}".encode()
+    seq = str(event.seq).encode()
     headers: Headers = [
-        ("ce_specversion", SPEC_VERSION),
-        ("ce_id", f"{event.task_id}:{event.seq}".encode()),
-        ("ce_source", (SOURCE_PREFIX + record.agent).encode()),
-        ("ce_type", ce_type(event).encode()),
-        ("ce_subject", event.task_id.encode()),
-        ("ce_time", time.encode()),
-        ("content-type", b"application/json"),
-        ("seq", str(event.seq).encode()),
+        _SPEC,
+        ("ce_id", event_id),
+        source,
+        kind,
+        subject,
+        stamp,
+        _CONTENT_TYPE,
+        ("seq", seq),
     ]
+    key = subject[1]
+    n = limits.empty_record_size(key) + _FIXED_HEADER_BYTES
+    n += len(event_id) + len(source[1]) + len(kind[1]) + len(key) + len(stamp[1]) + len(seq)
     if record.traceparent:
-        headers.append(("ce_traceparent", record.traceparent.encode()))  # CloudEvents distributed tracing
-    return headers
+        # CloudEvents distributed tracing
+        traceparent = record.traceparent.encode()
+        headers.append((_TRACEPARENT, traceparent))
+        n += 2 * limits.VARINT + len(_TRACEPARENT) + len(traceparent)
+    return headers, n
 
 
 def encode(event: Event, record: TaskRecord, now: float, metadata: Any = ...) -> tuple[bytes, bytes, Headers]:
     """(key, value, headers) of one event of ``record``'s Task; ``metadata`` (on
     seq 1) defaults to the record's."""
-    time = rfc3339(now)
+    time, stamp = _stamp(now)
+    subject = _subject(event.task_id)
     value = _document(event, record, time, record.metadata if metadata is ... else metadata)
-    return event.task_id.encode(), orjson.dumps(value), _headers(event, record, time)
+    return subject[1], orjson.dumps(value), _headers(event, record, stamp, subject)[0]
 
 
 # ------------------------------------------------------------- within budget --
@@ -146,10 +205,12 @@ def encode_within(
        quarter of the budget; see :mod:`bridge.core.limits` for projections);
     3. an :func:`unpublishable` marker with the event's seq in its place.
     """
-    time = rfc3339(now)
-    key, headers = event.task_id.encode(), _headers(event, record, time)
+    time, stamp = _stamp(now)
+    subject = _subject(event.task_id)
+    key = subject[1]
+    headers, empty = _headers(event, record, stamp, subject)
     value = orjson.dumps(_document(event, record, time, record.metadata))
-    room = budget - limits.record_size(key, None, headers)  # bytes the value may take
+    room = budget - empty  # bytes the value may take
     if len(value) <= room and not refused:
         return key, value, headers, event
     if not refused:

@@ -28,6 +28,7 @@ from bridge.core.lifecycle import (
 )
 from bridge.errors import AgentError, AgentProtocolError, RpcError
 from bridge.wire.dialects import (
+    MAX_ID_BYTES,
     Dialect,
     GatewayDialect,
     Push,
@@ -893,3 +894,24 @@ def test_v03_notifications_read_by_their_kind() -> None:
 def test_a_notification_that_is_no_update_is_a_protocol_error(body: Any) -> None:
     with pytest.raises(AgentProtocolError):
         notification("w", body)
+
+
+@pytest.mark.parametrize(
+    ("task_id", "within"),
+    [
+        ("t" * (MAX_ID_BYTES - 2), True),  # the quotes make it 512 bytes of JSON
+        ("t" * (MAX_ID_BYTES - 1), False),
+        ("\x1f" * ((MAX_ID_BYTES - 2) // 6), True),  # six bytes each: \u001f
+        ("\x1f" * ((MAX_ID_BYTES - 2) // 6 + 1), False),
+        ("é" * ((MAX_ID_BYTES - 2) // 2), True),
+        ("é" * ((MAX_ID_BYTES - 2) // 2 + 1), False),
+    ],
+)
+def test_an_id_is_refused_by_its_json_size_however_short_in_characters(task_id: str, within: bool) -> None:
+    result = {"kind": "status-update", "taskId": task_id, "contextId": "c", "status": {"state": "working"}}
+    if within:
+        update = Dialect("writer").update(result)
+        assert isinstance(update, StatusUpdate) and update.task_id == task_id
+    else:
+        with pytest.raises(AgentProtocolError, match="taskId is longer than"):
+            Dialect("writer").update(result)

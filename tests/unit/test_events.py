@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.core.lifecycle import ArtifactUpdate, Event, StatusUpdate, TaskRecord, TaskSnapshot, Update, new_task
-from bridge.wire.events import ce_type, encode, rfc3339
+from bridge.core.limits import record_size
+from bridge.wire.events import _headers, _stamp, ce_type, encode, rfc3339
 from bridge.wire.schemas import validator
 
 FAST = settings(
@@ -62,7 +63,29 @@ def check(event: Event, rec: TaskRecord, now: float = NOW) -> dict[str, Any]:
     assert h["ce_type"].decode() == (expected_type or OUTCOME_TYPES[event.body["outcome"]])
     # The business record rides on the first event only, in the Task's own topic.
     assert ("metadata" in value) == (event.seq == 1 and rec.metadata is not None)
+    # The record budget is checked against a size summed from the headers' lengths.
+    again, empty = _headers(event, rec, ("ce_time", h["ce_time"]), ("ce_subject", key))
+    assert again == headers and empty == record_size(key, None, headers)
     return value
+
+
+def test_events_of_tasks_published_in_turn_keep_their_own_key_and_time() -> None:
+    one, two = record(), new_task("order-2", "writer", "cmd-2", deadline=None, metadata=None)
+    for n, (rec, task_id) in enumerate([(one, "t-1"), (two, "t-2"), (one, "t-1"), (two, "t-2")]):
+        ev = rec.apply(StatusUpdate(task_id, "c", "working" if n < 2 else "completed"))[0]
+        assert isinstance(ev, Event)
+        value = check(ev, rec, NOW + n)  # the key, ce_subject and ce_time of this event's own
+        assert value["time"] == rfc3339(NOW + n)
+
+
+def test_traceparent_header_is_counted_in_the_record_size() -> None:
+    rec = record()
+    rec.traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    ev = rec.apply(StatusUpdate("t-1", "c-1", "working"))[0]
+    assert isinstance(ev, Event)
+    check(ev, rec)
+    _, _, headers = encode(ev, rec, NOW)
+    assert dict(headers)["ce_traceparent"] == rec.traceparent.encode()
 
 
 def test_status_event() -> None:
@@ -215,3 +238,13 @@ def test_rfc3339_is_datetimes_own_formatting(ts: float) -> None:
     from datetime import UTC, datetime
 
     assert rfc3339(ts) == datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@settings(derandomize=True, database=None, max_examples=2000)
+@given(st.floats(0, 4e9, allow_nan=False), st.floats(-0.002, 0.002))
+def test_a_time_formatted_once_per_millisecond_is_the_one_of_each_event(ts: float, later: float) -> None:
+    """Events stamped in the same millisecond share one formatted time (a cache hit
+    when the second comes right after the first): each still gets its own time."""
+    for t in (ts, max(0.0, ts + later)):
+        text, header = _stamp(t)
+        assert text == rfc3339(t) and header == ("ce_time", text.encode())

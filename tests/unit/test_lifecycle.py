@@ -11,12 +11,13 @@ the published events back like a consumer: reassembling artifacts the A2A way
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge.core.artifacts import unsplit
@@ -34,10 +35,12 @@ from bridge.core.lifecycle import (
     Update,
     artifact_key,
     command_digest,
+    encoded_size,
     is_terminal,
     new_task,
     notification_result,
     roll,
+    roll_encoded,
 )
 from bridge.wire import checkpoints
 from tests.unit.common import FAST, kept
@@ -945,3 +948,22 @@ def test_a_chunk_that_is_not_the_next_one_a_snapshot_showed_is_appended() -> Non
     other = pushed_chunk("q")
     assert notification_result(r.apply_notification(other, body_of(other))) == "applied"
     assert not r.snapshot_tails
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@settings(derandomize=True, database=None, max_examples=300)
+@given(st.lists(json_values, max_size=5))
+def test_parts_encoded_once_give_the_digest_and_size_of_encoding_them_apart(parts: list[Any]) -> None:
+    """One sorted-key encoding per part serves the digest and the split's size."""
+    encoded = [orjson.dumps(p, option=orjson.OPT_SORT_KEYS) for p in parts]
+    assert encoded_size(encoded) == len(orjson.dumps(parts))
+    digest = "abc"
+    for blob in encoded:  # the chain as first defined: SHA-1 of digest, NUL and the part
+        digest = hashlib.sha1(digest.encode() + b"\x00" + blob, usedforsecurity=False).hexdigest()[:24]
+    assert roll_encoded("abc", encoded) == roll("abc", parts) == digest
