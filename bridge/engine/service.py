@@ -103,13 +103,24 @@ YOUNG_GC_THRESHOLD = 10_000
 # The command poll's timeout; shorter while starts wait for room.
 _POLL_MS = 100
 _POLL_WAITING_MS = 5
-# Range first: it gives a member the same partition numbers of every topic it
-# subscribes to, so the owner of commands partition p also owns notifications
-# partition p. Round robin second, as the releases before push listed it alone: the
-# coordinator picks a protocol every member lists, so during a rolling upgrade the
-# group keeps assigning (round robin) instead of refusing the new members
-# (InconsistentGroupProtocol), and moves to range once the last old member left.
-ASSIGNORS = (RangePartitionAssignor, RoundRobinPartitionAssignor)
+
+
+def assignors(push: bool) -> tuple[type[RangePartitionAssignor] | type[RoundRobinPartitionAssignor], ...]:
+    """The group's assignor. With push notifications, range: it gives a member the same
+    partition numbers of every topic it subscribes to, so the owner of commands
+    partition p also owns notifications partition p. Without, round robin, as
+    always, so a deployment without push upgrades in a rolling update.
+
+    One protocol, never both listed: with (range, round robin) a group of three
+    under the chaos test rebalanced without end (aiokafka 0.14; members restored
+    the same partitions every 1 to 3 s and Tasks were lost), while either alone
+    passed. So members with and without push share no protocol, and the broker
+    refuses the joining ones (InconsistentGroupProtocol) until the others have
+    left: turning push on or off is a restart of every replica (deploy/README.md).
+    """
+    return (RangePartitionAssignor,) if push else (RoundRobinPartitionAssignor,)
+
+
 _FORBIDDEN = (
     TopicAuthorizationFailedError,
     GroupAuthorizationFailedError,
@@ -711,7 +722,7 @@ class Service:
                         session_timeout_ms=cfg.kafka.session_timeout_ms,
                         heartbeat_interval_ms=cfg.kafka.heartbeat_interval_ms,
                         group_instance_id=cfg.kafka.group_instance_id,
-                        partition_assignment_strategy=ASSIGNORS,
+                        partition_assignment_strategy=assignors(self._push),
                         **client_options(cfg.kafka),
                     )
                     subscribed = [cfg.kafka.commands_topic]

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from aiokafka import TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
 from bridge.config.model import AgentConfig, Config, KafkaConfig, PushConfig
-from bridge.engine.service import ASSIGNORS, Service
+from bridge.engine.service import Service, assignors
 
 CONFIG = Config(
     kafka=KafkaConfig(commands_topic="cmds", notifications_topic="notes"),
@@ -66,8 +67,9 @@ def test_without_push_agents_only_commands_are_paused_and_resumed() -> None:
     assert consumer.paused == set()
 
 
-def test_the_group_prefers_the_range_assignor_and_still_speaks_round_robin() -> None:
-    """Range gives each member the same numbers of both topics; round robin is what the
-    releases before push listed, so a rolling upgrade keeps a common protocol."""
-    assert ASSIGNORS[0] is RangePartitionAssignor
-    assert [a.name for a in ASSIGNORS] == ["range", "roundrobin"]
+def test_the_group_assigns_by_range_with_push_and_round_robin_without() -> None:
+    """Range gives each member the same numbers of both topics; without push the group
+    keeps round robin, what every release before push listed. Never both: that
+    combination rebalanced without end under the chaos test."""
+    assert assignors(push=True) == (RangePartitionAssignor,)
+    assert assignors(push=False) == (RoundRobinPartitionAssignor,)
