@@ -2,7 +2,10 @@
 
 Several ``bridge run`` processes share one consumer group. Tasks stream many
 artifact chunks; the gateway drops streams at random; bridge processes are
-killed with SIGKILL at random moments and restarted. An independent
+killed with SIGKILL at random moments and restarted. A fifth of the Tasks run on the
+a2a-sdk agents, resumed from snapshots, and another fifth are followed by the same agents'
+push notifications, which reach the bridges' webhooks through a relay standing in for a
+Service (tests/support/push_receiver.py). An independent
 ``read_committed`` consumer (kcat) then checks every Task: seq exactly 1..N, no
 duplicate eventId, nothing after the terminal event, artifacts equal to the
 gateway's own record, and every start produced exactly one Task.
@@ -14,8 +17,10 @@ CHAOS_KILLS, CHAOS_SEED).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
+import secrets
 import signal
 import sys
 import time
@@ -24,7 +29,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bridge.demo.procs import free_port
 from tests.support.exactly_once import check
+from tests.support.push_receiver import relay
 from tests.support.services import (
     BridgeProcess,
     Env,
@@ -32,6 +39,7 @@ from tests.support.services import (
     bridge_config,
     closed_keys,
     kcat_read,
+    push_replica,
     read_topic,
     run_cli,
     send_commands,
@@ -69,16 +77,36 @@ async def test_chaos_exactly_once(env: Env, tmp_path: Path) -> None:
     gw_agents = {
         "chaos-writer": {"url": f"{gateway.url}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "writer"}
     }
-    path, config = bridge_config(env, tmp_path, partitions=6, agents=gw_agents, bridge={"resume_deadline_seconds": 60})
-    assert run_cli(path, "topics").returncode == 0
-    bridges = [BridgeProcess(path, env.log_dir, f"chaos-bridge-{i}") for i in range(3)]
+    push_agents = {
+        "push-writer": {"url": f"{env.sdk}/agents/writer", "dialect": "a2a-0.3"},
+        "v1-push-writer": {"url": f"{env.sdk}/agents/writer", "dialect": "a2a-1.0"},
+    }
+    base, config = bridge_config(
+        env, tmp_path, partitions=6, agents=gw_agents | push_agents, bridge={"resume_deadline_seconds": 60}
+    )
+    secret = tmp_path / "push-secret"
+    secret.write_text(secrets.token_hex(32))
+    ports = [free_port() for _ in range(3)]
+    stack = contextlib.AsyncExitStack()
+    front = await stack.enter_async_context(relay(*(f"http://127.0.0.1:{p}" for p in ports)))
+    paths = [
+        push_replica(base, f"chaos-bridge-{i}", list(push_agents), ports[i], front.url, secret)[0] for i in range(3)
+    ]
+    assert run_cli(paths[0], "topics").returncode == 0
+    bridges = [BridgeProcess(paths[i], env.log_dir, f"chaos-bridge-{i}") for i in range(3)]
     kills = 0
     try:
         # Mostly the gateway (SSE ids, drops, redelivery); every fifth Task on the
-        # official a2a-sdk agents, which resume from snapshots (no SSE ids).
-        agent_of = {
-            i: ("v1-writer" if i % 10 == 4 else "sdk-writer") if i % 5 == 4 else "chaos-writer" for i in range(TASKS)
-        }
+        # official a2a-sdk agents, which resume from snapshots (no SSE ids), and every
+        # fifth followed by those agents' push notifications.
+        def agent_of_task(i: int) -> str:
+            if i % 5 == 4:
+                return "v1-writer" if i % 10 == 4 else "sdk-writer"
+            if i % 5 == 3:
+                return "v1-push-writer" if i % 10 == 3 else "push-writer"
+            return "chaos-writer"
+
+        agent_of = {i: agent_of_task(i) for i in range(TASKS)}
         starts = [start_command(f"chaos-{i:03d}", agent_of[i], f"chunks={CHUNKS} interval=0.15") for i in range(TASKS)]
 
         async def feed() -> None:
@@ -119,7 +147,9 @@ async def test_chaos_exactly_once(env: Env, tmp_path: Path) -> None:
         absorbed = sum(t.get("duplicates_absorbed", 0) for t in tasks.values())
         restarts = sum(b.starts - 1 for b in bridges)
         print(
-            f"chaos: {len(starts)} starts ({len(gw_starts)} gateway, {len(starts) - len(gw_starts)} a2a-sdk) -> "
+            f"chaos: {len(starts)} starts ({len(gw_starts)} gateway, {len(starts) - len(gw_starts)} a2a-sdk, "
+            f"{sum(1 for s in starts if 'push' in s['agent'])} of them by push: {front.statuses().count(200)} "
+            f"notifications relayed, {front.statuses().count(503)} answered 503) -> "
             f"{verdict.tasks_with_events} Tasks with events; {verdict.one_task_each} gateway starts with exactly one "
             f"agent Task; {verdict.events} events; kills {kills}, restarts {restarts}; re-sent starts absorbed by the "
             f"gateway {absorbed}"
@@ -142,7 +172,9 @@ async def test_chaos_exactly_once(env: Env, tmp_path: Path) -> None:
         assert len(folded) <= 2, folded
         assert all(by_key[k][-1]["sourceSeq"] is None for k in folded), folded
         assert len(tasks) == len(gw_starts)
+        assert front.statuses().count(200) > 0, "the push-followed Tasks moved by notifications"
     finally:
         for b in bridges:
             b.stop()
+        await stack.aclose()
         gateway.stop()

@@ -54,7 +54,7 @@ from tests.support.services import (
     send_commands,
     start_command,
 )
-from tests.support.tls import make_ca
+from tests.support.tls import issue, make_ca
 
 pytestmark = pytest.mark.integration
 
@@ -342,7 +342,11 @@ def test_version_config_check_and_topics_in_the_container(image: str, env: Env, 
     # deploy/base/bridge.toml as shipped, its secret files where the Deployment mounts them.
     pod, container = pod_spec(), container_spec()
     files = {rel: b"not-a-secret\n" for rel in secret_files(pod)}
-    files |= {rel: make_ca("image-test").pem() for rel in files if rel.endswith(".crt")}
+    ca = make_ca("image-test")
+    files |= {rel: ca.pem() for rel in files if rel.endswith(".crt")}
+    # The push webhook's certificate and key are one pair; its token secret is 32 bytes or more.
+    key, cert = issue(ca, ["a2a-kafka-bridge-push.bridge.svc"])
+    files |= {"push-tls/tls.key": key, "push-tls/tls.crt": cert, "push/token-secret": b"not-a-secret-" * 4}
     secrets = lay_out_secrets(tmp_path, files)
     config_dir = tmp_path / "config"
     config_dir.mkdir()
