@@ -149,6 +149,11 @@ class Webhook:
                 if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
                     refusal: Refusal = "too-large" if exc.error_status_hint == 431 else "malformed"
                     await self._answer(conn, writer, refusal, close=True, status=exc.error_status_hint)
+        except asyncio.CancelledError:
+            # stop() cut it (its agent gets no answer and retries). Not raised on:
+            # asyncio's stream server asks a cancelled handler for its exception and
+            # logs the CancelledError as an error, one per connection open at shutdown.
+            pass
         except (TimeoutError, ConnectionError, ssl.SSLError, h11.LocalProtocolError):
             pass  # a caller that went silent or away: nothing was produced for it
         except Exception:

@@ -252,6 +252,36 @@ async def test_a_head_too_large_is_refused(webhook: Webhook, config: Config) -> 
     assert await on_topic(config, settle=0.2) == []
 
 
+async def test_stopping_cuts_open_connections_without_an_error(config: Config) -> None:
+    """SIGTERM with agents' connections open, one idle and one halfway through a body:
+    both are cut, unanswered, and nothing is reported as an error."""
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    try:
+        hook = Webhook(dataclasses.replace(config, push=dataclasses.replace(config.push, produce_timeout_seconds=0.5)))
+        await hook.start()
+        idle_reader, idle = await asyncio.open_connection("127.0.0.1", hook.port)
+        midway_reader, midway = await asyncio.open_connection("127.0.0.1", hook.port)
+        route = Route("writer", 0, "k", "c")
+        token = headers(route)["X-A2A-Notification-Token"]
+        midway.write(
+            f"POST {push.url('', route)} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"X-A2A-Notification-Token: {token}\r\nContent-Length: 2\r\n\r\n{{".encode()
+        )
+        await midway.drain()
+        await asyncio.sleep(0.2)
+        await hook.stop()
+        assert await asyncio.wait_for(midway_reader.read(), 5) == b""
+        assert await asyncio.wait_for(idle_reader.read(), 5) == b""
+        idle.close()
+        midway.close()
+        await asyncio.sleep(0.1)
+    finally:
+        loop.set_exception_handler(None)
+    assert errors == []
+
+
 async def test_a_slow_head_is_cut_off(webhook: Webhook, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(webhook_mod, "READ_SECONDS", 0.5)
     reader, writer = await asyncio.open_connection("127.0.0.1", webhook.port)
