@@ -310,13 +310,24 @@ class PartitionTransactions:
         stop before them, and the next marker this producer id writes there decides
         their fate, partition by partition, whatever the others got. This transaction
         adds the partitions (empty batches: no record is written) and ends as asked,
-        so they all end alike. Call it after :meth:`start`, before anything else."""
+        so they all end alike. Call it after :meth:`start`, before anything else.
+
+        A commit is never turned into an abort. Once a partition joined this
+        transaction, an abort there would end the records left open as aborted
+        while their checkpoints stay committed: the next restore resumes past
+        events no reader ever sees (a gap). So a failure commits what joined (the
+        rest stays open for the next open to close), and a cancellation (the
+        partition revoked while it opens) waits for the commit to end first."""
         producer = self._producer
         if producer is None:
             raise RuntimeError("partition producer is not started")
-        await self._producers.run(
+        closing = self._producers.run(
             self._bounded(self._close_left_open(producer, topics, commit), "closing what was left open")
         )
+        if commit:
+            await _to_its_end(closing)
+        else:
+            await closing
 
     async def _close_left_open(
         self, producer: AIOKafkaProducer, topics: list[tuple[str, int | None]], commit: bool
@@ -331,7 +342,15 @@ class PartitionTransactions:
             if commit:
                 await asyncio.gather(*(f for _, f in sent))
         except BaseException:
-            await self._abort(producer, sent)
+            if not commit:
+                await self._abort(producer, sent)
+                raise
+            for _, fut in sent:
+                fut.add_done_callback(_failure)
+            # What joined is committed (see close_left_open); a commit that fails
+            # too leaves the outcome to the coordinator and the open is retried.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.commit_transaction(), ABORT_TIMEOUT_S)
             raise
         if commit:
             # A commit that fails leaves the producer unusable: the open fails and is retried.
@@ -598,6 +617,23 @@ def partition_for(key: bytes | None, partitions: int) -> int:
     if key is None or partitions <= 1:
         return 0 if partitions <= 1 else random.randrange(partitions)
     return int((murmur2(key) & 0x7FFFFFFF) % partitions)
+
+
+async def _to_its_end(work: Coroutine[Any, Any, None]) -> None:
+    """Await ``work``; a cancellation of the caller does not reach it but waits for it
+    to end, and is raised after it (its own failure, if it had one, is dropped then)."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        if not task.cancelled():
+            task.exception()  # retrieved: not logged as never retrieved
+        raise asyncio.CancelledError
+    await task
 
 
 def _failure(fut: asyncio.Future[object]) -> BaseException | None:
