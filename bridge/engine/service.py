@@ -498,6 +498,10 @@ class Service:
                     self._open_failed(p, exc)
                 else:
                     assert owner is not None
+                    # The restore read the whole checkpoints partition: malloc keeps the
+                    # freed records' pages (tens of MiB at 100,000 closed Tasks) until
+                    # the next periodic trim; hand them back now.
+                    trim_heap()
                     # Its producer's init_transactions went through: Kafka takes writes again.
                     self._kafka_failing.pop(p, None)
                     self.owners[p] = owner
