@@ -68,6 +68,8 @@ ABORT_TIMEOUT_S = 10.0
 # by the coordinator, or its outcome is unknown: either way the partition is
 # rebuilt from what Kafka has.
 _TRANSACTION_GRACE_S = 15.0
+# How often a partition without a leader is looked up again (see _led).
+_LEADER_POLL_S = 0.2
 # The most a failed transaction's diagnosis (see PartitionTransactions.diagnose) may take.
 _DIAGNOSE_TIMEOUT_S = 5.0
 # The longest a thread holds the GIL while another waits for it (see ProducerLoop).
@@ -321,40 +323,51 @@ class PartitionTransactions:
         producer = self._producer
         if producer is None:
             raise RuntimeError("partition producer is not started")
+        # Nothing is begun before every partition has a leader: an empty batch waits
+        # for its leader (up to the request timeout) while the coordinator aborts a
+        # transaction at its timeout whatever the client meant, and a coordinator
+        # that finds no leader skips that partition's marker. Cancellable: nothing
+        # is open yet.
+        tps = await self._producers.run(self._bounded(_led(producer, topics), "waiting for the partitions' leaders"))
         closing = self._producers.run(
-            self._bounded(self._close_left_open(producer, topics, commit), "closing what was left open")
+            self._bounded(self._close_left_open(producer, tps, commit), "closing what was left open")
         )
         if commit:
             await _to_its_end(closing)
         else:
             await closing
 
-    async def _close_left_open(
-        self, producer: AIOKafkaProducer, topics: list[tuple[str, int | None]], commit: bool
-    ) -> None:
+    async def _close_left_open(self, producer: AIOKafkaProducer, tps: list[TopicPartition], commit: bool) -> None:
+        loop = asyncio.get_running_loop()
+        # Past this the coordinator has aborted the transaction on its own.
+        deadline = loop.time() + self.config.kafka.transaction_timeout_ms / 1000
+
+        def left() -> float:
+            return max(1.0, deadline - loop.time())
+
         await producer.begin_transaction()
         sent: list[tuple[tuple[str, ...], asyncio.Future[object]]] = []
         try:
-            for topic, only in topics:
-                numbers = [only] if only is not None else sorted(await producer.partitions_for(topic) or ())
-                for n in numbers:
-                    sent.append(((), await producer.send_batch(producer.create_batch(), topic, partition=n)))
+            for tp in tps:
+                sent.append(((), await producer.send_batch(producer.create_batch(), tp.topic, partition=tp.partition)))
             if commit:
-                await asyncio.gather(*(f for _, f in sent))
+                await asyncio.wait_for(asyncio.gather(*(f for _, f in sent)), left())
         except BaseException:
             if not commit:
                 await self._abort(producer, sent)
                 raise
             for _, fut in sent:
                 fut.add_done_callback(_failure)
-            # What joined is committed (see close_left_open); a commit that fails
-            # too leaves the outcome to the coordinator and the open is retried.
+            # What joined is committed (see close_left_open). A commit that fails too
+            # leaves the outcome to the coordinator, and the open is retried.
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(producer.commit_transaction(), ABORT_TIMEOUT_S)
+                await asyncio.wait_for(producer.commit_transaction(), left())
             raise
         if commit:
-            # A commit that fails leaves the producer unusable: the open fails and is retried.
-            await asyncio.wait_for(producer.commit_transaction(), ABORT_TIMEOUT_S)
+            # Waited on up to the coordinator's own deadline, not a shorter one: a
+            # producer stopped while its EndTxn is retried leaves the transaction to
+            # the next init, which aborts it.
+            await asyncio.wait_for(producer.commit_transaction(), left())
         else:
             metrics.TRANSACTION_ABORTS.inc()
             await asyncio.wait_for(producer.abort_transaction(), ABORT_TIMEOUT_S)
@@ -617,6 +630,22 @@ def partition_for(key: bytes | None, partitions: int) -> int:
     if key is None or partitions <= 1:
         return 0 if partitions <= 1 else random.randrange(partitions)
     return int((murmur2(key) & 0x7FFFFFFF) % partitions)
+
+
+async def _led(producer: AIOKafkaProducer, topics: list[tuple[str, int | None]]) -> list[TopicPartition]:
+    """Every partition of ``topics`` (topic, partition; None: all its partitions),
+    once the producer's metadata names a leader for each (the caller bounds the wait)."""
+    while True:
+        tps: list[TopicPartition] = []
+        for topic, only in topics:
+            numbers = [only] if only is not None else sorted(await producer.partitions_for(topic) or ())
+            tps += [TopicPartition(topic, n) for n in numbers]
+        cluster = producer.client.cluster
+        leaders = [cluster.leader_for_partition(tp) for tp in tps]
+        if all(leader is not None and leader >= 0 for leader in leaders):
+            return tps
+        await producer.client.force_metadata_update()
+        await asyncio.sleep(_LEADER_POLL_S)
 
 
 async def _to_its_end(work: Coroutine[Any, Any, None]) -> None:

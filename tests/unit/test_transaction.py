@@ -15,7 +15,7 @@ import sys
 import threading
 from collections.abc import Callable
 from typing import Any
-from unittest.mock import MagicMock
+from unittest.mock import AsyncMock, MagicMock
 
 import orjson
 import pytest
@@ -55,13 +55,21 @@ class FakeBatch:
         return object()
 
 
+# The producer's spec with ``client``, an instance attribute of the real producer (its
+# metadata is read through it), so that a mock with this spec has it.
+_ProducerWithClient = type("_ProducerWithClient", (AIOKafkaProducer,), {"client": None})
+
+
 class Fake:
     """A producer that records calls; ``fail`` maps a record value to the error its delivery gets
     (aiokafka fails the whole batch holding it). :meth:`make` is the transactions' ``make_producer``."""
 
     def __init__(self, fail: dict[bytes, BaseException] | None = None) -> None:
         self.fail = fail or {}
-        self.mock = MagicMock(spec_set=AIOKafkaProducer)
+        self.mock = MagicMock(spec_set=_ProducerWithClient)
+        # Every partition has a leader (node 0), unless a test says otherwise.
+        self.mock.client.cluster.leader_for_partition.return_value = 0
+        self.mock.client.force_metadata_update = AsyncMock(return_value=True)
         self.mock.create_batch.side_effect = FakeBatch
         self.mock.send_batch.side_effect = self.send_batch
         self.options: dict[str, Any] = {}
@@ -435,7 +443,11 @@ async def test_a_transaction_left_open_is_aborted_in_every_partition_without_wri
     fake.mock.partitions_for.return_value = {0, 1, 2}
     t = await started(fake)
     await t.close_left_open([("cps", 2), ("events", None)], commit=False)
-    calls = [(n, a, k) for n, a, k in fake.mock.mock_calls if n not in ("start", "create_batch")]
+    calls = [
+        (n, a, k)
+        for n, a, k in fake.mock.mock_calls
+        if n in ("begin_transaction", "send_batch", "abort_transaction", "commit_transaction")
+    ]
     names = [n for n, _, _ in calls]
     assert names[0] == "begin_transaction" and names[-1] == "abort_transaction"
     assert "commit_transaction" not in names
@@ -449,7 +461,7 @@ async def test_a_transaction_left_open_is_committed_in_every_partition_when_aske
     fake.mock.partitions_for.return_value = {0, 1}
     t = await started(fake)
     await t.close_left_open([("events", None)], commit=True)
-    names = [n for n, _, _ in fake.mock.mock_calls if n not in ("start", "create_batch", "partitions_for")]
+    names = [n for n, _, _ in fake.mock.mock_calls if n in ("begin_transaction", "send_batch", "commit_transaction")]
     assert names == ["begin_transaction", "send_batch", "send_batch", "commit_transaction"]
     assert fake.sends() == []
 
@@ -460,6 +472,21 @@ async def test_closing_what_was_left_open_that_fails_fails_the_open() -> None:
     t = await started(fake)
     with pytest.raises(KafkaConnectionError):
         await t.close_left_open([("cps", 2)], commit=False)
+
+
+async def test_closing_what_was_left_open_begins_once_every_partition_has_a_leader() -> None:
+    """An empty batch for a partition without a leader would hold the transaction open
+    until the coordinator aborts it at its timeout, and a coordinator without a leader
+    skips that partition's marker: nothing begins before every partition has one."""
+    fake = Fake()
+    fake.mock.partitions_for.return_value = {0, 1}
+    leaders = iter([0, None, 0, -1, 0, 0])
+    fake.mock.client.cluster.leader_for_partition.side_effect = lambda tp: next(leaders)
+    t = await started(fake)
+    await t.close_left_open([("events", None)], commit=True)
+    assert fake.mock.client.force_metadata_update.await_count == 2
+    names = [n for n, _, _ in fake.mock.mock_calls if n in ("begin_transaction", "send_batch", "commit_transaction")]
+    assert names == ["begin_transaction", "send_batch", "send_batch", "commit_transaction"]
 
 
 async def test_closing_by_commit_that_fails_commits_what_joined_and_never_aborts() -> None:
