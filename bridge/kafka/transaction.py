@@ -638,8 +638,10 @@ async def _led(producer: AIOKafkaProducer, topics: list[tuple[str, int | None]])
     while True:
         tps: list[TopicPartition] = []
         for topic, only in topics:
-            numbers = [only] if only is not None else sorted(await producer.partitions_for(topic) or ())
-            tps += [TopicPartition(topic, n) for n in numbers]
+            # Asked even for one named partition: it puts the topic in the metadata the
+            # producer keeps (and refreshes), without which no leader is ever known.
+            known = sorted(await producer.partitions_for(topic) or ())
+            tps += [TopicPartition(topic, n) for n in ([only] if only is not None else known)]
         cluster = producer.client.cluster
         leaders = [cluster.leader_for_partition(tp) for tp in tps]
         if all(leader is not None and leader >= 0 for leader in leaders):

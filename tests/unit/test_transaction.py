@@ -489,6 +489,23 @@ async def test_closing_what_was_left_open_begins_once_every_partition_has_a_lead
     assert names == ["begin_transaction", "send_batch", "send_batch", "commit_transaction"]
 
 
+async def test_a_named_partition_gets_its_topic_into_the_metadata_before_its_leader_is_looked_up() -> None:
+    """The producer's metadata knows only the topics it was asked about: a partition
+    named alone (the checkpoints partition of an abort) has no leader until asked."""
+    fake = Fake()
+    asked: set[str] = set()
+
+    def partitions_for(topic: str) -> set[int]:
+        asked.add(topic)
+        return {0, 1, 2}
+
+    fake.mock.partitions_for.side_effect = partitions_for
+    fake.mock.client.cluster.leader_for_partition.side_effect = lambda tp: 0 if tp.topic in asked else None
+    t = await started(fake)
+    await asyncio.wait_for(t.close_left_open([("cps", 2), ("events", None)], commit=False), 5)
+    fake.mock.abort_transaction.assert_awaited_once()
+
+
 async def test_closing_by_commit_that_fails_commits_what_joined_and_never_aborts() -> None:
     """An abort would end the records left open in the partitions that joined as
     aborted, while their checkpoints stay committed: a gap at the next restore. The
