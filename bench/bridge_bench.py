@@ -29,6 +29,7 @@ from bench.services import ROOT, BridgeProcess, ServiceError
 from bridge.config import model as config_mod
 from bridge.config.model import Config
 from bridge.kafka import topics
+from bridge.observe.metrics import TRANSACTION_STEPS
 
 SETTLE_SECONDS = 1.0
 
@@ -377,6 +378,17 @@ async def run_round(
             / max(1.0, delta("bridge_transaction_duration_seconds_count")),
             4,
         ),
+        # Where the transactions' time went (bridge_transaction_step_seconds): the mean
+        # of each step over the transactions that had it.
+        "transaction_step_ms_mean": {
+            step: round(
+                1000
+                * delta(f'bridge_transaction_step_seconds_sum{{step="{step}"}}')
+                / max(1.0, delta(f'bridge_transaction_step_seconds_count{{step="{step}"}}')),
+                2,
+            )
+            for step in TRANSACTION_STEPS
+        },
         "value_bytes_mean": round(seen.value_bytes / max(1, seen.records), 1),
         "dropped_updates": int(delta("bridge_events_dropped_total")),
         "stream_resumes": int(delta("bridge_stream_resumes_total")),

@@ -98,6 +98,12 @@ async def _latency(
             f"after the first {r['start_window_seconds']:g} s: p99 {after.get('p99')} ms",
             flush=True,
         )
+        steps = r["bridge"].get("transaction_step_ms_mean") or {}
+        print(
+            f"    transactions: {r['bridge']['transactions']}, {1000 * r['bridge']['transaction_seconds_mean']:.1f} ms "
+            f"mean: " + ", ".join(f"{step} {ms}" for step, ms in steps.items()),
+            flush=True,
+        )
         out["runs"].append({"repeat": repeat, **r})
     out["by_interval"] = latency.by_interval(out["runs"])
     return out

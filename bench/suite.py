@@ -519,6 +519,8 @@ def _entry(key: str, rounds: list[dict[str, Any]]) -> dict[str, Any]:
         entry["cpu_seconds_process_total"] = [r["cpu_seconds_total"] for r in rounds]
         entry["events_per_transaction_median"] = _median([r["events_per_transaction"] for r in rounds])
         entry["transaction_seconds_mean_median"] = _median([r["transaction_seconds_mean"] for r in rounds])
+        steps = [r.get("transaction_step_ms_mean", {}) for r in rounds]
+        entry["transaction_step_ms_mean_median"] = _median_dicts(steps)
         entry["first_event_seconds_median"] = _median([r["first_event_seconds"] for r in rounds])
     return entry
 

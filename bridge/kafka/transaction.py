@@ -484,14 +484,18 @@ class PartitionTransactions:
                 metrics.TRANSACTIONS.labels("failed").inc()
                 raise TransactionFailed(self.partition, exc) from exc
         started = self.pending_since = time.monotonic()
+        steps = StepTimes(started)
         try:
-            await self._producers.run(self._transact(producer, records, built, offsets, started))
+            await self._producers.run(self._transact(producer, records, built, offsets, steps))
         finally:
             self.pending_since = None
+        steps.mark("return")
         self._last, self._last_notified = position, notified
         count = len(records)
         metrics.TRANSACTIONS.labels("committed").inc()
-        metrics.TRANSACTION_SECONDS.observe(time.monotonic() - started)
+        metrics.TRANSACTION_SECONDS.observe(steps.last - started)
+        for step, seconds in steps.seconds.items():
+            metrics.TRANSACTION_STEP[step].observe(seconds)
         metrics.TRANSACTION_RECORDS.observe(count)
         return count
 
@@ -501,13 +505,15 @@ class PartitionTransactions:
         records: list[OutRecord],
         built: Batches | None,
         offsets: dict[TopicPartition, OffsetAndMetadata],
-        started: float,
+        steps: StepTimes,
     ) -> None:
         """Steps 2 to 8 on the producer loop; any failure aborts and raises :class:`TransactionFailed`."""
+        steps.mark("handoff")
+        started = steps.started
         sent: list[tuple[tuple[str, ...], asyncio.Future[object]]] = []
         try:
             async with asyncio.timeout(self.config.kafka.transaction_timeout_ms / 1000 + _TRANSACTION_GRACE_S):
-                await self._send_all(producer, records, built, offsets, sent)
+                await self._send_all(producer, records, built, offsets, sent=sent, steps=steps)
         except Exception as exc:
             metrics.TRANSACTIONS.labels("failed").inc()
             # Records a broker refused as too large. A batch of several may have been
@@ -555,7 +561,9 @@ class PartitionTransactions:
         records: list[OutRecord],
         built: Batches | None,
         offsets: dict[TopicPartition, OffsetAndMetadata],
+        *,
         sent: list[tuple[tuple[str, ...], asyncio.Future[object]]],
+        steps: StepTimes,
     ) -> None:
         """Steps 2 to 8 of :meth:`commit`; ``sent`` collects each batch's delivery
         with the origins of its records. ``built``: ``records`` as batches already."""
@@ -568,16 +576,20 @@ class PartitionTransactions:
             built = await self._batches(producer, records)
         for topic, partition, batch, origins in built:
             sent.append((origins, await producer.send_batch(batch, topic, partition=partition)))
+        steps.mark("records")
         # Step 6. The consumer offsets that moved (see commit), of both topics in one call.
         if offsets:
             await producer.send_offsets_to_transaction(offsets, self.config.kafka.group_id)
+            steps.mark("offsets")
         # Step 7. Every send delivered, or nothing commits.
         results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
         failed = next((r for r in results if isinstance(r, BaseException)), None)
         if failed is not None:
             raise failed
+        steps.mark("delivered")
         # Step 8. Commit.
         await producer.commit_transaction()
+        steps.mark("commit")
 
     async def _batches(self, producer: AIOKafkaProducer, records: list[OutRecord]) -> Batches:
         """:func:`batches`, once each record of a topic the bridge learnt no partition
@@ -602,6 +614,25 @@ class PartitionTransactions:
 
 # (topic, partition, batch, origins of its records), in the order they are sent.
 Batches = list[tuple[str, int, BatchBuilder, tuple[str, ...]]]
+
+
+@dataclass(slots=True)
+class StepTimes:
+    """Where one transaction's time went (``bridge_transaction_step_seconds``): each
+    step's seconds since the step before, the first since ``started``. Marked on the
+    producer loop, read on the main loop once the transaction has ended."""
+
+    started: float
+    last: float = 0.0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.last = self.started
+
+    def mark(self, step: str) -> None:
+        now = time.monotonic()
+        self.seconds[step] = now - self.last
+        self.last = now
 
 
 def batches(producer: AIOKafkaProducer, records: list[OutRecord]) -> Batches:

@@ -40,6 +40,18 @@ TRANSACTION_SECONDS = Histogram(
     # Up past the 45 s a transaction may take before it is given up on (bridge.kafka.transaction).
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
+# The steps of bridge.kafka.transaction.PartitionTransactions.commit, in order. Their
+# sum is the transaction's duration: which one grew tells a slow broker (delivered,
+# commit), a slow group coordinator (offsets) and a busy bridge (handoff, return) apart.
+TRANSACTION_STEPS = ("handoff", "records", "offsets", "delivered", "commit", "return")
+TRANSACTION_STEP_SECONDS = Histogram(
+    "bridge_transaction_step_seconds",
+    "Where a committed transaction's time went, by step: handoff (to the producer thread), records "
+    "(handed to the producer), offsets (AddOffsetsToTxn and TxnOffsetCommit, when they moved), delivered "
+    "(AddPartitionsToTxn and Produce answered), commit (EndTxn), return (back on the main loop).",
+    ["step"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60),
+)
 TRANSACTION_RECORDS = Histogram(
     "bridge_transaction_records",
     "Records (events, checkpoints, DLQ) in one transaction.",
@@ -129,10 +141,12 @@ REBALANCES = Counter("bridge_rebalances_total", "Partition assignments received 
 RESIDENT_BYTES = Gauge("bridge_resident_memory_bytes", "Resident memory of the process (for max_rss_bytes).")
 
 
-# Children of the per-event counters, looked up once: labels() takes a lock and
-# builds a key on every call, which the per-event path should not pay.
+# Children of the per-event counters (and of the transaction steps), looked up once:
+# labels() takes a lock and builds a key on every call, which the per-event path
+# should not pay.
 EVENTS_BY_KIND = {k: EVENTS.labels(k) for k in get_args(EventKind)}
 DROPPED_BY_REASON = {r: DROPPED.labels(r) for r in get_args(DropReason)}
+TRANSACTION_STEP = {s: TRANSACTION_STEP_SECONDS.labels(s) for s in TRANSACTION_STEPS}
 
 
 BUILD_INFO = Gauge(

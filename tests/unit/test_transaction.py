@@ -18,6 +18,7 @@ from typing import Any
 from unittest.mock import AsyncMock, MagicMock
 
 import orjson
+import prometheus_client
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import (
@@ -40,6 +41,7 @@ from bridge.kafka.transaction import (
     partition_for,
     transactional_id,
 )
+from bridge.observe import metrics
 from bridge.wire import checkpoints
 from tests.factories import task_record
 
@@ -318,6 +320,64 @@ async def test_an_offset_already_committed_is_not_sent_again() -> None:
     t.add(OutRecord("events", b"t-b", b"e1", [], "event:t-b:1", 0))
     await t.commit()
     assert ("send_offsets_to_transaction", ({TopicPartition("cmds", 2): OffsetAndMetadata(8, "")}, "g")) in fake.calls()
+
+
+def _steps() -> dict[str, tuple[float, float]]:
+    """(count, sum) of bridge_transaction_step_seconds per step, and of the duration."""
+
+    def sample(name: str, labels: dict[str, str]) -> float:
+        return prometheus_client.REGISTRY.get_sample_value(name, labels) or 0.0
+
+    out = {
+        step: (
+            sample("bridge_transaction_step_seconds_count", {"step": step}),
+            sample("bridge_transaction_step_seconds_sum", {"step": step}),
+        )
+        for step in metrics.TRANSACTION_STEPS
+    }
+    out["duration"] = (
+        sample("bridge_transaction_duration_seconds_count", {}),
+        sample("bridge_transaction_duration_seconds_sum", {}),
+    )
+    return out
+
+
+def _moved(
+    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]
+) -> dict[str, tuple[float, float]]:
+    return {k: (after[k][0] - before[k][0], after[k][1] - before[k][1]) for k in after}
+
+
+async def test_a_committed_transaction_says_where_its_time_went_step_by_step() -> None:
+    """An operator tells a slow group coordinator from a slow broker or a busy bridge
+    by the step that grew: here the offsets' round trips are the slow ones."""
+    fake = Fake()
+
+    async def slow_offsets(*_: Any) -> None:
+        await asyncio.sleep(0.05)
+
+    fake.mock.send_offsets_to_transaction.side_effect = slow_offsets
+    t = await txn(POS, fake)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    before = _steps()
+    await t.commit()
+    moved = _moved(before, _steps())
+    assert {k: n for k, (n, _) in moved.items()} == {k: 1.0 for k in (*metrics.TRANSACTION_STEPS, "duration")}
+    assert moved["offsets"][1] >= 0.05
+    # The steps add up to the whole: nothing of the transaction's time is left out.
+    assert sum(moved[k][1] for k in metrics.TRANSACTION_STEPS) == pytest.approx(moved["duration"][1])
+    # A tick whose offset did not move has no offsets step; one that failed, no step at all.
+    t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))
+    before = _steps()
+    await t.commit()
+    moved = _moved(before, _steps())
+    assert moved["offsets"][0] == 0 and all(moved[k][0] == 1 for k in metrics.TRANSACTION_STEPS if k != "offsets")
+    fake.mock.commit_transaction.side_effect = KafkaConnectionError()
+    t.add(OutRecord("events", b"t-a", b"e3", [], "event:t-a:3", 0))
+    before = _steps()
+    with pytest.raises(TransactionFailed):
+        await t.commit()
+    assert all(n == 0 for n, _ in _moved(before, _steps()).values())
 
 
 async def test_an_offset_moved_by_an_aborted_transaction_goes_into_the_next_one() -> None:
