@@ -11,6 +11,8 @@ live in this one file and its tests.
 from __future__ import annotations
 
 import hashlib
+import math
+import struct
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -516,31 +518,90 @@ def notification_result(results: list[Event | Dropped]) -> NotificationResult:
     return "duplicate"
 
 
+# What a ClosedTask packs after its key, in one bytes object: when it closed (whole
+# seconds), its agent and how it ended (indexes into the tables below), then the
+# digests of its commandIds. One object where five slots, a float and a bytes cost
+# 144 B per closed Task held (bench/README.md, "Closed Tasks packed").
+_PACKED = struct.Struct("<IHB")
+
+
+class _Names:
+    """The agent names (or endings) the process has seen, by index: a handful of each.
+    Past ``limit`` of them (only hostile checkpoints could get there) a new one is
+    held as ``"other"``: a close or a restore never fails on it."""
+
+    def __init__(self, limit: int, *first: str | None) -> None:
+        self.names: list[str | None] = [*first, "other"]
+        self._index = {name: i for i, name in enumerate(self.names)}
+        self._limit = limit
+
+    def index(self, name: str | None) -> int:
+        i = self._index.get(name)
+        if i is None:
+            if len(self.names) > self._limit:
+                return self._index["other"]
+            i = self._index[name] = len(self.names)
+            self.names.append(name if name is None else sys.intern(name))
+        return i
+
+
+# Indexes up to 0xFFFF (agents) and 0xFF (endings): the "H" and "B" of _PACKED.
+_AGENTS = _Names(0xFFFF)
+_ENDINGS = _Names(0xFF, None)
+
+
 class ClosedTask:
     """A closed Task while its key is inside the dedupe window: only what dedupe
     and the command rules need (its key, digests of its last commandIds, how it
-    ended, when). A few hundred bytes, where a live :class:`TaskRecord` costs
-    kilobytes; it answers :func:`bridge.core.commands.decide` like one.
+    ended, when). About 80 bytes beside its key, where a live :class:`TaskRecord`
+    costs kilobytes; it answers :func:`bridge.core.commands.decide` like one.
+
+    ``closed_at`` is held in whole seconds, rounded up: a dedupe window is never
+    shortened by it, and it is what the retention window keeps for this Task.
 
     After ``closed_retention_seconds`` its checkpoint is tombstoned and it is
     forgotten: a commandId repeated after that is new to the bridge.
     """
 
-    __slots__ = ("_digests", "agent", "closed_at", "ended_as", "task_key")
+    __slots__ = ("_packed", "task_key")
     closed = True
     paused = False
     state = None
 
     def __init__(self, task_key: str, agent: str, ended_as: str | None, command_ids: list[str], closed_at: float):
         self.task_key = task_key
-        self.agent = sys.intern(agent)
-        self.ended_as = None if ended_as is None else sys.intern(ended_as)
-        self._digests = bytes.fromhex("".join(command_ids))
-        self.closed_at = closed_at
+        head = _PACKED.pack(_seconds(closed_at), _AGENTS.index(agent), _ENDINGS.index(ended_as))
+        self._packed = head + bytes.fromhex("".join(command_ids))
 
     @classmethod
     def of(cls, record: TaskRecord, closed_at: float) -> ClosedTask:
         return cls(record.task_key, record.agent, record.ended_as, record.command_ids, closed_at)
+
+    def _head(self) -> tuple[int, int, int]:
+        """(closed at in seconds, agent index, ending index)."""
+        seconds, agent, ended = _PACKED.unpack_from(self._packed)
+        return int(seconds), int(agent), int(ended)
+
+    @property
+    def closed_at(self) -> float:
+        return float(self._head()[0])
+
+    @closed_at.setter
+    def closed_at(self, value: float) -> None:
+        _, agent, ended = self._head()
+        self._packed = _PACKED.pack(_seconds(value), agent, ended) + self._digests
+
+    @property
+    def agent(self) -> str:
+        return _AGENTS.names[self._head()[1]] or ""  # never None: the agents' table holds no None
+
+    @property
+    def ended_as(self) -> str | None:
+        return _ENDINGS.names[self._head()[2]]
+
+    @property
+    def _digests(self) -> bytes:
+        return self._packed[_PACKED.size :]
 
     @property
     def command_ids(self) -> list[str]:
@@ -554,15 +615,15 @@ class ClosedTask:
         return f"ClosedTask({self.task_key!r}, {self.ended_as!r}, closed_at={self.closed_at})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ClosedTask) and (
-            self.task_key,
-            self.agent,
-            self.ended_as,
-            self._digests,
-            self.closed_at,
-        ) == (other.task_key, other.agent, other.ended_as, other._digests, other.closed_at)
+        return isinstance(other, ClosedTask) and (self.task_key, self._packed) == (other.task_key, other._packed)
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _seconds(at: float) -> int:
+    """``at`` in whole seconds, rounded up, within what four bytes hold (until 2106);
+    0 if it is not a time at all (a restore takes that as "closed now")."""
+    return min(max(0, math.ceil(at)), 0xFFFFFFFF) if math.isfinite(at) else 0
 
 
 def new_task(

@@ -542,9 +542,9 @@ class PartitionOwner:
         """A closed Task keeps only what dedupe needs, for its window."""
         if self.records.get(record.task_key) is not record:
             return
-        closed_at = record.closed_at or time.time()
-        self.records[record.task_key] = ClosedTask.of(record, closed_at)
-        self.retention.closed(record.task_key, closed_at)
+        closed = self.records[record.task_key] = ClosedTask.of(record, record.closed_at or time.time())
+        # Its own time (whole seconds): what the sweep compares it with.
+        self.retention.closed(record.task_key, closed.closed_at)
 
     def _sweep(self, now: float) -> None:
         """Tombstone and forget the closed Tasks whose dedupe window has passed."""

@@ -8,6 +8,8 @@ its checkpoint is tombstoned and it is forgotten.
 
 from __future__ import annotations
 
+import math
+
 import orjson
 from hypothesis import given
 from hypothesis import strategies as st
@@ -36,6 +38,43 @@ def test_a_closed_task_answers_the_command_rules_like_its_record() -> None:
     assert isinstance(decide(Command("start", "c-next", "order-1", agent="writer"), closed), Act)
     successor = new_task("order-1", "writer", "c-next", deadline=None, metadata=None, previous=closed)
     assert successor.seen("c-start") and successor.seen("c-reply") and successor.seen("c-next")
+
+
+@given(
+    agent=st.text(min_size=1, max_size=20),
+    ended_as=st.one_of(st.none(), st.sampled_from(["completed", "failed", "lost"]), st.text(max_size=12)),
+    ids=st.lists(st.binary(min_size=8, max_size=8).map(bytes.hex), max_size=8),
+    closed_at=st.floats(0, 4e9, allow_nan=False),
+)
+def test_a_closed_task_gives_back_what_it_was_made_of(
+    agent: str, ended_as: str | None, ids: list[str], closed_at: float
+) -> None:
+    """Packed into one bytes object, it still answers with its agent, ending and
+    commandId digests; its time is whole seconds, rounded up: never a shorter window."""
+    closed = ClosedTask("k", agent, ended_as, ids, closed_at)
+    assert (closed.task_key, closed.agent, closed.ended_as, closed.command_ids) == ("k", agent, ended_as, ids)
+    assert closed.closed_at == float(math.ceil(closed_at)) and closed.closed_at - closed_at <= 1
+    assert closed == ClosedTask("k", agent, ended_as, ids, closed.closed_at)
+    closed.closed_at = closed_at + 10
+    assert closed.closed_at == float(math.ceil(closed_at + 10)) and closed.command_ids == ids
+    assert closed.agent == agent and closed.ended_as == ended_as
+
+
+def test_a_closed_task_without_a_usable_time_holds_zero_which_a_restore_takes_as_now() -> None:
+    for at in (math.nan, math.inf, -5.0):
+        assert ClosedTask("k", "writer", "completed", [], at).closed_at == 0.0
+    assert ClosedTask("k", "writer", "completed", [], 5e10).closed_at == float(0xFFFFFFFF)
+
+
+def test_a_closed_task_swept_by_its_own_time_in_whole_seconds() -> None:
+    """The partition gives the retention window the ClosedTask's own (rounded) time,
+    so the sweep, which compares the two, forgets it once and on time."""
+    r, held = Retention(WINDOW), Held()
+    closed = ClosedTask("a", "writer", "completed", [], 100.2)
+    held.keys["a"] = closed.closed_at
+    r.closed("a", closed.closed_at)
+    assert r.expired(160.5, held.closed_at) == []  # 100.2 + 60 has passed; 101 + 60 has not
+    assert r.expired(161.0, held.closed_at) == ["a"]
 
 
 def test_a_closed_checkpoint_is_slim_and_restores_as_a_closed_task() -> None:
