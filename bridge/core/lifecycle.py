@@ -553,7 +553,7 @@ _ENDINGS = _Names(0xFF, None)
 class ClosedTask:
     """A closed Task while its key is inside the dedupe window: only what dedupe
     and the command rules need (its key, digests of its last commandIds, how it
-    ended, when). About 80 bytes beside its key, where a live :class:`TaskRecord`
+    ended, when). About 100 bytes beside its key, where a live :class:`TaskRecord`
     costs kilobytes; it answers :func:`bridge.core.commands.decide` like one.
 
     ``closed_at`` is held in whole seconds, rounded up: a dedupe window is never

@@ -158,7 +158,8 @@ class PartitionOwner:
             if isinstance(record, checkpoints.CheckpointError):
                 rejected += 1
             elif isinstance(record, ClosedTask):
-                record.closed_at = record.closed_at or now  # older checkpoints: a whole window from now
+                if not record.closed_at:
+                    record.closed_at = now  # older checkpoints: a whole window from now
                 closed.append((record.closed_at, record.task_key))
                 self.records[record.task_key] = record
             else:

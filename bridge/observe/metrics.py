@@ -41,14 +41,17 @@ TRANSACTION_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 # The steps of bridge.kafka.transaction.PartitionTransactions.commit, in order. Their
-# sum is the transaction's duration: which one grew tells a slow broker (delivered,
-# commit), a slow group coordinator (offsets) and a busy bridge (handoff, return) apart.
+# sum is the transaction's duration: which one grew tells slow brokers or coordinators
+# (offsets, delivered, commit) and a busy bridge (handoff, return) apart. aiokafka sends
+# the coordinators' requests one at a time, AddPartitionsToTxn first: in a tick whose
+# offsets moved, "offsets" holds it too and "delivered" only what the Produce had left.
 TRANSACTION_STEPS = ("handoff", "records", "offsets", "delivered", "commit", "return")
 TRANSACTION_STEP_SECONDS = Histogram(
     "bridge_transaction_step_seconds",
     "Where a committed transaction's time went, by step: handoff (to the producer thread), records "
-    "(handed to the producer), offsets (AddOffsetsToTxn and TxnOffsetCommit, when they moved), delivered "
-    "(AddPartitionsToTxn and Produce answered), commit (EndTxn), return (back on the main loop).",
+    "(begun and handed to the producer), offsets (when they moved: AddPartitionsToTxn, AddOffsetsToTxn, "
+    "TxnOffsetCommit), delivered (the Produce answered; AddPartitionsToTxn first when no offsets moved), "
+    "commit (EndTxn), return (back on the main loop).",
     ["step"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60),
 )
