@@ -520,8 +520,8 @@ def notification_result(results: list[Event | Dropped]) -> NotificationResult:
 
 # What a ClosedTask packs after its key, in one bytes object: when it closed (whole
 # seconds), its agent and how it ended (indexes into the tables below), then the
-# digests of its commandIds. One object where five slots, a float and a bytes cost
-# 144 B per closed Task held (bench/README.md, "Closed Tasks packed").
+# digests of its commandIds. Five slots, a float and a separate bytes cost 41 B more
+# per closed Task held (bench/closed_tasks.py; bench/README.md, "Closed Tasks packed").
 _PACKED = struct.Struct("<IHB")
 
 
