@@ -31,7 +31,7 @@ import httpx
 from bench import bridge_bench, records
 from bench.bridge_bench import BenchFailure, Params
 from bench.services import FastSource
-from bench.suite import _median
+from bench.suite import _median, _median_dicts
 
 # Frames written this long after the first are "after the start".
 START_WINDOW_S = 1.0
@@ -77,10 +77,9 @@ def by_interval(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "p99_over_interval_median": None if p99_median is None else round(p99_median / interval, 2),
             "p99_after_start_over_interval_median": None if after_median is None else round(after_median / interval, 2),
             # Each step's mean over the run's transactions (bridge_transaction_step_seconds), median of the runs.
-            "transaction_step_ms_mean_median": {
-                step: _median([r["bridge"]["transaction_step_ms_mean"][step] for r in mine])
-                for step in (mine[0]["bridge"].get("transaction_step_ms_mean") or {})
-            },
+            "transaction_step_ms_mean_median": _median_dicts(
+                [r["bridge"].get("transaction_step_ms_mean", {}) for r in mine]
+            ),
         }
     return out
 

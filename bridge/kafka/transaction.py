@@ -623,7 +623,7 @@ class StepTimes:
     producer loop, read on the main loop once the transaction has ended."""
 
     started: float
-    last: float = 0.0
+    last: float = field(init=False)
     seconds: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
