@@ -1,0 +1,109 @@
+"""``python -m bench.txn_retry [N]``: what a coordinator's retriable answer costs a tick.
+
+The bridge's own :class:`PartitionTransactions` on the local broker (started if none
+runs), committing N transactions (40 unless given) that each carry a checkpoint and a
+moved commands offset, as a partition's ticks do while commands arrive. Two spacings:
+``behind``, each transaction begun as the last one's commit returns (a committer
+behind its grid), where the coordinator is often still writing the last commit's
+markers and answers CONCURRENT_TRANSACTIONS; ``on_time``, a 100 ms tick apart. Each
+with ``kafka.retry_backoff_ms`` at aiokafka's default (100) and at the bridge's (20),
+in alternating rounds (A B A B) on one broker. Reported per variant: the median, p90
+and worst transaction, and how many took longer than 50 ms (bench/README.md, "A
+retried request costs a fifth of a tick").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+
+import orjson
+
+from bench.services import Broker
+from bridge.config.model import BridgeConfig, Config, KafkaConfig
+from bridge.core.lifecycle import TaskRecord
+from bridge.core.limits import RecordLimits
+from bridge.core.offsets import Position
+from bridge.kafka import topics
+from bridge.kafka.transaction import PartitionTransactions
+
+BACKOFFS = (100, 20)
+SPACINGS = {"behind": 0.0, "on_time": 0.1}
+ROUNDS = 2
+SLOW_MS = 50.0
+
+
+async def transactions(config: Config, n: int, gap: float) -> list[float]:
+    """Milliseconds of each of ``n`` commits, ``gap`` seconds apart (the first two are dropped:
+    the producer's first transactions also look up the coordinators)."""
+    offset = 0
+    txn = PartitionTransactions(
+        config, 0, lambda: Position(offset, (), ()), lambda: RecordLimits(1_000_000), notified=lambda: None
+    )
+    await txn.start()
+    took: list[float] = []
+    try:
+        for i in range(n + 2):
+            offset += 1
+            txn.mark(TaskRecord(task_key=f"k-{i % 10}", agent="writer", task_id=f"t-{i % 10}", seq=i))
+            started = time.monotonic()
+            await txn.commit()
+            took.append((time.monotonic() - started) * 1000)
+            await asyncio.sleep(gap)
+    finally:
+        await txn.stop()
+    return took[2:]
+
+
+def summary(ms: list[float]) -> dict[str, Any]:
+    ordered = sorted(ms)
+    return {
+        "transactions": len(ordered),
+        "median_ms": round(statistics.median(ordered), 1),
+        "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))], 1),
+        "max_ms": round(ordered[-1], 1),
+        f"over_{SLOW_MS:.0f}_ms": sum(1 for v in ordered if v > SLOW_MS),
+    }
+
+
+async def main(n: int) -> dict[str, Any]:
+    broker = Broker()
+    broker.ensure()
+    name = f"txn-retry-{uuid.uuid4().hex[:8]}"
+    base = Config(
+        kafka=KafkaConfig(
+            bootstrap_servers=broker.bootstrap,
+            group_id=f"{name}-g",
+            commands_topic=f"{name}.commands",
+            events_topic=f"{name}.events",
+            checkpoints_topic=f"{name}.checkpoints",
+            dlq_topic=f"{name}.dlq",
+            notifications_topic=f"{name}.notifications",
+            transactional_id_prefix=f"{name}-tx",
+            partitions=1,
+        ),
+        bridge=BridgeConfig(),
+    )
+    await topics.ensure(base, create=True)
+    runs: dict[str, list[float]] = {}
+    for _ in range(ROUNDS):
+        for backoff in BACKOFFS:
+            config = dataclasses.replace(base, kafka=dataclasses.replace(base.kafka, retry_backoff_ms=backoff))
+            for spacing, gap in SPACINGS.items():
+                runs.setdefault(f"{spacing}, retry_backoff_ms {backoff}", []).extend(await transactions(config, n, gap))
+    return {
+        "what": "PartitionTransactions.commit with a checkpoint and a moved commands offset, local broker",
+        "broker": broker.version(),
+        "rounds": ROUNDS,
+        "variants": {k: summary(v) for k, v in runs.items()},
+    }
+
+
+if __name__ == "__main__":
+    result = asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 40))
+    print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
