@@ -128,7 +128,7 @@ def size_mode() -> str:
 
 
 def case_table() -> tuple[Case, ...]:
-    """BENCH_SIZE's throughput cases (``long`` is ``full`` everywhere else)."""
+    """BENCH_SIZE's throughput cases, whose case 1 the latency section runs too."""
     return {"quick": QUICK_CASES, "full": FULL_CASES, "long": LONG_CASES}[size_mode()]
 
 
