@@ -191,19 +191,29 @@ class Visibility:
     as C's clock reads the bridge's events: when the first record and the
     ``expected``-th became visible (``loop.time()``, the monotonic clock)."""
 
-    def __init__(self, consumer: AIOKafkaConsumer, expected: int) -> None:
+    def __init__(self, consumer: AIOKafkaConsumer, expected: int, *, track: bool = False) -> None:
         self.consumer = consumer
         self.expected = expected
         self.count = 0
         self.first: float | None = None
         self.done = asyncio.Event()
         self.done_at: float | None = None
+        # With track: when each (taskId, seq) first became visible (time.monotonic()), for a
+        # pipeline whose records carry the source's task id and SSE id as those (B0's do).
+        self.track = track
+        self.arrivals: dict[tuple[str, int], float] = {}
         self._task = asyncio.create_task(self._tail())
 
     @classmethod
-    async def open(cls, bootstrap: str, topic: str, partitions: int, expected: int) -> Visibility:
+    async def open(
+        cls, bootstrap: str, topic: str, partitions: int, expected: int, *, track: bool = False
+    ) -> Visibility:
+        # Tracked, a fetch returns as soon as the last stable offset moves, as C's latency reader's does.
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
+            bootstrap_servers=bootstrap,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            **({"fetch_max_wait_ms": 100} if track else {}),
         )
         await consumer.start()
         tps = [TopicPartition(topic, i) for i in range(partitions)]
@@ -211,7 +221,7 @@ class Visibility:
         await consumer.seek_to_end(*tps)
         for tp in tps:
             await consumer.position(tp)  # resolved now, not after the child's first records
-        return cls(consumer, expected)
+        return cls(consumer, expected, track=track)
 
     async def _tail(self) -> None:
         loop = asyncio.get_running_loop()
@@ -220,6 +230,11 @@ class Visibility:
             n = sum(len(recs) for recs in batch.values())
             if n:
                 now = loop.time()
+                if self.track:
+                    for recs in batch.values():
+                        for r in recs:
+                            doc = orjson.loads(r.value)
+                            self.arrivals.setdefault((doc["taskId"], doc["seq"]), now)
                 self.count += n
                 self.first = self.first or now
                 if self.count >= self.expected and self.done_at is None:

@@ -24,6 +24,8 @@ few seconds gives its start a weight a long-running service never sees.
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -31,7 +33,7 @@ import httpx
 from bench import bridge_bench, records
 from bench.bridge_bench import BenchFailure, Params
 from bench.services import FastSource
-from bench.suite import _median, _median_dicts
+from bench.suite import Case, Suite, _median, _median_dicts
 
 # Frames written this long after the first are "after the start".
 START_WINDOW_S = 1.0
@@ -78,7 +80,7 @@ def by_interval(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "p99_after_start_over_interval_median": None if after_median is None else round(after_median / interval, 2),
             # Each step's mean over the run's transactions (bridge_transaction_step_seconds), median of the runs.
             "transaction_step_ms_mean_median": _median_dicts(
-                [r["bridge"].get("transaction_step_ms_mean", {}) for r in mine]
+                [(r.get("bridge") or {}).get("transaction_step_ms_mean", {}) for r in mine]
             ),
         }
     return out
@@ -115,10 +117,6 @@ async def measure(
     fraction: float = 0.5,
     events_topic: str | None = None,
 ) -> dict[str, Any]:
-    per_task = records.events_per_task(chunks)
-    frames_per_task = chunks + 3
-    # A fraction (half) of the saturated rate, in the source's unit: frames (events minus the history message).
-    frame_rate = fraction * saturated_events_per_second * frames_per_task / per_task
     params = Params(
         bootstrap=bootstrap,
         source_url=source.a2a_url,
@@ -131,14 +129,115 @@ async def measure(
         log_dir=run_dir,
         events_topic=events_topic,
     )
-    async with httpx.AsyncClient(timeout=30) as http:
-        await source.post(http, "/_config", {"rate": frame_rate})
-        try:
-            result = await bridge_bench.run_round(params, name, pids, track=True, fetch_max_wait_ms=100)
-            stamps = await source.stamps(http)
-        finally:
-            await source.post(http, "/_config", {"rate": 0})
-    arrivals: dict[tuple[str, int], float] = result.pop("arrivals")
+    pace = Pace(Case("1", tasks, chunks, size), fraction, saturated_events_per_second)
+    result, stamps = await pace.run(
+        source, bridge_bench.run_round(params, name, pids, track=True, fetch_max_wait_ms=100)
+    )
+    arrivals = result.pop("arrivals")
+    return {
+        "contestant": "C",
+        **latencies(
+            name,
+            arrivals,
+            stamps,
+            tasks=tasks,
+            frames_per_task=pace.frames_per_task,
+            commit_interval_ms=commit_interval_ms,
+        ),
+        **pace.facts(result),
+        "bridge": {k: v for k, v in result.items() if k != "window"},
+        "window": result["window"],
+    }
+
+
+async def measure_b0(
+    *,
+    source: FastSource,
+    runner: Suite,
+    case: Case,
+    label: str,
+    commit_interval_ms: int,
+    saturated_events_per_second: float,
+    fraction: float = 0.5,
+) -> dict[str, Any]:
+    """:func:`measure` for B0 (``bench.lean``: a record per frame, keyed by the source's
+    task id, the SSE id as ``seq``) on the same paced source, read the same way, so that
+    the two compare the pipelines and not the harness."""
+    pace = Pace(case, fraction, saturated_events_per_second)
+    result, stamps = await pace.run(
+        source, runner.run_b0(case, label, commit_interval_ms=commit_interval_ms, track=True)
+    )
+    arrivals = result.pop("arrivals")
+    return {
+        "contestant": "B0",
+        **latencies(
+            label,
+            arrivals,
+            stamps,
+            tasks=case.tasks,
+            frames_per_task=pace.frames_per_task,
+            commit_interval_ms=commit_interval_ms,
+        ),
+        **pace.facts(result),
+        "b0": {k: v for k, v in result.items() if k != "window"},
+        "window": result["window"],
+    }
+
+
+@dataclass(frozen=True)
+class Pace:
+    """The source paced at ``fraction`` of a saturated rate for one run of ``case``."""
+
+    case: Case
+    fraction: float
+    saturated: float
+
+    @property
+    def frames_per_task(self) -> int:
+        return self.case.chunks + 3
+
+    @property
+    def frame_rate(self) -> float:
+        """The rate in the source's unit: frames (events minus the history message)."""
+        return self.fraction * self.saturated * self.frames_per_task / records.events_per_task(self.case.chunks)
+
+    async def run(
+        self, source: FastSource, work: Awaitable[dict[str, Any]]
+    ) -> tuple[dict[str, Any], dict[str, list[float]]]:
+        """``work``'s result and when the source wrote each frame, the source paced meanwhile."""
+        async with httpx.AsyncClient(timeout=30) as http:
+            await source.post(http, "/_config", {"rate": self.frame_rate})
+            try:
+                result = await work
+                stamps = await source.stamps(http)
+            finally:
+                await source.post(http, "/_config", {"rate": 0})
+        return result, stamps
+
+    def facts(self, result: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "tasks": self.case.tasks,
+            "chunks": self.case.chunks,
+            "size": self.case.size,
+            "fraction_of_saturated": self.fraction,
+            "target_events_per_second": round(self.fraction * self.saturated, 1),
+            "saturated_events_per_second": round(self.saturated, 1),
+            "source_frames_per_second": round(self.frame_rate, 1),
+            "achieved_events_per_second": result["events_per_second"],
+        }
+
+
+def latencies(
+    name: str,
+    arrivals: dict[tuple[str, int], float],
+    stamps: dict[str, list[float]],
+    *,
+    tasks: int,
+    frames_per_task: int,
+    commit_interval_ms: int,
+) -> dict[str, Any]:
+    """Every frame's latency (visible - written) and its summaries: the whole run, its
+    first second, after it, and per quarter second of write time."""
     frames: list[tuple[float, float]] = []  # (written, latency in ms)
     missing = 0
     for (task_id, seq), seen in arrivals.items():
@@ -159,15 +258,7 @@ async def measure(
     after = sorted(v for w, v in frames if w - first >= START_WINDOW_S)
     return {
         "commit_interval_ms": commit_interval_ms,
-        "tasks": tasks,
-        "chunks": chunks,
-        "size": size,
         "frames": len(ms),
-        "fraction_of_saturated": fraction,
-        "target_events_per_second": round(fraction * saturated_events_per_second, 1),
-        "saturated_events_per_second": round(saturated_events_per_second, 1),
-        "source_frames_per_second": round(frame_rate, 1),
-        "achieved_events_per_second": result["events_per_second"],
         "latency_ms": summary(ms),
         "p50_over_interval": round(percentile(ms, 50) / commit_interval_ms, 2),
         "p99_over_interval": round(percentile(ms, 99) / commit_interval_ms, 2),
@@ -179,6 +270,4 @@ async def measure(
         "timeline": [
             {"from_seconds": round(i * TIMELINE_STEP_S, 2), **summary(sorted(timeline[i]))} for i in sorted(timeline)
         ],
-        "bridge": {k: v for k, v in result.items() if k != "window"},
-        "window": result["window"],
     }

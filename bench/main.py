@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import TopicAlreadyExistsError
 
 from bench import latency, scale, suite, transport
 from bench.bridge_bench import BenchFailure, Params, run_round
@@ -71,6 +72,12 @@ async def _latency(
     out: dict[str, Any] = {"saturated_events_per_second": rate, "saturated_rate_from": how, "runs": []}
     intervals = latency.intervals("50,100,200" if suite.size_mode() != "quick" else "100")
     repeats = max(1, suite.env_int("BENCH_LATENCY_REPEAT", 1 if suite.size_mode() == "quick" else 3))
+    # B0 among the contestants: it runs right after C in every run, at the same rate, read the same way.
+    b0: suite.Suite | None = None
+    if "B0" in suite.contestants(None):
+        b0 = suite.Suite(run_id, log_dir, broker, source)
+        with contextlib.suppress(TopicAlreadyExistsError):  # the throughput section made it
+            await b0.create_topics([f"{b0.prefix}-b0"])
     # Each repeat runs every interval once, so a slow stretch of the host lands on all of them alike.
     for repeat, interval in [(n, i) for n in range(1, repeats + 1) for i in intervals]:
         print(
@@ -93,13 +100,7 @@ async def _latency(
             fraction=fraction,
             events_topic=events_topic,
         )
-        lat, after = r["latency_ms"], r["latency_ms_after_start"]
-        print(
-            f"    p50 {lat['p50']} ms, p90 {lat['p90']} ms, p99 {lat['p99']} ms, max {lat['max']} ms "
-            f"({r['frames']} frames, {r['achieved_events_per_second']:,.0f} events/s); "
-            f"after the first {r['start_window_seconds']:g} s: p99 {after.get('p99')} ms",
-            flush=True,
-        )
+        _print_latency("", r)
         steps = r["bridge"].get("transaction_step_ms_mean") or {}
         print(
             f"    transactions: {r['bridge']['transactions']}, {1000 * r['bridge']['transaction_seconds_mean']:.1f} ms "
@@ -107,8 +108,32 @@ async def _latency(
             flush=True,
         )
         out["runs"].append({"repeat": repeat, **r})
-    out["by_interval"] = latency.by_interval(out["runs"])
+        if b0 is not None:
+            r0 = await latency.measure_b0(
+                source=source,
+                runner=b0,
+                case=case,
+                label=f"lat-{interval}-{repeat}-b0",
+                commit_interval_ms=interval,
+                saturated_events_per_second=rate,
+                fraction=fraction,
+            )
+            _print_latency("B0: ", r0)
+            out["runs"].append({"repeat": repeat, **r0})
+    out["by_interval"] = latency.by_interval([r for r in out["runs"] if r["contestant"] == "C"])
+    if b0 is not None:
+        out["b0_by_interval"] = latency.by_interval([r for r in out["runs"] if r["contestant"] == "B0"])
     return out
+
+
+def _print_latency(who: str, r: dict[str, Any]) -> None:
+    lat, after = r["latency_ms"], r["latency_ms_after_start"]
+    print(
+        f"    {who}p50 {lat['p50']} ms, p90 {lat['p90']} ms, p99 {lat['p99']} ms, max {lat['max']} ms "
+        f"({r['frames']} frames, {r['achieved_events_per_second']:,.0f} events/s); "
+        f"after the first {r['start_window_seconds']:g} s: p99 {after.get('p99')} ms",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,12 +226,13 @@ def main(argv: list[str] | None = None) -> int:
         path = _write("results.json", doc, log_dir)
         suite.print_summary(doc)
         if lat:
-            for interval, m in lat["by_interval"].items():
-                print(
-                    f"  latency at {interval} ms ticks, median of {m['runs']} run(s): p50 {m['p50_median']} ms, "
-                    f"p99 {m['p99_median']} ms (p99 = {m['p99_over_interval_median']} x the interval; "
-                    f"after the start {m['p99_after_start_over_interval_median']} x); p99 per run {m['p99']}"
-                )
+            for who, key in (("", "by_interval"), (" (B0)", "b0_by_interval")):
+                for interval, m in (lat.get(key) or {}).items():
+                    print(
+                        f"  latency{who} at {interval} ms ticks, median of {m['runs']} run(s): p50 {m['p50_median']} "
+                        f"ms, p99 {m['p99_median']} ms (p99 = {m['p99_over_interval_median']} x the interval; "
+                        f"after the start {m['p99_after_start_over_interval_median']} x); p99 per run {m['p99']}"
+                    )
         if trans:
             m = trans["cpu_us_per_frame_median"]
             print(

@@ -221,16 +221,19 @@ class Suite:
         finally:
             await admin.close()
 
-    async def child(self, module: str, label: str, args: list[str], topic: str, expected: int) -> dict[str, Any]:
+    async def child(
+        self, module: str, label: str, args: list[str], topic: str, expected: int, *, track: bool = False
+    ) -> dict[str, Any]:
         """Run ``python -m bench.<module> --topic <topic>``, timed as C is: from its start mark until a
         ``read_committed`` consumer in this process has seen its ``expected`` records on
         ``topic``. The CPU window runs from the start mark until both that and the
         child's own stop mark happened, so the harness's reading costs every contestant
         alike (C's clock and verification need that consumer; B, A and N are read the
-        same way). The child's own clock is kept as ``own_seconds``."""
+        same way). The child's own clock is kept as ``own_seconds``. ``track``: the result's
+        ``arrivals`` say when each (taskId, seq) became visible (see Visibility)."""
         log_path = self.log_dir / f"{label}.log"
         args = [*args, "--topic", topic]
-        watch = await bridge_bench.Visibility.open(self.broker.bootstrap, topic, self.partitions, expected)
+        watch = await bridge_bench.Visibility.open(self.broker.bootstrap, topic, self.partitions, expected, track=track)
         # Every contestant starts with the broker idle (C's clock waits the same way).
         settled = await proc.settle(self.broker_pid)
         try:
@@ -281,6 +284,8 @@ class Suite:
         result["window"] = window.as_dict()
         result["broker_settle_seconds"] = settled
         result["cpu_seconds_window"] = round(window.cpu_seconds.get(module, 0.0), 2)
+        if track:
+            result["arrivals"] = watch.arrivals
         return result
 
     def _common(self, case: Case, label: str) -> list[str]:
@@ -315,10 +320,26 @@ class Suite:
     async def run_b(self, case: Case, label: str) -> dict[str, Any]:
         return await self._pipeline("pipeline", case, label, case.events, ["--partitions", str(self.partitions)])
 
-    async def run_b0(self, case: Case, label: str) -> dict[str, Any]:
-        return await self._pipeline("lean", case, label, case.tasks * (case.chunks + 3), [])  # a record per frame
+    async def run_b0(
+        self, case: Case, label: str, *, commit_interval_ms: int | None = None, track: bool = False
+    ) -> dict[str, Any]:
+        """B0 on ``case``; ``track``: its ``arrivals`` too (the latency section's)."""
+        written = case.tasks * (case.chunks + 3)  # a record per frame
+        return await self._pipeline(
+            "lean", case, label, written, [], commit_interval_ms=commit_interval_ms, track=track
+        )
 
-    async def _pipeline(self, module: str, case: Case, label: str, written: int, extra: list[str]) -> dict[str, Any]:
+    async def _pipeline(
+        self,
+        module: str,
+        case: Case,
+        label: str,
+        written: int,
+        extra: list[str],
+        *,
+        commit_interval_ms: int | None = None,
+        track: bool = False,
+    ) -> dict[str, Any]:
         """B (``bench.pipeline``) or B0 (``bench.lean``), checked: ``written`` records of every Task."""
         result = await self.child(
             module,
@@ -332,11 +353,12 @@ class Suite:
                 "--run-id",
                 f"{self.prefix}-{label}",
                 "--commit-interval-ms",
-                str(self.commit_interval_ms),
+                str(commit_interval_ms or self.commit_interval_ms),
                 *extra,
             ],
             f"{self.prefix}-{'b' if module == 'pipeline' else 'b0'}",
             written,
+            track=track,
         )
         got = result.get("records", result["events"])
         if got != written or result["tasks_with_wrong_seqs"] or result["tasks_seen"] != case.tasks:
