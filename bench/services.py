@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
+from aiokafka.admin import AIOKafkaAdminClient
 
 from bridge.demo.procs import ServerDidNotStart, start_listening, stop_group
 
@@ -37,6 +38,18 @@ def _tail(path: Path, chars: int = 3000) -> str:
 
 def _stop(proc: subprocess.Popen[bytes], grace: float = 20) -> int:
     return stop_group(proc, grace)
+
+
+async def delete_topics(bootstrap: str, prefix: str) -> None:
+    """Every topic whose name starts with ``prefix``: a run's own (each scale measure deletes its own)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        mine = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if mine:
+            await admin.delete_topics(mine)
+    finally:
+        await admin.close()
 
 
 class Broker:

@@ -5,8 +5,9 @@ runs), committing N transactions (40 unless given) that each carry a checkpoint 
 moved commands offset, as a partition's ticks do while commands arrive. Two spacings:
 ``behind``, each transaction begun as the last one's commit returns (a committer
 behind its grid), where the coordinator is often still writing the last commit's
-markers and answers CONCURRENT_TRANSACTIONS; ``on_time``, a 100 ms tick apart. Each
-with ``kafka.retry_backoff_ms`` at aiokafka's default (100) and at the bridge's (20),
+markers and answers CONCURRENT_TRANSACTIONS; ``on_time``, each begun 100 ms after the
+last one's commit returned, as a committer on its grid begins a little less. Each
+with ``kafka.transaction_retry_backoff_ms`` at aiokafka's default (100) and at the bridge's (20),
 in alternating rounds (A B A B) on one broker. Reported per variant: the median, p90
 and worst transaction, and how many took longer than 50 ms (bench/README.md, "A
 retried request costs a fifth of a tick").
@@ -24,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from bench.services import Broker
+from bench.services import Broker, delete_topics
 from bridge.config.model import BridgeConfig, Config, KafkaConfig
 from bridge.core.lifecycle import TaskRecord
 from bridge.core.limits import RecordLimits
@@ -89,13 +90,19 @@ async def main(n: int) -> dict[str, Any]:
         ),
         bridge=BridgeConfig(),
     )
-    await topics.ensure(base, create=True)
     runs: dict[str, list[float]] = {}
-    for _ in range(ROUNDS):
-        for backoff in BACKOFFS:
-            config = dataclasses.replace(base, kafka=dataclasses.replace(base.kafka, retry_backoff_ms=backoff))
-            for spacing, gap in SPACINGS.items():
-                runs.setdefault(f"{spacing}, retry_backoff_ms {backoff}", []).extend(await transactions(config, n, gap))
+    try:
+        await topics.ensure(base, create=True)
+        for _ in range(ROUNDS):
+            for backoff in BACKOFFS:
+                kafka = dataclasses.replace(base.kafka, transaction_retry_backoff_ms=backoff)
+                config = dataclasses.replace(base, kafka=kafka)
+                for spacing, gap in SPACINGS.items():
+                    took = await transactions(config, n, gap)
+                    runs.setdefault(f"{spacing}, transaction_retry_backoff_ms {backoff}", []).extend(took)
+    finally:
+        await delete_topics(broker.bootstrap, name)
+        broker.down_if_started()
     return {
         "what": "PartitionTransactions.commit with a checkpoint and a moved commands offset, local broker",
         "broker": broker.version(),

@@ -140,14 +140,14 @@ class KafkaConfig:
     # The coordinator aborts a transaction open longer than this (a crashed owner's
     # open transaction blocks its successor's reads until then).
     transaction_timeout_ms: int = 30_000
-    # How long a partition producer waits before it asks again after a retriable
-    # answer. Every event of a tick waits for its transaction, and the brokers
-    # answer such requests within a normal tick: the transaction coordinator's
-    # CONCURRENT_TRANSACTIONS while the last commit's markers are written, a group
-    # coordinator's COORDINATOR_NOT_AVAILABLE to a TxnOffsetCommit it could not
-    # verify yet (measured: bench/README.md, "A retried request costs a fifth of a
-    # tick"). aiokafka's 100 ms made each such answer a whole tick more.
-    retry_backoff_ms: int = field(default=20, metadata=POSITIVE)
+    # How long a partition producer (the transactional one of a commands partition)
+    # waits before it asks again after a retriable answer. Every event of a tick
+    # waits for its transaction, and brokers give such answers in normal operation:
+    # the transaction coordinator's CONCURRENT_TRANSACTIONS while the last commit's
+    # markers are written, a group coordinator's COORDINATOR_NOT_AVAILABLE to a
+    # TxnOffsetCommit it could not verify yet. aiokafka's default, 100 ms, is a whole
+    # tick (measured: bench/README.md, "A retried request costs a fifth of a tick").
+    transaction_retry_backoff_ms: int = field(default=20, metadata=POSITIVE)
     security_protocol: SecurityProtocol = "PLAINTEXT"
     sasl_mechanism: SaslMechanism | None = None
     sasl_username: str | None = None

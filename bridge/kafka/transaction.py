@@ -290,7 +290,7 @@ class PartitionTransactions:
             # A transaction left open by a crash is aborted by the coordinator after
             # this: short, so a restarted owner is not blocked long by its predecessor's.
             transaction_timeout_ms=self.config.kafka.transaction_timeout_ms,
-            retry_backoff_ms=self.config.kafka.retry_backoff_ms,
+            retry_backoff_ms=self.config.kafka.transaction_retry_backoff_ms,
             **client_options(self.config.kafka),
         )
         try:

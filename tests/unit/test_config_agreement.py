@@ -181,7 +181,7 @@ def one_mistake() -> Iterator[Case]:
         ("kafka", "events_topic", "a2a.commands"),
         ("kafka", "notifications_topic", "a2a.commands"),
         ("kafka", "heartbeat_interval_ms", 20000),
-        ("kafka", "retry_backoff_ms", 0),
+        ("kafka", "transaction_retry_backoff_ms", 0),
         ("bridge", "max_rss_bytes", -1),
         ("bridge", "cancel_on_timeout", "yes"),
         ("bridge", "default_deadline_seconds", 3e6),

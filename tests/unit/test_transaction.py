@@ -132,7 +132,7 @@ async def test_the_producer_is_the_partitions_transactional_one_started_before_a
     assert fake.options["transactional_id"] == transactional_id(CONFIG, 2) == "a2a-bridge-cmds-2"
     assert fake.options["enable_idempotence"] is True and fake.options["acks"] == "all"
     # A retriable answer from a coordinator is asked again within a fifth of a tick, not aiokafka's 100 ms.
-    assert fake.options["retry_backoff_ms"] == CONFIG.kafka.retry_backoff_ms == 20
+    assert fake.options["retry_backoff_ms"] == CONFIG.kafka.transaction_retry_backoff_ms == 20
     t.mark(task_record("a", 1))
     await t.commit()
     assert [name for name, _, _ in fake.mock.mock_calls if name != "create_batch"][:2] == [
