@@ -10,6 +10,10 @@ sourceSeq) first became visible. Latency = visible - written, for every
 frame; reported as p50/p90/p99/max per ``commit_interval_ms`` (one run per
 value of ``BENCH_LATENCY_INTERVALS``, same source rate).
 
+B0 (:func:`measure_b0`), when it is among the contestants, runs right after the
+bridge at the same rate and is read the same way: its records carry the
+source's task id, and a per-Task ``seq`` equal to the SSE id.
+
 "Written" is the source's ``write()`` to the socket, so the number includes
 the bridge's read of the SSE bytes: it is what a downstream consumer sees.
 Both stamps are CLOCK_MONOTONIC (``time.monotonic()``), the same clock in
@@ -161,8 +165,9 @@ async def measure_b0(
     fraction: float = 0.5,
 ) -> dict[str, Any]:
     """:func:`measure` for B0 (``bench.lean``: a record per frame, keyed by the source's
-    task id, the SSE id as ``seq``) on the same paced source, read the same way, so that
-    the two compare the pipelines and not the harness."""
+    task id) on the same paced source, read the same way, so that the two compare the
+    pipelines and not the harness. B0's ``seq`` counts a Task's frames, which is the
+    source's SSE id: the run is refused (``tasks_with_wrong_seqs``) where it is not."""
     pace = Pace(case, fraction, saturated_events_per_second)
     result, stamps = await pace.run(
         source, runner.run_b0(case, label, commit_interval_ms=commit_interval_ms, track=True)
