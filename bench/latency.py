@@ -137,21 +137,7 @@ async def measure(
     result, stamps = await pace.run(
         source, bridge_bench.run_round(params, name, pids, track=True, fetch_max_wait_ms=100)
     )
-    arrivals = result.pop("arrivals")
-    return {
-        "contestant": "C",
-        **latencies(
-            name,
-            arrivals,
-            stamps,
-            tasks=tasks,
-            frames_per_task=pace.frames_per_task,
-            commit_interval_ms=commit_interval_ms,
-        ),
-        **pace.facts(result),
-        "bridge": {k: v for k, v in result.items() if k != "window"},
-        "window": result["window"],
-    }
+    return pace.report("C", name, result, stamps, commit_interval_ms, result_key="bridge")
 
 
 async def measure_b0(
@@ -172,21 +158,7 @@ async def measure_b0(
     result, stamps = await pace.run(
         source, runner.run_b0(case, label, commit_interval_ms=commit_interval_ms, track=True)
     )
-    arrivals = result.pop("arrivals")
-    return {
-        "contestant": "B0",
-        **latencies(
-            label,
-            arrivals,
-            stamps,
-            tasks=case.tasks,
-            frames_per_task=pace.frames_per_task,
-            commit_interval_ms=commit_interval_ms,
-        ),
-        **pace.facts(result),
-        "b0": {k: v for k, v in result.items() if k != "window"},
-        "window": result["window"],
-    }
+    return pace.report("B0", label, result, stamps, commit_interval_ms, result_key="b0")
 
 
 @dataclass(frozen=True)
@@ -218,6 +190,34 @@ class Pace:
             finally:
                 await source.post(http, "/_config", {"rate": 0})
         return result, stamps
+
+    def report(
+        self,
+        contestant: str,
+        name: str,
+        result: dict[str, Any],
+        stamps: dict[str, list[float]],
+        commit_interval_ms: int,
+        *,
+        result_key: str,
+    ) -> dict[str, Any]:
+        """One run's figures: its frames' latencies, the pace, and the contestant's own
+        result (without its arrivals) under ``result_key``."""
+        arrivals = result.pop("arrivals")
+        return {
+            "contestant": contestant,
+            **latencies(
+                name,
+                arrivals,
+                stamps,
+                tasks=self.case.tasks,
+                frames_per_task=self.frames_per_task,
+                commit_interval_ms=commit_interval_ms,
+            ),
+            **self.facts(result),
+            result_key: {k: v for k, v in result.items() if k != "window"},
+            "window": result["window"],
+        }
 
     def facts(self, result: dict[str, Any]) -> dict[str, Any]:
         return {
