@@ -45,15 +45,19 @@ async def read_events(
         merge: Merge[dict[str, Any]] = Merge()
         for tp in tps:
             merge.track(tp)
-        quiet_since = began = time.monotonic()
+        quiet_since = time.monotonic()
+        # When the first event was read: an empty partition is not taken at its word
+        # until max_wait after it (see _read_to_end).
+        first_read: float | None = None
         while idle_exit is None or time.monotonic() - quiet_since <= idle_exit:
             batch = await consumer.getmany(timeout_ms=200)
             now = time.monotonic()
             if batch:
                 quiet_since = now
+                first_read = first_read or now
             _take(merge, batch, now, by_time=by_time)
             if by_time:
-                young = now - began < merge.max_wait
+                young = first_read is None or now - first_read < merge.max_wait
                 for tp in tps:
                     merge.at_end(tp, await _read_to_end(consumer, tp, young=young))
             # Without by_time, each partition's events as fetched.
@@ -81,9 +85,10 @@ async def _read_to_end(consumer: AIOKafkaConsumer, tp: TopicPartition, *, young:
     """Whether ``tp`` has nothing more to give now: read up to its last stable offset,
     and no open transaction past it (records written, not yet committed or aborted,
     raise the high-water mark above the last stable offset). While the read is
-    ``young``, a partition never written to is not taken at its word: on a topic
-    created a moment ago the first transaction of a partition can take a second or
-    more to land, later than other partitions' later events."""
+    ``young`` (up to max_wait after its first event), a partition never written to
+    is not taken at its word: on a topic created a moment ago the first transaction
+    of a partition can take a second or more to land, later than other partitions'
+    later events, and on a busy machine that can be well after the read began."""
     stable, high = consumer.last_stable_offset(tp), consumer.highwater(tp)
     if stable is None or high is None or high > stable or (young and high == 0):
         return False
