@@ -59,6 +59,13 @@ Raw: TypeAlias = "ConsumerRecord[bytes, bytes]"
 # Restore yields to the event loop after decoding this many records (about
 # 10 ms of work), so heartbeats and other partitions' traffic go on.
 _RESTORE_STEP = 2000
+# Checkpoint records taken from the consumer at a time while restoring. aiokafka hands
+# over all it fetched (up to 1 MiB per partition) at once by default, thousands of
+# records alive together beside the ClosedTasks made from them; those ClosedTasks then
+# pin the freed records' pages, which no heap trim gives back (pymalloc's arenas): at
+# 20,000 closed Tasks a restored process held 626-684 B per Task, 315-351 B in batches
+# of this size (bench/README.md, "A restore reads its checkpoints in small batches").
+_RESTORE_BATCH = 256
 # A restored push-followed Task reconciles once the notifications read at the open
 # are applied (see TaskRunner._pushed), or after this long whatever: a partition
 # whose backlog takes longer must not leave its Tasks unreconciled.
@@ -252,7 +259,7 @@ class PartitionOwner:
             end = (await consumer.end_offsets([tp]))[tp]
             restorer = checkpoints.Restorer(slim_closed=True)
             while await consumer.position(tp) < end:
-                batch = await consumer.getmany(tp, timeout_ms=500)
+                batch = await consumer.getmany(tp, timeout_ms=500, max_records=_RESTORE_BATCH)
                 for r in batch.get(tp, []):
                     restorer.feed(r.key, r.value)
             return restorer
