@@ -63,7 +63,7 @@ _RESTORE_STEP = 2000
 # over all it fetched (up to 1 MiB per partition) at once by default, thousands of
 # records alive together beside the ClosedTasks made from them; those ClosedTasks then
 # pin the freed records' pages, which no heap trim gives back (pymalloc's arenas): at
-# 20,000 closed Tasks a restored process held 626-684 B per Task, 315-351 B in batches
+# 20,000 closed Tasks a restored process held 626-667 B per Task, 300-351 B in batches
 # of this size (bench/README.md, "A restore reads its checkpoints in small batches").
 _RESTORE_BATCH = 256
 # A restored push-followed Task reconciles once the notifications read at the open
@@ -258,10 +258,16 @@ class PartitionOwner:
             await consumer.seek_to_beginning(tp)
             end = (await consumer.end_offsets([tp]))[tp]
             restorer = checkpoints.Restorer(slim_closed=True)
+            wait_ms = 500
             while await consumer.position(tp) < end:
-                batch = await consumer.getmany(tp, timeout_ms=500, max_records=_RESTORE_BATCH)
-                for r in batch.get(tp, []):
+                batch = await consumer.getmany(tp, timeout_ms=wait_ms, max_records=_RESTORE_BATCH)
+                records = batch.get(tp, [])
+                for r in records:
                     restorer.feed(r.key, r.value)
+                # A full batch may end on the partition's last record, before the last
+                # transaction's marker: the next call only steps over the marker, and would
+                # wait the whole timeout for records that never come.
+                wait_ms = 0 if len(records) == _RESTORE_BATCH else 500
             return restorer
         finally:
             await consumer.stop()
