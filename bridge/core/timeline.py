@@ -8,11 +8,13 @@ one Task: its events are in one partition, in ``seq`` order, so they never
 change places even if a clock stepped back; Tasks sharing a partition are
 committed in ticks, so their events interleave by a few milliseconds).
 
-An event is let out once no partition can still hold an earlier one: every other
-partition has an event waiting (its head is later), or has been read to its end
-and this event has waited ``grace`` seconds (time for a commit tick of another
-partition to become visible). ``max_wait`` bounds the wait for a partition that
-never says it has been read to its end.
+An event is let out once it has waited ``grace`` seconds and every partition with
+nothing waiting has been read to its end. A partition whose head is later may still
+receive an earlier event: each events partition is written by several producers (one
+per commands partition), and one producer's commit can land after another's later
+one (a producer's first transaction, a slow tick). ``grace`` is how far apart such
+commits may land. ``max_wait`` bounds the wait for a partition that never says it has
+been read to its end.
 """
 
 from __future__ import annotations
@@ -87,8 +89,7 @@ class Merge(Generic[T]):
         waited = now - head.arrived
         if waited >= self.max_wait:
             return True
+        if waited < self.grace:
+            return False
         speaking = {p for p, _ in self._queues}
-        silent = [p for p in self._partitions if p not in speaking]
-        if not silent:
-            return True
-        return all(p in self._at_end for p in silent) and waited >= self.grace
+        return all(p in self._at_end for p in self._partitions if p not in speaking)

@@ -37,10 +37,26 @@ def test_a_timeline_goes_by_time_across_partitions_and_keeps_each_partitions_ord
     m.push("p1", t(400), "b2", now=0.1)
     m.at_end("p0", True)
     m.at_end("p1", True)
-    # b1 first, then a1 and the rest of p0; b2 waits for p0 (empty now) for the grace.
-    assert list(m.ready(now=0.1)) == ["b1", "a1", "a2 (its clock stepped back; stays after a1)"]
-    assert list(m.ready(now=0.3)) == []
-    assert list(m.ready(now=0.6)) == ["b2"]
+    # Nothing before b1 (the earliest) has waited the grace: p0 may still receive an
+    # earlier event from another producer's commit.
+    assert list(m.ready(now=0.5)) == []
+    # b1 first, then a1 and the rest of p0, then b2.
+    assert list(m.ready(now=0.6)) == ["b1", "a1", "a2 (its clock stepped back; stays after a1)", "b2"]
+
+
+def test_an_earlier_event_committed_late_into_a_partition_that_spoke_still_goes_first() -> None:
+    # Each events partition is written by one producer per commands partition: Task B's
+    # first commit (its producer's first transaction) lands after Task A's later events.
+    m: Merge[str] = Merge(grace=1.0, max_wait=5)
+    for p in ("p0", "p1"):
+        m.track(p)
+        m.at_end(p, True)
+    m.push("p0", t(990), "A1", now=0, lane="A")
+    m.push("p1", t(995), "C1", now=0, lane="C")
+    assert list(m.ready(now=0.5)) == []  # every partition spoke, but not for the grace
+    m.push("p0", t(981), "B1", now=0.6, lane="B")
+    assert list(m.ready(now=1.0)) == []  # B1, the earliest now, has waited 0.4 s
+    assert list(m.ready(now=1.6)) == ["B1", "A1", "C1"]
 
 
 def test_tasks_sharing_a_partition_are_ordered_by_time_each_task_in_its_own_order() -> None:
