@@ -1146,40 +1146,40 @@ class Scale:
                 await bridge.ready(http, timeout=600)
             restarted = await rss_settled(bridge.pid)
             trimmed["new_process_after_restore"] = await rss_trimmed(bridge.pid)
-            marginal = (after - mid) * 1024 / max(1, n - half)
-            overall = (after - base) * 1024 / n
+            settled = {"after_warmup": base, "after_first_half": mid, "after": after}
+            settled["new_process_after_restore"] = restarted
+
+            def per_closed_task(rss: dict[str, int]) -> dict[str, float]:
+                """The three measures per closed Task from one set of RSS readings (KiB)."""
+                return {
+                    "bytes_per_closed_task": round(
+                        (rss["after"] - rss["after_first_half"]) * 1024 / max(1, n - half), 1
+                    ),
+                    "bytes_per_closed_task_overall": round((rss["after"] - rss["after_warmup"]) * 1024 / n, 1),
+                    "bytes_per_closed_task_restored": round(
+                        (rss["new_process_after_restore"] - idle) * 1024 / (warm + n), 1
+                    ),
+                }
+
+            measures = per_closed_task(settled)
             return {
                 "closed_tasks": n,
                 "warmup_tasks": warm,
                 "window_unfinished": window,
                 "closed_retention_seconds": retention,
                 "closed_retention_seconds_known_to_bridge": bridge_knows("closed_retention_seconds"),
-                "rss_kib": {
-                    "idle_before_any_task": idle,
-                    "after_warmup": base,
-                    "after_first_half": mid,
-                    "after": after,
-                    "new_process_after_restore": restarted,
-                },
-                "bytes_per_closed_task": round(marginal, 1),
+                "rss_kib": {"idle_before_any_task": idle, **settled},
+                "bytes_per_closed_task": measures["bytes_per_closed_task"],
                 "bytes_per_closed_task_how": "(RSS after all - RSS after the first half) / second half",
-                "bytes_per_closed_task_overall": round(overall, 1),
-                "bytes_per_closed_task_restored": round((restarted - idle) * 1024 / (warm + n), 1),
+                "bytes_per_closed_task_overall": measures["bytes_per_closed_task_overall"],
+                "bytes_per_closed_task_restored": measures["bytes_per_closed_task_restored"],
                 "bytes_per_closed_task_restored_how": "(RSS of a new process after restoring them all - RSS of the "
                 "first process before any Task) / all closed Tasks",
                 # The same three measures with each RSS taken again once the process's
                 # periodic heap trim has run (TRIM_PERIOD_S): the freed pages malloc keeps
                 # for reuse until then are a fixed part of a busy process, not a Task's.
                 "rss_kib_after_trim": trimmed,
-                "after_trim": {
-                    "bytes_per_closed_task": round(
-                        (trimmed["after"] - trimmed["after_first_half"]) * 1024 / max(1, n - half), 1
-                    ),
-                    "bytes_per_closed_task_overall": round((trimmed["after"] - trimmed["after_warmup"]) * 1024 / n, 1),
-                    "bytes_per_closed_task_restored": round(
-                        (trimmed["new_process_after_restore"] - idle) * 1024 / (warm + n), 1
-                    ),
-                },
+                "after_trim": per_closed_task(trimmed),
                 "target_bytes_per_closed_task": 512,
                 "seconds": round(s1 + s2, 1),
                 "tasks_per_second": round(n / (s1 + s2), 1),
