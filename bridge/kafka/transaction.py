@@ -297,7 +297,7 @@ class PartitionTransactions:
             await producer.start()
         except BaseException:
             with contextlib.suppress(Exception):
-                await producer.stop()
+                await _stopped(producer)
             raise
         return producer
 
@@ -704,10 +704,48 @@ def _failure(fut: asyncio.Future[object]) -> BaseException | None:
 
 
 async def _stopped(producer: AIOKafkaProducer) -> None:
+    """Stop ``producer``: what it queued is sent first if Kafka answers within
+    ``ABORT_TIMEOUT_S``; past that, or cancelled, it is cut off (:func:`_cut_off`)."""
     try:
         await asyncio.wait_for(producer.stop(), ABORT_TIMEOUT_S)
+    except BaseException:
+        await _cut_off(producer)
+        raise
     finally:
         _retrieve_failures(producer)
+
+
+async def _cut_off(producer: AIOKafkaProducer) -> None:
+    """End ``producer``'s sender and close its connections, now.
+
+    aiokafka's ``stop()`` first waits for every queued batch to be sent, and when
+    that wait is cancelled (Kafka unreachable) it leaves the sender running: the
+    sender retries what it holds for as long as the process lives. Once Kafka
+    answers again it adds the partitions, writes the batches and ends the
+    transaction (aborts it, if an abort was asked) with its old epoch, until the
+    partition's next owner's init fences it. After an unclean broker restart such
+    an abort resolved, as aborted, events whose transaction the coordinator had
+    committed without writing their marker, under a committed checkpoint: a gap
+    (docs/delivery.md, "A broker that restarts unclean"). The sender's end fails
+    every batch it held (nobody awaits them: :func:`_retrieve_failures`).
+
+    The sender's requests in flight are tasks of their own, which its cancellation
+    waits for (a request waits up to its timeout; a coordinator lookup, for ever)
+    and would leave running: they are cancelled with it. Each is a coroutine of the
+    sender's methods, so its frame's ``self`` is the sender.
+    ``tests/integration/test_network_faults.py`` checks that nothing is written."""
+    sender = producer._sender
+    tasks = [t for t in asyncio.all_tasks() if not t.done() and _frame_self(t) is sender]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    with contextlib.suppress(Exception):
+        await producer.client.close()
+
+
+def _frame_self(task: asyncio.Task[Any]) -> object:
+    frame = getattr(task.get_coro(), "cr_frame", None)
+    return None if frame is None else frame.f_locals.get("self")
 
 
 def _retrieve_failures(producer: AIOKafkaProducer) -> None:

@@ -18,6 +18,7 @@ timeout as aborted transactions (bridge_transactions_total{result="failed"}).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -25,7 +26,11 @@ from typing import Any
 
 import httpx
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from bridge.core.limits import RecordLimits
+from bridge.core.offsets import Position
+from bridge.kafka.transaction import OutRecord, PartitionTransactions
 from tests.support import toxiproxy as tp
 from tests.support.exactly_once import check
 from tests.support.services import (
@@ -138,3 +143,38 @@ async def test_faults_on_both_sides_lose_and_duplicate_nothing(
         for b in bridges:
             b.stop()
         gateway.stop()
+
+
+async def test_a_producer_given_up_on_while_kafka_is_unreachable_sends_nothing_once_it_answers(
+    toxiproxy: tp.Toxiproxy, proxied_broker: tp.ProxiedBroker, log_dir: Path, tmp_path: Path
+) -> None:
+    """A partition's producer is given up on while its broker does not answer (a crash,
+    a black hole): its transaction cancelled, its stop timed out with a batch and the
+    partitions to add still queued. Once Kafka answers again, it must send nothing: a
+    producer left running would begin that transaction, write the batch and abort it,
+    behind the partition's next owner until that owner's init fences it (an unclean
+    broker restart showed such an abort resolving, as aborted, events whose
+    transaction the coordinator had committed without writing their marker)."""
+    nowhere = "http://127.0.0.1:9"  # no agent is called: the config only needs them valid
+    env = Env(proxied_broker.bootstrap, nowhere, nowhere, log_dir)
+    path, config = bridge_config(env, tmp_path, partitions=1)
+    assert run_cli(path, "topics").returncode == 0
+    topic = config.kafka.events_topic
+    txn = PartitionTransactions(config, 0, lambda: Position(None, (), ()), lambda: RecordLimits(1_000_000))
+    await txn.start()
+    txn.add(OutRecord(topic, b"given-up", b"given-up", [], "event:given-up", 0))
+    with toxiproxy.toxic(proxied_broker.proxy, tp.black_hole(), tp.black_hole("upstream")):
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(txn.commit(), 3)  # its AddPartitionsToTxn goes unanswered
+        await txn.stop()
+    # The black hole lifted and its connections cut: a producer still running reconnects
+    # and retries what it had queued within its retry backoff.
+    await asyncio.sleep(8)
+    tp_ = TopicPartition(topic, 0)
+    reader = AIOKafkaConsumer(bootstrap_servers=proxied_broker.bootstrap, isolation_level="read_uncommitted")
+    await reader.start()
+    try:
+        end = (await reader.end_offsets([tp_]))[tp_]
+    finally:
+        await reader.stop()
+    assert end == 0, f"{end} record(s) written to {topic} by a producer that was stopped"
