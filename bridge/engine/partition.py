@@ -28,7 +28,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeAlias
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -39,14 +39,23 @@ from bridge.config.model import Config
 from bridge.core import push
 from bridge.core.commands import Act, Command, Duplicate, Refuse, decide
 from bridge.core.intake import Intake
+from bridge.core.left_open import LeftOpen, commit_left_open
 from bridge.core.lifecycle import ClosedTask, Dropped, Event, NotificationResult, TaskRecord, new_task
 from bridge.core.limits import RecordLimits
 from bridge.core.offsets import PartitionOffsets, Position
 from bridge.core.retention import Retention
 from bridge.core.ticks import first_tick, next_tick
 from bridge.engine.runner import TaskRunner
+from bridge.kafka import txn_state
 from bridge.kafka.auth import client_options
-from bridge.kafka.transaction import OutRecord, PartitionTransactions, ProducerLoop, TransactionFailed, partition_for
+from bridge.kafka.transaction import (
+    OutRecord,
+    PartitionTransactions,
+    ProducerLoop,
+    TransactionFailed,
+    partition_for,
+    transactional_id,
+)
 from bridge.observe import metrics, tracing
 from bridge.wire import checkpoints, deadletters, events, notifications
 from bridge.wire.commands import Invalid, decode
@@ -120,6 +129,8 @@ class PartitionOwner:
         self.ready = False
         # Where the checkpoints say this partition's commands continue.
         self.restored_offset: int | None = None
+        # The coordinator's state of the producer's transactional id before its init.
+        self._last_state: str | None = None
         # Push notifications: the agents on, and the notifications partition's offset
         # to commit (the next to apply: restored, then moved by each one read).
         self._push_agents = frozenset(config.push_agents())
@@ -140,6 +151,8 @@ class PartitionOwner:
         stampede neither their agent nor this process's event loop.
         """
         started = time.monotonic()
+        # Asked before the init, which makes the coordinator forget it (bridge/core/left_open.py).
+        self._last_state = await self._describe_last()
         await self.txn.start()
         await self._close_left_open()
         restorer = await self._read_checkpoints()
@@ -193,23 +206,26 @@ class PartitionOwner:
             self.closed_held,
         )
 
+    async def _describe_last(self) -> str | None:
+        """The coordinator's state of this partition's transactional id, if it says."""
+        return await txn_state.last_state(self.config, transactional_id(self.config, self.partition))
+
     async def _close_left_open(self) -> None:
-        """Close, one way everywhere, what the last transaction of this partition's
+        """Close, one way everywhere, what the last transactions of this partition's
         producer left open (see :meth:`PartitionTransactions.close_left_open`).
 
-        Every transaction of the partition writes its checkpoints partition (the
-        partition record), only this producer writes there, and its start
-        (init_transactions) waits for the coordinator to complete its last
-        transaction. So records there past the last stable offset are that
-        transaction's, left open, and nothing says whether it committed: it is
-        aborted everywhere the producer writes, and the restore below reads the
-        state before it (its events are published again). A clean checkpoints
-        partition holds the last transaction's outcome as committed or aborted; open
-        records it left in events and DLQ partitions are committed, which is what
-        the next commit would do to them, but here before any failure can make that
-        an abort of events whose checkpoint is committed (a gap at the next
-        restore). Repeats stay possible where the coordinator wrote some markers
-        and skipped others (downstream drops them by ``eventId``); a gap does not.
+        Records past the last stable offset of the checkpoints partition belong to
+        transactions the coordinator completed without writing their marker there;
+        bridge/core/left_open.py says whether they are committed or aborted, in the
+        checkpoints partition and in every events and DLQ partition alike (the
+        restore below then reads the state after or before them). A clean
+        checkpoints partition holds the last transaction's outcome as committed or
+        aborted; open records it left in events and DLQ partitions are committed,
+        which is what the next commit would do to them, but here before any failure
+        can make that an abort of events whose checkpoint is committed (a gap at the
+        next restore). Repeats stay possible where the coordinator wrote some
+        markers and skipped others and the rule cannot tell the outcome
+        (downstream drops them by ``eventId``); a gap does not.
         """
         tp = TopicPartition(self.config.kafka.checkpoints_topic, self.partition)
         cfg = self.config
@@ -220,18 +236,34 @@ class PartitionOwner:
         if stable >= end:
             await self.txn.close_left_open(outputs, commit=True)
             return
+        left = await self._left_open(tp, stable, end)
+        commit = commit_left_open(self._last_state, left)
         log.error(
-            "partition %d: %s has records of an open transaction (stable offset %d, end %d) although its"
-            " producer was just initialized: the transaction coordinator skipped its markers; aborting it",
+            "partition %d: %s has records of %s (stable offset %d, end %d) although its producer was just"
+            " initialized: the transaction coordinator skipped their markers (its last transaction: %s);"
+            " %s them everywhere",
             self.partition,
             tp.topic,
+            "one transaction" if left.partition_records == 1 else f"{left.partition_records} transactions",
             stable,
             end,
+            self._last_state or "not described",
+            "committing" if commit else "aborting",
         )
-        await self.txn.close_left_open([(tp.topic, self.partition), *outputs], commit=False)
+        await self.txn.close_left_open([(tp.topic, self.partition), *outputs], commit=commit)
         stable, end = await self._ends(tp)
         if stable < end:
-            raise RuntimeError(f"{tp.topic}-{self.partition}: still open after the abort ({stable} < {end})")
+            raise RuntimeError(f"{tp.topic}-{self.partition}: still open after it was closed ({stable} < {end})")
+
+    async def _left_open(self, tp: TopicPartition, stable: int, end: int) -> LeftOpen:
+        """How many transactions the open records of ``tp`` (from ``stable`` to
+        ``end``) hold: each ends with its partition record."""
+        count, last = 0, None
+        async for records in self._batches(tp, "read_uncommitted", stable, end):
+            for r in records:
+                count += r.key == checkpoints.PARTITION_KEY
+                last = r.key
+        return LeftOpen(count, last == checkpoints.PARTITION_KEY)
 
     async def _ends(self, tp: TopicPartition) -> tuple[int, int]:
         """The last stable offset (what read_committed reads to) and the end of ``tp``."""
@@ -249,26 +281,37 @@ class PartitionOwner:
 
     async def _read_checkpoints(self) -> checkpoints.Restorer:
         tp = TopicPartition(self.config.kafka.checkpoints_topic, self.partition)
+        restorer = checkpoints.Restorer(slim_closed=True)
+        async for records in self._batches(tp, "read_committed"):
+            for r in records:
+                restorer.feed(r.key, r.value)
+        return restorer
+
+    async def _batches(
+        self, tp: TopicPartition, isolation: str, start: int | None = None, end: int | None = None
+    ) -> AsyncIterator[list[Raw]]:
+        """The records of ``tp`` from ``start`` (None: its beginning) to ``end`` (None:
+        its end as ``isolation`` reads it now), at most ``_RESTORE_BATCH`` at a time."""
         consumer = AIOKafkaConsumer(
-            isolation_level="read_committed", enable_auto_commit=False, **client_options(self.config.kafka)
+            isolation_level=isolation, enable_auto_commit=False, **client_options(self.config.kafka)
         )
         await consumer.start()
         try:
             consumer.assign([tp])
-            await consumer.seek_to_beginning(tp)
-            end = (await consumer.end_offsets([tp]))[tp]
-            restorer = checkpoints.Restorer(slim_closed=True)
+            if start is None:
+                await consumer.seek_to_beginning(tp)
+            else:
+                consumer.seek(tp, start)
+            if end is None:
+                end = (await consumer.end_offsets([tp]))[tp]
             wait_ms = 500
             while await consumer.position(tp) < end:
-                batch = await consumer.getmany(tp, timeout_ms=wait_ms, max_records=_RESTORE_BATCH)
-                records = batch.get(tp, [])
-                for r in records:
-                    restorer.feed(r.key, r.value)
+                records = (await consumer.getmany(tp, timeout_ms=wait_ms, max_records=_RESTORE_BATCH)).get(tp, [])
+                yield [r for r in records if r.offset < end]
                 # A full batch may end on the partition's last record, before the last
                 # transaction's marker: the next call only steps over the marker, and would
                 # wait the whole timeout for records that never come.
                 wait_ms = 0 if len(records) == _RESTORE_BATCH else 500
-            return restorer
         finally:
             await consumer.stop()
 

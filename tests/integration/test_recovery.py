@@ -11,7 +11,11 @@ from typing import Any
 
 import httpx
 import pytest
+from aiokafka import AIOKafkaProducer
 
+from bridge.kafka.auth import client_options
+from bridge.kafka.transaction import transactional_id
+from bridge.kafka.txn_state import last_state
 from bridge.wire import checkpoints
 from tests.support.services import (
     BridgeProcess,
@@ -183,6 +187,31 @@ async def test_a_broker_killed_mid_commit_leaves_no_transaction_half_resolved(en
         partitions=6,
         bridge={"commit_interval_ms": 5},
     )
+
+
+async def test_the_coordinator_says_how_a_partitions_last_transaction_ended(env: Env, tmp_path: Path) -> None:
+    """A partition's open asks before its init (bridge/kafka/txn_state.py): the answer
+    decides whether records a skipped marker left open are committed or aborted
+    (bridge/core/left_open.py). The real broker's answers, one per state."""
+    path, config = bridge_config(env, tmp_path, partitions=1)
+    assert run_cli(path, "topics").returncode == 0
+    tid = transactional_id(config, 0)
+    assert await last_state(config, tid) is None  # never initialized: nothing to say
+    producer = AIOKafkaProducer(transactional_id=tid, **client_options(config.kafka))
+    await producer.start()
+    try:
+        assert await last_state(config, tid) == "Empty"
+        await producer.begin_transaction()
+        await producer.send_and_wait(config.kafka.events_topic, b"x", key=b"k")
+        assert await last_state(config, tid) == "Ongoing"
+        await producer.commit_transaction()
+        assert await last_state(config, tid) == "CompleteCommit"
+        await producer.begin_transaction()
+        await producer.send_and_wait(config.kafka.events_topic, b"y", key=b"k")
+        await producer.abort_transaction()
+        assert await last_state(config, tid) == "CompleteAbort"
+    finally:
+        await producer.stop()
 
 
 async def test_a_bridge_started_while_the_broker_is_down_waits_and_becomes_ready(env: Env, tmp_path: Path) -> None:

@@ -1,0 +1,52 @@
+"""What a partition's open does with records its producer's transactions left open
+in its checkpoints partition. Pure: bridge/engine/partition.py reads Kafka and
+closes them as this says.
+
+A transaction coordinator that finds no leader for a partition while it writes a
+transaction's markers skips it (it takes it for deleted) and still records the
+transaction complete: a broker that restarts unclean does this to its own
+partitions. Those records stay open until the producer id's next marker there,
+which decides their fate in that partition alone. Every transaction of a
+partition writes its checkpoints partition, ending with the partition record,
+and only its producer writes there; the open's init_transactions has waited for
+the last one to complete. So records there past the last stable offset belong
+to transactions the coordinator has decided, and the open must close them, and
+what they left open in the events and DLQ partitions, one way everywhere.
+
+Committing a transaction the coordinator aborted would commit checkpoints whose
+events were aborted where their marker was written: the next restore resumes
+past events nobody sees (a gap). Aborting one it committed aborts checkpoints
+whose events were committed where their marker was written: the events are
+published again (repeats). So the open commits only when it knows:
+
+- the records open there are one transaction's (one partition record, and the
+  last record is it), so they are the coordinator's last transaction; and
+- the coordinator said, before the init, that its last transaction committed
+  (or was committing: ``PrepareCommit`` ends as ``CompleteCommit``).
+
+Anything else (two transactions open there, a state not known, an ongoing
+transaction the init aborts) is aborted: repeats at worst, never a gap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The coordinator's states (DescribeTransactions) whose outcome is a commit.
+COMMITTED = frozenset({"PrepareCommit", "CompleteCommit"})
+
+
+@dataclass(frozen=True, slots=True)
+class LeftOpen:
+    """The open records of a checkpoints partition, as far as the rule needs them."""
+
+    partition_records: int  # records with the partition record's key
+    ends_with_partition_record: bool
+
+
+def commit_left_open(last_state: str | None, left: LeftOpen) -> bool:
+    """True: commit what the last transaction left open (here and in the events and
+    DLQ partitions); False: abort it. ``last_state``: the coordinator's state of the
+    transactional id before the open's init, ``None`` if it did not say."""
+    one_transaction = left.partition_records == 1 and left.ends_with_partition_record
+    return one_transaction and last_state in COMMITTED

@@ -1,0 +1,100 @@
+"""How the transaction coordinator last saw a transactional id: DescribeTransactions
+(KIP-664, Kafka 3.0+), which aiokafka does not provide.
+
+A partition's open asks it before its producer's init_transactions, the only
+moment the answer says how the last transaction of the partition's producer
+ended: the init starts a new epoch, and the coordinator forgets the rest. The
+answer decides what the open does with records that transaction left open
+(bridge/core/left_open.py). Any failure (an older broker, a coordinator moving,
+no answer in time) is ``None``: the open then does what it does without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from aiokafka.client import AIOKafkaClient, ConnectionGroup, CoordinationType
+from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.types import CompactArray, CompactString, Int16, Int32, Int64, Schema, TaggedFields
+
+from bridge.config.model import Config
+from bridge.kafka.auth import client_options
+
+log = logging.getLogger(__name__)
+
+# The open waits this long for the answer at most; then it goes on without it.
+_DESCRIBE_TIMEOUT_S = 5.0
+
+
+class _DescribeTransactionsResponse_v0(Response):  # type: ignore[misc]  # aiokafka.protocol is untyped
+    API_KEY = 65
+    API_VERSION = 0
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "transaction_states",
+            CompactArray(
+                ("error_code", Int16),
+                ("transactional_id", CompactString("utf-8")),
+                ("transaction_state", CompactString("utf-8")),
+                ("transaction_timeout_ms", Int32),
+                ("transaction_start_time_ms", Int64),
+                ("producer_id", Int64),
+                ("producer_epoch", Int16),
+                (
+                    "topics",
+                    CompactArray(
+                        ("topic", CompactString("utf-8")), ("partitions", CompactArray(Int32)), ("tags", TaggedFields)
+                    ),
+                ),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("tags", TaggedFields),
+    )
+
+
+class _DescribeTransactionsRequest_v0(RequestStruct):  # type: ignore[misc]
+    FLEXIBLE_VERSION = True
+    API_KEY = 65
+    API_VERSION = 0
+    RESPONSE_TYPE = _DescribeTransactionsResponse_v0
+    SCHEMA = Schema(("transactional_ids", CompactArray(CompactString("utf-8"))), ("tags", TaggedFields))
+
+
+class _DescribeTransactions(Request[_DescribeTransactionsRequest_v0]):  # type: ignore[misc]
+    API_KEY = 65
+
+    def __init__(self, transactional_id: str) -> None:
+        self._id = transactional_id
+
+    def build(self, request_struct_class: type[_DescribeTransactionsRequest_v0]) -> _DescribeTransactionsRequest_v0:
+        return request_struct_class([self._id], {})
+
+
+async def last_state(config: Config, transactional_id: str) -> str | None:
+    """The coordinator's state of ``transactional_id`` (``CompleteCommit``,
+    ``CompleteAbort``, ``Ongoing``, ``PrepareCommit``, ``Empty``, ...), or ``None``:
+    not known to it, or no answer (see the module's docstring)."""
+    try:
+        return await asyncio.wait_for(_describe(config, transactional_id), _DESCRIBE_TIMEOUT_S)
+    except Exception as exc:  # a best-effort question: the open goes on without the answer
+        log.info("%s: the transaction coordinator did not describe it (%s)", transactional_id, type(exc).__name__)
+        return None
+
+
+async def _describe(config: Config, transactional_id: str) -> str | None:
+    client = AIOKafkaClient(**client_options(config.kafka))
+    try:
+        await client.bootstrap()
+        node = await client.coordinator_lookup(CoordinationType.TRANSACTION, transactional_id)
+        answer = await client.send(node, _DescribeTransactions(transactional_id), group=ConnectionGroup.COORDINATION)
+    finally:
+        with contextlib.suppress(Exception):
+            await client.close()
+    for error_code, tid, state, *_ in answer.transaction_states:
+        if tid == transactional_id and error_code == 0:
+            return str(state)
+    return None
