@@ -16,6 +16,7 @@ import contextlib
 import logging
 
 from aiokafka.client import AIOKafkaClient, ConnectionGroup, CoordinationType
+from aiokafka.errors import CoordinatorNotAvailableError, KafkaConnectionError, NodeNotReadyError, RequestTimedOutError
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import CompactArray, CompactString, Int16, Int32, Int64, Schema, TaggedFields
 
@@ -26,6 +27,10 @@ log = logging.getLogger(__name__)
 
 # The open waits this long for the answer at most; then it goes on without it.
 _DESCRIBE_TIMEOUT_S = 5.0
+_RETRY_S = 0.2
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: ask again.
+# Any other error (TRANSACTIONAL_ID_NOT_FOUND, an authorization error) has no state.
+_MOVING = frozenset({14, 15, 16})
 
 
 class _DescribeTransactionsResponse_v0(Response):  # type: ignore[misc]  # aiokafka.protocol is untyped
@@ -77,24 +82,46 @@ class _DescribeTransactions(Request[_DescribeTransactionsRequest_v0]):  # type: 
 async def last_state(config: Config, transactional_id: str) -> str | None:
     """The coordinator's state of ``transactional_id`` (``CompleteCommit``,
     ``CompleteAbort``, ``Ongoing``, ``PrepareCommit``, ``Empty``, ...), or ``None``:
-    not known to it, or no answer (see the module's docstring)."""
+    not known to it, or no answer (see the module's docstring). A broker not
+    reachable yet, a coordinator loading or moving is asked again, within
+    ``_DESCRIBE_TIMEOUT_S`` in all: right after a broker restart the producer's
+    init often goes through a moment after a first try fails."""
     try:
-        return await asyncio.wait_for(_describe(config, transactional_id), _DESCRIBE_TIMEOUT_S)
+        return await asyncio.wait_for(_asked_until_answered(config, transactional_id), _DESCRIBE_TIMEOUT_S)
     except Exception as exc:  # a best-effort question: the open goes on without the answer
         log.info("%s: the transaction coordinator did not describe it (%s)", transactional_id, type(exc).__name__)
         return None
 
 
+async def _asked_until_answered(config: Config, transactional_id: str) -> str | None:
+    while True:
+        try:
+            return await _describe(config, transactional_id)
+        except _Retriable:
+            await asyncio.sleep(_RETRY_S)
+
+
+class _Retriable(Exception):
+    """The coordinator is loading or moving: ask again."""
+
+
 async def _describe(config: Config, transactional_id: str) -> str | None:
     client = AIOKafkaClient(**client_options(config.kafka))
     try:
-        await client.bootstrap()
-        node = await client.coordinator_lookup(CoordinationType.TRANSACTION, transactional_id)
-        answer = await client.send(node, _DescribeTransactions(transactional_id), group=ConnectionGroup.COORDINATION)
+        try:
+            await client.bootstrap()
+            node = await client.coordinator_lookup(CoordinationType.TRANSACTION, transactional_id)
+            request = _DescribeTransactions(transactional_id)
+            answer = await client.send(node, request, group=ConnectionGroup.COORDINATION)
+        except (KafkaConnectionError, NodeNotReadyError, RequestTimedOutError, CoordinatorNotAvailableError) as exc:
+            raise _Retriable from exc
     finally:
         with contextlib.suppress(Exception):
             await client.close()
     for error_code, tid, state, *_ in answer.transaction_states:
-        if tid == transactional_id and error_code == 0:
-            return str(state)
+        if tid != transactional_id:
+            continue
+        if error_code in _MOVING:
+            raise _Retriable
+        return str(state) if error_code == 0 else None
     return None
