@@ -37,6 +37,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
+    KafkaError,
     MessageSizeTooLargeError,
     ProducerFenced,
     RecordListTooLargeError,
@@ -726,21 +727,27 @@ async def _cut_off(producer: AIOKafkaProducer) -> None:
     partition's next owner's init fences it. After an unclean broker restart such
     an abort resolved, as aborted, events whose transaction the coordinator had
     committed without writing their marker, under a committed checkpoint: a gap
-    (docs/delivery.md, "A broker that restarts unclean"). The sender's end fails
-    every batch it held (nobody awaits them: :func:`_retrieve_failures`).
+    (docs/delivery.md, "A broker that restarts unclean").
 
     The sender's requests in flight are tasks of their own, which its cancellation
     waits for (a request waits up to its timeout; a coordinator lookup, for ever)
-    and would leave running: they are cancelled with it. Each is a coroutine of the
-    sender's methods, so its frame's ``self`` is the sender.
+    and would leave running: they are cancelled with it, and so is the flush that
+    ``stop()`` left waiting. Each is a coroutine of the sender's (or the
+    accumulator's) methods, so its frame's ``self`` is that object. The batches
+    still held are failed (nobody awaits them: :func:`_retrieve_failures`), and
+    the connections closed within ``ABORT_TIMEOUT_S`` (a close waits for its
+    write buffer to drain, which a peer that went silent never does).
     ``tests/integration/test_network_faults.py`` checks that nothing is written."""
-    sender = producer._sender
-    tasks = [t for t in asyncio.all_tasks() if not t.done() and _frame_self(t) is sender]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    with contextlib.suppress(Exception):
-        await producer.client.close()
+    owners = (producer._sender, producer._message_accumulator)
+    tasks = [t for t in asyncio.all_tasks() if not t.done() and any(_frame_self(t) is o for o in owners)]
+    try:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        producer._message_accumulator.fail_all(KafkaError("the producer was cut off"))
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(producer.client.close(), ABORT_TIMEOUT_S)
 
 
 def _frame_self(task: asyncio.Task[Any]) -> object:

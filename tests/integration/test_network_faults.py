@@ -30,7 +30,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from bridge.core.limits import RecordLimits
 from bridge.core.offsets import Position
-from bridge.kafka.transaction import OutRecord, PartitionTransactions
+from bridge.kafka.transaction import OutRecord, PartitionTransactions, transactional_id
+from bridge.kafka.txn_state import last_state
 from tests.support import toxiproxy as tp
 from tests.support.exactly_once import check
 from tests.support.services import (
@@ -178,3 +179,5 @@ async def test_a_producer_given_up_on_while_kafka_is_unreachable_sends_nothing_o
     finally:
         await reader.stop()
     assert end == 0, f"{end} record(s) written to {topic} by a producer that was stopped"
+    # Nor did it add a partition: its transaction never began at the coordinator.
+    assert await last_state(config, transactional_id(config, 0)) == "Empty"
