@@ -20,12 +20,22 @@ whose events were committed where their marker was written: the events are
 published again (repeats). So the open commits only when it knows:
 
 - the records open there are one transaction's (one partition record, and the
-  last record is it), so they are the coordinator's last transaction; and
+  last record is it), so they are the coordinator's last transaction;
 - the coordinator said, before the init, that its last transaction committed
-  (or was committing: ``PrepareCommit`` ends as ``CompleteCommit``).
+  (or was committing: ``PrepareCommit`` ends as ``CompleteCommit``); and
+- nobody used the transactional id between the question and the init: the
+  partition's end is the same before and after (no records written there), and
+  the init moved the producer epoch by one from the one the coordinator named
+  (an init that fences an ongoing transaction moves it by two). A previous owner
+  still running could otherwise begin a transaction after the answer, and the
+  init abort it.
 
 Anything else (two transactions open there, a state not known, an ongoing
 transaction the init aborts) is aborted: repeats at worst, never a gap.
+
+An open that fails after its init and is tried again finds the id ``Empty``
+(that init's doing): while the partition's end has not moved, what the first
+attempt was told still holds (:func:`remembered`).
 """
 
 from __future__ import annotations
@@ -37,6 +47,17 @@ COMMITTED = frozenset({"PrepareCommit", "CompleteCommit"})
 
 
 @dataclass(frozen=True, slots=True)
+class Described:
+    """The coordinator's state of the transactional id and the producer epoch it
+    held (``None``: it did not say), and the checkpoints partition's end just
+    before it was asked."""
+
+    state: str | None
+    epoch: int | None
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
 class LeftOpen:
     """The open records of a checkpoints partition, as far as the rule needs them."""
 
@@ -44,9 +65,20 @@ class LeftOpen:
     ends_with_partition_record: bool
 
 
-def commit_left_open(last_state: str | None, left: LeftOpen) -> bool:
-    """True: commit what the last transaction left open (here and in the events and
-    DLQ partitions); False: abort it. ``last_state``: the coordinator's state of the
-    transactional id before the open's init, ``None`` if it did not say."""
+def remembered(now: Described, earlier: Described | None) -> Described:
+    """What this attempt to open goes by: ``earlier``, what an earlier attempt of
+    the same ownership was told, if its init emptied the id since and nothing was
+    written to the checkpoints partition; else ``now``."""
+    if earlier is not None and now.state == "Empty" and now.end == earlier.end:
+        return Described(earlier.state, now.epoch, now.end)  # the epoch this init moves
+    return now
+
+
+def commit_left_open(described: Described, epoch: int | None, end: int, left: LeftOpen) -> bool:
+    """True: commit what the last transaction left open (in the checkpoints
+    partition and in the events and DLQ partitions); False: abort it. ``epoch``
+    and ``end``: the producer's epoch and the checkpoints partition's end after
+    the init."""
     one_transaction = left.partition_records == 1 and left.ends_with_partition_record
-    return one_transaction and last_state in COMMITTED
+    untouched = described.end == end and described.epoch is not None and epoch == described.epoch + 1
+    return one_transaction and untouched and described.state in COMMITTED

@@ -28,7 +28,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TypeAlias
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -39,7 +39,7 @@ from bridge.config.model import Config
 from bridge.core import push
 from bridge.core.commands import Act, Command, Duplicate, Refuse, decide
 from bridge.core.intake import Intake
-from bridge.core.left_open import LeftOpen, commit_left_open
+from bridge.core.left_open import Described, LeftOpen, commit_left_open, remembered
 from bridge.core.lifecycle import ClosedTask, Dropped, Event, NotificationResult, TaskRecord, new_task
 from bridge.core.limits import RecordLimits
 from bridge.core.offsets import PartitionOffsets, Position
@@ -90,6 +90,7 @@ class PartitionOwner:
         *,
         limits: Callable[[], RecordLimits],
         refused: set[str] | None = None,
+        described: dict[int, Described] | None = None,
         admit: Callable[[], bool] = lambda: True,
         partitions: Callable[[str], int | None] = lambda topic: None,
         resume_turn: Callable[[], Awaitable[None]] | None = None,
@@ -102,6 +103,9 @@ class PartitionOwner:
         # Records the broker refused before (see TransactionFailed.refused):
         # made again after a rebuild, they are written as stand-ins instead.
         self._refused = refused if refused is not None else set()
+        # What the coordinator said of the producer's last transaction when the
+        # first attempt of this ownership to open asked (bridge/core/left_open.py).
+        self._described = described if described is not None else {}
         self._admit = admit
         self._resume_turn = resume_turn
         # How many partitions a topic has (None: unknown, looked up at commit).
@@ -130,7 +134,7 @@ class PartitionOwner:
         # Where the checkpoints say this partition's commands continue.
         self.restored_offset: int | None = None
         # The coordinator's state of the producer's transactional id before its init.
-        self._last_state: str | None = None
+        self._last = Described(None, None, 0)
         # Push notifications: the agents on, and the notifications partition's offset
         # to commit (the next to apply: restored, then moved by each one read).
         self._push_agents = frozenset(config.push_agents())
@@ -152,7 +156,7 @@ class PartitionOwner:
         """
         started = time.monotonic()
         # Asked before the init, which makes the coordinator forget it (bridge/core/left_open.py).
-        self._last_state = await self._describe_last()
+        self._last = await self._describe_last()
         await self.txn.start()
         await self._close_left_open()
         restorer = await self._read_checkpoints()
@@ -206,9 +210,15 @@ class PartitionOwner:
             self.closed_held,
         )
 
-    async def _describe_last(self) -> str | None:
-        """The coordinator's state of this partition's transactional id, if it says."""
-        return await txn_state.last_state(self.config, transactional_id(self.config, self.partition))
+    async def _describe_last(self) -> Described:
+        """The coordinator's state of this partition's transactional id, if it says,
+        with the checkpoints partition's end just before it was asked."""
+        tp = TopicPartition(self.config.kafka.checkpoints_topic, self.partition)
+        _, end = await self._ends(tp)
+        asked = await txn_state.last_state(self.config, transactional_id(self.config, self.partition))
+        now = Described(asked.state, asked.epoch, end) if asked else Described(None, None, end)
+        last = self._described[self.partition] = remembered(now, self._described.get(self.partition))
+        return last
 
     async def _close_left_open(self) -> None:
         """Close, one way everywhere, what the last transactions of this partition's
@@ -237,7 +247,7 @@ class PartitionOwner:
             await self.txn.close_left_open(outputs, commit=True)
             return
         left = await self._left_open(tp, stable, end)
-        commit = commit_left_open(self._last_state, left)
+        commit = commit_left_open(self._last, self.txn.epoch, end, left)
         log.error(
             "partition %d: %s has records of %s (stable offset %d, end %d) although its producer was just"
             " initialized: the transaction coordinator skipped their markers (its last transaction: %s);"
@@ -247,7 +257,7 @@ class PartitionOwner:
             "one transaction" if left.partition_records == 1 else f"{left.partition_records} transactions",
             stable,
             end,
-            self._last_state or "not described",
+            self._last.state or "not described",
             "committing" if commit else "aborting",
         )
         await self.txn.close_left_open([(tp.topic, self.partition), *outputs], commit=commit)
@@ -259,10 +269,11 @@ class PartitionOwner:
         """How many transactions the open records of ``tp`` (from ``stable`` to
         ``end``) hold: each ends with its partition record."""
         count, last = 0, None
-        async for records in self._batches(tp, "read_uncommitted", stable, end):
-            for r in records:
-                count += r.key == checkpoints.PARTITION_KEY
-                last = r.key
+        async with contextlib.aclosing(self._batches(tp, "read_uncommitted", stable, end)) as batches:
+            async for records in batches:
+                for r in records:
+                    count += r.key == checkpoints.PARTITION_KEY
+                    last = r.key
         return LeftOpen(count, last == checkpoints.PARTITION_KEY)
 
     async def _ends(self, tp: TopicPartition) -> tuple[int, int]:
@@ -282,14 +293,15 @@ class PartitionOwner:
     async def _read_checkpoints(self) -> checkpoints.Restorer:
         tp = TopicPartition(self.config.kafka.checkpoints_topic, self.partition)
         restorer = checkpoints.Restorer(slim_closed=True)
-        async for records in self._batches(tp, "read_committed"):
-            for r in records:
-                restorer.feed(r.key, r.value)
+        async with contextlib.aclosing(self._batches(tp, "read_committed")) as batches:
+            async for records in batches:
+                for r in records:
+                    restorer.feed(r.key, r.value)
         return restorer
 
     async def _batches(
         self, tp: TopicPartition, isolation: str, start: int | None = None, end: int | None = None
-    ) -> AsyncIterator[list[Raw]]:
+    ) -> AsyncGenerator[list[Raw], None]:
         """The records of ``tp`` from ``start`` (None: its beginning) to ``end`` (None:
         its end as ``isolation`` reads it now), at most ``_RESTORE_BATCH`` at a time."""
         consumer = AIOKafkaConsumer(
@@ -308,6 +320,9 @@ class PartitionOwner:
             while await consumer.position(tp) < end:
                 records = (await consumer.getmany(tp, timeout_ms=wait_ms, max_records=_RESTORE_BATCH)).get(tp, [])
                 yield [r for r in records if r.offset < end]
+                if not records:
+                    # A log cut below ``end`` since (an unclean restart) would be waited on for ever.
+                    end = min(end, (await consumer.end_offsets([tp]))[tp])
                 # A full batch may end on the partition's last record, before the last
                 # transaction's marker: the next call only steps over the marker, and would
                 # wait the whole timeout for records that never come.

@@ -78,6 +78,7 @@ from bridge.config.model import Config, ConfigError
 from bridge.core import rejoin, txn_failure
 from bridge.core.backoff import KAFKA_RETRY
 from bridge.core.capacity import LAG_SAMPLE_S, LIMITS, Admission, Limit, ResumeTurns
+from bridge.core.left_open import Described
 from bridge.core.lifecycle import NotificationResult
 from bridge.core.limits import RecordLimits
 from bridge.core.offsets import commands_lag
@@ -226,6 +227,9 @@ class Service:
         self._topic_partitions: dict[str, int] = {}
         # Per partition, records the broker refused (kept across rebuilds).
         self._refused: dict[int, set[str]] = defaultdict(set)
+        # Per partition, what the coordinator said of its producer's last transaction
+        # when this ownership first tried to open it (bridge/core/left_open.py).
+        self._described: dict[int, Described] = {}
         self._assigned: set[int] = set()
         self._opening: dict[int, asyncio.Task[None]] = {}
         # Owners whose failure ends the process (fatal): closed on the way out.
@@ -402,6 +406,7 @@ class Service:
         self._taken.clear()
         for p in partitions:
             self._assigned.add(p)
+            self._described.pop(p, None)  # a new ownership asks afresh
             self._pause(p, True)
             self._spawn_open(p)
         self._joined = True
@@ -476,6 +481,7 @@ class Service:
                         self.clients,
                         limits=lambda: self.limits,
                         refused=self._refused[p],
+                        described=self._described,
                         admit=self.admit,
                         partitions=self._topic_partitions.get,
                         resume_turn=self.resume_turn,
@@ -504,6 +510,7 @@ class Service:
                     trim_heap()
                     # Its producer's init_transactions went through: Kafka takes writes again.
                     self._kafka_failing.pop(p, None)
+                    self._described.pop(p, None)  # only a failed open's retry goes by it
                     self.owners[p] = owner
                     self._pause(p, False)
                     metrics.PARTITIONS.set(len(self.owners))

@@ -402,6 +402,13 @@ class PartitionTransactions:
         self._outbox.tombstones.append(key)
 
     @property
+    def epoch(self) -> int | None:
+        """The producer's epoch, once its init went through."""
+        manager = getattr(self._producer, "_txn_manager", None)
+        epoch = getattr(manager, "producer_epoch", None)
+        return epoch if isinstance(epoch, int) and epoch >= 0 else None
+
+    @property
     def buffered(self) -> int:
         return len(self._outbox.records)
 

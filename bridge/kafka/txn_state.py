@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import NamedTuple
 
 from aiokafka.client import AIOKafkaClient, ConnectionGroup, CoordinationType
 from aiokafka.errors import CoordinatorNotAvailableError, KafkaConnectionError, NodeNotReadyError, RequestTimedOutError
@@ -79,10 +80,14 @@ class _DescribeTransactions(Request[_DescribeTransactionsRequest_v0]):  # type: 
         return request_struct_class([self._id], {})
 
 
-async def last_state(config: Config, transactional_id: str) -> str | None:
-    """The coordinator's state of ``transactional_id`` (``CompleteCommit``,
-    ``CompleteAbort``, ``Ongoing``, ``PrepareCommit``, ``Empty``, ...), or ``None``:
-    not known to it, or no answer (see the module's docstring). A broker not
+class TxnState(NamedTuple):
+    state: str  # CompleteCommit, CompleteAbort, Ongoing, PrepareCommit, Empty, ...
+    epoch: int  # the producer epoch the coordinator holds for the id
+
+
+async def last_state(config: Config, transactional_id: str) -> TxnState | None:
+    """The coordinator's state of ``transactional_id``, or ``None``: not known to
+    it, or no answer (see the module's docstring). A broker not
     reachable yet, a coordinator loading or moving is asked again, within
     ``_DESCRIBE_TIMEOUT_S`` in all: right after a broker restart the producer's
     init often goes through a moment after a first try fails."""
@@ -93,7 +98,7 @@ async def last_state(config: Config, transactional_id: str) -> str | None:
         return None
 
 
-async def _asked_until_answered(config: Config, transactional_id: str) -> str | None:
+async def _asked_until_answered(config: Config, transactional_id: str) -> TxnState | None:
     while True:
         try:
             return await _describe(config, transactional_id)
@@ -105,7 +110,7 @@ class _Retriable(Exception):
     """The coordinator is loading or moving: ask again."""
 
 
-async def _describe(config: Config, transactional_id: str) -> str | None:
+async def _describe(config: Config, transactional_id: str) -> TxnState | None:
     client = AIOKafkaClient(**client_options(config.kafka))
     try:
         try:
@@ -118,10 +123,13 @@ async def _describe(config: Config, transactional_id: str) -> str | None:
     finally:
         with contextlib.suppress(Exception):
             await client.close()
-    for error_code, tid, state, *_ in answer.transaction_states:
+    for error_code, tid, state, _timeout, _started, _pid, epoch, *_ in answer.transaction_states:
         if tid != transactional_id:
             continue
         if error_code in _MOVING:
             raise _Retriable
-        return str(state) if error_code == 0 else None
+        if error_code:
+            log.info("%s: the transaction coordinator did not describe it (error code %d)", tid, error_code)
+            return None
+        return TxnState(str(state), int(epoch))
     return None

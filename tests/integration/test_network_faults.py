@@ -180,4 +180,5 @@ async def test_a_producer_given_up_on_while_kafka_is_unreachable_sends_nothing_o
         await reader.stop()
     assert end == 0, f"{end} record(s) written to {topic} by a producer that was stopped"
     # Nor did it add a partition: its transaction never began at the coordinator.
-    assert await last_state(config, transactional_id(config, 0)) == "Empty"
+    described = await last_state(config, transactional_id(config, 0))
+    assert described is not None and described.state == "Empty", described

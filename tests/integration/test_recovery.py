@@ -199,17 +199,18 @@ async def test_the_coordinator_says_how_a_partitions_last_transaction_ended(env:
     assert await last_state(config, tid) is None  # never initialized: nothing to say
     producer = AIOKafkaProducer(transactional_id=tid, **client_options(config.kafka))
     await producer.start()
+    epoch = producer._txn_manager.producer_epoch  # the one its init was given
     try:
-        assert await last_state(config, tid) == "Empty"
+        assert await last_state(config, tid) == ("Empty", epoch)
         await producer.begin_transaction()
         await producer.send_and_wait(config.kafka.events_topic, b"x", key=b"k")
-        assert await last_state(config, tid) == "Ongoing"
+        assert await last_state(config, tid) == ("Ongoing", epoch)
         await producer.commit_transaction()
-        assert await last_state(config, tid) == "CompleteCommit"
+        assert await last_state(config, tid) == ("CompleteCommit", epoch)
         await producer.begin_transaction()
         await producer.send_and_wait(config.kafka.events_topic, b"y", key=b"k")
         await producer.abort_transaction()
-        assert await last_state(config, tid) == "CompleteAbort"
+        assert await last_state(config, tid) == ("CompleteAbort", epoch)
     finally:
         await producer.stop()
 

@@ -17,18 +17,22 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from aiokafka import TopicPartition
 
 from bridge.config.model import Config, KafkaConfig
-from bridge.core.left_open import COMMITTED, LeftOpen, commit_left_open
+from bridge.core.left_open import COMMITTED, Described, LeftOpen, commit_left_open, remembered
 from bridge.core.limits import RecordLimits
 from bridge.engine.partition import PartitionOwner
+from bridge.kafka.txn_state import TxnState
+from bridge.wire import checkpoints
 
 CONFIG = Config(kafka=KafkaConfig(commands_topic="cmds", checkpoints_topic="cps", events_topic="ev", dlq_topic="dlq"))
 
 
 class Txn:
-    def __init__(self) -> None:
+    def __init__(self, epoch: int | None = 4) -> None:
         self.closed: list[tuple[str, list[tuple[str, int | None]]]] = []
+        self.epoch = epoch  # after the init
 
     async def close_left_open(self, topics: list[tuple[str, int | None]], *, commit: bool) -> None:
         self.closed.append(("commit" if commit else "abort", topics))
@@ -38,19 +42,22 @@ ONE = LeftOpen(partition_records=1, ends_with_partition_record=True)
 
 
 def owner(
-    ends: list[tuple[int, int]], last_state: str | None = None, left: LeftOpen = ONE
+    ends: list[tuple[int, int]], state: str | None = None, left: LeftOpen = ONE, epoch: int | None = 4
 ) -> tuple[PartitionOwner, Txn]:
+    """An owner whose checkpoints partition ended at 8 when the coordinator was
+    asked (epoch 3), and whose init was given ``epoch``; ``ends``: what each look
+    at the checkpoints partition finds (stable, end)."""
     o = PartitionOwner(CONFIG, 2, {}, limits=lambda: RecordLimits(1_000_000))
-    txn = Txn()
+    txn = Txn(epoch)
     o.txn = txn  # type: ignore[assignment]
-    o._last_state = last_state
+    o._last = Described(state, 3, 8)
 
     async def _ends(tp: Any) -> tuple[int, int]:
         assert (tp.topic, tp.partition) == ("cps", 2)
         return ends.pop(0)
 
     async def _left_open(tp: Any, stable: int, end: int) -> LeftOpen:
-        assert (tp.topic, tp.partition, stable, end) == ("cps", 2, 4, 8)
+        assert (tp.topic, tp.partition, stable) == ("cps", 2, 4)
         return left
 
     o._ends = _ends  # type: ignore[method-assign]
@@ -71,14 +78,14 @@ async def test_records_past_the_stable_offset_are_aborted_everywhere_the_produce
 async def test_one_transaction_the_coordinator_committed_is_committed_everywhere(state: str) -> None:
     """Its markers were written to some events partitions (committed there) and skipped
     here: aborting its checkpoints would publish those events again (repeats)."""
-    o, txn = owner([(4, 8), (8, 8)], last_state=state)
+    o, txn = owner([(4, 8), (8, 8)], state=state)
     await o._close_left_open()
     assert txn.closed == [("commit", [("cps", 2), ("dlq", None), ("ev", None)])]
 
 
 @pytest.mark.parametrize("state", ["CompleteAbort", "PrepareAbort", "Ongoing", "Empty", "PrepareEpochFence", None])
 async def test_one_transaction_not_known_committed_is_aborted(state: str | None) -> None:
-    o, txn = owner([(4, 8), (8, 8)], last_state=state)
+    o, txn = owner([(4, 8), (8, 8)], state=state)
     await o._close_left_open()
     assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None)])]
 
@@ -95,10 +102,10 @@ async def test_what_is_not_one_transaction_is_aborted_even_when_the_last_committ
     """One marker decides every open record of the partition: with more than the last
     transaction open there, committing could commit an aborted one's checkpoints,
     whose events were aborted where their marker was written (a gap)."""
-    o, txn = owner([(4, 8), (8, 8)], last_state="CompleteCommit", left=left)
+    o, txn = owner([(4, 8), (8, 8)], state="CompleteCommit", left=left)
     await o._close_left_open()
     assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None)])]
-    assert not commit_left_open("CompleteCommit", left)
+    assert not commit_left_open(Described("CompleteCommit", 3, 8), 4, 8, left)
 
 
 async def test_with_the_checkpoints_closed_what_events_partitions_hold_open_is_committed() -> None:
@@ -115,3 +122,91 @@ async def test_still_open_after_the_abort_fails_the_open_so_it_is_retried() -> N
     o, _ = owner([(4, 8), (4, 8)])
     with pytest.raises(RuntimeError, match="still open"):
         await o._close_left_open()
+
+
+async def test_records_written_after_the_question_make_the_answer_stale() -> None:
+    """A previous owner still running began a transaction after the coordinator
+    answered: the init aborted it, possibly without a marker here. Its records,
+    one transaction's, are not the one the coordinator said committed."""
+    o, txn = owner([(4, 9), (9, 9)], state="CompleteCommit")
+    await o._close_left_open()
+    assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None)])]
+
+
+@pytest.mark.parametrize("epoch", [5, 3, None])
+async def test_an_init_that_did_not_move_the_epoch_by_one_makes_the_answer_stale(epoch: int | None) -> None:
+    """By two: the init fenced a transaction begun after the answer (nothing written
+    here yet). Not by one, or not known: somebody else's init came in between."""
+    o, txn = owner([(4, 8), (8, 8)], state="CompleteCommit", epoch=epoch)
+    await o._close_left_open()
+    assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None)])]
+
+
+def test_a_retried_open_goes_by_what_the_first_attempt_was_told() -> None:
+    """The first attempt's init emptied the id (epoch 4) and the open failed later;
+    nothing was written since: the retry goes by the first answer, with the epoch
+    its own init moves."""
+    first = Described("CompleteCommit", 3, 8)
+    assert remembered(Described("Empty", 4, 8), first) == Described("CompleteCommit", 4, 8)
+    # Written since, another state, or no earlier answer: the new answer stands.
+    assert remembered(Described("Empty", 4, 9), first) == Described("Empty", 4, 9)
+    assert remembered(Described("CompleteAbort", 4, 8), first) == Described("CompleteAbort", 4, 8)
+    assert remembered(Described("Empty", 4, 8), None) == Described("Empty", 4, 8)
+
+
+async def test_the_coordinator_is_asked_before_the_init_and_remembered_for_a_retry() -> None:
+    """After the init the coordinator knows nothing of the last transaction."""
+    calls: list[str] = []
+    described: dict[int, Described] = {}
+    answers = [TxnState("CompleteCommit", 3), TxnState("Empty", 4)]
+
+    async def last_state(config: Config, tid: str) -> TxnState:
+        calls.append("describe")
+        return answers.pop(0)
+
+    async def start() -> None:
+        calls.append("init")
+
+    async def close_left_open() -> None:
+        raise RuntimeError("the open fails after its init")
+
+    for _ in range(2):
+        o = PartitionOwner(CONFIG, 2, {}, limits=lambda: RecordLimits(1_000_000), described=described)
+
+        async def _ends(tp: Any) -> tuple[int, int]:
+            return 8, 8
+
+        o._ends = _ends  # type: ignore[method-assign]
+        o.txn.start = start  # type: ignore[method-assign]
+        o._close_left_open = close_left_open  # type: ignore[method-assign]
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("bridge.kafka.txn_state.last_state", last_state)
+            with pytest.raises(RuntimeError, match="after its init"):
+                await o.open()
+    assert calls == ["describe", "init", "describe", "init"]
+    assert described[2] == Described("CompleteCommit", 4, 8)
+
+
+class _Record:
+    def __init__(self, key: bytes) -> None:
+        self.key = key
+
+
+@pytest.mark.parametrize(
+    ("keys", "left"),
+    [
+        ([b"task-1", b"task-2", checkpoints.PARTITION_KEY], LeftOpen(1, True)),
+        ([b"task-1", checkpoints.PARTITION_KEY, b"task-2", checkpoints.PARTITION_KEY], LeftOpen(2, True)),
+        ([b"task-1", checkpoints.PARTITION_KEY, b"task-2"], LeftOpen(1, False)),
+    ],
+)
+async def test_the_open_records_are_counted_by_their_partition_records(keys: list[bytes], left: LeftOpen) -> None:
+    o = PartitionOwner(CONFIG, 2, {}, limits=lambda: RecordLimits(1_000_000))
+
+    async def _batches(tp: Any, isolation: str, start: int | None = None, end: int | None = None) -> Any:
+        assert (isolation, start, end) == ("read_uncommitted", 4, 8)
+        yield [_Record(k) for k in keys[:2]]
+        yield [_Record(k) for k in keys[2:]]
+
+    o._batches = _batches  # type: ignore[method-assign]
+    assert await o._left_open(TopicPartition("cps", 2), 4, 8) == left
