@@ -214,7 +214,7 @@ class PartitionOwner:
         """The coordinator's state of this partition's transactional id, if it says,
         with the checkpoints partition's end just before it was asked."""
         tp = TopicPartition(self.config.kafka.checkpoints_topic, self.partition)
-        _, end = await self._ends(tp)
+        end = await self._end(tp, "read_uncommitted")
         asked = await txn_state.last_state(self.config, transactional_id(self.config, self.partition))
         now = Described(asked.state, asked.epoch, end) if asked else Described(None, None, end)
         last = self._described[self.partition] = remembered(now, self._described.get(self.partition))
@@ -278,17 +278,18 @@ class PartitionOwner:
 
     async def _ends(self, tp: TopicPartition) -> tuple[int, int]:
         """The last stable offset (what read_committed reads to) and the end of ``tp``."""
-        ends: list[int] = []
-        for isolation in ("read_committed", "read_uncommitted"):
-            consumer = AIOKafkaConsumer(
-                isolation_level=isolation, enable_auto_commit=False, **client_options(self.config.kafka)
-            )
-            await consumer.start()
-            try:
-                ends.append((await consumer.end_offsets([tp]))[tp])
-            finally:
-                await consumer.stop()
-        return ends[0], ends[1]
+        return await self._end(tp, "read_committed"), await self._end(tp, "read_uncommitted")
+
+    async def _end(self, tp: TopicPartition, isolation: str) -> int:
+        consumer = AIOKafkaConsumer(
+            isolation_level=isolation, enable_auto_commit=False, **client_options(self.config.kafka)
+        )
+        await consumer.start()
+        try:
+            end: int = (await consumer.end_offsets([tp]))[tp]
+            return end
+        finally:
+            await consumer.stop()
 
     async def _read_checkpoints(self) -> checkpoints.Restorer:
         tp = TopicPartition(self.config.kafka.checkpoints_topic, self.partition)

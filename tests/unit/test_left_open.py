@@ -173,10 +173,11 @@ async def test_the_coordinator_is_asked_before_the_init_and_remembered_for_a_ret
     for _ in range(2):
         o = PartitionOwner(CONFIG, 2, {}, limits=lambda: RecordLimits(1_000_000), described=described)
 
-        async def _ends(tp: Any) -> tuple[int, int]:
-            return 8, 8
+        async def _end(tp: Any, isolation: str) -> int:
+            assert isolation == "read_uncommitted"  # every record written, open or not
+            return 8
 
-        o._ends = _ends  # type: ignore[method-assign]
+        o._end = _end  # type: ignore[method-assign]
         o.txn.start = start  # type: ignore[method-assign]
         o._close_left_open = close_left_open  # type: ignore[method-assign]
         with pytest.MonkeyPatch.context() as mp:
