@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 _DESCRIBE_TIMEOUT_S = 5.0
 _RETRY_S = 0.2
 # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: ask again.
-# Any other error (TRANSACTIONAL_ID_NOT_FOUND, an authorization error) has no state.
+# Any other error (an authorization error, say) has no state.
 _MOVING = frozenset({14, 15, 16})
+_NOT_FOUND = 105  # TRANSACTIONAL_ID_NOT_FOUND
 
 
 class _DescribeTransactionsResponse_v0(Response):  # type: ignore[misc]  # aiokafka.protocol is untyped
@@ -128,6 +129,8 @@ async def _describe(config: Config, transactional_id: str) -> TxnState | None:
             continue
         if error_code in _MOVING:
             raise _Retriable
+        if error_code == _NOT_FOUND:
+            return None  # never initialized: a partition's first open
         if error_code:
             log.info("%s: the transaction coordinator did not describe it (error code %d)", tid, error_code)
             return None
