@@ -286,6 +286,9 @@ class PartitionOwner:
         )
         await consumer.start()
         try:
+            # Assigned first, the consumer asks for the topic's metadata at once: without
+            # it, end_offsets finds no leader and waits a retry backoff (100 ms) first.
+            consumer.assign([tp])
             end: int = (await consumer.end_offsets([tp]))[tp]
             return end
         finally:
