@@ -20,7 +20,8 @@ whose events were committed where their marker was written: the events are
 published again (repeats). So the open commits only when it knows:
 
 - the records open there are one transaction's (one partition record, and the
-  last record is it), so they are the coordinator's last transaction;
+  last record is it), so they are the last transaction's when nobody used the
+  id since the question (below);
 - the coordinator said, before the init, that its last transaction committed
   (or was committing: ``PrepareCommit`` ends as ``CompleteCommit``); and
 - nobody used the transactional id between the question and the init: the
@@ -31,11 +32,21 @@ published again (repeats). So the open commits only when it knows:
   init abort it.
 
 Anything else (two transactions open there, a state not known, an ongoing
-transaction the init aborts) is aborted: repeats at worst, never a gap.
+transaction the init aborts) is aborted: repeats at worst.
 
 An open that fails after its init and is tried again finds the id ``Empty``
-(that init's doing): while the partition's end has not moved, what the first
-attempt was told still holds (:func:`remembered`).
+(that init's doing). What the failed attempt's answer was worth after its init
+(:func:`verified`) still holds while nobody has used the id since: the epoch
+still the one that init gave, the partition's end not moved (:func:`remembered`).
+
+A commit is then a gap in one case only: a previous owner still running begins
+a transaction after the answer, writes to an events partition where the
+committed transaction's marker was skipped too, and aborts it itself before the
+init (a client's abort leaves the epoch as it was), its marker skipped in the
+checkpoints partition as well (else the end moves). Its marker in the events
+partition aborts what the committed transaction left open there. That takes a
+zombie owner failing a transaction within the few milliseconds between the
+question and the init, while the broker skips markers.
 """
 
 from __future__ import annotations
@@ -65,20 +76,28 @@ class LeftOpen:
     ends_with_partition_record: bool
 
 
+def verified(described: Described, epoch: int | None, end: int) -> Described:
+    """What the answer is worth after the init that gave the producer ``epoch``,
+    the checkpoints partition ending at ``end``: the answer, if nobody used the id
+    between the question and the init; else no answer. Either way with that epoch
+    and end, as the next attempt's :func:`remembered` compares them."""
+    untouched = described.end == end and described.epoch is not None and epoch == described.epoch + 1
+    return Described(described.state if untouched else None, epoch, end)
+
+
 def remembered(now: Described, earlier: Described | None) -> Described:
-    """What this attempt to open goes by: ``earlier``, what an earlier attempt of
-    the same ownership was told, if its init emptied the id since and nothing was
-    written to the checkpoints partition; else ``now``."""
-    if earlier is not None and now.state == "Empty" and now.end == earlier.end:
-        return Described(earlier.state, now.epoch, now.end)  # the epoch this init moves
+    """What this attempt to open goes by: what an earlier attempt of the same
+    ownership found after its init (:func:`verified`), if nobody used the id since
+    (still ``Empty`` at the epoch that init gave, the end where it was); else
+    ``now``."""
+    if earlier is not None and now.state == "Empty" and (now.epoch, now.end) == (earlier.epoch, earlier.end):
+        return earlier
     return now
 
 
-def commit_left_open(described: Described, epoch: int | None, end: int, left: LeftOpen) -> bool:
+def commit_left_open(described: Described, left: LeftOpen) -> bool:
     """True: commit what the last transaction left open (in the checkpoints
-    partition and in the events and DLQ partitions); False: abort it. ``epoch``
-    and ``end``: the producer's epoch and the checkpoints partition's end after
-    the init."""
+    partition and in the events and DLQ partitions); False: abort it.
+    ``described``: the answer :func:`verified` after the init."""
     one_transaction = left.partition_records == 1 and left.ends_with_partition_record
-    untouched = described.end == end and described.epoch is not None and epoch == described.epoch + 1
-    return one_transaction and untouched and described.state in COMMITTED
+    return one_transaction and described.state in COMMITTED

@@ -39,7 +39,7 @@ from bridge.config.model import Config
 from bridge.core import push
 from bridge.core.commands import Act, Command, Duplicate, Refuse, decide
 from bridge.core.intake import Intake
-from bridge.core.left_open import Described, LeftOpen, commit_left_open, remembered
+from bridge.core.left_open import Described, LeftOpen, commit_left_open, remembered, verified
 from bridge.core.lifecycle import ClosedTask, Dropped, Event, NotificationResult, TaskRecord, new_task
 from bridge.core.limits import RecordLimits
 from bridge.core.offsets import PartitionOffsets, Position
@@ -212,13 +212,13 @@ class PartitionOwner:
 
     async def _describe_last(self) -> Described:
         """The coordinator's state of this partition's transactional id, if it says,
-        with the checkpoints partition's end just before it was asked."""
+        with the checkpoints partition's end just before it was asked; or what an
+        earlier attempt of this ownership found, if it still holds."""
         tp = TopicPartition(self.config.kafka.checkpoints_topic, self.partition)
         end = await self._end(tp, "read_uncommitted")
         asked = await txn_state.last_state(self.config, transactional_id(self.config, self.partition))
         now = Described(asked.state, asked.epoch, end) if asked else Described(None, None, end)
-        last = self._described[self.partition] = remembered(now, self._described.get(self.partition))
-        return last
+        return remembered(now, self._described.pop(self.partition, None))
 
     async def _close_left_open(self) -> None:
         """Close, one way everywhere, what the last transactions of this partition's
@@ -243,11 +243,13 @@ class PartitionOwner:
             (topic, None) for topic in sorted({*cfg.all_events_topics(), *cfg.all_dlq_topics()})
         ]
         stable, end = await self._ends(tp)
+        # Kept for a retry, should this open fail from here on (bridge/core/left_open.py).
+        self._last = self._described[self.partition] = verified(self._last, self.txn.epoch, end)
         if stable >= end:
             await self.txn.close_left_open(outputs, commit=True)
             return
         left = await self._left_open(tp, stable, end)
-        commit = commit_left_open(self._last, self.txn.epoch, end, left)
+        commit = commit_left_open(self._last, left)
         log.error(
             "partition %d: %s has records of %s (stable offset %d, end %d) although its producer was just"
             " initialized: the transaction coordinator skipped their markers (its last transaction: %s);"
@@ -257,7 +259,7 @@ class PartitionOwner:
             "one transaction" if left.partition_records == 1 else f"{left.partition_records} transactions",
             stable,
             end,
-            self._last.state or "not described",
+            self._last.state or "not known",
             "committing" if commit else "aborting",
         )
         await self.txn.close_left_open([(tp.topic, self.partition), *outputs], commit=commit)

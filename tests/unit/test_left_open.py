@@ -20,7 +20,7 @@ import pytest
 from aiokafka import TopicPartition
 
 from bridge.config.model import Config, KafkaConfig
-from bridge.core.left_open import COMMITTED, Described, LeftOpen, commit_left_open, remembered
+from bridge.core.left_open import COMMITTED, Described, LeftOpen, commit_left_open, remembered, verified
 from bridge.core.limits import RecordLimits
 from bridge.engine.partition import PartitionOwner
 from bridge.kafka.txn_state import TxnState
@@ -105,7 +105,7 @@ async def test_what_is_not_one_transaction_is_aborted_even_when_the_last_committ
     o, txn = owner([(4, 8), (8, 8)], state="CompleteCommit", left=left)
     await o._close_left_open()
     assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None)])]
-    assert not commit_left_open(Described("CompleteCommit", 3, 8), 4, 8, left)
+    assert not commit_left_open(Described("CompleteCommit", 4, 8), left)
 
 
 async def test_with_the_checkpoints_closed_what_events_partitions_hold_open_is_committed() -> None:
@@ -142,19 +142,46 @@ async def test_an_init_that_did_not_move_the_epoch_by_one_makes_the_answer_stale
     assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None)])]
 
 
-def test_a_retried_open_goes_by_what_the_first_attempt_was_told() -> None:
-    """The first attempt's init emptied the id (epoch 4) and the open failed later;
-    nothing was written since: the retry goes by the first answer, with the epoch
-    its own init moves."""
-    first = Described("CompleteCommit", 3, 8)
-    assert remembered(Described("Empty", 4, 8), first) == Described("CompleteCommit", 4, 8)
-    # Written since, another state, or no earlier answer: the new answer stands.
+def test_a_retried_open_goes_by_what_the_first_attempt_found_after_its_init() -> None:
+    """The first attempt's init gave epoch 4 and found the answer good (nobody used the
+    id in between); the open failed later. Still Empty at epoch 4, the end where it
+    was: nobody used the id since, and the retry goes by that."""
+    first = Described("CompleteCommit", 4, 8)
+    assert remembered(Described("Empty", 4, 8), first) == first
+    # An init since (epoch 5), written since (end 9), another state, no earlier attempt:
+    # the new answer stands.
+    assert remembered(Described("Empty", 5, 8), first) == Described("Empty", 5, 8)
     assert remembered(Described("Empty", 4, 9), first) == Described("Empty", 4, 9)
     assert remembered(Described("CompleteAbort", 4, 8), first) == Described("CompleteAbort", 4, 8)
     assert remembered(Described("Empty", 4, 8), None) == Described("Empty", 4, 8)
 
 
-async def test_the_coordinator_is_asked_before_the_init_and_remembered_for_a_retry() -> None:
+def test_an_answer_the_init_showed_stale_stays_no_answer_for_the_retry() -> None:
+    """The first attempt's init fenced a transaction begun after the answer (epoch
+    3 to 5): its answer is worth nothing, and its retry, which finds the id Empty at
+    epoch 5, must not get it back."""
+    after_init = verified(Described("CompleteCommit", 3, 8), 5, 8)
+    assert after_init == Described(None, 5, 8)
+    assert remembered(Described("Empty", 5, 8), after_init).state is None
+    assert verified(Described("CompleteCommit", 3, 8), 4, 9).state is None  # written in between
+    assert verified(Described("CompleteCommit", 3, 8), 4, 8) == Described("CompleteCommit", 4, 8)
+
+
+class _Txn(Txn):
+    """A transaction object whose init gives the next epoch, and whose closing fails."""
+
+    def __init__(self, calls: list[str], epoch: int) -> None:
+        super().__init__(epoch)
+        self.calls = calls
+
+    async def start(self) -> None:
+        self.calls.append("init")
+
+    async def close_left_open(self, topics: list[tuple[str, int | None]], *, commit: bool) -> None:
+        raise RuntimeError("the open fails after its init")
+
+
+async def test_the_coordinator_is_asked_before_the_init_and_its_answer_kept_for_a_retry() -> None:
     """After the init the coordinator knows nothing of the last transaction."""
     calls: list[str] = []
     described: dict[int, Described] = {}
@@ -164,28 +191,25 @@ async def test_the_coordinator_is_asked_before_the_init_and_remembered_for_a_ret
         calls.append("describe")
         return answers.pop(0)
 
-    async def start() -> None:
-        calls.append("init")
-
-    async def close_left_open() -> None:
-        raise RuntimeError("the open fails after its init")
-
-    for _ in range(2):
+    for epoch in (4, 5):
         o = PartitionOwner(CONFIG, 2, {}, limits=lambda: RecordLimits(1_000_000), described=described)
 
         async def _end(tp: Any, isolation: str) -> int:
             assert isolation == "read_uncommitted"  # every record written, open or not
             return 8
 
+        async def _ends(tp: Any) -> tuple[int, int]:
+            return 8, 8
+
         o._end = _end  # type: ignore[method-assign]
-        o.txn.start = start  # type: ignore[method-assign]
-        o._close_left_open = close_left_open  # type: ignore[method-assign]
+        o._ends = _ends  # type: ignore[method-assign]
+        o.txn = _Txn(calls, epoch)  # type: ignore[assignment]
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr("bridge.kafka.txn_state.last_state", last_state)
             with pytest.raises(RuntimeError, match="after its init"):
                 await o.open()
     assert calls == ["describe", "init", "describe", "init"]
-    assert described[2] == Described("CompleteCommit", 4, 8)
+    assert described[2] == Described("CompleteCommit", 5, 8)
 
 
 class _Record:
