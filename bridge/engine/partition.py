@@ -103,8 +103,8 @@ class PartitionOwner:
         # Records the broker refused before (see TransactionFailed.refused):
         # made again after a rebuild, they are written as stand-ins instead.
         self._refused = refused if refused is not None else set()
-        # What the coordinator said of the producer's last transaction when the
-        # first attempt of this ownership to open asked (bridge/core/left_open.py).
+        # Per partition, what an earlier attempt of this ownership to open found the
+        # coordinator's answer worth after its init (bridge/core/left_open.py).
         self._described = described if described is not None else {}
         self._admit = admit
         self._resume_turn = resume_turn

@@ -227,8 +227,8 @@ class Service:
         self._topic_partitions: dict[str, int] = {}
         # Per partition, records the broker refused (kept across rebuilds).
         self._refused: dict[int, set[str]] = defaultdict(set)
-        # Per partition, what the coordinator said of its producer's last transaction
-        # when this ownership first tried to open it (bridge/core/left_open.py).
+        # Per partition, what a failed attempt to open found the coordinator's answer
+        # worth after its init, for the retry (bridge/core/left_open.py).
         self._described: dict[int, Described] = {}
         self._assigned: set[int] = set()
         self._opening: dict[int, asyncio.Task[None]] = {}
