@@ -23,8 +23,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from bench.services import Broker, delete_topics
-from bridge.config.model import Config, KafkaConfig
+from bench.services import Broker, delete_topics, one_partition_config
 from bridge.core.limits import RecordLimits
 from bridge.engine.partition import PartitionOwner
 from bridge.kafka import topics
@@ -44,19 +43,7 @@ async def main(n: int) -> dict[str, Any]:
     broker = Broker()
     broker.ensure()
     name = f"open-lookups-{uuid.uuid4().hex[:8]}"
-    config = Config(
-        kafka=KafkaConfig(
-            bootstrap_servers=broker.bootstrap,
-            group_id=f"{name}-g",
-            commands_topic=f"{name}.commands",
-            events_topic=f"{name}.events",
-            checkpoints_topic=f"{name}.checkpoints",
-            dlq_topic=f"{name}.dlq",
-            notifications_topic=f"{name}.notifications",
-            transactional_id_prefix=f"{name}-tx",
-            partitions=1,
-        )
-    )
+    config = one_partition_config(broker.bootstrap, name)
     tp = TopicPartition(config.kafka.checkpoints_topic, 0)
     owner = PartitionOwner(config, 0, {}, limits=lambda: RecordLimits(1_000_000))
 

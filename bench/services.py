@@ -19,6 +19,7 @@ from typing import IO, Any
 import httpx
 from aiokafka.admin import AIOKafkaAdminClient
 
+from bridge.config.model import BridgeConfig, Config, KafkaConfig
 from bridge.demo.procs import ServerDidNotStart, start_listening, stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +51,25 @@ async def delete_topics(bootstrap: str, prefix: str) -> None:
             await admin.delete_topics(mine)
     finally:
         await admin.close()
+
+
+def one_partition_config(bootstrap: str, name: str) -> Config:
+    """A config of topics named after ``name`` (one partition each), for a bench
+    that drives the bridge's Kafka parts directly."""
+    return Config(
+        kafka=KafkaConfig(
+            bootstrap_servers=bootstrap,
+            group_id=f"{name}-g",
+            commands_topic=f"{name}.commands",
+            events_topic=f"{name}.events",
+            checkpoints_topic=f"{name}.checkpoints",
+            dlq_topic=f"{name}.dlq",
+            notifications_topic=f"{name}.notifications",
+            transactional_id_prefix=f"{name}-tx",
+            partitions=1,
+        ),
+        bridge=BridgeConfig(),
+    )
 
 
 class Broker:

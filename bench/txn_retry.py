@@ -25,8 +25,8 @@ from typing import Any
 
 import orjson
 
-from bench.services import Broker, delete_topics
-from bridge.config.model import BridgeConfig, Config, KafkaConfig
+from bench.services import Broker, delete_topics, one_partition_config
+from bridge.config.model import Config
 from bridge.core.lifecycle import TaskRecord
 from bridge.core.limits import RecordLimits
 from bridge.core.offsets import Position
@@ -76,20 +76,7 @@ async def main(n: int) -> dict[str, Any]:
     broker = Broker()
     broker.ensure()
     name = f"txn-retry-{uuid.uuid4().hex[:8]}"
-    base = Config(
-        kafka=KafkaConfig(
-            bootstrap_servers=broker.bootstrap,
-            group_id=f"{name}-g",
-            commands_topic=f"{name}.commands",
-            events_topic=f"{name}.events",
-            checkpoints_topic=f"{name}.checkpoints",
-            dlq_topic=f"{name}.dlq",
-            notifications_topic=f"{name}.notifications",
-            transactional_id_prefix=f"{name}-tx",
-            partitions=1,
-        ),
-        bridge=BridgeConfig(),
-    )
+    base = one_partition_config(broker.bootstrap, name)
     runs: dict[str, list[float]] = {}
     try:
         await topics.ensure(base, create=True)
