@@ -60,7 +60,8 @@ NOTIFICATION_MEMORY = 64
 
 DropReason = Literal["replayed", "duplicate", "after-terminal", "foreign-task", "no-task"]
 # What became of a push notification (bridge_push_notifications_applied_total's result).
-NotificationResult = Literal["applied", "duplicate", "ignored-unknown-task", "ignored-closed", "unreadable"]
+# "held": a status that waits for a tasks/get snapshot first (bridge.core.resume.held_for_snapshot).
+NotificationResult = Literal["applied", "held", "duplicate", "ignored-unknown-task", "ignored-closed", "unreadable"]
 EventKind = Literal["status", "artifact", "message", "bridge"]
 
 JSON = dict[str, Any]

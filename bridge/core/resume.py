@@ -36,6 +36,10 @@ Task by snapshots only, for good (the record keeps it across restarts).
 Retries back off with :data:`bridge.core.backoff.AGENT_RETRY` (the first
 attempt does not wait); progress renews the budget, and a failing call after
 progress still backs off.
+
+A push-followed Task (:class:`Backstop`) holds the status that ends or pauses it
+until a ``tasks/get`` asked after it answers (:func:`held_for_snapshot`,
+:func:`settled`): the chunks whose notifications never came are published first.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from dataclasses import dataclass
 
 from bridge.core import push
 from bridge.core.backoff import AGENT_RETRY, Backoff, Draw
-from bridge.core.lifecycle import PAUSED_STATES, StatusUpdate, TaskSnapshot, Update, is_terminal
+from bridge.core.lifecycle import PAUSED_STATES, StatusUpdate, TaskRecord, TaskSnapshot, Update, is_terminal
 from bridge.errors import AgentError, RpcError
 
 # Resubscribes that brought nothing, in a row, before a running gateway Task is
@@ -214,6 +218,37 @@ class Backstop(Poll):
         self.failing_since, self.attempts = None, 0
 
     def notified(self) -> None:
-        """A notification of the Task was applied: it is observable."""
+        """A notification of the Task was applied (or held: :func:`held_for_snapshot`):
+        it is observable, and a snapshot asked meanwhile may be older than it."""
         self.heard += 1
         self.answered()
+
+
+def held_for_snapshot(update: Update, record: TaskRecord) -> bool:
+    """Whether a push notification's ``update`` waits for a ``tasks/get`` snapshot
+    before it is applied: a status that ends or pauses a live push-followed Task.
+
+    An agent that got no 2xx for a chunk's notification may never send it again
+    (the a2a-sdk agents do not), and once the Task has stopped no backstop asks for
+    it: the status would close the Task with the chunk missing. The snapshot asked
+    after this status shows every chunk, so its missing tail is published first
+    (:func:`settled`). A status naming another Task, or a Task not named yet (no
+    ``tasks/get`` can be asked), is applied as it comes (and dropped if foreign)."""
+    if not isinstance(update, StatusUpdate) or not (is_terminal(update.state) or update.state in PAUSED_STATES):
+        return False
+    if not record.push or record.closed or record.task_id is None:
+        return False
+    return update.task_id is None or update.task_id == record.task_id
+
+
+def settled(held: StatusUpdate, snap: TaskSnapshot | None) -> Update:
+    """What is applied for a ``held`` status once ``tasks/get`` answered ``snap``
+    (None: it was given up).
+
+    The snapshot when it shows the Task ended, or stopped as ``held`` says: its
+    missing tail goes first, then its status. Otherwise the status as notified: an
+    agent's store behind its own notification, or no answer, leaves nothing better,
+    and a snapshot older than the status could take back parts published already."""
+    if snap is not None and (is_terminal(snap.state) or snap.state == held.state):
+        return snap
+    return held

@@ -50,13 +50,25 @@ from bridge.core.lifecycle import (
     Event,
     MessageUpdate,
     NotificationResult,
+    StatusUpdate,
     TaskRecord,
     TaskSnapshot,
     Update,
     is_terminal,
     notification_result,
 )
-from bridge.core.resume import Backstop, Lost, Poll, Publish, Resume, Snapshots, reconcile_first
+from bridge.core.resume import (
+    Backstop,
+    Lost,
+    Poll,
+    Publish,
+    Resume,
+    Retry,
+    Snapshots,
+    held_for_snapshot,
+    reconcile_first,
+    settled,
+)
 from bridge.errors import AgentError, AgentNoTask, AgentProtocolError, CredentialsUnavailable, RpcError
 from bridge.observe import logs, metrics
 from bridge.wire.dialects import Dialect, Push, Request, notification
@@ -145,6 +157,9 @@ class TaskRunner:
         self._backstop: Backstop | None = None
         # Set by a notification that paused or ended the Task: the backstop's wait ends.
         self._nudge: asyncio.Future[None] | None = None
+        # A notified status that ends or pauses the Task, waiting for its tasks/get
+        # (bridge.core.resume.held_for_snapshot); _settle publishes it.
+        self._ending: StatusUpdate | None = None
 
     # ------------------------------------------------------------ plumbing --
 
@@ -787,17 +802,60 @@ class TaskRunner:
             update = notification(self.client.name, body)
         except AgentProtocolError:
             return "unreadable"
-        results = self.record.apply_notification(update, body, self._cap)
-        self.part.publish(self.record, results)
-        self._active()
-        if self.record.closed:
-            self._wake()
-        if not self._live() and self._nudge is not None and not self._nudge.done():
-            self._nudge.set_result(None)
-        result = notification_result(results)
-        if result == "applied" and self._backstop is not None:
+        if held_for_snapshot(update, self.record):
+            assert isinstance(update, StatusUpdate)
+            if update == self._ending:
+                return "duplicate"  # the agent delivered it again
+            if self._ending is None:
+                self._spawn(self._settle())
+            self._ending = update  # a later one replaces it: _settle asks again
+            result: NotificationResult = "held"
+        else:
+            results = self.record.apply_notification(update, body, self._cap)
+            self.part.publish(self.record, results)
+            self._active()
+            if self.record.closed:
+                self._wake()
+            self._nudged()
+            result = notification_result(results)
+        if result in ("applied", "held") and self._backstop is not None:
             self._backstop.notified()
         return result
+
+    def _nudged(self) -> None:
+        """The Task paused or ended: the backstop's wait ends."""
+        if not self._live() and self._nudge is not None and not self._nudge.done():
+            self._nudge.set_result(None)
+
+    async def _settle(self) -> None:
+        """Publish the held status (:meth:`notified`) after a ``tasks/get`` asked after
+        it, as :func:`bridge.core.resume.settled` says: what the lost notifications of
+        its chunks held is published first. ``tasks/get`` failing is retried as
+        :class:`bridge.core.resume.Poll` says; given up, the status goes as notified.
+
+        The hold is not checkpointed: the notification's offset may commit before
+        this publishes. A crash then loses only the hold, as the next owner's
+        reconcile asks ``tasks/get`` first anyway (:meth:`_pushed`)."""
+        plan = Poll(budget=self.part.config.bridge.resume_deadline_seconds, pace=AGENT_RETRY)
+        try:
+            while (held := self._ending) is not None and not self.record.closed:
+                got: TaskSnapshot | AgentError | None = await self._observe()
+                if self._ending is not held:
+                    continue  # a later status came meanwhile: this snapshot may be older
+                if isinstance(got, AgentError):
+                    if isinstance(plan.failed(got, self._clock()), Retry):
+                        await asyncio.sleep(plan.wait())
+                        continue
+                    log.warning(
+                        "tasks/get failed (%s): the Task's %s is published without a snapshot", got.kind, held.state
+                    )
+                    got = None
+                self._ending = None
+                if not self.record.closed:
+                    self._apply(settled(held, got))
+                    self._nudged()
+        finally:
+            self._ending = None
 
     # -------------------------------------------------------------- cancel --
 

@@ -196,6 +196,30 @@ async def test_each_notification_is_applied_once_and_a_duplicated_record_has_no_
         assert metric_sum(t.port, "bridge_push_followed_tasks") == 0
 
 
+async def test_chunks_whose_notifications_never_came_are_published_before_the_end(env: Env, tmp_path: Path) -> None:
+    """The agent got no 2xx for some chunks' notifications (every replica was away, so
+    the relay answered 503), and an a2a-sdk agent never sends one again: the status
+    that ends each Task waits for a tasks/get, whose snapshot publishes them first."""
+    async with pushed_tasks(env, tmp_path, "unsent") as t:
+        chunks: dict[str, int] = {}
+        kept = []
+        for path, body in posts(t.rec):
+            route = push.parse(path)
+            assert route is not None
+            if b"artifactUpdate" in body:
+                n = chunks[route.task_key] = chunks.get(route.task_key, 0) + 1
+                if n in (2, 4):  # one in the middle, and the last
+                    continue
+            kept.append((path, body))
+        assert sorted(chunks.values()) == [4] * len(t.keys)
+        await produce_notifications(t.config, kept)
+        await all_closed(t.config, t.keys)
+        await asyncio.sleep(1.0)  # anything after the end would be there by now
+        verdict = judge(env, t.config, t.starts)
+        assert verdict.clean, (verdict.summary(), verdict.notes, t.bridge.log()[-3000:])
+        assert applied(t.port, "held") == len(t.keys)  # each end, once
+
+
 async def test_an_owner_killed_between_applying_and_committing_reapplies_exactly_once(env: Env, tmp_path: Path) -> None:
     # A long commit tick: what the owner applied waits in its outbox when it is killed.
     async with pushed_tasks(env, tmp_path, "killed", commit_interval_ms=10000) as t:

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.core.backoff import Backoff
-from bridge.core.lifecycle import StatusUpdate, TaskSnapshot
+from bridge.core.lifecycle import ArtifactUpdate, StatusUpdate, TaskRecord, TaskSnapshot, Update
 from bridge.core.resume import (
     FAILED_RESUBSCRIBES,
     Backstop,
@@ -17,7 +17,9 @@ from bridge.core.resume import (
     Resume,
     Retry,
     Snapshots,
+    held_for_snapshot,
     reconcile_first,
+    settled,
 )
 from bridge.errors import AgentError, AgentUnavailable, RpcError
 
@@ -280,3 +282,58 @@ def test_a_resumed_task_without_sse_ids_is_reconciled_before_its_terminal_status
     update: StatusUpdate, sequenced: bool, resumed: bool, first: bool
 ) -> None:
     assert reconcile_first(update, sequenced=sequenced, resumed=resumed) is first
+
+
+# ------------------------------------------------------ a push's last status --
+
+
+def pushed(**fields: object) -> TaskRecord:
+    record = TaskRecord("k", "sdk", task_id="t-1", context_id="ctx", state="working", push=True)
+    for name, value in fields.items():
+        setattr(record, name, value)
+    return record
+
+
+def status_of(state: str, task_id: str = "t-1") -> StatusUpdate:
+    return StatusUpdate(task_id, "ctx", state, None, None)
+
+
+@pytest.mark.parametrize("state", ["completed", "failed", "canceled", "rejected", "input-required", "auth-required"])
+def test_a_notified_status_that_ends_or_pauses_a_push_task_waits_for_a_snapshot(state: str) -> None:
+    assert held_for_snapshot(status_of(state), pushed())
+
+
+@pytest.mark.parametrize(
+    ("update", "record"),
+    [
+        (status_of("working"), pushed()),  # the Task goes on: the backstop still asks
+        (status_of("unknown-state"), pushed()),  # unknown states never end a Task
+        (ArtifactUpdate("t-1", "ctx", "a", None, [{"text": "x"}], append=True, last_chunk=True), pushed()),
+        (TaskSnapshot("t-1", "ctx", "completed"), pushed()),  # a whole Task shows every chunk itself
+        (status_of("completed"), pushed(push=False)),  # followed by stream or poll
+        (status_of("completed"), pushed(closed=True)),  # after the end: dropped as it comes
+        (status_of("completed"), pushed(task_id=None)),  # no tasks/get can name the Task yet
+        (status_of("completed", task_id="t-2"), pushed()),  # another Task's: dropped as it comes
+    ],
+)
+def test_anything_else_is_applied_as_it_comes(update: Update, record: TaskRecord) -> None:
+    assert not held_for_snapshot(update, record)
+
+
+def test_a_snapshot_that_shows_the_end_is_published_instead_of_the_held_status() -> None:
+    done = TaskSnapshot("t-1", "ctx", "completed")
+    assert settled(status_of("completed"), done) is done
+    assert settled(status_of("input-required"), done) is done  # the Task went on and ended meanwhile
+    paused = TaskSnapshot("t-1", "ctx", "input-required")
+    assert settled(status_of("input-required"), paused) is paused
+
+
+@pytest.mark.parametrize("state", ["working", "submitted", "input-required"])
+def test_a_snapshot_behind_the_held_status_leaves_the_status_as_notified(state: str) -> None:
+    held = status_of("completed")
+    assert settled(held, TaskSnapshot("t-1", "ctx", state)) is held
+
+
+def test_no_snapshot_at_all_leaves_the_status_as_notified() -> None:
+    held = status_of("failed")
+    assert settled(held, None) is held

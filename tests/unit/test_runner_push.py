@@ -10,13 +10,17 @@ notifications read at the open; an agent that does not push is followed as befor
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
+
+import pytest
 
 from bridge.config.model import AgentConfig
 from bridge.core.commands import Command
 from bridge.core.follow import IDLE, PUSH, STREAMING
 from bridge.core.lifecycle import TaskRecord, TaskSnapshot, new_task
 from bridge.engine.runner import TaskRunner
+from bridge.errors import AgentError, AgentUnavailable, RpcError
 from bridge.wire.dialects import Dialect, Request
 from tests.factories import consumer_record
 from tests.unit.test_runner import MESSAGE, FakeClient, FakePartition, Script, status, until
@@ -34,7 +38,8 @@ class PushClient(FakeClient):
         self.dialect = Dialect("sdk")
         self._pushes = pushes
         self.answers: asyncio.Queue[TaskSnapshot] = asyncio.Queue()
-        self.snapshots: asyncio.Queue[TaskSnapshot] = asyncio.Queue()
+        # tasks/get's answers, or the errors it fails with.
+        self.snapshots: asyncio.Queue[TaskSnapshot | AgentError] = asyncio.Queue()
         self.sent: list[Request] = []
 
     async def pushes(self) -> bool:
@@ -44,7 +49,10 @@ class PushClient(FakeClient):
         self.sent.append(req)
         if req.op == "send":
             return await self.answers.get()
-        return await self.snapshots.get()
+        got = await self.snapshots.get()
+        if isinstance(got, AgentError):
+            raise got
+        return got
 
 
 def snapshot(state: str, *parts: str) -> TaskSnapshot:
@@ -112,13 +120,16 @@ async def test_a_start_to_an_agent_that_pushes_is_one_send_with_its_push_config_
 
 
 async def test_each_notification_is_applied_once_and_the_last_ends_the_task() -> None:
-    runner, part, _ = await pushed_runner()
+    runner, part, client = await pushed_runner()
     assert runner.notified(sdk_status("working")) == "applied"
     assert runner.notified(sdk_chunk("x", append=False)) == "applied"
     assert runner.notified(sdk_chunk("y", last=True)) == "applied"
     assert runner.notified(sdk_chunk("y", last=True)) == "duplicate"  # the agent delivered it again
     assert runner.notified({"statusUpdate": "?"}) == "unreadable"
-    assert runner.notified(sdk_status("completed")) == "applied"
+    assert runner.notified(sdk_status("completed")) == "held"  # until tasks/get shows every chunk
+    assert runner.notified(sdk_status("completed")) == "duplicate"
+    await until(lambda: len(client.sent) == 2, "the end asks tasks/get")
+    await client.snapshots.put(snapshot("completed", "x", "y"))
     await asyncio.wait_for(part.done.wait(), 2)
     assert runner.notified(sdk_status("working")) == "ignored-closed"
     arts = [e["artifact"]["parts"][0]["text"] for e in part.events if e["kind"] == "artifact"]
@@ -170,11 +181,13 @@ async def test_a_restored_task_is_reconciled_after_the_notifications_read_at_the
 
 async def test_a_reply_to_a_paused_push_task_is_sent_with_the_push_config_too() -> None:
     runner, part, client = await pushed_runner()
-    runner.notified(sdk_status("input-required"))
+    assert runner.notified(sdk_status("input-required")) == "held"
+    await until(lambda: len(client.sent) == 2, "the pause asks tasks/get")
+    await client.snapshots.put(snapshot("input-required"))
     await until(lambda: runner.follow.mode is IDLE, "the paused Task waits for a reply")
     runner.deliver(Command("reply", "r-1", "k", message=MESSAGE), consumer_record(offset=2))
-    await until(lambda: len(client.sent) == 2, "the reply is sent")
-    reply = client.sent[1]
+    await until(lambda: len(client.sent) == 3, "the reply is sent")
+    reply = client.sent[2]
     assert reply.method == "message/send" and "pushNotificationConfig" in reply.body["params"]["configuration"]
     await client.answers.put(snapshot("working"))
     await until(lambda: runner.follow.mode is PUSH and (2, "r-1") in part.absorbed, "the reply's answer")
@@ -206,8 +219,108 @@ async def test_a_snapshot_asked_while_a_notification_was_applied_is_not_applied(
     runner = await restored(client, part)
     part.notes_read.set()
     await until(lambda: len(client.sent) == 1, "the reconcile asks tasks/get")
-    assert runner.notified(sdk_status("input-required")) == "applied"
-    await client.snapshots.put(snapshot("working", "x"))  # answered after it, older
+    assert runner.notified(sdk_status("input-required")) == "held"
+    await until(lambda: len(client.sent) == 2, "the pause asks tasks/get of its own")
+    await client.snapshots.put(snapshot("working", "x"))  # the reconcile's answer: older
+    await client.snapshots.put(snapshot("input-required", "x"))  # the pause's
     await until(lambda: runner.follow.mode is IDLE, "the follower ends: the Task is paused")
-    assert [e.get("state") for e in part.events] == ["input-required"]
+    assert [e.get("state") for e in part.events] == [None, "input-required"]  # the chunk, then the pause
     await runner.stop()
+
+
+# ------------------------------------------------------------- the end --
+
+
+def texts(part: FakePartition) -> list[tuple[bool, list[str]]]:
+    return [
+        (e["artifact"]["append"], [p["text"] for p in e["artifact"]["parts"]])
+        for e in part.events
+        if e["kind"] == "artifact"
+    ]
+
+
+async def test_chunks_whose_notifications_were_lost_are_published_before_the_end() -> None:
+    """An agent that got no 2xx for a chunk's notification (every replica away) may
+    never send it again: the status that ends the Task waits for tasks/get, and the
+    snapshot's missing tail goes first."""
+    runner, part, client = await pushed_runner()
+    assert runner.notified(sdk_chunk("x", append=False)) == "applied"
+    # "y" and "z" were refused with a 503 and never sent again.
+    assert runner.notified(sdk_status("completed")) == "held"
+    await until(lambda: len(client.sent) == 2, "the end asks tasks/get")
+    assert [e.get("state") for e in part.events] == ["submitted", None]  # nothing closed yet
+    await client.snapshots.put(snapshot("completed", "x", "y", "z"))
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert texts(part) == [(False, ["x"]), (True, ["y", "z"])]
+    assert part.events[-1]["state"] == "completed"
+    assert [e["seq"] for e in part.events] == list(range(1, len(part.events) + 1))
+
+
+async def test_a_restored_task_ended_in_the_backlog_is_published_whole() -> None:
+    """The end read from the open's backlog, before the reconcile could ask."""
+    script = Script()
+    client = PushClient(script)
+    part = push_part(script, client)
+    runner = await restored(client, part)
+    assert runner.notified(sdk_chunk("x", append=False)) == "applied"
+    assert runner.notified(sdk_status("completed")) == "held"
+    await until(lambda: len(client.sent) == 1, "the end asks tasks/get at once")
+    await client.snapshots.put(snapshot("completed", "x", "y"))
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert texts(part) == [(False, ["x"]), (True, ["y"])]
+    assert part.events[-1]["state"] == "completed"
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        RpcError("sdk", "tasks/get", RpcError.TASK_NOT_FOUND, "no such task", 2),
+        AgentUnavailable("sdk", "tasks/get", "ConnectError"),
+    ],
+)
+async def test_an_end_whose_snapshot_cannot_be_had_is_published_as_notified(failure: AgentError) -> None:
+    runner, part, client = await pushed_runner()
+    # An unavailable agent is given up after the resume budget.
+    part.config = replace(part.config, bridge=replace(part.config.bridge, resume_deadline_seconds=0.05))
+    assert runner.notified(sdk_chunk("x", append=False)) == "applied"
+    assert runner.notified(sdk_status("failed")) == "held"
+    for _ in range(50):
+        await client.snapshots.put(failure)
+    await asyncio.wait_for(part.done.wait(), 5)
+    assert [e.get("state") for e in part.events] == ["submitted", None, "failed"]  # not lost
+
+
+async def test_a_snapshot_behind_the_notified_end_takes_nothing_back() -> None:
+    """An agent's store behind its own notification: its older snapshot is not published."""
+    runner, part, client = await pushed_runner()
+    assert runner.notified(sdk_chunk("x", append=False)) == "applied"
+    assert runner.notified(sdk_chunk("y")) == "applied"
+    assert runner.notified(sdk_status("completed")) == "held"
+    await client.snapshots.put(snapshot("working", "x"))
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert texts(part) == [(False, ["x"]), (True, ["y"])]
+    assert [e.get("state") for e in part.events] == ["submitted", None, None, "completed"]
+
+
+async def test_a_later_status_held_meanwhile_is_settled_by_a_snapshot_asked_after_it() -> None:
+    runner, part, client = await pushed_runner()
+    assert runner.notified(sdk_status("input-required")) == "held"
+    await until(lambda: len(client.sent) == 2, "the pause asks tasks/get")
+    assert runner.notified(sdk_status("canceled")) == "held"  # before that answer
+    await client.snapshots.put(snapshot("input-required"))  # older than the cancel: asked again
+    await until(lambda: len(client.sent) == 3, "asked again after the later status")
+    await client.snapshots.put(snapshot("canceled", "x"))
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert [e.get("state") for e in part.events] == ["submitted", None, "canceled"]
+
+
+async def test_the_deadline_ends_a_task_whose_end_is_still_held() -> None:
+    runner, part, client = await pushed_runner()
+    assert runner.notified(sdk_status("completed")) == "held"
+    runner.record.deadline = 0.0
+    runner.deliver(Command("reply", "r-1", "k", message=MESSAGE), consumer_record(offset=2))  # a wake
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert part.events[-1]["kind"] == "bridge" and runner.record.outcome == "timeout"
+    await client.snapshots.put(snapshot("completed"))
+    await runner.stop()
+    assert runner.record.outcome == "timeout"
