@@ -37,7 +37,7 @@ Retries back off with :data:`bridge.core.backoff.AGENT_RETRY` (the first
 attempt does not wait); progress renews the budget, and a failing call after
 progress still backs off.
 
-A push-followed Task (:class:`Backstop`) holds the status that ends or pauses it
+A push-followed Task (:class:`Backstop`) holds the status that ends it
 until a ``tasks/get`` asked after it answers (:func:`held_for_snapshot`,
 :func:`settled`): the chunks whose notifications never came are published first.
 """
@@ -226,29 +226,33 @@ class Backstop(Poll):
 
 def held_for_snapshot(update: Update, record: TaskRecord) -> bool:
     """Whether a push notification's ``update`` waits for a ``tasks/get`` snapshot
-    before it is applied: a status that ends or pauses a live push-followed Task.
+    before it is applied: a status that ends a live push-followed Task.
 
     An agent that got no 2xx for a chunk's notification may never send it again
-    (the a2a-sdk agents do not), and once the Task has stopped no backstop asks for
+    (the a2a-sdk agents do not), and once the Task has ended no backstop asks for
     it: the status would close the Task with the chunk missing. The snapshot asked
     after this status shows every chunk, so its missing tail is published first
-    (:func:`settled`). A status naming another Task, or a Task not named yet (no
-    ``tasks/get`` can be asked), is applied as it comes (and dropped if foreign)."""
-    if not isinstance(update, StatusUpdate) or not (is_terminal(update.state) or update.state in PAUSED_STATES):
+    (:func:`settled`). A pause is applied as it comes: a snapshot of a paused Task
+    may be older than what was published (the agent's store at an earlier pause),
+    and the end reconciles what the pause left out. A status naming another Task
+    is applied as it comes too (and dropped); one that comes before the Task is
+    named names it (``tasks/get`` asks for its id)."""
+    if not isinstance(update, StatusUpdate) or not is_terminal(update.state):
         return False
-    if not record.push or record.closed or record.task_id is None:
+    if not record.push or record.closed:
         return False
-    return update.task_id is None or update.task_id == record.task_id
+    return bool(update.task_id) and record.task_id in (None, update.task_id)
 
 
 def settled(held: StatusUpdate, snap: TaskSnapshot | None) -> Update:
     """What is applied for a ``held`` status once ``tasks/get`` answered ``snap``
     (None: it was given up).
 
-    The snapshot when it shows the Task ended, or stopped as ``held`` says: its
-    missing tail goes first, then its status. Otherwise the status as notified: an
-    agent's store behind its own notification, or no answer, leaves nothing better,
-    and a snapshot older than the status could take back parts published already."""
-    if snap is not None and (is_terminal(snap.state) or snap.state == held.state):
+    The snapshot when it shows the Task ended: a Task's last state, so it shows
+    every part, and its missing tail goes first, then its status. Otherwise the
+    status as notified: an agent's store behind its own notification, or no
+    answer, leaves nothing better, and a snapshot of a live Task may be older than
+    the parts published already."""
+    if snap is not None and is_terminal(snap.state):
         return snap
     return held

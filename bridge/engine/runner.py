@@ -157,9 +157,10 @@ class TaskRunner:
         self._backstop: Backstop | None = None
         # Set by a notification that paused or ended the Task: the backstop's wait ends.
         self._nudge: asyncio.Future[None] | None = None
-        # A notified status that ends or pauses the Task, waiting for its tasks/get
-        # (bridge.core.resume.held_for_snapshot); _settle publishes it.
+        # A notified status that ends the Task, waiting for its tasks/get
+        # (bridge.core.resume.held_for_snapshot), and the _settle that publishes it.
         self._ending: StatusUpdate | None = None
+        self._settling: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------ plumbing --
 
@@ -272,11 +273,12 @@ class TaskRunner:
         self._active()
         self._wake()
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
+    def _spawn(self, coro: Awaitable[None]) -> asyncio.Future[None]:
         t: asyncio.Future[None] = asyncio.ensure_future(coro)
         self._background.append(t)
         t.add_done_callback(self._background.remove)
         t.add_done_callback(self._crashed)
+        return t
 
     def _live(self) -> bool:
         """Whether the Task still needs following: neither closed nor paused."""
@@ -346,15 +348,12 @@ class TaskRunner:
                 if self.record.closed:
                     break
                 if deadline is not None and time.time() >= deadline:
-                    held = self._held
-                    reason = policy.held_reason(held) if held else None
-                    self._outcome("timeout", reason or "the bridge's deadline passed; the agent's Task may still run")
-                    if self.part.config.bridge.cancel_on_timeout and self.record.task_id and not held:
-                        with contextlib.suppress(AgentError, CredentialsUnavailable):
-                            await self._cancel_call()
+                    await self._deadline_passed()
         finally:
             if self._follower is not None:
                 self._follower.cancel()
+            if self._settling is not None:
+                self._settling.cancel()  # it may wait for a token for as long as there is none
             if self.record.closed:
                 self.follow.close()
                 log.info("the Task ended: %s", self.record.ended_as)
@@ -367,6 +366,20 @@ class TaskRunner:
             # partition close they stay unabsorbed and are read again later.
             while not self._stopping and self.inbox:
                 self.part.dispatch(*self.inbox.pop(0))
+
+    async def _deadline_passed(self) -> None:
+        """The Task's deadline passed: it times out, unless the agent said it ended
+        (an end held for its snapshot is published as notified, waited for no longer)."""
+        if self._ending is not None:
+            self._publish_held(None)
+            if self.record.closed:
+                return
+        held = self._held
+        reason = policy.held_reason(held) if held else None
+        self._outcome("timeout", reason or "the bridge's deadline passed; the agent's Task may still run")
+        if self.part.config.bridge.cancel_on_timeout and self.record.task_id and not held:
+            with contextlib.suppress(AgentError, CredentialsUnavailable):
+                await self._cancel_call()
 
     async def _restore(self) -> None:
         """Follow a Task restored from its checkpoint again: a live one reconnects
@@ -578,16 +591,17 @@ class TaskRunner:
             with contextlib.suppress(Exception):
                 await close_stream(it)
 
-    async def _snapshot(self) -> TaskSnapshot:
-        """tasks/get (held until there is a token to send)."""
-        assert self.record.task_id is not None
-        get = self.client.dialect.get(rpc_id("get"), self.record.task_id)
+    async def _snapshot(self, task_id: str | None = None) -> TaskSnapshot:
+        """tasks/get of the Task (or of ``task_id``), held until there is a token to send."""
+        task_id = task_id or self.record.task_id
+        assert task_id is not None
+        get = self.client.dialect.get(rpc_id("get"), task_id)
         return await self._once_credentialed(lambda: self.client.task(get, self._trace))
 
-    async def _observe(self) -> TaskSnapshot | AgentError:
+    async def _observe(self, task_id: str | None = None) -> TaskSnapshot | AgentError:
         """tasks/get: the snapshot, or the error it failed with."""
         try:
-            return await self._snapshot()
+            return await self._snapshot(task_id)
         except AgentError as exc:
             return exc
 
@@ -721,8 +735,8 @@ class TaskRunner:
             plan.answered(changed=self.record.seq != seq)
 
     async def _ask(self, plan: Poll) -> TaskSnapshot | None:
-        """One ``tasks/get`` of a poll (or a backstop): the snapshot, or None when it
-        failed (and the Task is closed ``lost`` if ``plan`` gives it up)."""
+        """One ``tasks/get`` of a poll: the snapshot, or None when it failed (and the
+        Task is closed ``lost`` if ``plan`` gives it up)."""
         got = await self._observe()
         if isinstance(got, TaskSnapshot):
             return got
@@ -774,8 +788,12 @@ class TaskRunner:
                 if not self._live():
                     return
                 heard = plan.heard
-                got = await self._ask(plan)
-                if got is None:
+                got = await self._observe()
+                if isinstance(got, AgentError):
+                    decision = plan.failed(got, self._clock())
+                    # With an end held, _settle publishes it instead (on its own failures).
+                    if isinstance(decision, Lost) and self._ending is None:
+                        self._outcome("lost", decision.reason)
                     continue
                 plan.answered()
                 if plan.heard == heard:
@@ -807,7 +825,7 @@ class TaskRunner:
             if update == self._ending:
                 return "duplicate"  # the agent delivered it again
             if self._ending is None:
-                self._spawn(self._settle())
+                self._settling = self._spawn(self._settle())
             self._ending = update  # a later one replaces it: _settle asks again
             result: NotificationResult = "held"
         else:
@@ -839,7 +857,8 @@ class TaskRunner:
         plan = Poll(budget=self.part.config.bridge.resume_deadline_seconds, pace=AGENT_RETRY)
         try:
             while (held := self._ending) is not None and not self.record.closed:
-                got: TaskSnapshot | AgentError | None = await self._observe()
+                # The held status names the Task when the start's answer has not yet.
+                got: TaskSnapshot | AgentError | None = await self._observe(self.record.task_id or held.task_id)
                 if self._ending is not held:
                     continue  # a later status came meanwhile: this snapshot may be older
                 if isinstance(got, AgentError):
@@ -850,12 +869,16 @@ class TaskRunner:
                         "tasks/get failed (%s): the Task's %s is published without a snapshot", got.kind, held.state
                     )
                     got = None
-                self._ending = None
-                if not self.record.closed:
-                    self._apply(settled(held, got))
-                    self._nudged()
+                self._publish_held(got)
         finally:
-            self._ending = None
+            self._ending, self._settling = None, None
+
+    def _publish_held(self, snap: TaskSnapshot | None) -> None:
+        """The held status, or what ``snap`` shows instead (bridge.core.resume.settled)."""
+        held, self._ending = self._ending, None
+        if held is not None and not self.record.closed:
+            self._apply(settled(held, snap))
+            self._nudged()
 
     # -------------------------------------------------------------- cancel --
 

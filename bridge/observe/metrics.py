@@ -213,7 +213,7 @@ PUSH_PRODUCED = Counter(
 PUSH_APPLIED = Counter(
     "bridge_push_notifications_applied_total",
     "Push notifications read from the notifications topic by their partition's owner, by agent ('none' if"
-    " unreadable) and what became of them: applied, held (a status that ends or pauses the Task, published after a"
+    " unreadable) and what became of them: applied, held (a status that ends the Task, published after a"
     " tasks/get), duplicate, ignored-unknown-task, ignored-closed, unreadable.",
     ["agent", "result"],
 )

@@ -298,21 +298,24 @@ def status_of(state: str, task_id: str = "t-1") -> StatusUpdate:
     return StatusUpdate(task_id, "ctx", state, None, None)
 
 
-@pytest.mark.parametrize("state", ["completed", "failed", "canceled", "rejected", "input-required", "auth-required"])
-def test_a_notified_status_that_ends_or_pauses_a_push_task_waits_for_a_snapshot(state: str) -> None:
+@pytest.mark.parametrize("state", ["completed", "failed", "canceled", "rejected"])
+def test_a_notified_status_that_ends_a_push_task_waits_for_a_snapshot(state: str) -> None:
     assert held_for_snapshot(status_of(state), pushed())
+    assert held_for_snapshot(status_of(state), pushed(task_id=None))  # it names the Task to ask for
 
 
 @pytest.mark.parametrize(
     ("update", "record"),
     [
         (status_of("working"), pushed()),  # the Task goes on: the backstop still asks
+        (status_of("input-required"), pushed()),  # a pause: the end reconciles what it left out
+        (status_of("auth-required"), pushed()),
         (status_of("unknown-state"), pushed()),  # unknown states never end a Task
         (ArtifactUpdate("t-1", "ctx", "a", None, [{"text": "x"}], append=True, last_chunk=True), pushed()),
         (TaskSnapshot("t-1", "ctx", "completed"), pushed()),  # a whole Task shows every chunk itself
         (status_of("completed"), pushed(push=False)),  # followed by stream or poll
         (status_of("completed"), pushed(closed=True)),  # after the end: dropped as it comes
-        (status_of("completed"), pushed(task_id=None)),  # no tasks/get can name the Task yet
+        (status_of("completed", task_id=""), pushed(task_id=None)),  # nothing names the Task to ask for
         (status_of("completed", task_id="t-2"), pushed()),  # another Task's: dropped as it comes
     ],
 )
@@ -323,9 +326,7 @@ def test_anything_else_is_applied_as_it_comes(update: Update, record: TaskRecord
 def test_a_snapshot_that_shows_the_end_is_published_instead_of_the_held_status() -> None:
     done = TaskSnapshot("t-1", "ctx", "completed")
     assert settled(status_of("completed"), done) is done
-    assert settled(status_of("input-required"), done) is done  # the Task went on and ended meanwhile
-    paused = TaskSnapshot("t-1", "ctx", "input-required")
-    assert settled(status_of("input-required"), paused) is paused
+    assert settled(status_of("failed"), done) is done  # the Task's last word
 
 
 @pytest.mark.parametrize("state", ["working", "submitted", "input-required"])

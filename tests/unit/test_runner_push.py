@@ -181,13 +181,11 @@ async def test_a_restored_task_is_reconciled_after_the_notifications_read_at_the
 
 async def test_a_reply_to_a_paused_push_task_is_sent_with_the_push_config_too() -> None:
     runner, part, client = await pushed_runner()
-    assert runner.notified(sdk_status("input-required")) == "held"
-    await until(lambda: len(client.sent) == 2, "the pause asks tasks/get")
-    await client.snapshots.put(snapshot("input-required"))
+    assert runner.notified(sdk_status("input-required")) == "applied"  # a pause is not held
     await until(lambda: runner.follow.mode is IDLE, "the paused Task waits for a reply")
     runner.deliver(Command("reply", "r-1", "k", message=MESSAGE), consumer_record(offset=2))
-    await until(lambda: len(client.sent) == 3, "the reply is sent")
-    reply = client.sent[2]
+    await until(lambda: len(client.sent) == 2, "the reply is sent")
+    reply = client.sent[1]
     assert reply.method == "message/send" and "pushNotificationConfig" in reply.body["params"]["configuration"]
     await client.answers.put(snapshot("working"))
     await until(lambda: runner.follow.mode is PUSH and (2, "r-1") in part.absorbed, "the reply's answer")
@@ -219,12 +217,10 @@ async def test_a_snapshot_asked_while_a_notification_was_applied_is_not_applied(
     runner = await restored(client, part)
     part.notes_read.set()
     await until(lambda: len(client.sent) == 1, "the reconcile asks tasks/get")
-    assert runner.notified(sdk_status("input-required")) == "held"
-    await until(lambda: len(client.sent) == 2, "the pause asks tasks/get of its own")
-    await client.snapshots.put(snapshot("working", "x"))  # the reconcile's answer: older
-    await client.snapshots.put(snapshot("input-required", "x"))  # the pause's
+    assert runner.notified(sdk_status("input-required")) == "applied"
+    await client.snapshots.put(snapshot("working", "x"))  # answered after it, older
     await until(lambda: runner.follow.mode is IDLE, "the follower ends: the Task is paused")
-    assert [e.get("state") for e in part.events] == [None, "input-required"]  # the chunk, then the pause
+    assert [e.get("state") for e in part.events] == ["input-required"]
     await runner.stop()
 
 
@@ -302,25 +298,63 @@ async def test_a_snapshot_behind_the_notified_end_takes_nothing_back() -> None:
     assert [e.get("state") for e in part.events] == ["submitted", None, None, "completed"]
 
 
-async def test_a_later_status_held_meanwhile_is_settled_by_a_snapshot_asked_after_it() -> None:
+async def test_a_later_end_held_meanwhile_is_settled_by_a_snapshot_asked_after_it() -> None:
     runner, part, client = await pushed_runner()
-    assert runner.notified(sdk_status("input-required")) == "held"
-    await until(lambda: len(client.sent) == 2, "the pause asks tasks/get")
-    assert runner.notified(sdk_status("canceled")) == "held"  # before that answer
-    await client.snapshots.put(snapshot("input-required"))  # older than the cancel: asked again
+    assert runner.notified(sdk_status("failed")) == "held"
+    await until(lambda: len(client.sent) == 2, "the end asks tasks/get")
+    assert runner.notified(sdk_status("completed")) == "held"  # before that answer
+    await client.snapshots.put(snapshot("working"))  # older than the second: asked again
     await until(lambda: len(client.sent) == 3, "asked again after the later status")
-    await client.snapshots.put(snapshot("canceled", "x"))
+    await client.snapshots.put(snapshot("completed", "x"))
     await asyncio.wait_for(part.done.wait(), 2)
-    assert [e.get("state") for e in part.events] == ["submitted", None, "canceled"]
+    assert [e.get("state") for e in part.events] == ["submitted", None, "completed"]
 
 
-async def test_the_deadline_ends_a_task_whose_end_is_still_held() -> None:
+async def test_an_end_that_comes_before_the_start_is_answered_names_the_task_to_ask_for() -> None:
+    runner, part, client = await sent_start()
+    assert runner.record.task_id is None
+    assert runner.notified(sdk_status("completed")) == "held"
+    await until(lambda: len(client.sent) == 2, "the end asks tasks/get")
+    assert client.sent[1].body["params"] == {"id": "t-1"}
+    await client.snapshots.put(snapshot("completed", "x", "y"))
+    await until(lambda: runner.record.closed, "the snapshot ends the Task")
+    await client.answers.put(snapshot("submitted"))  # the start's answer, older
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert texts(part) == [(False, ["x", "y"])]
+    assert [e.get("state") for e in part.events] == [None, "completed"]
+    assert part.absorbed == [(1, "c-start")]
+
+
+async def test_a_pause_is_applied_as_it_comes() -> None:
+    runner, _, client = await pushed_runner()
+    assert runner.notified(sdk_status("input-required")) == "applied"
+    assert runner.record.paused and len(client.sent) == 1
+    await runner.stop()
+
+
+async def test_the_deadline_publishes_an_end_still_held_not_a_timeout() -> None:
+    """The agent said the Task ended: that is what it did, snapshot or not."""
     runner, part, client = await pushed_runner()
     assert runner.notified(sdk_status("completed")) == "held"
+    await until(lambda: len(client.sent) == 2, "the end asks tasks/get")
     runner.record.deadline = 0.0
     runner.deliver(Command("reply", "r-1", "k", message=MESSAGE), consumer_record(offset=2))  # a wake
     await asyncio.wait_for(part.done.wait(), 2)
-    assert part.events[-1]["kind"] == "bridge" and runner.record.outcome == "timeout"
-    await client.snapshots.put(snapshot("completed"))
+    assert runner.record.outcome is None and part.events[-1]["state"] == "completed"
     await runner.stop()
-    assert runner.record.outcome == "timeout"
+
+
+async def test_a_backstop_that_gives_the_task_up_leaves_a_held_end_to_its_settle() -> None:
+    script = Script()
+    client = PushClient(script)
+    part = push_part(script, client)
+    runner = await restored(client, part)
+    part.notes_read.set()
+    await until(lambda: len(client.sent) == 1, "the reconcile asks tasks/get")
+    assert runner.notified(sdk_status("completed")) == "held"
+    await until(lambda: len(client.sent) == 2, "the end asks tasks/get")
+    gone = RpcError("sdk", "tasks/get", RpcError.TASK_NOT_FOUND, "no such task", 2)
+    await client.snapshots.put(gone)  # the reconcile's
+    await client.snapshots.put(gone)  # the end's
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert runner.record.outcome is None and [e.get("state") for e in part.events] == ["completed"]
