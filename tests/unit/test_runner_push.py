@@ -155,6 +155,17 @@ async def restored(client: PushClient, part: FakePartition) -> TaskRunner:
     return runner
 
 
+async def reconciling() -> tuple[TaskRunner, FakePartition, PushClient]:
+    """A restored Task whose reconcile has asked tasks/get, not answered yet."""
+    script = Script()
+    client = PushClient(script)
+    part = push_part(script, client)
+    runner = await restored(client, part)
+    part.notes_read.set()
+    await until(lambda: len(client.sent) == 1, "the reconcile asks tasks/get")
+    return runner, part, client
+
+
 async def test_a_restored_task_is_reconciled_after_the_notifications_read_at_the_open() -> None:
     script = Script()
     client = PushClient(script)
@@ -211,12 +222,7 @@ async def test_an_agent_whose_card_does_not_push_is_streamed_as_before() -> None
 async def test_a_snapshot_asked_while_a_notification_was_applied_is_not_applied() -> None:
     """The notification may be newer than the snapshot: applying the snapshot after it
     would publish an older status again."""
-    script = Script()
-    client = PushClient(script)
-    part = push_part(script, client)
-    runner = await restored(client, part)
-    part.notes_read.set()
-    await until(lambda: len(client.sent) == 1, "the reconcile asks tasks/get")
+    runner, part, client = await reconciling()
     assert runner.notified(sdk_status("input-required")) == "applied"
     await client.snapshots.put(snapshot("working", "x"))  # answered after it, older
     await until(lambda: runner.follow.mode is IDLE, "the follower ends: the Task is paused")
@@ -345,12 +351,7 @@ async def test_the_deadline_publishes_an_end_still_held_not_a_timeout() -> None:
 
 
 async def test_a_backstop_that_gives_the_task_up_leaves_a_held_end_to_its_settle() -> None:
-    script = Script()
-    client = PushClient(script)
-    part = push_part(script, client)
-    runner = await restored(client, part)
-    part.notes_read.set()
-    await until(lambda: len(client.sent) == 1, "the reconcile asks tasks/get")
+    runner, part, client = await reconciling()
     assert runner.notified(sdk_status("completed")) == "held"
     await until(lambda: len(client.sent) == 2, "the end asks tasks/get")
     gone = RpcError("sdk", "tasks/get", RpcError.TASK_NOT_FOUND, "no such task", 2)
