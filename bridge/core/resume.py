@@ -226,7 +226,7 @@ class Backstop(Poll):
 
 def held_for_snapshot(update: Update, record: TaskRecord) -> bool:
     """Whether a push notification's ``update`` waits for a ``tasks/get`` snapshot
-    before it is applied: a status that ends a live push-followed Task.
+    before it is applied: a status that ends a running push-followed Task.
 
     An agent that got no 2xx for a chunk's notification may never send it again
     (the a2a-sdk agents do not), and once the Task has ended no backstop asks for
@@ -234,12 +234,14 @@ def held_for_snapshot(update: Update, record: TaskRecord) -> bool:
     after this status shows every chunk, so its missing tail is published first
     (:func:`settled`). A pause is applied as it comes: a snapshot of a paused Task
     may be older than what was published (the agent's store at an earlier pause),
-    and the end reconciles what the pause left out. A status naming another Task
-    is applied as it comes too (and dropped); one that comes before the Task is
-    named names it (``tasks/get`` asks for its id)."""
+    and the end reconciles what the pause left out. The end of a paused Task is
+    applied as it comes too: the hold is not checkpointed, and the next owner of a
+    paused Task asks no ``tasks/get`` that would find the end again. A status
+    naming another Task is applied as it comes (and dropped); one that comes
+    before the Task is named names it (``tasks/get`` asks for its id)."""
     if not isinstance(update, StatusUpdate) or not is_terminal(update.state):
         return False
-    if not record.push or record.closed:
+    if not record.push or record.closed or record.paused:
         return False
     return bool(update.task_id) and record.task_id in (None, update.task_id)
 

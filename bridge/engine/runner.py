@@ -340,7 +340,9 @@ class TaskRunner:
                 await self._restore()
             del start  # not kept alive for the Task's whole life
             while not self.record.closed:
-                if self.inbox and self._sending is None:
+                # Not while an end is held: the Task has ended, and its commands go
+                # back through the partition's rules once that is published.
+                if self.inbox and self._sending is None and self._ending is None:
                     self._command(*self.inbox.pop(0))
                     continue
                 deadline = self.record.deadline
@@ -505,6 +507,7 @@ class TaskRunner:
                 # The agent answered without a Task: that is the answer (a start that
                 # never names a Task is closed, not left pending: docs/gateway-protocol.md).
                 if command.type == "start":
+                    self._publish_held(None)  # an end the agent notified meanwhile comes first
                     self._outcome("no-task", exc.detail, exc.said)
                     self._answered()
                 else:
@@ -519,6 +522,7 @@ class TaskRunner:
                     continue
                 outcome, reason = policy.start_failure(exc, cfg.first_event_timeout_seconds)
                 if command.type == "start":
+                    self._publish_held(None)  # an end the agent notified meanwhile comes first
                     self._outcome(outcome, reason)
                     self._answered()
                 else:
@@ -853,7 +857,8 @@ class TaskRunner:
 
         The hold is not checkpointed: the notification's offset may commit before
         this publishes. A crash then loses only the hold, as the next owner's
-        reconcile asks ``tasks/get`` first anyway (:meth:`_pushed`)."""
+        reconcile asks ``tasks/get`` first anyway (:meth:`_pushed`; a paused Task's
+        end is never held, as its next owner would not ask)."""
         plan = Poll(budget=self.part.config.bridge.resume_deadline_seconds, pace=AGENT_RETRY)
         try:
             while (held := self._ending) is not None and not self.record.closed:

@@ -315,6 +315,7 @@ def test_a_notified_status_that_ends_a_push_task_waits_for_a_snapshot(state: str
         (TaskSnapshot("t-1", "ctx", "completed"), pushed()),  # a whole Task shows every chunk itself
         (status_of("completed"), pushed(push=False)),  # followed by stream or poll
         (status_of("completed"), pushed(closed=True)),  # after the end: dropped as it comes
+        (status_of("canceled"), pushed(state="input-required")),  # no restore would find it again
         (status_of("completed", task_id=""), pushed(task_id=None)),  # nothing names the Task to ask for
         (status_of("completed", task_id="t-2"), pushed()),  # another Task's: dropped as it comes
     ],

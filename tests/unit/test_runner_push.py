@@ -37,7 +37,7 @@ class PushClient(FakeClient):
         self.name, self.config = AGENT.name, AGENT
         self.dialect = Dialect("sdk")
         self._pushes = pushes
-        self.answers: asyncio.Queue[TaskSnapshot] = asyncio.Queue()
+        self.answers: asyncio.Queue[TaskSnapshot | AgentError] = asyncio.Queue()
         # tasks/get's answers, or the errors it fails with.
         self.snapshots: asyncio.Queue[TaskSnapshot | AgentError] = asyncio.Queue()
         self.sent: list[Request] = []
@@ -47,9 +47,7 @@ class PushClient(FakeClient):
 
     async def task(self, req: Request, trace: str | None = None) -> TaskSnapshot:
         self.sent.append(req)
-        if req.op == "send":
-            return await self.answers.get()
-        got = await self.snapshots.get()
+        got = await (self.answers if req.op == "send" else self.snapshots).get()
         if isinstance(got, AgentError):
             raise got
         return got
@@ -322,19 +320,50 @@ async def test_an_end_that_comes_before_the_start_is_answered_names_the_task_to_
     assert runner.notified(sdk_status("completed")) == "held"
     await until(lambda: len(client.sent) == 2, "the end asks tasks/get")
     assert client.sent[1].body["params"] == {"id": "t-1"}
+    await client.answers.put(snapshot("submitted"))  # the start's answer, older than the end
+    await until(lambda: part.absorbed == [(1, "c-start")], "the start is absorbed with its answer")
     await client.snapshots.put(snapshot("completed", "x", "y"))
-    await until(lambda: runner.record.closed, "the snapshot ends the Task")
-    await client.answers.put(snapshot("submitted"))  # the start's answer, older
     await asyncio.wait_for(part.done.wait(), 2)
     assert texts(part) == [(False, ["x", "y"])]
-    assert [e.get("state") for e in part.events] == [None, "completed"]
-    assert part.absorbed == [(1, "c-start")]
+    assert [e.get("state") for e in part.events] == ["submitted", None, "completed"]
+    assert part.absorbed == [(1, "c-start")] and part.dlq == []
+
+
+async def test_a_start_that_fails_after_the_agent_notified_its_end_is_that_end() -> None:
+    runner, part, client = await sent_start()
+    assert runner.notified(sdk_status("completed")) == "held"
+    await client.answers.put(RpcError("sdk", "message/send", -32602, "invalid params", 1))
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert [e.get("state") for e in part.events] == ["completed"]  # not "rejected"
+    assert runner.record.outcome is None and part.absorbed == [(1, "c-start")] and part.dlq == []
+
+
+async def test_commands_wait_while_an_end_is_held_and_then_meet_the_ended_task() -> None:
+    runner, part, client = await pushed_runner()
+    assert runner.notified(sdk_status("completed")) == "held"
+    await until(lambda: len(client.sent) == 2, "the end asks tasks/get")
+    runner.deliver(Command("cancel", "x-1", "k"), consumer_record(offset=2))
+    await asyncio.sleep(0.05)
+    assert [e.get("outcome") for e in part.events if e["kind"] == "bridge"] == []  # no cancel-requested
+    await client.snapshots.put(snapshot("completed"))
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert part.events[-1]["state"] == "completed" and part.dispatched == [2]  # back to the partition's rules
+
+
+async def test_the_end_of_a_paused_task_is_applied_as_it_comes() -> None:
+    """No restore of a paused Task would ask tasks/get: a hold lost with its owner would be lost for good."""
+    runner, part, _ = await pushed_runner()
+    assert runner.notified(sdk_status("input-required")) == "applied"
+    assert runner.notified(sdk_status("canceled")) == "applied"
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert part.events[-1]["state"] == "canceled"
 
 
 async def test_a_pause_is_applied_as_it_comes() -> None:
     runner, _, client = await pushed_runner()
     assert runner.notified(sdk_status("input-required")) == "applied"
-    assert runner.record.paused and len(client.sent) == 1
+    await asyncio.sleep(0.05)
+    assert runner.record.paused and len(client.sent) == 1  # no tasks/get
     await runner.stop()
 
 
