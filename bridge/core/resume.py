@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from bridge.core import push
 from bridge.core.backoff import AGENT_RETRY, Backoff, Draw
@@ -224,7 +225,7 @@ class Backstop(Poll):
         self.answered()
 
 
-def held_for_snapshot(update: Update, record: TaskRecord) -> bool:
+def held_for_snapshot(update: Update, record: TaskRecord) -> TypeGuard[StatusUpdate]:
     """Whether a push notification's ``update`` waits for a ``tasks/get`` snapshot
     before it is applied: a status that ends a running push-followed Task.
 

@@ -739,13 +739,14 @@ class TaskRunner:
             plan.answered(changed=self.record.seq != seq)
 
     async def _ask(self, plan: Poll) -> TaskSnapshot | None:
-        """One ``tasks/get`` of a poll: the snapshot, or None when it failed (and the
-        Task is closed ``lost`` if ``plan`` gives it up)."""
+        """One ``tasks/get`` of a poll (or a backstop): the snapshot, or None when it
+        failed (and the Task is closed ``lost`` if ``plan`` gives it up, unless an end
+        is held: :meth:`_settle` publishes that instead, on its own failures)."""
         got = await self._observe()
         if isinstance(got, TaskSnapshot):
             return got
         decision = plan.failed(got, self._clock())
-        if isinstance(decision, Lost):
+        if isinstance(decision, Lost) and self._ending is None:
             self._outcome("lost", decision.reason)
         return None
 
@@ -792,12 +793,8 @@ class TaskRunner:
                 if not self._live():
                     return
                 heard = plan.heard
-                got = await self._observe()
-                if isinstance(got, AgentError):
-                    decision = plan.failed(got, self._clock())
-                    # With an end held, _settle publishes it instead (on its own failures).
-                    if isinstance(decision, Lost) and self._ending is None:
-                        self._outcome("lost", decision.reason)
+                got = await self._ask(plan)
+                if got is None:
                     continue
                 plan.answered()
                 if plan.heard == heard:
@@ -825,7 +822,6 @@ class TaskRunner:
         except AgentProtocolError:
             return "unreadable"
         if held_for_snapshot(update, self.record):
-            assert isinstance(update, StatusUpdate)
             if update == self._ending:
                 return "duplicate"  # the agent delivered it again
             if self._ending is None:
