@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -129,6 +130,9 @@ class PartitionOwner:
         )
         self._committer: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
+        # The tick's deadline while the committer waits for it (inf: not waiting), for
+        # a reader to cut the tick at (see space).
+        self._due = math.inf
         self.failed: BaseException | None = None
         self.ready = False
         # Where the checkpoints say this partition's commands continue.
@@ -364,21 +368,30 @@ class PartitionOwner:
                 if self._closing.is_set():
                     pass
                 elif deadline > clock():
-                    # timeout_at, not wait_for: one loop turn from the deadline to the
-                    # commit, where each extra turn is a busy loop's full round of readers
-                    # (measured: bench/README.md, "Commit ticks on a grid").
+                    # From the deadline on a reader may cut the tick itself, between two
+                    # events (see space): this task's wake-up waits for its turn of a
+                    # busy loop, a full round of readers or two (measured:
+                    # bench/README.md, "A reader cuts its partition's tick"). timeout_at,
+                    # not wait_for: one turn fewer ("Commit ticks on a grid").
+                    self._due = deadline
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout_at(deadline):
                             await self.txn.wake.wait()
+                    self._due = math.inf
                 else:
                     await asyncio.sleep(0)  # behind: commit at once, yet never without yielding
-                deadline = next_tick(deadline, clock(), interval)
                 # Runners are stopped before closing is set: a commit that starts
                 # after seeing it holds everything they produced.
                 closing = self._closing.is_set()
-                self._sweep(time.time())
-                self._count()
-                await self.txn.commit()
+                if self.txn.in_flight:  # a reader cut this tick
+                    deadline = next_tick(deadline, self.txn.cut_at, interval)
+                    await self.txn.land()
+                    if not closing:
+                        continue
+                else:
+                    deadline = next_tick(deadline, clock(), interval)
+                self._tick()
+                await self.txn.land()
                 if closing:
                     return
         except Exception as exc:
@@ -388,6 +401,12 @@ class PartitionOwner:
             log.warning("%s; %s", exc, "fenced by another bridge" if fenced else "rebuilding it from its checkpoints")
             self.failed = exc
             self.ready = False
+
+    def _tick(self) -> None:
+        """Cut this tick's transaction: closed Tasks past their window, counters, the outbox."""
+        self._sweep(time.time())
+        self._count()
+        self.txn.cut()
 
     def _count(self) -> None:
         """Per-event counters go to Prometheus once a tick: a labelled inc per event
@@ -657,6 +676,14 @@ class PartitionOwner:
         return min(self.config.bridge.max_artifact_bytes, budget - events.ENVELOPE_RESERVE)
 
     async def space(self) -> None:
+        """Between two events of a reader: the tick is cut here once it is due, and
+        the reader waits while the outbox is full."""
+        if time.monotonic() >= self._due:
+            self._due = math.inf
+            if self.failed is None:  # a failed partition's state may be half-changed
+                # A failure here is met again by the committer's own tick, which fails the partition.
+                with contextlib.suppress(Exception):
+                    self._tick()
         await self.txn.space()
 
     def publish(self, record: TaskRecord, results: list[Event | Dropped]) -> None:

@@ -199,9 +199,14 @@ class ProducerLoop:
 
     async def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
         """``coro`` to its end on this loop (cancelling the caller cancels it)."""
+        return await self.submit(coro)
+
+    def submit(self, coro: Coroutine[Any, Any, _T]) -> asyncio.Future[_T]:
+        """``coro`` started on this loop now; its result as a future of the caller's
+        loop (cancelling that future cancels it)."""
         if self._loop is None:
-            return await coro
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+            return asyncio.ensure_future(coro)
+        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
 
     def close(self) -> None:
         """Stop the thread; its producers must have been stopped already."""
@@ -255,6 +260,9 @@ class PartitionTransactions:
         self._last_notified: int | None = None
         # When the transaction now waiting on Kafka began (None: none is).
         self.pending_since: float | None = None
+        # The transaction cut and not landed yet (see cut), and when the last was cut.
+        self._cut: _Cut | None = None
+        self.cut_at = 0.0
         self._producer: AIOKafkaProducer | None = None
         self._commands_tp = TopicPartition(config.kafka.commands_topic, partition)
         self._notifications_tp = TopicPartition(config.kafka.notifications_topic, partition)
@@ -425,7 +433,22 @@ class PartitionTransactions:
     # ---------------------------------------------------------- committer --
 
     async def commit(self) -> int:
-        """Commit the current outbox as one transaction; returns records written.
+        """Commit the current outbox as one transaction (:meth:`cut`, then :meth:`land`);
+        returns records written."""
+        self.cut()
+        return await self.land()
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a cut transaction has not landed yet."""
+        return self._cut is not None
+
+    def cut(self) -> None:
+        """Take the current outbox as one transaction and hand it to Kafka at once.
+
+        Synchronous, so a reader may cut its partition's tick between two events
+        instead of waiting for the committer's turn of the loop. At most one is in
+        flight: :meth:`land` must be awaited before the next cut.
 
         1. Swap the outbox, encode checkpoints and take the positions (commands and
            notifications), with no await in between: they describe the same instant.
@@ -439,6 +462,39 @@ class PartitionTransactions:
         7. Wait for every send's delivery; any failure aborts (nothing commits).
         8. Commit.
         """
+        assert self._cut is None, "the last transaction has not landed"
+        self.cut_at = time.monotonic()
+        try:
+            self._cut = self._begin()
+        except Exception as exc:  # nothing began: nothing to abort; land raises it
+            failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            self._cut = _Cut(failed, None, None, 0, StepTimes(self.cut_at))
+
+    async def land(self) -> int:
+        """Wait for the cut transaction to commit; returns its records (0: there was
+        nothing to commit). Raises :class:`TransactionFailed` if it did not."""
+        cut = self._cut
+        assert cut is not None, "nothing was cut"
+        try:
+            await cut.done
+        finally:
+            self._cut = None
+            self.pending_since = None
+        if cut.count == 0:
+            return 0
+        steps = cut.steps
+        steps.mark("return")
+        self._last, self._last_notified = cut.position, cut.notified
+        metrics.TRANSACTIONS.labels("committed").inc()
+        metrics.TRANSACTION_SECONDS.observe(steps.last - steps.started)
+        for step, seconds in steps.seconds.items():
+            metrics.TRANSACTION_STEP[step].observe(seconds)
+        metrics.TRANSACTION_RECORDS.observe(cut.count)
+        return cut.count
+
+    def _begin(self) -> _Cut:
+        """Step 1 of :meth:`cut`, then steps 2-8 handed to the producer loop."""
         producer = self._producer
         if producer is None:
             raise RuntimeError("partition producer is not started")
@@ -450,7 +506,9 @@ class PartitionTransactions:
         notified = self._notified()
         unmoved = position == self._last and notified == self._last_notified
         if not outbox.records and not outbox.dirty and not outbox.tombstones and unmoved:
-            return 0
+            nothing: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            nothing.set_result(None)
+            return _Cut(nothing, position, notified, 0, StepTimes(self.cut_at))
         cp_topic = self.config.kafka.checkpoints_topic
         budget = self._limits().budget(cp_topic)
         p = self.partition
@@ -492,21 +550,12 @@ class PartitionTransactions:
             except Exception as exc:  # nothing began: nothing to abort
                 metrics.TRANSACTIONS.labels("failed").inc()
                 raise TransactionFailed(self.partition, exc) from exc
-        started = self.pending_since = time.monotonic()
-        steps = StepTimes(started)
-        try:
-            await self._producers.run(self._transact(producer, records, built, offsets, steps))
-        finally:
-            self.pending_since = None
-        steps.mark("return")
-        self._last, self._last_notified = position, notified
-        count = len(records)
-        metrics.TRANSACTIONS.labels("committed").inc()
-        metrics.TRANSACTION_SECONDS.observe(steps.last - started)
-        for step, seconds in steps.seconds.items():
-            metrics.TRANSACTION_STEP[step].observe(seconds)
-        metrics.TRANSACTION_RECORDS.observe(count)
-        return count
+        # The steps start where the transaction is handed over, as they did before a
+        # reader could cut it: its step 1 is the tick's CPU, not a wait on Kafka.
+        self.pending_since = time.monotonic()
+        steps = StepTimes(self.pending_since)
+        done = self._producers.submit(self._transact(producer, records, built, offsets, steps))
+        return _Cut(done, position, notified, len(records), steps)
 
     async def _transact(
         self,
@@ -642,6 +691,17 @@ class StepTimes:
         now = time.monotonic()
         self.seconds[step] = now - self.last
         self.last = now
+
+
+@dataclass(slots=True)
+class _Cut:
+    """A transaction handed to Kafka (see PartitionTransactions.cut): what it commits."""
+
+    done: asyncio.Future[None]
+    position: Position | None
+    notified: int | None
+    count: int
+    steps: StepTimes
 
 
 def batches(producer: AIOKafkaProducer, records: list[OutRecord]) -> Batches:

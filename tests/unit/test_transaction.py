@@ -442,6 +442,29 @@ async def test_on_a_producer_thread_the_transaction_is_the_same() -> None:
     assert not any(th.name == "kafka-producers" for th in threading.enumerate())
 
 
+async def test_a_cut_transaction_is_on_its_way_to_kafka_before_the_caller_yields() -> None:
+    """A reader cuts its partition's tick between two events (PartitionOwner.space): the
+    transaction begins on the producer thread at once, not at the caller's next turn of
+    a busy loop, and what is added after the cut goes into the next transaction."""
+    producers = ProducerLoop.threaded()
+    try:
+        fake = Fake()
+        began = threading.Event()
+        fake.mock.begin_transaction.side_effect = began.set
+        t = await started(fake, producers=producers)
+        t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+        t.cut()
+        assert t.in_flight and t.buffered == 0
+        assert began.wait(10)  # blocking: this loop does not turn meanwhile
+        t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))
+        assert await t.land() == 2 and not t.in_flight
+        assert [v for *_, v in fake.sends() if v in (b"e1", b"e2")] == [b"e1"]
+        assert await t.commit() == 2
+        assert [v for *_, v in fake.sends() if v in (b"e1", b"e2")] == [b"e1", b"e2"]
+    finally:
+        producers.close()
+
+
 async def test_batches_are_filled_by_the_caller_and_only_sent_by_the_producer_thread() -> None:
     """Filled on the producer thread, the two threads traded the GIL every switch
     interval while it ran; the caller (the main loop) fills them at the tick instead."""
@@ -480,9 +503,11 @@ async def test_a_batch_that_cannot_be_filled_fails_the_transaction_before_it_beg
     fake.mock.create_batch.side_effect = Broken
     t = await txn(POS, fake)
     t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    t.cut()  # never raises (a reader cuts too): the landing does
     with pytest.raises(TransactionFailed) as failed:
-        await t.commit()
+        await t.land()
     assert isinstance(failed.value.cause, TypeError) and not failed.value.fenced
+    assert not t.in_flight
     assert fake.calls() == []  # nothing began, nothing to abort
 
 
