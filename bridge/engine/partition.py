@@ -374,10 +374,12 @@ class PartitionOwner:
                     # bench/README.md, "A reader cuts its partition's tick"). timeout_at,
                     # not wait_for: one turn fewer ("Commit ticks on a grid").
                     self._due = deadline
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout_at(deadline):
-                            await self.txn.wake.wait()
-                    self._due = math.inf
+                    try:
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout_at(deadline):
+                                await self.txn.wake.wait()
+                    finally:
+                        self._due = math.inf  # no reader cuts what no committer would land
                 else:
                     await asyncio.sleep(0)  # behind: commit at once, yet never without yielding
                 # Runners are stopped before closing is set: a commit that starts
