@@ -133,6 +133,7 @@ class PartitionOwner:
         # The tick's deadline while the committer waits for it (inf: not waiting), for
         # a reader to cut the tick at (see space).
         self._due = math.inf
+        self._clock = time.monotonic  # the committer's loop's clock, once it runs
         self.failed: BaseException | None = None
         self.ready = False
         # Where the checkpoints say this partition's commands continue.
@@ -361,7 +362,7 @@ class PartitionOwner:
 
     async def _commit_loop(self) -> None:
         interval = self.config.bridge.commit_interval_ms / 1000
-        clock = asyncio.get_running_loop().time
+        clock = self._clock = asyncio.get_running_loop().time
         deadline = first_tick(clock(), interval, self.partition)
         try:
             while self.failed is None:
@@ -680,12 +681,16 @@ class PartitionOwner:
     async def space(self) -> None:
         """Between two events of a reader: the tick is cut here once it is due, and
         the reader waits while the outbox is full."""
-        if time.monotonic() >= self._due:
+        if self._clock() >= self._due:
             self._due = math.inf
             if self.failed is None:  # a failed partition's state may be half-changed
-                # A failure here is met again by the committer's own tick, which fails the partition.
-                with contextlib.suppress(Exception):
+                try:
                     self._tick()
+                except Exception as exc:
+                    # A bug must not crash the reader: the partition is rebuilt from Kafka.
+                    log.exception("partition %d: a reader's cut of the tick failed", self.partition)
+                    self.failed = exc
+                    self.ready = False
         await self.txn.space()
 
     def publish(self, record: TaskRecord, results: list[Event | Dropped]) -> None:

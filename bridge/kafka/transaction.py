@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import random
 import sys
@@ -463,7 +464,7 @@ class PartitionTransactions:
         8. Commit.
         """
         assert self._cut is None, "the last transaction has not landed"
-        self.cut_at = time.monotonic()
+        self.cut_at = asyncio.get_running_loop().time()
         try:
             self._cut = self._begin()
         except Exception as exc:  # nothing began: nothing to abort; land raises it
@@ -484,7 +485,6 @@ class PartitionTransactions:
         if cut.count == 0:
             return 0
         steps = cut.steps
-        steps.mark("return")
         self._last, self._last_notified = cut.position, cut.notified
         metrics.TRANSACTIONS.labels("committed").inc()
         metrics.TRANSACTION_SECONDS.observe(steps.last - steps.started)
@@ -554,7 +554,12 @@ class PartitionTransactions:
         # reader could cut it: its step 1 is the tick's CPU, not a wait on Kafka.
         self.pending_since = time.monotonic()
         steps = StepTimes(self.pending_since)
-        done = self._producers.submit(self._transact(producer, records, built, offsets, steps))
+        # In a context of its own: a reader's cut must not lend its Task's log fields to
+        # the producer's logs.
+        transact = self._transact(producer, records, built, offsets, steps)
+        done = contextvars.Context().run(self._producers.submit, transact)
+        # Back on the main loop: the step ends here, not when the committer lands it.
+        done.add_done_callback(lambda _: steps.mark("return"))
         return _Cut(done, position, notified, len(records), steps)
 
     async def _transact(

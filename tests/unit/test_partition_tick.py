@@ -6,6 +6,7 @@ tick")."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from bridge.config.model import BridgeConfig, Config, KafkaConfig
@@ -15,35 +16,81 @@ from bridge.kafka.transaction import OutRecord, PartitionTransactions
 from bridge.wire import checkpoints
 from tests.unit.test_transaction import POS, Fake
 
-# Partition 5's first tick comes at 9 % of the interval (bridge.core.ticks), then a second apart.
+# Partition 5's first tick comes at 9 % of the interval (bridge.core.ticks): 0.45 s after
+# the committer starts, then 5 s apart, far beyond any stall of a loaded host.
 CONFIG = Config(
     kafka=KafkaConfig(commands_topic="cmds", checkpoints_topic="cps", group_id="g"),
-    bridge=BridgeConfig(commit_interval_ms=1000),
+    bridge=BridgeConfig(commit_interval_ms=5000),
 )
+FIRST_TICK_S = 0.46
 
 
 def event(value: bytes) -> OutRecord:
     return OutRecord("events", b"t-a", value, [], f"event:t-a:{value.decode()}", 0)
 
 
-async def test_a_reader_between_two_events_cuts_a_tick_that_is_due() -> None:
-    fake = Fake()
+async def committing(fake: Fake) -> PartitionOwner:
+    """An owner whose committer waits for its first tick, as open() leaves it."""
     limits = lambda: RecordLimits(1_000_000)  # noqa: E731
     o = PartitionOwner(CONFIG, 5, {}, limits=limits)
     o.txn = PartitionTransactions(CONFIG, 5, lambda: POS, limits, make_producer=fake.make)
     await o.txn.start()
-    o._committer = committer = asyncio.create_task(o._commit_loop())  # as open() starts it
-    await asyncio.sleep(0)  # it waits for the first tick, 90 ms on
-    time.sleep(0.1)  # a turn of a busy loop outlasts the deadline: the committer has not woken
+    o._committer = asyncio.create_task(o._commit_loop())
+    await asyncio.sleep(0)
+    return o
+
+
+async def test_a_reader_between_two_events_cuts_a_tick_that_is_due() -> None:
+    fake = Fake()
+    o = await committing(fake)
+    time.sleep(FIRST_TICK_S)  # a turn of a busy loop outlasts the deadline: the committer has not woken
     o.txn.add(event(b"1"))
     await o.space()
     assert o.txn.in_flight and o.txn.buffered == 0  # cut by the reader
     o.txn.add(event(b"2"))  # after the cut: the next tick's
-    while o.txn.in_flight:  # the committer lands it
-        await asyncio.sleep(0.001)
+    async with asyncio.timeout(10):
+        while o.txn.in_flight:  # the committer lands it
+            await asyncio.sleep(0.001)
     assert [v for *_, v in fake.sends()] == [b"1", checkpoints.PartitionRecord(5, [9], ["s1"], 7).encode()]
-    await o.space()  # the next tick is a second away
+    await o.space()  # the next tick is 5 s away
     assert not o.txn.in_flight and o.txn.buffered == 1
     await o.close()
-    assert committer.done() and o.failed is None
+    assert o._committer is not None and o._committer.done() and o.failed is None
     assert [v for *_, v in fake.sends() if v in (b"1", b"2")] == [b"1", b"2"]  # the last tick, at the close
+
+
+async def test_no_reader_cuts_a_tick_that_no_committer_would_land() -> None:
+    """A committer cancelled in its wait (the loop torn down), or a failed partition:
+    what a reader would cut would stay in flight for ever, or commit half-changed state."""
+    for broken in ("cancelled", "failed"):
+        fake = Fake()
+        o = await committing(fake)
+        assert o._committer is not None
+        if broken == "cancelled":
+            o._committer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await o._committer
+        else:
+            o.failed = RuntimeError("a bug half-way through a command")
+        time.sleep(FIRST_TICK_S)
+        o.txn.add(event(b"1"))
+        await o.space()
+        assert not o.txn.in_flight and o.txn.buffered == 1, broken
+        o._committer.cancel()
+        await o.txn.stop()
+
+
+async def test_a_reader_whose_cut_fails_goes_on_and_the_partition_is_rebuilt() -> None:
+    fake = Fake()
+    o = await committing(fake)
+
+    def broken(now: float) -> None:
+        raise KeyError("a bug in the sweep")
+
+    o._sweep = broken  # type: ignore[method-assign]
+    time.sleep(FIRST_TICK_S)
+    await o.space()  # does not raise into the reader
+    assert isinstance(o.failed, KeyError) and not o.ready and not o.txn.in_flight
+    assert o._committer is not None
+    o._committer.cancel()
+    await o.txn.stop()
