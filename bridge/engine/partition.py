@@ -383,6 +383,13 @@ class PartitionOwner:
                         self._due = math.inf  # no reader cuts what no committer would land
                 else:
                     await asyncio.sleep(0)  # behind: commit at once, yet never without yielding
+                if self.failed is not None:
+                    # Failed meanwhile (a reader's cut, a command, a close without flush): its
+                    # state may be half-changed and nothing more is cut. A cut already on its
+                    # way to Kafka is landed, so that the close stops no producer under it.
+                    if self.txn.in_flight:
+                        await self.txn.land()
+                    return
                 # Runners are stopped before closing is set: a commit that starts
                 # after seeing it holds everything they produced.
                 closing = self._closing.is_set()

@@ -203,8 +203,8 @@ class ProducerLoop:
         return await self.submit(coro)
 
     def submit(self, coro: Coroutine[Any, Any, _T]) -> asyncio.Future[_T]:
-        """``coro`` started on this loop now; its result as a future of the caller's
-        loop (cancelling that future cancels it)."""
+        """``coro`` handed to this loop now (inline: scheduled on the caller's); its result
+        as a future of the caller's loop (cancelling that future cancels it)."""
         if self._loop is None:
             return asyncio.ensure_future(coro)
         return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
@@ -470,7 +470,7 @@ class PartitionTransactions:
         except Exception as exc:  # nothing began: nothing to abort; land raises it
             failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             failed.set_exception(exc)
-            self._cut = _Cut(failed, None, None, 0, StepTimes(self.cut_at))
+            self._cut = _Cut(failed, None, None, 0, StepTimes(time.monotonic()))
 
     async def land(self) -> int:
         """Wait for the cut transaction to commit; returns its records (0: there was
@@ -485,6 +485,8 @@ class PartitionTransactions:
         if cut.count == 0:
             return 0
         steps = cut.steps
+        if "return" not in steps.seconds:  # landed in the turn it ended, before its callbacks ran
+            steps.mark("return")
         self._last, self._last_notified = cut.position, cut.notified
         metrics.TRANSACTIONS.labels("committed").inc()
         metrics.TRANSACTION_SECONDS.observe(steps.last - steps.started)
@@ -508,7 +510,7 @@ class PartitionTransactions:
         if not outbox.records and not outbox.dirty and not outbox.tombstones and unmoved:
             nothing: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             nothing.set_result(None)
-            return _Cut(nothing, position, notified, 0, StepTimes(self.cut_at))
+            return _Cut(nothing, position, notified, 0, StepTimes(time.monotonic()))
         cp_topic = self.config.kafka.checkpoints_topic
         budget = self._limits().budget(cp_topic)
         p = self.partition

@@ -76,7 +76,9 @@ async def test_no_reader_cuts_a_tick_that_no_committer_would_land() -> None:
         o.txn.add(event(b"1"))
         await o.space()
         assert not o.txn.in_flight and o.txn.buffered == 1, broken
-        o._committer.cancel()
+        async with asyncio.timeout(10):
+            await asyncio.gather(o._committer, return_exceptions=True)  # its deadline has passed
+        assert fake.sends() == [], broken  # nor does the committer commit after a failure
         await o.txn.stop()
 
 
@@ -92,5 +94,23 @@ async def test_a_reader_whose_cut_fails_goes_on_and_the_partition_is_rebuilt() -
     await o.space()  # does not raise into the reader
     assert isinstance(o.failed, KeyError) and not o.ready and not o.txn.in_flight
     assert o._committer is not None
-    o._committer.cancel()
+    async with asyncio.timeout(10):
+        await o._committer  # its deadline has passed: it wakes, and ends without a commit
+    assert fake.sends() == []
+    await o.txn.stop()
+
+
+async def test_a_cut_on_its_way_when_the_partition_fails_is_landed_and_nothing_after_it() -> None:
+    fake = Fake()
+    o = await committing(fake)
+    time.sleep(FIRST_TICK_S)
+    o.txn.add(event(b"1"))
+    await o.space()  # cut before the failure: consistent, and on its way to Kafka
+    o.txn.add(event(b"2"))
+    o.failed = RuntimeError("a bug half-way through a command")
+    assert o._committer is not None
+    async with asyncio.timeout(10):
+        await o._committer
+    assert not o.txn.in_flight
+    assert [v for *_, v in fake.sends() if v in (b"1", b"2")] == [b"1"]
     await o.txn.stop()
