@@ -124,9 +124,9 @@ class Load:
     async def start(self, per_partition: int, script: str) -> None:
         """``per_partition`` Tasks on every commands partition, their keys chosen so:
         whichever partitions the group gives each bridge, every bridge has work. (Keys
-        taken in turn left one of three partitions without a Task in 7.7 % of the
-        names a run can have; a bridge that owned only that one had nothing to
-        write, and stayed ready through a whole outage.)"""
+        taken in turn from the two-brokers test's run name left one of three
+        partitions without a Task for 7.7 % of the names; a bridge that owned only
+        that one had nothing to write, and stayed ready through a whole outage.)"""
         partitions = self.config.kafka.partitions
         wanted = dict.fromkeys(range(partitions), per_partition)
         wave: list[dict[str, Any]] = []
