@@ -140,11 +140,15 @@ class Seen:
     # With track: when each (taskId, sourceSeq) first became visible (time.monotonic()).
     track: bool = False
     arrivals: dict[tuple[str, int], float] = field(default_factory=dict)
+    # With track: each (taskId, sourceSeq)'s ``time``, when the bridge encoded it (RFC 3339).
+    encoded: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def add(self, value: bytes, now: float = 0.0) -> None:
         doc = orjson.loads(value)
         if self.track and doc.get("sourceSeq") is not None:
-            self.arrivals.setdefault((doc["taskId"], doc["sourceSeq"]), now)
+            frame = (doc["taskId"], doc["sourceSeq"])
+            self.arrivals.setdefault(frame, now)
+            self.encoded.setdefault(frame, doc["time"])
         self.events[doc["taskKey"]].append(
             {"seq": doc["seq"], "kind": doc["kind"], "state": doc.get("state") or doc.get("outcome")}
         )
@@ -330,25 +334,26 @@ async def run_round(
             timeout = 120 + p.tasks * records.events_per_task(p.chunks) / 200
             settled = await proc.settle(extra_pids.get("broker"))
 
-            window.start()
-            started = time.monotonic()
-            for key, value in cmds:
-                await producer.send(config.kafka.commands_topic, value=value, key=key)
-            await producer.flush()
-            deadline = started + timeout
-            first_event: float | None = None
-            while seen.terminals < p.tasks and time.monotonic() < deadline:
-                batch = await consumer.getmany(timeout_ms=50)
-                now = time.monotonic()
-                for recs in batch.values():
-                    for r in recs:
-                        seen.add(r.value, now)
-                if first_event is None and seen.records:
-                    first_event = time.monotonic() - started
-                if bridge.proc.poll() is not None:
-                    break
-            elapsed = time.monotonic() - started
-            window.stop()
+            with proc.collector_paused():
+                window.start()
+                started = time.monotonic()
+                for key, value in cmds:
+                    await producer.send(config.kafka.commands_topic, value=value, key=key)
+                await producer.flush()
+                deadline = started + timeout
+                first_event: float | None = None
+                while seen.terminals < p.tasks and time.monotonic() < deadline:
+                    batch = await consumer.getmany(timeout_ms=50)
+                    now = time.monotonic()
+                    for recs in batch.values():
+                        for r in recs:
+                            seen.add(r.value, now)
+                    if first_event is None and seen.records:
+                        first_event = time.monotonic() - started
+                    if bridge.proc.poll() is not None:
+                        break
+                elapsed = time.monotonic() - started
+                window.stop()
 
             bridge.check()
             if seen.terminals < p.tasks:
@@ -413,7 +418,7 @@ async def run_round(
         "cpu_seconds_total": cpu_total and round(cpu_total, 2),
         "window": window.as_dict(),
         "broker_settle_seconds": settled,
-        **({"arrivals": seen.arrivals} if track else {}),
+        **({"arrivals": seen.arrivals, "encoded": seen.encoded} if track else {}),
     }
 
 

@@ -28,8 +28,10 @@ few seconds gives its start a weight a long-running service never sees.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -204,12 +206,14 @@ class Pace:
         """One run's figures: its frames' latencies, the pace, and the contestant's own
         result (without its arrivals) under ``result_key``."""
         arrivals = result.pop("arrivals")
+        encoded = result.pop("encoded", None)
         return {
             "contestant": contestant,
             **latencies(
                 name,
                 arrivals,
                 stamps,
+                encoded=encoded,
                 tasks=self.case.tasks,
                 frames_per_task=self.frames_per_task,
                 commit_interval_ms=commit_interval_ms,
@@ -237,12 +241,15 @@ def latencies(
     arrivals: dict[tuple[str, int], float],
     stamps: dict[str, list[float]],
     *,
+    encoded: dict[tuple[str, int], str] | None = None,
     tasks: int,
     frames_per_task: int,
     commit_interval_ms: int,
 ) -> dict[str, Any]:
     """Every frame's latency (visible - written) and its summaries: the whole run, its
-    first second, after it, and per quarter second of write time."""
+    first second, after it, and per quarter second of write time; with ``encoded``
+    (each frame's event ``time``), the latency split where the bridge encoded it
+    (:func:`split`)."""
     frames: list[tuple[float, float]] = []  # (written, latency in ms)
     missing = 0
     for (task_id, seq), seen in arrivals.items():
@@ -275,4 +282,45 @@ def latencies(
         "timeline": [
             {"from_seconds": round(i * TIMELINE_STEP_S, 2), **summary(sorted(timeline[i]))} for i in sorted(timeline)
         ],
+        **({"split": split(arrivals, stamps, encoded, first)} if encoded else {}),
+    }
+
+
+def split(
+    arrivals: dict[tuple[str, int], float],
+    stamps: dict[str, list[float]],
+    encoded: dict[tuple[str, int], str],
+    first: float,
+) -> dict[str, Any]:
+    """Each frame's latency in two: ``read`` (written to the bridge's publish, where it
+    stamps the event's ``time``: the socket, the main loop's queue, parsing, the
+    lifecycle) and ``commit`` (from there to visible: the wait for the tick's cut, the
+    transaction, the harness's consumer). Over frames written after the first second,
+    and over the slowest 1 % of them (which part their tail is). ``time`` is wall
+    clock to the millisecond; it is put on the monotonic clock by this process's
+    offset between the two (the same in every process of the machine). The source
+    stamps a frame after its ``write()`` returns: when it loses the CPU between the
+    two, the bridge may have read the frame first (a read below zero; down to -20 ms
+    on a busy 2-core host), and the whole latency is that much short too."""
+    offset = time.time() - time.monotonic()
+    parts: list[tuple[float, float, float]] = []  # (latency, read, commit) in ms
+    for frame, seen in arrivals.items():
+        task_id, seq = frame
+        written = stamps[task_id][seq - 1]
+        if written - first < START_WINDOW_S:
+            continue
+        at = datetime.fromisoformat(encoded[frame]).timestamp() - offset
+        parts.append(((seen - written) * 1000, (at - written) * 1000, (seen - at) * 1000))
+    parts.sort()
+    tail = parts[len(parts) * 99 // 100 :]
+    return {
+        "after_start": {
+            "read_ms": summary(sorted(p[1] for p in parts)),
+            "commit_ms": summary(sorted(p[2] for p in parts)),
+        },
+        "slowest_1pct": {
+            "frames": len(tail),
+            "read_ms_mean": round(sum(p[1] for p in tail) / max(1, len(tail)), 1),
+            "commit_ms_mean": round(sum(p[2] for p in tail) / max(1, len(tail)), 1),
+        },
     }

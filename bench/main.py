@@ -133,6 +133,14 @@ def _print_latency(who: str, r: dict[str, Any]) -> None:
         f"after the first {r['start_window_seconds']:g} s: p99 {after.get('p99')} ms",
         flush=True,
     )
+    if "split" in r:
+        parts, tail = r["split"]["after_start"], r["split"]["slowest_1pct"]
+        print(
+            f"    after it, written to encoded p50/p99 {parts['read_ms']['p50']}/{parts['read_ms']['p99']} ms, "
+            f"encoded to visible {parts['commit_ms']['p50']}/{parts['commit_ms']['p99']} ms; "
+            f"its slowest 1 %: {tail['read_ms_mean']} + {tail['commit_ms_mean']} ms",
+            flush=True,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,10 +7,13 @@ Linux only, no psutil. CPU is counted in clock ticks (``SC_CLK_TCK``, usually
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import os
 import re
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,6 +169,23 @@ async def settle(pid: int | None, timeout: float = 10.0) -> float | None:
         ) / SETTLE_SPAN_S < SETTLE_JIT_CORES:
             return round(loop.time() - begun, 2)
     return None
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The harness's own garbage collector off while it stamps when records became
+    visible: its consumer keeps a stamp per frame, and full collections over them
+    paused this process 43-121 ms about five times per latency run at the long size,
+    every record arriving meanwhile stamped that much late (bench/README.md, "The
+    harness's own pauses"). What the run allocated is collected after it."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+            gc.collect()
 
 
 def self_usage() -> dict[str, float | None]:

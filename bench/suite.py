@@ -236,44 +236,45 @@ class Suite:
         watch = await bridge_bench.Visibility.open(self.broker.bootstrap, topic, self.partitions, expected, track=track)
         # Every contestant starts with the broker idle (C's clock waits the same way).
         settled = await proc.settle(self.broker_pid)
-        try:
-            with log_path.open("wb") as log:
-                p = await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-m",
-                    f"bench.{module}",
-                    *args,
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=log,
-                    cwd=ROOT,
-                )
-            assert p.stdout is not None and p.stdin is not None
-            window = proc.CpuWindow({module: p.pid, "bench": os.getpid(), **self.pids()})
-            result: dict[str, Any] | None = None
-            started: float | None = None
-            stopped = False
-            seen_at: float | None = None
-            async for line in p.stdout:
-                word = line.strip()
-                if word == b"start":
-                    window.start()
-                    started = asyncio.get_running_loop().time()
-                elif word == b"stop":
-                    stopped = True
-                elif word.startswith(b"{"):
-                    result = orjson.loads(word)
-                    # The child waits for its stdin to close: its CPU is still readable.
-                    seen_at = await watch.until(timeout=60)
-                    window.stop()
-                    p.stdin.close()
-            code = await p.wait()
-            if code != 0 or result is None or started is None or not stopped:
-                raise ServiceError(
-                    f"bench.{module} ({label}) exited {code}; {log_path}:\n{log_path.read_text()[-3000:]}"
-                )
-        finally:
-            await watch.close()
+        with proc.collector_paused():
+            try:
+                with log_path.open("wb") as log:
+                    p = await asyncio.create_subprocess_exec(
+                        sys.executable,
+                        "-m",
+                        f"bench.{module}",
+                        *args,
+                        stdin=asyncio.subprocess.PIPE,
+                        stdout=asyncio.subprocess.PIPE,
+                        stderr=log,
+                        cwd=ROOT,
+                    )
+                assert p.stdout is not None and p.stdin is not None
+                window = proc.CpuWindow({module: p.pid, "bench": os.getpid(), **self.pids()})
+                result: dict[str, Any] | None = None
+                started: float | None = None
+                stopped = False
+                seen_at: float | None = None
+                async for line in p.stdout:
+                    word = line.strip()
+                    if word == b"start":
+                        window.start()
+                        started = asyncio.get_running_loop().time()
+                    elif word == b"stop":
+                        stopped = True
+                    elif word.startswith(b"{"):
+                        result = orjson.loads(word)
+                        # The child waits for its stdin to close: its CPU is still readable.
+                        seen_at = await watch.until(timeout=60)
+                        window.stop()
+                        p.stdin.close()
+                code = await p.wait()
+                if code != 0 or result is None or started is None or not stopped:
+                    raise ServiceError(
+                        f"bench.{module} ({label}) exited {code}; {log_path}:\n{log_path.read_text()[-3000:]}"
+                    )
+            finally:
+                await watch.close()
         if seen_at is None:
             raise BenchFailure(f"{label}: only {watch.count} of {expected} records became visible on {topic}")
         result["own_seconds"] = result["seconds"]
