@@ -76,6 +76,12 @@ def _digest(value: object) -> str:
     return hashlib.blake2b(orjson.dumps(value, option=orjson.OPT_SORT_KEYS), digest_size=12).hexdigest()
 
 
+def _message_digest(message: JSON) -> str:
+    """What a published message is remembered by: its messageId, else its content."""
+    mid = message.get("messageId")
+    return _digest(["id", mid] if isinstance(mid, str) and mid else ["content", message])
+
+
 def command_digest(command_id: str) -> str:
     """What a record remembers of a commandId: 16 hex characters whatever its length."""
     return hashlib.blake2b(command_id.encode(), digest_size=8).hexdigest()
@@ -383,20 +389,35 @@ class TaskRecord:
         body: JSON = {"state": state, "terminal": terminal, "message": message}
         return self._event("status", body, src)
 
-    def _seen_message(self, message: JSON) -> bool:
-        """Whether ``message`` was published already; remembers it if not."""
-        mid = message.get("messageId")
-        digest = _digest(["id", mid] if isinstance(mid, str) and mid else ["content", message])
+    def _seen_message(self, message: JSON, digest: str | None = None) -> bool:
+        """Whether ``message`` (of ``digest``, if computed) was published already;
+        remembers it if not."""
+        digest = digest or _message_digest(message)
         if digest in self.messages:
             return True
         self.messages.append(digest)
         del self.messages[:-MESSAGE_MEMORY]
         return False
 
-    def _message(self, message: JSON, src: int | None) -> Event | Dropped:
-        if self._seen_message(message):
+    def _message(self, message: JSON, src: int | None, digest: str | None = None) -> Event | Dropped:
+        if self._seen_message(message, digest):
             return Dropped("duplicate")
         return self._event("message", {"message": message}, src)
+
+    def _history(self, history: tuple[JSON, ...], src: int | None) -> list[Event | Dropped]:
+        """A snapshot's history messages not yet published, oldest first.
+
+        Only the newest MESSAGE_MEMORY published are remembered. Once that many were,
+        the messages a history lists before the oldest one still remembered were
+        published and forgotten: they are not published again (a history longer than
+        the memory would otherwise be published whole by every snapshot). Until then,
+        nothing was forgotten, and every message not remembered is new."""
+        digests = [_message_digest(m) for m in history]
+        start = 0
+        if len(self.messages) >= MESSAGE_MEMORY:
+            remembered = set(self.messages)
+            start = next((i for i, d in enumerate(digests) if d in remembered), 0)
+        return [self._message(m, src, d) for m, d in zip(history[start:], digests[start:], strict=True)]
 
     def _artifact(self, u: ArtifactUpdate, cap: int | None) -> list[Event | Dropped]:
         key = artifact_key(u.artifact_id)
@@ -437,7 +458,7 @@ class TaskRecord:
         only the missing tail (append); one that differs is replaced whole.
         Status goes last so that a terminal state is the last event.
         """
-        out: list[Event | Dropped] = [self._message(m, snap.source_seq) for m in snap.history]
+        out = self._history(snap.history, snap.source_seq)
         terminal = is_terminal(snap.state)
         for art in snap.artifacts:
             artifact_id = str(art.get("artifactId", ""))

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from bridge.core.artifacts import unsplit
 from bridge.core.lifecycle import (
     COMMAND_MEMORY,
+    MESSAGE_MEMORY,
     NOTIFICATION_MEMORY,
     PAUSED_STATES,
     TERMINAL_STATES,
@@ -684,6 +685,37 @@ def test_snapshot_showing_nothing_new_is_one_duplicate_drop() -> None:
     snap = TaskSnapshot(TASK, CTX, "working", agent_message("tick 1"), ({"artifactId": "A", "parts": [text("1")]},))
     assert r.apply(snap) == [Dropped("duplicate")]
     assert r.seq == 2
+
+
+def history(n: int) -> tuple[dict[str, Any], ...]:
+    return tuple(agent_message(f"h{i}") for i in range(n))
+
+
+def messages_of(out: list[Event | Dropped]) -> list[str]:
+    return [e.body["message"]["messageId"] for e in published(out) if e.kind == "message"]
+
+
+def test_a_history_longer_than_the_message_memory_is_published_once() -> None:
+    # The record remembers the newest MESSAGE_MEMORY messages: the older ones of a
+    # longer history must not be published again by every snapshot.
+    r = fresh()
+    n = MESSAGE_MEMORY + 6
+    first = r.apply(TaskSnapshot(TASK, CTX, "working", history=history(n)))
+    assert messages_of(first) == [f"m-h{i}" for i in range(n)]
+    for _ in range(3):
+        assert r.apply(TaskSnapshot(TASK, CTX, "working", history=history(n))) == [Dropped("duplicate")]
+    grown = r.apply(TaskSnapshot(TASK, CTX, "working", history=history(n + 2)))
+    assert messages_of(grown) == [f"m-h{n}", f"m-h{n + 1}"]
+
+
+def test_a_history_message_never_published_is_published_when_it_shows_up_before_newer_ones() -> None:
+    # Nothing forgotten yet (the memory is not full): a message the history lists before
+    # one already published (a reply the bridge sent, say) was never published.
+    r = fresh()
+    r.apply(TaskSnapshot(TASK, CTX, "working", history=history(1)))
+    r.apply(status("input-required", agent_message("h2")))
+    out = r.apply(TaskSnapshot(TASK, CTX, "input-required", agent_message("h2"), history=history(3)))
+    assert messages_of(out) == ["m-h1"]
 
 
 def test_snapshot_replaces_an_artifact_that_no_longer_extends_what_was_published() -> None:
