@@ -143,9 +143,51 @@ async def ensure(config: Config, *, create: bool) -> dict[str, int]:
                     f"{role} topic {topic!r} has {counts[topic]} partitions but commands topic "
                     f"{config.kafka.commands_topic!r} has {c}: they must be co-partitioned (same count)"
                 )
+        await _check_compacted(admin, config.kafka.checkpoints_topic)
         return counts
     finally:
         await admin.close()
+
+
+def not_compacted(policy: str, retention_ms: str) -> str | None:
+    """Why a checkpoints topic with this ``cleanup.policy`` and ``retention.ms`` would
+    lose checkpoints (None: it keeps them). Kafka deletes by age under ``delete``: a
+    paused Task's checkpoint is written once and may wait weeks for its reply, and
+    once deleted, the next restore knows nothing of the Task (it never ends)."""
+    policies = {p.strip() for p in policy.split(",")}
+    if "compact" not in policies:
+        return f"cleanup.policy={policy}, not compact"
+    if "delete" in policies and retention_ms.strip() != "-1":
+        return f"cleanup.policy={policy} deletes checkpoints older than retention.ms={retention_ms}"
+    return None
+
+
+async def _check_compacted(admin: AIOKafkaAdminClient, topic: str) -> None:
+    """:class:`StartupError` unless the checkpoints topic keeps every key's newest record."""
+    wanted = {"cleanup.policy": None, "retention.ms": None}
+    responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs=wanted)])
+    values: dict[str, str] = {}
+    for response in responses:
+        for res in response.to_object()["resources"]:
+            if res["error_code"]:
+                # Not allowed to read topic configs (DescribeConfigs is not among the
+                # ACLs deploy/strimzi/kafkauser.yaml grants): nothing to check against.
+                log.warning(
+                    "cannot read the checkpoints topic %r's cleanup.policy (error %d): make sure it is compact",
+                    topic,
+                    res["error_code"],
+                )
+                return
+            for entry in res["config_entries"]:
+                if entry["config_names"] in wanted and entry["config_value"] is not None:
+                    values[entry["config_names"]] = entry["config_value"]
+    why = not_compacted(values.get("cleanup.policy", "delete"), values.get("retention.ms", "604800000"))
+    if why is not None:
+        raise StartupError(
+            f"checkpoints topic {topic!r} has {why}: it must be compacted, or paused Tasks are lost "
+            f"when their checkpoints age out (kafka-configs.sh --alter --entity-type topics "
+            f"--entity-name {topic} --add-config cleanup.policy=compact)"
+        )
 
 
 def written(config: Config) -> list[str]:

@@ -10,6 +10,7 @@ import httpx
 import orjson
 import pytest
 
+from bridge.config.model import Config
 from bridge.wire.schemas import validator
 from tests.support.services import (
     BridgeProcess,
@@ -178,20 +179,38 @@ async def test_oversize_commands_go_to_the_dlq(env: Env, tmp_path: Path) -> None
         bridge.stop()
 
 
-async def test_startup_refuses_topics_that_are_not_co_partitioned(env: Env, tmp_path: Path) -> None:
+async def premade_checkpoints_topic(config: Config, partitions: int) -> None:
+    """The checkpoints topic made beforehand by hand, with Kafka's defaults (cleanup.policy=delete)."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    path, config = bridge_config(env, tmp_path, partitions=3)
     admin = AIOKafkaAdminClient(bootstrap_servers=config.kafka.bootstrap_servers)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(config.kafka.checkpoints_topic, 2, 1)])
+        await admin.create_topics([NewTopic(config.kafka.checkpoints_topic, partitions, 1)])
     finally:
         await admin.close()
+
+
+async def test_startup_refuses_topics_that_are_not_co_partitioned(env: Env, tmp_path: Path) -> None:
+    path, config = bridge_config(env, tmp_path, partitions=3)
+    await premade_checkpoints_topic(config, 2)
     assert run_cli(path, "topics").returncode == 2  # creates the rest, then refuses the mismatch
     out = run_cli(path, "run", timeout=60)
     assert out.returncode == 2
     assert "co-partitioned" in out.stderr and "has 2 partitions" in out.stderr and "has 3" in out.stderr
+
+
+async def test_startup_refuses_a_checkpoints_topic_that_is_not_compacted(env: Env, tmp_path: Path) -> None:
+    """Pre-made with Kafka's default policy (delete), it would drop a paused Task's
+    checkpoint after a week: the restore would not know the Task."""
+    path, config = bridge_config(env, tmp_path, partitions=2)
+    await premade_checkpoints_topic(config, 2)
+    made = run_cli(path, "topics")  # creates the rest, then refuses the checkpoints topic
+    assert made.returncode == 2, made.stderr
+    out = run_cli(path, "run", timeout=60)
+    assert out.returncode == 2
+    assert f"checkpoints topic {config.kafka.checkpoints_topic!r} has cleanup.policy=delete" in out.stderr
+    assert "cleanup.policy=compact" in out.stderr  # what to run
 
 
 async def test_topics_made_beside_a_fresh_commands_topic_take_its_partition_count(env: Env, tmp_path: Path) -> None:
