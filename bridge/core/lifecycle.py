@@ -76,6 +76,11 @@ def _digest(value: object) -> str:
     return hashlib.blake2b(orjson.dumps(value, option=orjson.OPT_SORT_KEYS), digest_size=12).hexdigest()
 
 
+def status_digest(state: str, message: JSON | None) -> str:
+    """What a published status is remembered by (:attr:`TaskRecord.status_digest`)."""
+    return _digest([state, message])
+
+
 def _message_digest(message: JSON) -> str:
     """What a published message is remembered by: its messageId, else its content."""
     mid = message.get("messageId")
@@ -376,7 +381,7 @@ class TaskRecord:
         return None
 
     def _status(self, state: str, message: JSON | None, src: int | None) -> Event | Dropped:
-        digest = _digest([state, message])
+        digest = status_digest(state, message)
         if digest == self.status_digest:
             return Dropped("duplicate")
         self.status_digest = digest

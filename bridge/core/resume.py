@@ -50,7 +50,15 @@ from typing import TypeGuard
 
 from bridge.core import push
 from bridge.core.backoff import AGENT_RETRY, Backoff, Draw
-from bridge.core.lifecycle import PAUSED_STATES, StatusUpdate, TaskRecord, TaskSnapshot, Update, is_terminal
+from bridge.core.lifecycle import (
+    PAUSED_STATES,
+    StatusUpdate,
+    TaskRecord,
+    TaskSnapshot,
+    Update,
+    is_terminal,
+    status_digest,
+)
 from bridge.errors import AgentError, RpcError
 
 # Resubscribes that brought nothing, in a row, before a running gateway Task is
@@ -259,3 +267,14 @@ def settled(held: StatusUpdate, snap: TaskSnapshot | None) -> Update:
     if snap is not None and is_terminal(snap.state):
         return snap
     return held
+
+
+def moved_on(record: TaskRecord, snap: TaskSnapshot) -> bool:
+    """Whether ``snap`` shows a paused Task past the pause the record published: in
+    another state, or asking again (the same state with another message).
+
+    A reply the agent did not answer (a timeout after the send, an answer lost on
+    the way) may have reached it all the same; docs/gateway-protocol.md: call
+    ``tasks/get`` first before asking the user to retry. A Task that moved on took
+    the reply; one still at the same pause did not."""
+    return record.paused and status_digest(snap.state, snap.message) != record.status_digest

@@ -33,6 +33,7 @@ import contextvars
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
 from aiokafka.structs import ConsumerRecord
@@ -66,6 +67,7 @@ from bridge.core.resume import (
     Retry,
     Snapshots,
     held_for_snapshot,
+    moved_on,
     reconcile_first,
     settled,
 )
@@ -77,6 +79,16 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 Incoming = tuple[Command, "ConsumerRecord[bytes, bytes]"]
+
+
+@dataclass(frozen=True, slots=True)
+class Unanswered:
+    """A reply that failed for good, and why (see TaskRunner._unanswered). ``refused``:
+    the agent said no (what closes a start ``rejected``, bridge.core.policy); else it
+    did not answer, and may have taken the reply all the same."""
+
+    reason: str
+    refused: bool
 
 
 async def _settled(waiter: asyncio.Future[None], timeout: float | None) -> None:
@@ -461,6 +473,9 @@ class TaskRunner:
         """
         rest = await self._answer(command, raw)
         del command, raw
+        if isinstance(rest, Unanswered):
+            await self._unanswered(rest)
+            return
         if rest == "push":
             self.follow.to(PUSH)
             await self._pushed(reconcile=False)
@@ -478,7 +493,7 @@ class TaskRunner:
 
     async def _answer(
         self, command: Command, raw: ConsumerRecord[bytes, bytes]
-    ) -> AsyncIterator[Update] | Literal["poll", "push"] | None:
+    ) -> AsyncIterator[Update] | Literal["poll", "push"] | Unanswered | None:
         """Send the command until the agent answers; the command is absorbed with the
         agent's first answer. Returns the rest of the stream ("poll" for an agent
         that does not stream, "push" for a send with a push config: the agent POSTs
@@ -488,8 +503,8 @@ class TaskRunner:
         transient failures are re-sent with the same messageId (a gateway that
         de-duplicates attaches to the Task it already made) until
         ``resume_deadline_seconds`` pass. Then a start is closed with the outcome
-        :func:`bridge.core.policy.start_failure` names; a reply goes to the DLQ and the
-        Task stays paused.
+        :func:`bridge.core.policy.start_failure` names; a reply is
+        :class:`Unanswered` (see :meth:`_unanswered`).
         """
         if command.type == "start" and self.part.start_resent(command.command_id):
             metrics.START_RESENDS.inc()
@@ -521,14 +536,83 @@ class TaskRunner:
                     attempt += 1
                     continue
                 outcome, reason = policy.start_failure(exc, cfg.first_event_timeout_seconds)
-                if command.type == "start":
-                    self._publish_held(None)  # an end the agent notified meanwhile comes first
-                    self._outcome(outcome, reason)
-                    self._answered()
-                else:
-                    self._answered(reason)
-                    self._active()
+                if command.type != "start":
+                    return Unanswered(reason, refused=outcome == "rejected")
+                self._publish_held(None)  # an end the agent notified meanwhile comes first
+                self._outcome(outcome, reason)
+                self._answered()
                 return None
+
+    async def _unanswered(self, failed: Unanswered) -> None:
+        """A reply that failed for good (``failed``): ``tasks/get`` first, as
+        docs/gateway-protocol.md asks before the user is asked to retry. A reply the
+        agent never answered (a timeout after the send, an answer lost on the way)
+        may have reached it all the same: a Task that moved on
+        (:func:`bridge.core.resume.moved_on`) took it, and the reply is absorbed with
+        what the agent has. One the agent refused, or a Task still at the same
+        pause, sends the reply to the DLQ for the user to retry.
+
+        A Task that moved on either way is followed again, as after a dropped
+        stream: a dialect with SSE ids replays what came after the pause (the reply
+        absorbed with its first new update); the snapshot is published only when
+        the replay brings nothing new, and the Task is then followed by snapshots
+        (a replay would repeat them). One still paused stays paused, unfollowed.
+        """
+        got = await self._observe()
+        moved = isinstance(got, TaskSnapshot) and moved_on(self.record, got)
+        if failed.refused or not moved:
+            self._answered(failed.reason)
+            self._active()
+            if not moved:
+                return
+        else:
+            assert self._sending is not None
+            self.record.command_id = self._sending[0].command_id
+        assert isinstance(got, TaskSnapshot)
+        log.info("a reply failed (%s), and the Task moved on: it is followed again", failed.reason)
+        if self._push_followed():
+            if not self.record.closed:
+                self._apply(got)
+            self._answered()
+            self._active()
+            self.follow.to(PUSH)
+            await self._pushed(reconcile=False)
+            return
+        # What the agent has answers the reply: its replay, or its snapshot.
+        self.follow.to(STREAMING)
+        sequenced = self.client.dialect.sequenced and await self.client.streaming()
+        rest = await self._replayed() if sequenced else None
+        if self.record.paused and not self.record.closed:
+            if rest is not None:
+                with contextlib.suppress(Exception):
+                    await close_stream(rest)
+                rest = None
+            seq = self.record.seq
+            self._apply(got)
+            self.record.snapshots_only |= sequenced and self.record.seq != seq
+        self._answered()
+        self._active()
+        if rest is not None:
+            with contextlib.suppress(AgentError):  # dropped: resumed below
+                await self._consume(rest)
+        if not self.record.closed:
+            await self._after_stream()
+
+    async def _replayed(self) -> AsyncIterator[Update] | None:
+        """tasks/resubscribe after afterSeq, its first update applied; the rest of the
+        stream, or None when it brought no update."""
+        assert self.record.task_id is not None
+        metrics.RECONNECTS.labels("reply").inc()
+        req = self.client.dialect.resubscribe(rpc_id("resubscribe"), self.record.task_id, self.record.after_seq)
+        it = aiter(self.client.stream(req, self._trace))
+        try:
+            first = await self._first_update(it, self.part.config.bridge.first_event_timeout_seconds)
+        except (AgentError, CredentialsUnavailable, TimeoutError):
+            with contextlib.suppress(Exception):
+                await close_stream(it)
+            return None
+        self._apply(first)
+        return it
 
     async def _attempt(
         self, command: Command, message: dict[str, Any], seq: int

@@ -26,6 +26,7 @@ from tests.support.services import (
     gapless,
     read_topic,
     reassemble,
+    reply_command,
     run_cli,
     send_commands,
     start_command,
@@ -118,12 +119,7 @@ async def test_input_required_then_reply_continues_the_same_task(running: Runnin
     question = asked[-1]
     assert question["state"] == "input-required" and question["terminal"] is False
     assert "Which format" in text_of(question["message"])
-    reply = {
-        "type": "reply",
-        "commandId": f"{k}-reply",
-        "taskKey": k,
-        "message": {"role": "user", "parts": [{"kind": "text", "text": "json"}]},
-    }
+    reply = reply_command(k, "json", f"{k}-reply")
     await send_commands(running.config, [reply])
     events = await running.task_events(k)
     gapless(events)
@@ -132,6 +128,28 @@ async def test_input_required_then_reply_continues_the_same_task(running: Runnin
     assert {e["commandId"] for e in after} == {reply["commandId"]}
     assert events[-1]["state"] == "completed"
     assert reassemble(events)["answer"][0]["text"] == "you chose: json"
+
+
+async def test_a_reply_the_agent_took_but_never_answered_is_followed_to_the_end(running: Running) -> None:
+    """The gateway takes the reply and continues the Task, but its stream never sends
+    an event (``debug=mute``, every re-send too). Once the bridge gives the answer up,
+    tasks/get shows the Task moved on: the reply was taken, so it is absorbed (not sent
+    to the DLQ for the user to retry) and the Task is followed to its end, not left
+    paused until its deadline."""
+    k = key("ask-mute")
+    await send_commands(running.config, [start_command(k, "gw-asker", "prepare the export")])
+    got = await running.events(lambda c: any(e.get("state") == "input-required" for e in c.by_task_key().get(k, [])))
+    asked = got.by_task_key()[k]
+    reply = reply_command(k, "json debug=mute", f"{k}-reply")
+    await send_commands(running.config, [reply])
+    events = await running.task_events(k, timeout=60)
+    gapless(events)
+    assert events[: len(asked)] == asked
+    assert {e["commandId"] for e in events[len(asked) :]} == {reply["commandId"]}
+    assert events[-1]["state"] == "completed"
+    assert reassemble(events)["answer"][0]["text"] == "you chose: json debug=mute"
+    dlq = await read_topic(running.config, running.config.kafka.dlq_topic, timeout=2, settle=0.5)
+    assert all(r.key != k.encode() for r in dlq.records), "the reply was taken: nothing to retry"
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)

@@ -29,6 +29,7 @@ from tests.support.services import (
     produce,
     read_topic,
     reassemble,
+    reply_command,
     run_cli,
     send_commands,
     start_command,
@@ -106,15 +107,6 @@ async def wait_state(seed: Seed, k: str, state: str) -> list[dict[str, Any]]:
     events = got.by_task_key().get(k, [])
     assert any(e.get("state") == state for e in events), (events, seed.bridge.log()[-2000:])
     return events
-
-
-def reply(task_key: str, text: str) -> dict[str, Any]:
-    return {
-        "type": "reply",
-        "commandId": f"r-{uuid.uuid4().hex[:6]}",
-        "taskKey": task_key,
-        "message": {"role": "user", "parts": [{"kind": "text", "text": text}]},
-    }
 
 
 # "If resubscription fails, call tasks/get first to determine the latest state before
@@ -202,7 +194,7 @@ async def test_history_is_published_once_as_message_events(seed: Seed) -> None:
     k = key("history")
     await send_commands(seed.config, [start_command(k, "own-asker", "interval=0.02")])
     await wait_state(seed, k, "input-required")
-    await send_commands(seed.config, [reply(k, "csv please")])
+    await send_commands(seed.config, [reply_command(k, "csv please")])
     events = await seed.task(k)
     said = [(e["message"]["role"], e["message"]["parts"][0]["text"]) for e in events if e["kind"] == "message"]
     assert said == [("user", "interval=0.02"), ("user", "csv please")]

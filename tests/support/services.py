@@ -312,6 +312,15 @@ def start_command(task_key: str, agent: str, text: str, command_id: str | None =
     }
 
 
+def reply_command(task_key: str, text: str, command_id: str | None = None) -> dict[str, Any]:
+    return {
+        "type": "reply",
+        "commandId": command_id or f"r-{uuid.uuid4().hex[:6]}",
+        "taskKey": task_key,
+        "message": {"role": "user", "parts": [{"kind": "text", "text": text}]},
+    }
+
+
 async def produce(config: Config, values: list[tuple[bytes | None, bytes]]) -> None:
     """Write raw command records (key, value) to the commands topic."""
     producer = AIOKafkaProducer(bootstrap_servers=config.kafka.bootstrap_servers, enable_idempotence=True)

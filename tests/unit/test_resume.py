@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,6 +20,7 @@ from bridge.core.resume import (
     Retry,
     Snapshots,
     held_for_snapshot,
+    moved_on,
     reconcile_first,
     settled,
 )
@@ -339,3 +342,35 @@ def test_a_snapshot_behind_the_held_status_leaves_the_status_as_notified(state: 
 def test_no_snapshot_at_all_leaves_the_status_as_notified() -> None:
     held = status_of("failed")
     assert settled(held, None) is held
+
+
+# ------------------------------------------------------------------ moved_on --
+
+ASK = {"kind": "message", "role": "agent", "messageId": "m-ask", "parts": [{"kind": "text", "text": "which format?"}]}
+
+
+def paused_record(state: str = "input-required", message: dict[str, Any] | None = ASK) -> TaskRecord:
+    record = TaskRecord("k", "sdk", task_id="t-1", context_id="ctx")
+    record.apply(StatusUpdate("t-1", "ctx", state, message, 2))
+    return record
+
+
+@pytest.mark.parametrize(
+    ("state", "message", "moved"),
+    [
+        ("input-required", ASK, False),  # the same pause: the reply did not reach the Task
+        ("working", None, True),
+        ("completed", None, True),
+        ("input-required", {**ASK, "messageId": "m-ask-2"}, True),  # it took the reply and asks again
+        ("auth-required", ASK, True),
+    ],
+)
+def test_a_paused_task_moved_on_when_its_status_is_not_the_one_published(
+    state: str, message: dict[str, Any] | None, moved: bool
+) -> None:
+    assert moved_on(paused_record(), TaskSnapshot("t-1", "ctx", state, message)) is moved
+
+
+def test_a_task_that_is_not_paused_has_no_pause_to_move_on_from() -> None:
+    record = paused_record("working", None)
+    assert not moved_on(record, TaskSnapshot("t-1", "ctx", "completed"))

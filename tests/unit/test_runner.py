@@ -38,7 +38,7 @@ from bridge.core.lifecycle import (
 )
 from bridge.engine import runner as runner_module
 from bridge.engine.runner import TaskRunner
-from bridge.errors import AgentOversize
+from bridge.errors import AgentOversize, AgentUnavailable, RpcError
 from bridge.wire.dialects import Dialect, GatewayDialect, Push, Request
 from tests.factories import consumer_record
 
@@ -233,6 +233,93 @@ async def test_commands_queued_when_the_task_ends_are_not_lost() -> None:
     assert part.events[-1]["outcome"] == "timeout"
     assert part.dlq == [(2, "task-closed")]  # the reply, never answered
     assert part.dispatched == [3]  # the cancel goes back to the partition's rules
+
+
+# ------------------------------------------------- a reply that failed for good --
+
+# No retry: a reply's first failure is its last.
+ONE_TRY = Config(bridge=BridgeConfig(first_event_timeout_seconds=5, resume_deadline_seconds=0.01))
+
+
+async def paused_with(
+    snapshots: list[TaskSnapshot], failure: BaseException
+) -> tuple[TaskRunner, FakePartition, Script, SnapshotClient]:
+    """A Task paused in input-required (seq 2) whose reply ``r-1`` (offset 2) fails
+    with ``failure``; tasks/get answers ``snapshots`` in turn."""
+    script = Script()
+    part = FakePartition(script, config=ONE_TRY)
+    client = part.agent = SnapshotClient(script, snapshots)
+    record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
+    runner = TaskRunner(part, record)
+    first = script.next_stream()
+    runner.launch(start())
+    for update in (status("working", 1), status("input-required", 2), None):
+        await first.put(update)
+    await until(lambda: record.paused and runner.follow.mode is IDLE, "the Task pauses")
+    script.next_stream().put_nowait(failure)
+    runner.deliver(*reply("r-1", 2))
+    return runner, part, script, client
+
+
+def methods(script: Script) -> list[str]:
+    return [r.body["method"] for r in script.requests]
+
+
+async def test_a_reply_the_agent_took_without_answering_is_absorbed_and_the_task_followed() -> None:
+    """The reply's answer was lost (the agent is unreachable after the send), but
+    tasks/get shows the Task working: it took the reply. The reply is absorbed with the
+    events replayed after the pause, and the Task is followed to its end."""
+    runner, part, script, client = await paused_with(
+        [TaskSnapshot("t-1", "ctx", "working")], AgentUnavailable("gw", "message/stream", "ReadTimeout")
+    )
+    replay = script.next_stream()
+    await until(lambda: len(script.requests) == 3, "the Task is resubscribed")
+    for update in (status("working", 3), status("completed", 4), None):
+        await replay.put(update)
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert methods(script) == ["message/stream", "message/stream", "tasks/resubscribe"]
+    assert script.requests[2].body["params"]["afterSeq"] == 2
+    assert client.gets == 1 and part.dlq == [] and part.absorbed == [(1, "c-start"), (2, "r-1")]
+    assert [e.get("state") for e in part.events] == ["working", "input-required", "working", "completed"]
+    assert not runner.record.snapshots_only
+
+
+async def test_a_reply_the_agent_refused_goes_to_the_dlq_and_a_task_that_moved_on_is_followed() -> None:
+    runner, part, script, _ = await paused_with(
+        [TaskSnapshot("t-1", "ctx", "working")], RpcError("gw", "message/stream", -32013, "not awaiting input", 7)
+    )
+    replay = script.next_stream()
+    await until(lambda: len(script.requests) == 3, "the Task is resubscribed")
+    assert part.dlq == [(2, "agent-error")]  # the agent said no: the user may retry
+    for update in (status("working", 3), status("completed", 4), None):
+        await replay.put(update)
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert part.absorbed == [(1, "c-start")] and runner.record.command_id == "c-start"
+    assert [e.get("state") for e in part.events][-1] == "completed"
+
+
+async def test_a_reply_that_never_reached_a_task_still_paused_goes_to_the_dlq() -> None:
+    runner, part, script, client = await paused_with(
+        [TaskSnapshot("t-1", "ctx", "input-required")], AgentUnavailable("gw", "message/stream", "ConnectError")
+    )
+    await until(lambda: part.dlq == [(2, "agent-error")], "the reply goes to the DLQ")
+    assert client.gets == 1 and methods(script) == ["message/stream", "message/stream"]
+    assert runner.record.paused and not runner.record.seen("r-1") and len(part.events) == 2
+    await until(lambda: runner.follow.mode is IDLE, "nothing follows the paused Task")
+
+
+async def test_a_task_that_moved_on_with_nothing_to_replay_is_published_from_its_snapshot() -> None:
+    """The replay after the pause brings nothing: the snapshot is published, and the Task
+    is followed by snapshots from then on (a replay would repeat what it published)."""
+    runner, part, script, client = await paused_with(
+        [snapshot("working", 2), snapshot("completed", 3)], AgentUnavailable("gw", "message/stream", "ReadTimeout")
+    )
+    script.next_stream().put_nowait(None)  # the resubscribe brings nothing
+    await asyncio.wait_for(part.done.wait(), 5)
+    assert runner.record.snapshots_only and part.absorbed == [(1, "c-start"), (2, "r-1")] and part.dlq == []
+    parts = [p["text"] for e in part.events if e["kind"] == "artifact" for p in e["artifact"]["parts"]]
+    assert parts == ["p0", "p1", "p2"] and part.events[-1]["state"] == "completed"
+    assert methods(script) == ["message/stream", "message/stream", "tasks/resubscribe"] and client.gets == 2
 
 
 async def test_a_crash_before_the_agent_names_the_task_closes_it_and_absorbs_the_start() -> None:
