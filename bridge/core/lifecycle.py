@@ -360,8 +360,9 @@ class TaskRecord:
     def _admit(self, update: Update) -> DropReason | None:
         """Why ``update`` is not this Task's to publish, if it is not (closed, a
         replay, no Task named, another Task); else None, and the update's Task id,
-        context id and SSE id are taken: the first names the Task, the last is
-        the cursor."""
+        context id and SSE id are taken: the first to name the Task names its
+        context too (the first context named, if it names none), the last is the
+        cursor."""
         if self.closed:
             return "after-terminal"
         src = update.source_seq
@@ -372,6 +373,9 @@ class TaskRecord:
             return "no-task"
         if self.task_id is None:
             self.task_id = task_id
+            # The agent's context, over one the start command gave: a reply must carry
+            # the Task's own (docs/gateway-protocol.md §2), and the events say it.
+            self.context_id = update.context_id or self.context_id
         elif task_id != self.task_id:
             return "foreign-task"
         if update.context_id and not self.context_id:

@@ -620,6 +620,19 @@ def test_first_update_names_the_task_and_context() -> None:
     assert r.started and r.context_id == "ctx-9"
 
 
+def test_the_agents_context_replaces_the_one_the_start_gave() -> None:
+    # The start command named a context; the agent put the Task in another: replies
+    # carry the agent's, and so do the events.
+    r = fresh(context_id="ctx-mine")
+    [ev] = published(r.apply(StatusUpdate(TASK, "ctx-agent", "working")))
+    assert r.context_id == "ctx-agent" and ev.task_id == TASK
+    r.apply(StatusUpdate(TASK, "ctx-other", "working", agent_message("x")))
+    assert r.context_id == "ctx-agent"
+    unnamed = fresh(context_id="ctx-mine")
+    unnamed.apply(StatusUpdate(TASK, None, "working"))
+    assert unnamed.context_id == "ctx-mine"  # an agent that names no context keeps the start's
+
+
 def test_identical_status_is_published_once_even_when_resent() -> None:
     r = fresh()
     assert published(r.apply(status("working", agent_message("a"))))
