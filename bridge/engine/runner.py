@@ -974,9 +974,12 @@ class TaskRunner:
         deadline = self._clock() + self.part.config.bridge.resume_deadline_seconds
         while self.record.cancel_pending and not self.record.closed:
             try:
-                await self._cancel_call()
+                failure = await self._cancel_call()
                 self.record.cancel_pending = None
-                self.part.changed(self.record)
+                if failure is None:
+                    self.part.changed(self.record)
+                elif not self.record.closed:
+                    self._outcome("cancel-failed", failure)
                 return
             except CredentialsUnavailable as exc:
                 await self._hold(exc)
@@ -991,20 +994,51 @@ class TaskRunner:
                 self._outcome("cancel-failed", policy.cancel_failure(exc))
                 return
 
-    async def _cancel_call(self) -> None:
+    async def _cancel_call(self) -> str | None:
+        """tasks/cancel, its answer confirmed with tasks/get when ambiguous (not
+        terminal, or "not cancelable"); a terminal snapshot is published. Returns why
+        the cancel failed, if it did: "not cancelable" for a Task that has not ended,
+        or a paused Task that took the cancel and did not end within
+        ``resume_deadline_seconds`` (nothing else follows a paused Task, so it is
+        asked again meanwhile; a live one's stream or poll reports its end)."""
         assert self.record.task_id is not None
         dialect = self.client.dialect
+        refused: RpcError | None = None
         try:
             snap = await self.client.task(dialect.cancel(rpc_id("cancel"), self.record.task_id), self._trace)
         except RpcError as exc:
             if exc.code != RpcError.TASK_NOT_CANCELABLE:
                 raise
-            snap = None
+            snap, refused = None, exc
         if snap is None or not is_terminal(snap.state):
-            # Ambiguous: confirm with tasks/get (docs/gateway-protocol.md).
+            # Ambiguous: confirm with tasks/get (docs/gateway-protocol.md §6).
             snap = await self._snapshot()
+        if not is_terminal(snap.state) and refused is None and self.record.paused and not self.record.closed:
+            snap = await self._until_ended(snap)
         # Only a terminal snapshot is published from here: a non-terminal one
         # may be ahead of the open stream, which would then repeat its chunks.
         # The stream (or the poll) reports the rest as it comes.
-        if is_terminal(snap.state) and not self.record.closed:
-            self._apply(snap)
+        if is_terminal(snap.state):
+            if not self.record.closed:
+                self._apply(snap)
+            return None
+        if refused is not None:
+            return f"{policy.cancel_failure(refused)}; tasks/get: {snap.state}"
+        if self.record.paused and not self.record.closed:
+            budget = self.part.config.bridge.resume_deadline_seconds
+            return f"tasks/cancel answered, but the Task did not end within {budget:g}s: tasks/get: {snap.state}"
+        return None
+
+    async def _until_ended(self, snap: TaskSnapshot) -> TaskSnapshot:
+        """tasks/get of a paused Task that took a cancel, backing off, until it ends,
+        something else follows it (a reply), or ``resume_deadline_seconds`` pass."""
+        deadline = self._clock() + self.part.config.bridge.resume_deadline_seconds
+        attempt = 0
+        while not is_terminal(snap.state) and self.record.paused and not self.record.closed:
+            wait = AGENT_RETRY.delay(attempt)
+            if self._clock() + wait > deadline:
+                break
+            await asyncio.sleep(wait)
+            attempt += 1
+            snap = await self._snapshot()
+        return snap

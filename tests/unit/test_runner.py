@@ -427,6 +427,87 @@ async def test_a_snapshot_that_published_what_replay_had_not_makes_the_task_snap
     assert parts == ["p0", "p1", "p2", "p3", "p4"]
 
 
+class CancelClient(SnapshotClient):
+    """tasks/cancel answers ``cancel`` (raised if an error); tasks/get as SnapshotClient."""
+
+    def __init__(self, script: Script, cancel: TaskSnapshot | BaseException, snapshots: list[TaskSnapshot]) -> None:
+        super().__init__(script, snapshots)
+        self.cancel = cancel
+        self.cancels = 0
+
+    async def task(self, req: Request, trace: str | None = None) -> TaskSnapshot:
+        if req.body["method"] != "tasks/cancel":
+            return await super().task(req, trace)
+        self.cancels += 1
+        if isinstance(self.cancel, BaseException):
+            raise self.cancel
+        return self.cancel
+
+
+async def cancelled_with(
+    client: CancelClient, *, pause: bool, deadline_seconds: float = 5
+) -> tuple[TaskRunner, FakePartition, asyncio.Queue[Update | BaseException | None]]:
+    """A Task working (or paused in input-required), then a cancel command (offset 2)."""
+    script = client.script
+    part = FakePartition(script, config=Config(bridge=BridgeConfig(resume_deadline_seconds=deadline_seconds)))
+    part.agent = client
+    record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
+    runner = TaskRunner(part, record)
+    first = script.next_stream()
+    runner.launch(start())
+    await first.put(status("working", 1))
+    if pause:
+        await first.put(status("input-required", 2))
+        await first.put(None)
+        await until(lambda: record.paused and runner.follow.mode is IDLE, "the Task pauses")
+    else:
+        await until(lambda: record.state == "working", "the Task works")
+    runner.deliver(Command("cancel", "x-1", "k"), consumer_record(offset=2))
+    return runner, part, first
+
+
+def outcomes(part: FakePartition) -> list[str]:
+    return [e["outcome"] for e in part.events if e["kind"] == "bridge"]
+
+
+async def test_a_running_task_the_agent_cannot_cancel_is_published_as_cancel_failed() -> None:
+    refused = RpcError("gw", "tasks/cancel", RpcError.TASK_NOT_CANCELABLE, "Task cannot be canceled", 3)
+    client = CancelClient(Script(), refused, [TaskSnapshot("t-1", "ctx", "working")])
+    runner, part, stream = await cancelled_with(client, pause=False)
+    await until(lambda: "cancel-failed" in outcomes(part), "the failed cancel is published")
+    failed = next(e for e in part.events if e.get("outcome") == "cancel-failed")
+    assert "JSON-RPC -32002" in failed["reason"] and "tasks/get: working" in failed["reason"]
+    assert outcomes(part) == ["cancel-requested", "cancel-failed"] and not runner.record.cancel_pending
+    await stream.put(status("completed", 2))  # the Task goes on to its own end
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert part.events[-1]["state"] == "completed"
+
+
+async def test_a_paused_task_that_takes_a_cancel_is_asked_until_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing follows a paused Task: the agent's canceled, coming after its answer, is
+    found by asking again, not missed until the deadline."""
+    monkeypatch.setattr(runner_module, "AGENT_RETRY", Backoff(base=0.001, cap=0.001))
+    paused = TaskSnapshot("t-1", "ctx", "input-required")
+    client = CancelClient(Script(), paused, [paused, paused, TaskSnapshot("t-1", "ctx", "canceled")])
+    runner, part, _ = await cancelled_with(client, pause=True)
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert part.events[-1]["state"] == "canceled" and outcomes(part) == ["cancel-requested"]
+    assert client.cancels == 1 and client.gets == 3 and runner.record.closed
+
+
+async def test_a_paused_task_that_takes_a_cancel_and_never_ends_is_published_as_cancel_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runner_module, "AGENT_RETRY", Backoff(base=0.01, cap=0.01))
+    paused = TaskSnapshot("t-1", "ctx", "input-required")
+    client = CancelClient(Script(), paused, [paused] * 100)
+    runner, part, _ = await cancelled_with(client, pause=True, deadline_seconds=0.1)
+    await until(lambda: "cancel-failed" in outcomes(part), "the failed cancel is published")
+    failed = next(e for e in part.events if e.get("outcome") == "cancel-failed")
+    assert "did not end within 0.1s" in failed["reason"] and "tasks/get: input-required" in failed["reason"]
+    assert runner.record.paused and not runner.record.closed and 2 <= client.gets < 100
+
+
 async def test_a_restored_snapshots_only_task_is_never_replayed() -> None:
     script = Script()
     part = FakePartition(script)
