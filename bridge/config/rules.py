@@ -356,6 +356,29 @@ def topics(k: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]]) -> lis
     ]
 
 
+def routing(agents: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+    """An agent routed to its own events topic keeps what its Tasks carry out of the
+    shared topics (DESIGN: "the DLQ keeps the same routing"): its dead-lettered
+    commands (its users' messages) go to the shared DLQ unless it names its own, and
+    push notifications (artifacts included) pass through the one notifications topic."""
+    out: list[Problem] = []
+    for name, a in agents.items():
+        if not a.get("events_topic"):
+            continue
+        if not a.get("dlq_topic"):
+            message = (
+                "not set beside events_topic: this agent's dead-lettered commands go to the shared kafka.dlq_topic"
+            )
+            out.append(Problem(f"agents.{name}.dlq_topic", message, warning=True))
+        if a.get("push"):
+            message = (
+                "with events_topic: its notifications, artifacts included, pass through the shared "
+                "kafka.notifications_topic (give readers of that topic no ACL, or follow it by stream)"
+            )
+            out.append(Problem(f"agents.{name}.push", message, warning=True))
+    return out
+
+
 def push(p: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]], b: Mapping[str, Any]) -> list[Problem]:
     """Agents followed by push need the webhook's base URL and token secret; the gateway
     protocol has no push notifications; the webhook's TLS is a certificate and its key;
