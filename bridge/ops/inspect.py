@@ -116,7 +116,7 @@ async def live(config: Config, record: TaskRecord, events: list[dict[str, Any]])
             client = client.routed(record.endpoint, record.dialect or agent.dialect, record.agent_code)
             route = "the route stored in the checkpoint"
         else:
-            route = "the configured route (a closed Task's checkpoint keeps none)"
+            route = "the configured route (the checkpoint keeps none: a closed Task's, by an older bridge)"
         print(f"  tasks/get {record.task_id!r} at {client.config.url} ({client.config.dialect}), {route}")
         try:
             snapshot = await client.task(client.dialect.get(rpc_id("get"), record.task_id))
@@ -166,6 +166,17 @@ def checkpoint_fields(record: TaskRecord) -> dict[str, Any]:
     }
 
 
+def credentials_of(agent: AgentConfig) -> str:
+    """What the agent is asked with, by kind (never a value): "" for nothing."""
+    kinds = [
+        "OAuth2 client credentials" if agent.oauth2_token_url else "",
+        "a bearer token" if agent.token_file or agent.token_env else "",
+        "an API key" if agent.api_key_file or agent.api_key_env else "",
+        "a client certificate (mutual TLS)" if agent.tls_cert_file else "",
+    ]
+    return ", ".join(k for k in kinds if k)
+
+
 def diagnosis(record: TaskRecord, events: list[dict[str, Any]], agent: AgentConfig | None) -> list[str]:
     """The diagnosis, one line per check in the order docs/gateway-protocol.md
     gives: JSON-RPC id against Task id, the Agent selector, authorization, the
@@ -176,8 +187,8 @@ def diagnosis(record: TaskRecord, events: list[dict[str, Any]], agent: AgentConf
         else "(not recorded)"
     )
     now = f"dialect {agent.dialect}, agent_code {agent.agent_code!r}, url {agent.url}" if agent else "NOT CONFIGURED"
-    auth = "token configured" if agent and (agent.token_file or agent.token_env) else "no token configured"
-    refused = any(e.get("outcome") == "rejected" and "unauthorized" in str(e.get("reason")) for e in events)
+    auth = f"{credentials_of(agent)} configured" if agent and credentials_of(agent) else "no credentials configured"
+    refused = any(e.get("kind") == "bridge" and "unauthorized" in str(e.get("reason")) for e in events)
     seqs = [e.get("seq") for e in events]
     in_order = seqs == list(range(1, len(seqs) + 1))
     terminal = next((e for e in events if e.get("terminal")), None)

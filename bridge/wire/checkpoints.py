@@ -67,16 +67,18 @@ def _document(record: TaskRecord, artifacts: dict[str, ArtifactProgress]) -> dic
         "startCommandId": record.start_command_id,
         "closed": record.closed,
         "closedAt": record.closed_at,
+        # The route the Task started on, kept after it closed too: the Agent selector
+        # is what `bridge inspect` checks second (docs/gateway-protocol.md §12).
+        "endpoint": record.endpoint,
+        "dialect": record.dialect,
+        "agentCode": record.agent_code,
+        "eventsTopic": record.events_topic,
     }
     if record.closed:
         # A closed Task's checkpoint only serves dedupe (and `bridge inspect`) for the
-        # rest of its window: no route, per-artifact or per-message state.
+        # rest of its window: no per-artifact or per-message state.
         return doc
     doc.update(
-        endpoint=record.endpoint,
-        dialect=record.dialect,
-        agentCode=record.agent_code,
-        eventsTopic=record.events_topic,
         deadline=record.deadline,
         cancelPending=record.cancel_pending,
         statusDigest=record.status_digest,

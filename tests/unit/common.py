@@ -39,7 +39,7 @@ def cuts(data: bytes, points: list[int]) -> list[bytes]:
 
 def kept(record: TaskRecord) -> TaskRecord:
     """What a checkpoint keeps of ``record``: everything of a live Task but the caller's
-    metadata; of a closed one, what dedupe and `bridge inspect` need."""
+    metadata; of a closed one, what dedupe and `bridge inspect` need (its route too)."""
     record = dataclasses.replace(record, metadata=None)
     if not record.closed:
         return record
@@ -50,10 +50,6 @@ def kept(record: TaskRecord) -> TaskRecord:
         status_digest=None,
         artifacts={},
         messages=[],
-        endpoint=None,
-        dialect=None,
-        agent_code=None,
-        events_topic=None,
         snapshots_only=False,
         push=False,
         notified=[],
