@@ -271,10 +271,16 @@ def settled(held: StatusUpdate, snap: TaskSnapshot | None) -> Update:
 
 def moved_on(record: TaskRecord, snap: TaskSnapshot) -> bool:
     """Whether ``snap`` shows a paused Task past the pause the record published: in
-    another state, or asking again (the same state with another message).
-
-    A reply the agent did not answer (a timeout after the send, an answer lost on
-    the way) may have reached it all the same; docs/gateway-protocol.md: call
-    ``tasks/get`` first before asking the user to retry. A Task that moved on took
-    the reply; one still at the same pause did not."""
+    another state, or asking again (the same state with another message). Not that
+    a reply got there: a Task paused for a sign-in moves on when the user signs in,
+    and an agent may end a Task that waited too long (see :func:`reply_taken`)."""
     return record.paused and status_digest(snap.state, snap.message) != record.status_digest
+
+
+def reply_taken(snap: TaskSnapshot, message_id: str) -> bool:
+    """Whether the agent took the reply sent as ``message_id``: its Task's history
+    lists it. A reply the agent did not answer (a timeout after the send, an answer
+    lost on the way) may have reached it all the same; docs/gateway-protocol.md:
+    call ``tasks/get`` first before asking the user to retry. An agent that keeps
+    no history cannot say so: its reply goes to the DLQ."""
+    return any(m.get("messageId") == message_id for m in snap.history)

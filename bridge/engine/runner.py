@@ -69,6 +69,7 @@ from bridge.core.resume import (
     held_for_snapshot,
     moved_on,
     reconcile_first,
+    reply_taken,
     settled,
 )
 from bridge.errors import AgentError, AgentNoTask, AgentProtocolError, CredentialsUnavailable, RpcError
@@ -83,12 +84,11 @@ Incoming = tuple[Command, "ConsumerRecord[bytes, bytes]"]
 
 @dataclass(frozen=True, slots=True)
 class Unanswered:
-    """A reply that failed for good, and why (see TaskRunner._unanswered). ``refused``:
-    the agent said no (what closes a start ``rejected``, bridge.core.policy); else it
-    did not answer, and may have taken the reply all the same."""
+    """A reply that failed for good, and why (see TaskRunner._unanswered); ``seq``:
+    the record's when the reply was taken (a push notification may move it since)."""
 
     reason: str
-    refused: bool
+    seq: int
 
 
 async def _settled(waiter: asyncio.Future[None], timeout: float | None) -> None:
@@ -537,7 +537,7 @@ class TaskRunner:
                     continue
                 outcome, reason = policy.start_failure(exc, cfg.first_event_timeout_seconds)
                 if command.type != "start":
-                    return Unanswered(reason, refused=outcome == "rejected")
+                    return Unanswered(reason, seq)
                 self._publish_held(None)  # an end the agent notified meanwhile comes first
                 self._outcome(outcome, reason)
                 self._answered()
@@ -545,50 +545,69 @@ class TaskRunner:
 
     async def _unanswered(self, failed: Unanswered) -> None:
         """A reply that failed for good (``failed``): ``tasks/get`` first, as
-        docs/gateway-protocol.md asks before the user is asked to retry. A reply the
-        agent never answered (a timeout after the send, an answer lost on the way)
-        may have reached it all the same: a Task that moved on
-        (:func:`bridge.core.resume.moved_on`) took it, and the reply is absorbed with
-        what the agent has. One the agent refused, or a Task still at the same
-        pause, sends the reply to the DLQ for the user to retry.
+        docs/gateway-protocol.md asks before the user is asked to retry. The agent may
+        have taken the reply all the same (a timeout after the send, an answer lost
+        on the way): only the Task's history listing the reply's messageId says so
+        (:func:`bridge.core.resume.reply_taken`); then the reply is absorbed with what
+        the agent has, else it goes to the DLQ for the user to retry.
 
-        A Task that moved on either way is followed again, as after a dropped
-        stream: a dialect with SSE ids replays what came after the pause (the reply
-        absorbed with its first new update); the snapshot is published only when
-        the replay brings nothing new, and the Task is then followed by snapshots
-        (a replay would repeat them). One still paused stays paused, unfollowed.
+        A Task that moved on (:func:`bridge.core.resume.moved_on`, or a notification
+        applied meanwhile) is followed again either way, as after a dropped stream: a
+        dialect with SSE ids replays what came after the pause (a taken reply is
+        absorbed with its first new event); the snapshot is published only when the
+        replay brings nothing new, and the Task is then followed by snapshots (a
+        replay would repeat them). A Task still at its pause is followed as a pause
+        is (watched when it waits for a sign-in).
         """
         got = await self._observe()
-        moved = isinstance(got, TaskSnapshot) and moved_on(self.record, got)
-        if failed.refused or not moved:
+        snap = got if isinstance(got, TaskSnapshot) else None
+        assert self._sending is not None
+        command = self._sending[0]
+        taken = snap is not None and reply_taken(snap, message_id(command.command_id))
+        moved = self.record.seq != failed.seq or (snap is not None and moved_on(self.record, snap))
+        if not taken:
             self._answered(failed.reason)
             self._active()
-            if not moved:
-                return
-        else:
-            assert self._sending is not None
-            self.record.command_id = self._sending[0].command_id
-        assert isinstance(got, TaskSnapshot)
-        log.info("a reply failed (%s), and the Task moved on: it is followed again", failed.reason)
+        if self.record.closed:
+            return
+        if not moved:
+            await self._after_stream()  # still paused: a sign-in is watched for
+            return
+        log.info("a reply failed (%s); the Task moved on and is followed again", failed.reason)
+        reply = command.command_id if taken else None
         if self._push_followed():
-            if not self.record.closed:
-                self._apply(got)
-            self._answered()
-            self._active()
+            # A notification applied meanwhile is newer than the snapshot.
+            await self._pushed_again(reply, snap if self.record.seq == failed.seq else None)
+        else:
+            await self._streamed_again(reply, snap)
+
+    async def _pushed_again(self, reply: str | None, snap: TaskSnapshot | None) -> None:
+        """A push-followed Task that moved on past a failed reply: ``snap`` applied (if
+        given), the ``reply`` absorbed (if taken), then followed by push again."""
+        if reply is not None:
+            self.record.command_id = reply
+        if snap is not None:
+            self._apply(snap)
+        self._answered()
+        self._active()
+        if not self.record.closed:
             self.follow.to(PUSH)
             await self._pushed(reconcile=False)
-            return
-        # What the agent has answers the reply: its replay, or its snapshot.
+
+    async def _streamed_again(self, reply: str | None, snap: TaskSnapshot | None) -> None:
+        """A Task that moved on past a failed reply, followed again from what the agent
+        has: its replay after afterSeq (the ``reply``, if taken, absorbed with the first
+        new event), else ``snap`` (then snapshots only: a replay would repeat it)."""
         self.follow.to(STREAMING)
         sequenced = self.client.dialect.sequenced and await self.client.streaming()
-        rest = await self._replayed() if sequenced else None
-        if self.record.paused and not self.record.closed:
-            if rest is not None:
-                with contextlib.suppress(Exception):
-                    await close_stream(rest)
-                rest = None
+        first, rest = await self._replayed() if sequenced else (None, None)
+        if reply is not None:
+            self.record.command_id = reply
+        if first is not None:
+            self._apply(first)
+        elif snap is not None and not self.record.closed:
             seq = self.record.seq
-            self._apply(got)
+            self._apply(snap)
             self.record.snapshots_only |= sequenced and self.record.seq != seq
         self._answered()
         self._active()
@@ -598,21 +617,27 @@ class TaskRunner:
         if not self.record.closed:
             await self._after_stream()
 
-    async def _replayed(self) -> AsyncIterator[Update] | None:
-        """tasks/resubscribe after afterSeq, its first update applied; the rest of the
-        stream, or None when it brought no update."""
+    async def _replayed(self) -> tuple[Update | None, AsyncIterator[Update] | None]:
+        """tasks/resubscribe after afterSeq: its first new update (an SSE id past
+        afterSeq; the ones before it, redelivered, applied as they come) and the rest
+        of the stream, not yet applied; (None, None) when it brought none within
+        ``first_event_timeout_seconds``."""
         assert self.record.task_id is not None
         metrics.RECONNECTS.labels("reply").inc()
         req = self.client.dialect.resubscribe(rpc_id("resubscribe"), self.record.task_id, self.record.after_seq)
         it = aiter(self.client.stream(req, self._trace))
         try:
-            first = await self._first_update(it, self.part.config.bridge.first_event_timeout_seconds)
+            async with asyncio.timeout(self.part.config.bridge.first_event_timeout_seconds):
+                async for update in it:
+                    after = self.record.after_seq
+                    if update.source_seq is not None and (after is None or update.source_seq > after):
+                        return update, it
+                    self._apply(update)
         except (AgentError, CredentialsUnavailable, TimeoutError):
-            with contextlib.suppress(Exception):
-                await close_stream(it)
-            return None
-        self._apply(first)
-        return it
+            pass
+        with contextlib.suppress(Exception):
+            await close_stream(it)
+        return None, None
 
     async def _attempt(
         self, command: Command, message: dict[str, Any], seq: int

@@ -22,6 +22,7 @@ from bridge.core.resume import (
     held_for_snapshot,
     moved_on,
     reconcile_first,
+    reply_taken,
     settled,
 )
 from bridge.errors import AgentError, AgentUnavailable, RpcError
@@ -374,3 +375,10 @@ def test_a_paused_task_moved_on_when_its_status_is_not_the_one_published(
 def test_a_task_that_is_not_paused_has_no_pause_to_move_on_from() -> None:
     record = paused_record("working", None)
     assert not moved_on(record, TaskSnapshot("t-1", "ctx", "completed"))
+
+
+def test_a_reply_is_taken_only_when_the_tasks_history_lists_its_message_id() -> None:
+    reply = {"kind": "message", "role": "user", "messageId": "bridge-r-1", "parts": []}
+    assert reply_taken(TaskSnapshot("t-1", "ctx", "working", history=(ASK, reply)), "bridge-r-1")
+    assert not reply_taken(TaskSnapshot("t-1", "ctx", "working", history=(ASK,)), "bridge-r-1")
+    assert not reply_taken(TaskSnapshot("t-1", "ctx", "completed"), "bridge-r-1")  # an agent keeping no history

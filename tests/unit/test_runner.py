@@ -26,6 +26,7 @@ from bridge.core.commands import Command
 from bridge.core.follow import AUTH_WATCH, CLOSED, IDLE
 from bridge.core.lifecycle import (
     ArtifactProgress,
+    ArtifactUpdate,
     Dropped,
     Event,
     StatusUpdate,
@@ -265,12 +266,17 @@ def methods(script: Script) -> list[str]:
     return [r.body["method"] for r in script.requests]
 
 
+# The reply r-1 as the agent's Task history lists it once taken.
+TAKEN = ({"kind": "message", "role": "user", "messageId": "bridge-r-1", "parts": [{"kind": "text", "text": "hi"}]},)
+
+
 async def test_a_reply_the_agent_took_without_answering_is_absorbed_and_the_task_followed() -> None:
     """The reply's answer was lost (the agent is unreachable after the send), but
-    tasks/get shows the Task working: it took the reply. The reply is absorbed with the
-    events replayed after the pause, and the Task is followed to its end."""
+    tasks/get shows the Task working with the reply in its history: it took the reply.
+    The reply is absorbed with the events replayed after the pause, and the Task is
+    followed to its end."""
     runner, part, script, client = await paused_with(
-        [TaskSnapshot("t-1", "ctx", "working")], AgentUnavailable("gw", "message/stream", "ReadTimeout")
+        [TaskSnapshot("t-1", "ctx", "working", history=TAKEN)], AgentUnavailable("gw", "message/stream", "ReadTimeout")
     )
     replay = script.next_stream()
     await until(lambda: len(script.requests) == 3, "the Task is resubscribed")
@@ -308,11 +314,67 @@ async def test_a_reply_that_never_reached_a_task_still_paused_goes_to_the_dlq() 
     await until(lambda: runner.follow.mode is IDLE, "nothing follows the paused Task")
 
 
+async def test_a_reply_that_never_reached_a_task_that_ended_goes_to_the_dlq() -> None:
+    """The Task moved on without the reply (the agent ended a Task that waited too
+    long; its history does not list the reply): the reply goes to the DLQ, and the
+    Task's end is published with the command that was the Task's until then."""
+    runner, part, script, _ = await paused_with(
+        [TaskSnapshot("t-1", "ctx", "failed")], AgentUnavailable("gw", "message/stream", "ConnectError")
+    )
+    replay = script.next_stream()
+    await until(lambda: len(script.requests) == 3, "the Task is resubscribed")
+    await replay.put(status("failed", 3))
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert part.dlq == [(2, "agent-error")] and part.absorbed == [(1, "c-start")]
+    assert part.events[-1]["state"] == "failed" and runner.record.command_id == "c-start"
+
+
+async def test_a_replay_whose_first_new_event_is_a_chunk_is_followed_not_overtaken_by_the_snapshot() -> None:
+    """The replay's first event past the pause is an artifact chunk (the state still
+    says input-required): the replay goes on; the snapshot asked before it is not
+    published over it."""
+    runner, part, script, _ = await paused_with(
+        [dataclasses.replace(snapshot("working", 1), history=TAKEN)],
+        AgentUnavailable("gw", "message/stream", "ReadTimeout"),
+    )
+    replay = script.next_stream()
+    await until(lambda: len(script.requests) == 3, "the Task is resubscribed")
+    chunk = ArtifactUpdate("t-1", "ctx", "a", None, [{"kind": "text", "text": "p0"}], source_seq=3)
+    for update in (status("input-required", 2), chunk, status("completed", 4), None):  # a redelivery first
+        await replay.put(update)
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert [e["kind"] for e in part.events] == ["status", "status", "artifact", "status"]
+    assert not runner.record.snapshots_only and part.absorbed[-1] == (2, "r-1")
+
+
+async def test_a_reply_that_failed_to_a_task_still_waiting_for_a_sign_in_keeps_it_watched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runner_module, "AGENT_RETRY", Backoff(base=1e-9, cap=1e-9))
+    script = Script()
+    part = FakePartition(script, config=ONE_TRY)
+    waiting = TaskSnapshot("t-1", "ctx", "auth-required")
+    part.agent = SnapshotClient(script, [waiting] * 50)
+    record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
+    runner = TaskRunner(part, record)
+    first = script.next_stream()
+    runner.launch(start())
+    for update in (status("working", 1), status("auth-required", 2), None):
+        await first.put(update)
+    await until(lambda: runner.follow.mode is AUTH_WATCH, "the Task waits for a sign-in")
+    script.next_stream().put_nowait(AgentUnavailable("gw", "message/stream", "ConnectError"))
+    runner.deliver(*reply("r-1", 2))
+    await until(lambda: part.dlq == [(2, "agent-error")], "the reply goes to the DLQ")
+    await until(lambda: runner.follow.mode is AUTH_WATCH, "the sign-in is watched for again")
+    await runner.stop()
+
+
 async def test_a_task_that_moved_on_with_nothing_to_replay_is_published_from_its_snapshot() -> None:
     """The replay after the pause brings nothing: the snapshot is published, and the Task
     is followed by snapshots from then on (a replay would repeat what it published)."""
+    working = dataclasses.replace(snapshot("working", 2), history=TAKEN)
     runner, part, script, client = await paused_with(
-        [snapshot("working", 2), snapshot("completed", 3)], AgentUnavailable("gw", "message/stream", "ReadTimeout")
+        [working, snapshot("completed", 3)], AgentUnavailable("gw", "message/stream", "ReadTimeout")
     )
     script.next_stream().put_nowait(None)  # the resubscribe brings nothing
     await asyncio.wait_for(part.done.wait(), 5)

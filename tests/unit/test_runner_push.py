@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bridge.config.model import AgentConfig
+from bridge.config.model import AgentConfig, BridgeConfig, Config
 from bridge.core.commands import Command
 from bridge.core.follow import IDLE, PUSH, STREAMING
 from bridge.core.lifecycle import TaskRecord, TaskSnapshot, new_task
@@ -199,6 +199,44 @@ async def test_a_reply_to_a_paused_push_task_is_sent_with_the_push_config_too() 
     await client.answers.put(snapshot("working"))
     await until(lambda: runner.follow.mode is PUSH and (2, "r-1") in part.absorbed, "the reply's answer")
     assert client.script.requests == []
+    await runner.stop()
+
+
+async def failed_reply_to_a_paused_push_task() -> tuple[TaskRunner, FakePartition, PushClient]:
+    """A push-followed Task paused in input-required whose reply r-1 (offset 2) is sent
+    with no retry; the test answers the send."""
+    runner, part, client = await pushed_runner()
+    part.config = Config(bridge=BridgeConfig(first_event_timeout_seconds=5, resume_deadline_seconds=0.01))
+    assert runner.notified(sdk_status("input-required")) == "applied"
+    await until(lambda: runner.follow.mode is IDLE, "the paused Task waits for a reply")
+    runner.deliver(Command("reply", "r-1", "k", message=MESSAGE), consumer_record(offset=2))
+    await until(lambda: len(client.sent) == 2, "the reply is sent")
+    return runner, part, client
+
+
+REPLY_IN_HISTORY = ({"kind": "message", "role": "user", "messageId": "bridge-r-1", "parts": []},)
+
+
+async def test_a_failed_reply_a_notification_shows_taken_is_absorbed_and_the_task_pushed_again() -> None:
+    """The agent took the reply and notified "working" while its answer to the send was
+    lost: the record moved on by the notification, tasks/get's history lists the reply."""
+    runner, part, client = await failed_reply_to_a_paused_push_task()
+    assert runner.notified(sdk_status("working")) == "applied"
+    await client.answers.put(AgentUnavailable("sdk", "message/send", "ReadTimeout"))
+    await client.snapshots.put(TaskSnapshot("t-1", "ctx", "working", history=REPLY_IN_HISTORY))
+    await until(lambda: runner.follow.mode is PUSH and (2, "r-1") in part.absorbed, "the reply is absorbed")
+    assert part.dlq == [] and runner.record.command_id == "r-1"
+    assert runner.notified(sdk_status("completed")) in ("applied", "held")
+    await runner.stop()
+
+
+async def test_a_failed_reply_the_agent_did_not_take_goes_to_the_dlq_and_a_moved_task_is_pushed_again() -> None:
+    runner, part, client = await failed_reply_to_a_paused_push_task()
+    assert runner.notified(sdk_status("working")) == "applied"  # moved on, but not by this reply
+    await client.answers.put(AgentUnavailable("sdk", "message/send", "ConnectError"))
+    await client.snapshots.put(TaskSnapshot("t-1", "ctx", "working"))
+    await until(lambda: runner.follow.mode is PUSH and part.dlq == [(2, "agent-error")], "DLQ, and followed")
+    assert (2, "r-1") not in part.absorbed and runner.record.command_id == "c-start"
     await runner.stop()
 
 
