@@ -229,6 +229,9 @@ class TaskRecord:
     artifacts: dict[str, ArtifactProgress] = field(default_factory=dict)
     # Digests of the history messages (and status messages) published, newest last.
     messages: list[str] = field(default_factory=list)
+    # The digest of the newest history message a snapshot showed: the history before
+    # it was dealt with then (see _history).
+    history_seen: str | None = None
     # What routed the Task when it started (docs/gateway-protocol.md: "Store the Agent selector ...
     # together"): a config change must not re-route a live Task.
     endpoint: str | None = None
@@ -416,17 +419,31 @@ class TaskRecord:
     def _history(self, history: tuple[JSON, ...], src: int | None) -> list[Event | Dropped]:
         """A snapshot's history messages not yet published, oldest first.
 
-        Only the newest MESSAGE_MEMORY published are remembered. Once that many were,
-        the messages a history lists before the oldest one still remembered were
-        published and forgotten: they are not published again (a history longer than
-        the memory would otherwise be published whole by every snapshot). Until then,
-        nothing was forgotten, and every message not remembered is new."""
+        A history only grows (or slides, when the agent returns its newest part): what
+        it lists up to the newest message an earlier snapshot showed was dealt with
+        then, published or not. Only what comes after that is looked up among the
+        messages published, of which the newest MESSAGE_MEMORY are remembered: a
+        history longer than the memory is not published again by every snapshot, and
+        a message the history lists before newer ones (a reply the agent records) is
+        still published once. Where that newest message is gone from the history,
+        every message in it is looked up."""
         digests = [_message_digest(m) for m in history]
         start = 0
-        if len(self.messages) >= MESSAGE_MEMORY:
-            remembered = set(self.messages)
-            start = next((i for i, d in enumerate(digests) if d in remembered), 0)
-        return [self._message(m, src, d) for m, d in zip(history[start:], digests[start:], strict=True)]
+        if self.history_seen is not None and self.history_seen in digests:
+            start = len(digests) - digests[::-1].index(self.history_seen)
+        if digests:
+            self.history_seen = digests[-1]
+        # Looked up in the memory as it was: each one published pushes the oldest out,
+        # which may be the next one looked up.
+        remembered = set(self.messages)
+        out: list[Event | Dropped] = []
+        for m, d in zip(history[start:], digests[start:], strict=True):
+            if d in remembered:
+                out.append(Dropped("duplicate"))
+                continue
+            remembered.add(d)
+            out.append(self._message(m, src, d))
+        return out
 
     def _artifact(self, u: ArtifactUpdate, cap: int | None) -> list[Event | Dropped]:
         key = artifact_key(u.artifact_id)

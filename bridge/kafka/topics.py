@@ -149,22 +149,25 @@ async def ensure(config: Config, *, create: bool) -> dict[str, int]:
         await admin.close()
 
 
-def not_compacted(policy: str, retention_ms: str) -> str | None:
-    """Why a checkpoints topic with this ``cleanup.policy`` and ``retention.ms`` would
-    lose checkpoints (None: it keeps them). Kafka deletes by age under ``delete``: a
-    paused Task's checkpoint is written once and may wait weeks for its reply, and
-    once deleted, the next restore knows nothing of the Task (it never ends)."""
+def not_compacted(policy: str, retention_ms: str, retention_bytes: str = "-1") -> str | None:
+    """Why a checkpoints topic with this ``cleanup.policy``, ``retention.ms`` and
+    ``retention.bytes`` would lose checkpoints (None: it keeps them). Under
+    ``delete`` Kafka drops old segments by age or size: a paused Task's checkpoint
+    is written once and may wait weeks for its reply, and once deleted, the next
+    restore knows nothing of the Task (it never ends)."""
     policies = {p.strip() for p in policy.split(",")}
     if "compact" not in policies:
         return f"cleanup.policy={policy}, not compact"
     if "delete" in policies and retention_ms.strip() != "-1":
         return f"cleanup.policy={policy} deletes checkpoints older than retention.ms={retention_ms}"
+    if "delete" in policies and retention_bytes.strip() != "-1":
+        return f"cleanup.policy={policy} deletes checkpoints past retention.bytes={retention_bytes}"
     return None
 
 
 async def _check_compacted(admin: AIOKafkaAdminClient, topic: str) -> None:
     """:class:`StartupError` unless the checkpoints topic keeps every key's newest record."""
-    wanted = {"cleanup.policy": None, "retention.ms": None}
+    wanted = {"cleanup.policy": None, "retention.ms": None, "retention.bytes": None}
     responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs=wanted)])
     values: dict[str, str] = {}
     for response in responses:
@@ -181,7 +184,11 @@ async def _check_compacted(admin: AIOKafkaAdminClient, topic: str) -> None:
             for entry in res["config_entries"]:
                 if entry["config_names"] in wanted and entry["config_value"] is not None:
                     values[entry["config_names"]] = entry["config_value"]
-    why = not_compacted(values.get("cleanup.policy", "delete"), values.get("retention.ms", "604800000"))
+    why = not_compacted(
+        values.get("cleanup.policy", "delete"),
+        values.get("retention.ms", "604800000"),
+        values.get("retention.bytes", "-1"),
+    )
     if why is not None:
         raise StartupError(
             f"checkpoints topic {topic!r} has {why}: it must be compacted, or paused Tasks are lost "

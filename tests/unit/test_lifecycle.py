@@ -722,13 +722,38 @@ def test_a_history_longer_than_the_message_memory_is_published_once() -> None:
 
 
 def test_a_history_message_never_published_is_published_when_it_shows_up_before_newer_ones() -> None:
-    # Nothing forgotten yet (the memory is not full): a message the history lists before
-    # one already published (a reply the bridge sent, say) was never published.
+    # A message the history lists before one already published (a reply the bridge
+    # sent, recorded by the agent) was never published.
     r = fresh()
     r.apply(TaskSnapshot(TASK, CTX, "working", history=history(1)))
     r.apply(status("input-required", agent_message("h2")))
     out = r.apply(TaskSnapshot(TASK, CTX, "input-required", agent_message("h2"), history=history(3)))
     assert messages_of(out) == ["m-h1"]
+
+
+def test_a_message_recorded_in_history_behind_more_streamed_ones_than_the_memory_holds_is_published() -> None:
+    # The reply h1 is only ever in the history; more than MESSAGE_MEMORY status messages
+    # stream after it before the next snapshot: h1 is published once, nothing twice.
+    r = fresh()
+    r.apply(TaskSnapshot(TASK, CTX, "working", history=history(1)))
+    streamed = [agent_message(f"h{i}") for i in range(2, MESSAGE_MEMORY + 10)]
+    for m in streamed:
+        r.apply(status("working", m))
+    whole = (*history(2), *streamed)
+    forgotten = [m["messageId"] for m in streamed[:8]]  # streamed, then out of the memory: published once more
+    published_now = messages_of(r.apply(TaskSnapshot(TASK, CTX, "working", streamed[-1], history=whole)))
+    assert published_now == ["m-h1", *forgotten]
+    assert r.apply(TaskSnapshot(TASK, CTX, "working", streamed[-1], history=whole)) == [Dropped("duplicate")]
+
+
+def test_a_history_sliding_past_what_was_seen_is_looked_up_whole() -> None:
+    # An agent that returns only its newest messages: the newest one seen is gone from
+    # the window, and the window's messages are looked up one by one.
+    r = fresh()
+    r.apply(TaskSnapshot(TASK, CTX, "working", history=history(3)))
+    window = tuple(agent_message(f"h{i}") for i in range(5, 8))
+    assert messages_of(r.apply(TaskSnapshot(TASK, CTX, "working", history=window))) == ["m-h5", "m-h6", "m-h7"]
+    assert messages_of(r.apply(TaskSnapshot(TASK, CTX, "working", history=window))) == []
 
 
 def test_snapshot_replaces_an_artifact_that_no_longer_extends_what_was_published() -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from bridge.kafka.topics import CHECKPOINTS_TOPIC_CONFIG, not_compacted
+from bridge.errors import StartupError
+from bridge.kafka.topics import CHECKPOINTS_TOPIC_CONFIG, _check_compacted, not_compacted
 
 
 @pytest.mark.parametrize(
@@ -34,3 +37,46 @@ def test_a_topic_that_deletes_nothing_by_age_keeps_checkpoints(policy: str, rete
 )
 def test_a_topic_that_deletes_by_age_or_never_compacts_is_refused(policy: str, retention_ms: str, said: str) -> None:
     assert not_compacted(policy, retention_ms) == said
+
+
+def test_a_topic_that_deletes_by_size_is_refused() -> None:
+    assert not_compacted("compact,delete", "-1", "1073741824") == (
+        "cleanup.policy=compact,delete deletes checkpoints past retention.bytes=1073741824"
+    )
+    assert not_compacted("compact", "604800000", "1073741824") is None  # compaction alone deletes nothing by size
+
+
+class FakeResponse:
+    def __init__(self, resources: list[dict[str, Any]]) -> None:
+        self.resources = resources
+
+    def to_object(self) -> dict[str, Any]:
+        return {"resources": self.resources}
+
+
+class FakeAdmin:
+    """describe_configs as a broker answers it (DescribeConfigsResponse, one resource)."""
+
+    def __init__(self, error_code: int, entries: dict[str, str]) -> None:
+        self.error_code = error_code
+        self.entries = entries
+
+    async def describe_configs(self, resources: list[Any]) -> list[FakeResponse]:
+        (res,) = resources
+        entries = [{"config_names": k, "config_value": v} for k, v in self.entries.items()]
+        return [FakeResponse([{"error_code": self.error_code, "resource_name": res.name, "config_entries": entries}])]
+
+
+async def test_the_checkpoints_policy_is_read_from_the_brokers_answer() -> None:
+    ok = FakeAdmin(0, {"cleanup.policy": "compact", "retention.ms": "604800000", "retention.bytes": "-1"})
+    await _check_compacted(ok, "cps")
+    deleting = FakeAdmin(0, {"cleanup.policy": "delete", "retention.ms": "604800000", "retention.bytes": "-1"})
+    with pytest.raises(StartupError, match=r"checkpoints topic 'cps' has cleanup.policy=delete, not compact"):
+        await _check_compacted(deleting, "cps")
+
+
+async def test_a_principal_not_allowed_to_describe_configs_is_warned_not_refused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    await _check_compacted(FakeAdmin(29, {}), "cps")
+    assert "cannot read the checkpoints topic 'cps''s cleanup.policy (error 29)" in caplog.text
