@@ -340,7 +340,7 @@ async def test_inspect_reads_the_partition_its_key_hashes_to(tasks: Tasks) -> No
     assert f"  taskId         {task_id}" in text
     # A closed Task's checkpoint keeps the route it started with: the diagnosis's selector step.
     assert "  dialect        gateway" in text and "  agentCode      writer" in text
-    assert f"2. Agent selector: 'gw-writer' started with dialect gateway, agent_code 'writer', url " in text
+    assert "2. Agent selector: 'gw-writer' started with dialect gateway, agent_code 'writer', url " in text
     assert "1..N without gaps" in text and "(terminal)" in text
 
     # A paused Task's checkpoint shows the route it started with.
