@@ -229,8 +229,9 @@ class TaskRecord:
     artifacts: dict[str, ArtifactProgress] = field(default_factory=dict)
     # Digests of the history messages (and status messages) published, newest last.
     messages: list[str] = field(default_factory=list)
-    # The digest of the newest history message a snapshot showed: the history before
-    # it was dealt with then (see _history).
+    # How many history messages the last snapshot showed, and the digest of its
+    # newest: the history up to there was dealt with then (see _history).
+    history_count: int | None = None
     history_seen: str | None = None
     # What routed the Task when it started (docs/gateway-protocol.md: "Store the Agent selector ...
     # together"): a config change must not re-route a live Task.
@@ -420,30 +421,44 @@ class TaskRecord:
         """A snapshot's history messages not yet published, oldest first.
 
         A history only grows (or slides, when the agent returns its newest part): what
-        it lists up to the newest message an earlier snapshot showed was dealt with
-        then, published or not. Only what comes after that is looked up among the
-        messages published, of which the newest MESSAGE_MEMORY are remembered: a
-        history longer than the memory is not published again by every snapshot, and
-        a message the history lists before newer ones (a reply the agent records) is
-        still published once. Where that newest message is gone from the history,
-        every message in it is looked up."""
+        it lists up to the newest message the last snapshot showed was dealt with then,
+        published or not (found where it was, else by its digest, else not at all: then
+        the whole history is new). What comes after is looked up among the messages
+        published, of which the newest MESSAGE_MEMORY are remembered, as the memory was
+        before this snapshot (each one published pushes the oldest out, which may be the
+        next one looked up).
+
+        Once the memory is full, an agent's message listed before the oldest one still
+        remembered was streamed and forgotten (an agent moves its status messages into
+        its history): it is not published again. A user's message there is looked up all
+        the same: it only ever comes in a history (a reply the agent records)."""
         digests = [_message_digest(m) for m in history]
-        start = 0
-        if self.history_seen is not None and self.history_seen in digests:
-            start = len(digests) - digests[::-1].index(self.history_seen)
-        if digests:
-            self.history_seen = digests[-1]
-        # Looked up in the memory as it was: each one published pushes the oldest out,
-        # which may be the next one looked up.
+        start = self._history_start(digests)
+        self.history_count, self.history_seen = (len(digests), digests[-1]) if digests else (None, None)
         remembered = set(self.messages)
+        forgotten = 0
+        if len(self.messages) >= MESSAGE_MEMORY:
+            forgotten = next((i for i in range(start, len(digests)) if digests[i] in remembered), start)
         out: list[Event | Dropped] = []
-        for m, d in zip(history[start:], digests[start:], strict=True):
-            if d in remembered:
+        for i in range(start, len(digests)):
+            m, d = history[i], digests[i]
+            if d in remembered or (i < forgotten and m.get("role") != "user"):
                 out.append(Dropped("duplicate"))
                 continue
             remembered.add(d)
             out.append(self._message(m, src, d))
         return out
+
+    def _history_start(self, digests: list[str]) -> int:
+        """Where the history after the last snapshot's newest message begins (0: all new)."""
+        seen, count = self.history_seen, self.history_count
+        if seen is None:
+            return 0
+        if count is not None and 0 < count <= len(digests) and digests[count - 1] == seen:
+            return count
+        if seen in digests:  # slid: found by its digest, the newest one of that digest
+            return len(digests) - digests[::-1].index(seen)
+        return 0
 
     def _artifact(self, u: ArtifactUpdate, cap: int | None) -> list[Event | Dropped]:
         key = artifact_key(u.artifact_id)

@@ -277,10 +277,23 @@ def moved_on(record: TaskRecord, snap: TaskSnapshot) -> bool:
     return record.paused and status_digest(snap.state, snap.message) != record.status_digest
 
 
-def reply_taken(snap: TaskSnapshot, message_id: str) -> bool:
-    """Whether the agent took the reply sent as ``message_id``: its Task's history
-    lists it. A reply the agent did not answer (a timeout after the send, an answer
-    lost on the way) may have reached it all the same; docs/gateway-protocol.md:
-    call ``tasks/get`` first before asking the user to retry. An agent that keeps
-    no history cannot say so: its reply goes to the DLQ."""
-    return any(m.get("messageId") == message_id for m in snap.history)
+# Where a Task waiting for input may go without it: the agent gave it up.
+_GIVEN_UP = frozenset({"failed", "canceled", "rejected"})
+
+
+def reply_taken(snap: TaskSnapshot, message_id: str, paused: str | None, *, refused: bool = False) -> bool:
+    """Whether the agent took the reply sent as ``message_id`` to a Task ``paused`` in
+    that state (``refused``: the agent answered it with an error). A reply the agent
+    did not answer (a timeout after the send, an answer lost on the way) may have
+    reached it all the same; docs/gateway-protocol.md: call ``tasks/get`` first
+    before asking the user to retry.
+
+    Its Task's history says: it lists the reply, or not. An agent that keeps no
+    history says it by moving, unless it refused the reply: a Task that left
+    input-required for work or an end other than giving up took it. (One that left
+    auth-required may have moved for a sign-in out of band.)"""
+    if snap.history:
+        return any(m.get("messageId") == message_id for m in snap.history)
+    if refused or paused != "input-required":
+        return False
+    return snap.state not in PAUSED_STATES and snap.state not in _GIVEN_UP

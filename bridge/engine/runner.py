@@ -85,10 +85,13 @@ Incoming = tuple[Command, "ConsumerRecord[bytes, bytes]"]
 @dataclass(frozen=True, slots=True)
 class Unanswered:
     """A reply that failed for good, and why (see TaskRunner._unanswered); ``seq``:
-    the record's when the reply was taken (a push notification may move it since)."""
+    the record's when the reply was taken (a push notification may move it since);
+    ``refused``: the agent said no (what closes a start ``rejected``, bridge.core.policy)."""
 
     reason: str
     seq: int
+    refused: bool
+    paused: str | None  # the Task's state when the reply was taken
 
 
 async def _settled(waiter: asyncio.Future[None], timeout: float | None) -> None:
@@ -512,7 +515,7 @@ class TaskRunner:
         cfg = self.part.config.bridge
         deadline = self._clock() + cfg.resume_deadline_seconds
         attempt = 0
-        seq = self.record.seq
+        seq, paused = self.record.seq, self.record.state
         while True:
             try:
                 return await self._attempt(command, message, seq)
@@ -537,7 +540,7 @@ class TaskRunner:
                     continue
                 outcome, reason = policy.start_failure(exc, cfg.first_event_timeout_seconds)
                 if command.type != "start":
-                    return Unanswered(reason, seq)
+                    return Unanswered(reason, seq, refused=outcome == "rejected", paused=paused)
                 self._publish_held(None)  # an end the agent notified meanwhile comes first
                 self._outcome(outcome, reason)
                 self._answered()
@@ -551,6 +554,10 @@ class TaskRunner:
         (:func:`bridge.core.resume.reply_taken`); then the reply is absorbed with what
         the agent has, else it goes to the DLQ for the user to retry.
 
+        A taken reply whose Task shows no move yet stays in flight while the agent is
+        asked again (backing off, within ``resume_deadline_seconds``); once that passes
+        it is absorbed all the same.
+
         A Task that moved on (:func:`bridge.core.resume.moved_on`, or a notification
         applied meanwhile) is followed again either way, as after a dropped stream: a
         dialect with SSE ids replays what came after the pause (a taken reply is
@@ -563,14 +570,25 @@ class TaskRunner:
         snap = got if isinstance(got, TaskSnapshot) else None
         assert self._sending is not None
         command = self._sending[0]
-        taken = snap is not None and reply_taken(snap, message_id(command.command_id))
-        moved = self.record.seq != failed.seq or (snap is not None and moved_on(self.record, snap))
+        mid = message_id(command.command_id)
+        taken = snap is not None and reply_taken(snap, mid, failed.paused, refused=failed.refused)
+
+        def moved(s: TaskSnapshot | None) -> bool:
+            return self.record.seq != failed.seq or (s is not None and moved_on(self.record, s))
+
+        if taken and not moved(snap):
+            # Taken, not acted on yet: the reply stays in flight while the agent is asked again.
+            assert snap is not None
+            snap = await self._asked_until(snap, moved)
         if not taken:
             self._answered(failed.reason)
             self._active()
         if self.record.closed:
             return
-        if not moved:
+        if not moved(snap):
+            if taken:  # the agent has it, though its Task shows no move within the budget
+                self.record.command_id = command.command_id
+                self._answered()
             await self._after_stream()  # still paused: a sign-in is watched for
             return
         log.info("a reply failed (%s); the Task moved on and is followed again", failed.reason)
@@ -626,17 +644,21 @@ class TaskRunner:
         metrics.RECONNECTS.labels("reply").inc()
         req = self.client.dialect.resubscribe(rpc_id("resubscribe"), self.record.task_id, self.record.after_seq)
         it = aiter(self.client.stream(req, self._trace))
+        kept = False
         try:
             async with asyncio.timeout(self.part.config.bridge.first_event_timeout_seconds):
                 async for update in it:
                     after = self.record.after_seq
                     if update.source_seq is not None and (after is None or update.source_seq > after):
+                        kept = True
                         return update, it
                     self._apply(update)
         except (AgentError, CredentialsUnavailable, TimeoutError):
             pass
-        with contextlib.suppress(Exception):
-            await close_stream(it)
+        finally:
+            if not kept:  # cancelled too (a new reply replaces this follower): never left open
+                with contextlib.suppress(Exception):
+                    await close_stream(it)
         return None, None
 
     async def _attempt(
@@ -1039,7 +1061,8 @@ class TaskRunner:
             # Ambiguous: confirm with tasks/get (docs/gateway-protocol.md §6).
             snap = await self._snapshot()
         if not is_terminal(snap.state) and refused is None and self.record.paused and not self.record.closed:
-            snap = await self._until_ended(snap)
+            # Until it ends, or something else follows it (a reply).
+            snap = await self._asked_until(snap, lambda s: is_terminal(s.state) or not self.record.paused)
         # Only a terminal snapshot is published from here: a non-terminal one
         # may be ahead of the open stream, which would then repeat its chunks.
         # The stream (or the poll) reports the rest as it comes.
@@ -1054,16 +1077,19 @@ class TaskRunner:
             return f"tasks/cancel answered, but the Task did not end within {budget:g}s: tasks/get: {snap.state}"
         return None
 
-    async def _until_ended(self, snap: TaskSnapshot) -> TaskSnapshot:
-        """tasks/get of a paused Task that took a cancel, backing off, until it ends,
-        something else follows it (a reply), or ``resume_deadline_seconds`` pass."""
+    async def _asked_until(self, snap: TaskSnapshot, done: Callable[[TaskSnapshot], bool]) -> TaskSnapshot:
+        """``tasks/get``, backing off, until ``done`` says so of its answer, the Task
+        closes, or ``resume_deadline_seconds`` pass; the last snapshot (a failed ask
+        keeps the one before). For an answer the agent gave before it acted on it:
+        nothing else follows a paused Task."""
         deadline = self._clock() + self.part.config.bridge.resume_deadline_seconds
         attempt = 0
-        while not is_terminal(snap.state) and self.record.paused and not self.record.closed:
+        while not done(snap) and not self.record.closed:
             wait = AGENT_RETRY.delay(attempt)
             if self._clock() + wait > deadline:
                 break
             await asyncio.sleep(wait)
             attempt += 1
-            snap = await self._snapshot()
+            got = await self._observe()
+            snap = got if isinstance(got, TaskSnapshot) else snap
         return snap

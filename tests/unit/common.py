@@ -50,6 +50,7 @@ def kept(record: TaskRecord) -> TaskRecord:
         status_digest=None,
         artifacts={},
         messages=[],
+        history_count=None,
         history_seen=None,
         snapshots_only=False,
         push=False,

@@ -65,6 +65,7 @@ records = st.builds(
         ids, st.builds(ArtifactProgress, st.integers(0, 10_000), st.text(max_size=24), st.booleans()), max_size=4
     ),
     messages=st.lists(st.text(alphabet="0123456789abcdef", min_size=24, max_size=24), max_size=64),
+    history_count=maybe(st.integers(0, 10_000)),
     history_seen=maybe(st.text(alphabet="0123456789abcdef", min_size=24, max_size=24)),
     outcome=maybe(st.sampled_from(["timeout", "lost", "no-task"])),
     endpoint=maybe(st.text(max_size=30)),

@@ -732,18 +732,41 @@ def test_a_history_message_never_published_is_published_when_it_shows_up_before_
 
 
 def test_a_message_recorded_in_history_behind_more_streamed_ones_than_the_memory_holds_is_published() -> None:
-    # The reply h1 is only ever in the history; more than MESSAGE_MEMORY status messages
-    # stream after it before the next snapshot: h1 is published once, nothing twice.
+    # The reply u1 is only ever in the history; more than MESSAGE_MEMORY status messages
+    # stream after it before the next snapshot, and the agent moves them into its
+    # history: u1 is published once, the streamed ones not again (though some were
+    # forgotten), nothing twice.
     r = fresh()
     r.apply(TaskSnapshot(TASK, CTX, "working", history=history(1)))
+    reply = {"kind": "message", "role": "user", "messageId": "bridge-r-1", "parts": [text("csv")]}
     streamed = [agent_message(f"h{i}") for i in range(2, MESSAGE_MEMORY + 10)]
     for m in streamed:
         r.apply(status("working", m))
-    whole = (*history(2), *streamed)
-    forgotten = [m["messageId"] for m in streamed[:8]]  # streamed, then out of the memory: published once more
-    published_now = messages_of(r.apply(TaskSnapshot(TASK, CTX, "working", streamed[-1], history=whole)))
-    assert published_now == ["m-h1", *forgotten]
+    whole = (*history(1), reply, *streamed)
+    assert messages_of(r.apply(TaskSnapshot(TASK, CTX, "working", streamed[-1], history=whole))) == ["bridge-r-1"]
     assert r.apply(TaskSnapshot(TASK, CTX, "working", streamed[-1], history=whole)) == [Dropped("duplicate")]
+
+
+def test_identical_messages_without_ids_do_not_hide_the_ones_after_them() -> None:
+    # Messages without a messageId are known by their content; the history seen is
+    # found where it ended, not at the last message of the same content.
+    ok = {"kind": "message", "role": "agent", "parts": [text("ok")]}
+    other = {"kind": "message", "role": "agent", "parts": [text("x")]}
+    new = {"kind": "message", "role": "agent", "parts": [text("y")]}
+    r = fresh()
+    r.apply(TaskSnapshot(TASK, CTX, "working", history=(ok, other, ok)))
+    out = r.apply(TaskSnapshot(TASK, CTX, "working", history=(ok, other, ok, new, ok)))
+    assert [e.body["message"] for e in published(out) if e.kind == "message"] == [new]
+
+
+def test_a_checkpoint_from_before_the_history_mark_does_not_publish_a_long_history_again() -> None:
+    # Restored without historySeen (written by an older bridge), the memory full: the
+    # agent's messages before the oldest one remembered were published and forgotten.
+    r = fresh()
+    n = MESSAGE_MEMORY + 36
+    r.apply(TaskSnapshot(TASK, CTX, "working", history=history(n)))
+    r.history_count = r.history_seen = None
+    assert r.apply(TaskSnapshot(TASK, CTX, "working", history=history(n))) == [Dropped("duplicate")]
 
 
 def test_a_history_sliding_past_what_was_seen_is_looked_up_whole() -> None:

@@ -377,8 +377,27 @@ def test_a_task_that_is_not_paused_has_no_pause_to_move_on_from() -> None:
     assert not moved_on(record, TaskSnapshot("t-1", "ctx", "completed"))
 
 
-def test_a_reply_is_taken_only_when_the_tasks_history_lists_its_message_id() -> None:
+def test_a_reply_is_taken_when_the_tasks_history_lists_its_message_id() -> None:
     reply = {"kind": "message", "role": "user", "messageId": "bridge-r-1", "parts": []}
-    assert reply_taken(TaskSnapshot("t-1", "ctx", "working", history=(ASK, reply)), "bridge-r-1")
-    assert not reply_taken(TaskSnapshot("t-1", "ctx", "working", history=(ASK,)), "bridge-r-1")
-    assert not reply_taken(TaskSnapshot("t-1", "ctx", "completed"), "bridge-r-1")  # an agent keeping no history
+    listed = TaskSnapshot("t-1", "ctx", "input-required", ASK, history=(ASK, reply))
+    assert reply_taken(listed, "bridge-r-1", "input-required")  # taken, not acted on yet
+    assert reply_taken(listed, "bridge-r-1", "input-required", refused=True)  # a re-send refused: taken before
+    assert not reply_taken(TaskSnapshot("t-1", "ctx", "working", history=(ASK,)), "bridge-r-1", "input-required")
+
+
+@pytest.mark.parametrize(
+    ("paused", "state", "refused", "taken"),
+    [
+        ("input-required", "working", False, True),
+        ("input-required", "completed", False, True),
+        ("input-required", "input-required", False, False),
+        ("input-required", "failed", False, False),  # given up: not by the reply
+        ("input-required", "canceled", False, False),
+        ("input-required", "working", True, False),  # the agent said no to it
+        ("auth-required", "working", False, False),  # a sign-in out of band moves it too
+    ],
+)
+def test_an_agent_keeping_no_history_took_the_reply_if_it_went_to_work(
+    paused: str, state: str, refused: bool, taken: bool
+) -> None:
+    assert reply_taken(TaskSnapshot("t-1", "ctx", state), "bridge-r-1", paused, refused=refused) is taken

@@ -314,6 +314,39 @@ async def test_a_reply_that_never_reached_a_task_still_paused_goes_to_the_dlq() 
     await until(lambda: runner.follow.mode is IDLE, "nothing follows the paused Task")
 
 
+async def test_a_reply_taken_before_its_task_moves_stays_in_flight_until_it_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """tasks/get lists the reply but the Task still shows the pause (the agent is slow
+    to act on it): the agent is asked again until the Task moves; the reply is
+    absorbed then, with the events after the pause."""
+    monkeypatch.setattr(runner_module, "AGENT_RETRY", Backoff(base=0.001, cap=0.001))
+    slow = TaskSnapshot("t-1", "ctx", "input-required", history=TAKEN)
+    _runner, part, script, client = await paused_with(
+        [slow, slow, TaskSnapshot("t-1", "ctx", "working", history=TAKEN)],
+        AgentUnavailable("gw", "message/stream", "ReadTimeout"),
+    )
+    replay = script.next_stream()
+    await until(lambda: len(script.requests) == 3, "the Task is resubscribed once it moved")
+    assert client.gets == 3 and part.absorbed == [(1, "c-start")]  # in flight until then
+    for update in (status("working", 3), status("completed", 4), None):
+        await replay.put(update)
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert part.absorbed == [(1, "c-start"), (2, "r-1")] and part.dlq == []
+
+
+async def test_a_reply_to_an_agent_keeping_no_history_is_taken_when_its_task_went_to_work() -> None:
+    _runner, part, script, _ = await paused_with(
+        [TaskSnapshot("t-1", "ctx", "working")], AgentUnavailable("gw", "message/stream", "ReadTimeout")
+    )
+    replay = script.next_stream()
+    await until(lambda: len(script.requests) == 3, "the Task is resubscribed")
+    for update in (status("working", 3), status("completed", 4), None):
+        await replay.put(update)
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert part.absorbed == [(1, "c-start"), (2, "r-1")] and part.dlq == []
+
+
 async def test_a_reply_that_never_reached_a_task_that_ended_goes_to_the_dlq() -> None:
     """The Task moved on without the reply (the agent ended a Task that waited too
     long; its history does not list the reply): the reply goes to the DLQ, and the

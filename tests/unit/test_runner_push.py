@@ -232,9 +232,10 @@ async def test_a_failed_reply_a_notification_shows_taken_is_absorbed_and_the_tas
 
 async def test_a_failed_reply_the_agent_did_not_take_goes_to_the_dlq_and_a_moved_task_is_pushed_again() -> None:
     runner, part, client = await failed_reply_to_a_paused_push_task()
-    assert runner.notified(sdk_status("working")) == "applied"  # moved on, but not by this reply
+    assert runner.notified(sdk_status("working")) == "applied"  # moved on, but not by this reply:
     await client.answers.put(AgentUnavailable("sdk", "message/send", "ConnectError"))
-    await client.snapshots.put(TaskSnapshot("t-1", "ctx", "working"))
+    other = {"kind": "message", "role": "user", "messageId": "from-elsewhere", "parts": []}
+    await client.snapshots.put(TaskSnapshot("t-1", "ctx", "working", history=(other,)))  # its history says so
     await until(lambda: runner.follow.mode is PUSH and part.dlq == [(2, "agent-error")], "DLQ, and followed")
     assert (2, "r-1") not in part.absorbed and runner.record.command_id == "c-start"
     await runner.stop()
