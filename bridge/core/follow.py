@@ -17,7 +17,8 @@ resubscribing    resumes after a dropped stream or a restart
 polling          ``tasks/get`` with backoff: the agent does not stream
 snapshots        ``tasks/get`` with backoff: the agent's replay is gone, or would
                  repeat what a snapshot published (``TaskRecord.snapshots_only``)
-auth-watch       ``tasks/get`` until a Task paused in auth-required moves on
+auth-watch       ``tasks/get`` until a paused Task moves on without a reply from here:
+                 a sign-in out of band (auth-required), a reply taken but not yet acted on
 push             no stream: the agent POSTs each update to the bridge's webhook and
                  the partition owner applies it from the notifications topic; the
                  follower only reconciles with ``tasks/get`` (after a restore or a

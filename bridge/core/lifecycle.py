@@ -422,23 +422,27 @@ class TaskRecord:
 
         A history only grows (or slides, when the agent returns its newest part): what
         it lists up to the newest message the last snapshot showed was dealt with then,
-        published or not (found where it was, else by its digest, else not at all: then
-        the whole history is new). What comes after is looked up among the messages
-        published, of which the newest MESSAGE_MEMORY are remembered, as the memory was
-        before this snapshot (each one published pushes the oldest out, which may be the
-        next one looked up).
+        published or not (found where it was, else by its digest). What comes after is
+        looked up among the messages published, of which the newest MESSAGE_MEMORY are
+        remembered, as the memory was before this snapshot (each one published pushes
+        the oldest out, which may be the next one looked up). More than MESSAGE_MEMORY
+        messages streamed between two snapshots are published once more, at most once:
+        a repeat, never a loss.
 
-        Once the memory is full, an agent's message listed before the oldest one still
+        With no mark to go by (none yet, a checkpoint from before it, a window slid past
+        it) and the memory full, an agent's message listed before the oldest one still
         remembered was streamed and forgotten (an agent moves its status messages into
-        its history): it is not published again. A user's message there is looked up all
-        the same: it only ever comes in a history (a reply the agent records)."""
+        its history): it is not published again, where the whole history would be. A
+        user's message there is looked up all the same: it only ever comes in a history
+        (a reply the agent records)."""
         digests = [_message_digest(m) for m in history]
         start = self._history_start(digests)
-        self.history_count, self.history_seen = (len(digests), digests[-1]) if digests else (None, None)
+        if digests:  # an empty history (an agent that sends none this time) tells nothing
+            self.history_count, self.history_seen = len(digests), digests[-1]
         remembered = set(self.messages)
         forgotten = 0
-        if len(self.messages) >= MESSAGE_MEMORY:
-            forgotten = next((i for i in range(start, len(digests)) if digests[i] in remembered), start)
+        if start == 0 and len(self.messages) >= MESSAGE_MEMORY:
+            forgotten = next((i for i, d in enumerate(digests) if d in remembered), 0)
         out: list[Event | Dropped] = []
         for i in range(start, len(digests)):
             m, d = history[i], digests[i]

@@ -274,7 +274,13 @@ def moved_on(record: TaskRecord, snap: TaskSnapshot) -> bool:
     another state, or asking again (the same state with another message). Not that
     a reply got there: a Task paused for a sign-in moves on when the user signs in,
     and an agent may end a Task that waited too long (see :func:`reply_taken`)."""
-    return record.paused and status_digest(snap.state, snap.message) != record.status_digest
+    if not record.paused:
+        return False
+    if snap.state != record.state:
+        return True
+    # The same state asking anew; a message cleared is no move (an a2a-sdk agent moves
+    # the status message into the history as it takes the reply).
+    return snap.message is not None and status_digest(snap.state, snap.message) != record.status_digest
 
 
 # Where a Task waiting for input may go without it: the agent gave it up.

@@ -414,7 +414,7 @@ class TaskRunner:
             await self.part.resume_turn()
             self._follow(mode, self._pushed(reconcile=True))
         elif mode is AUTH_WATCH:
-            self._follow(mode, self._watch_auth())
+            self._follow(mode, self._watch_pause())
 
     def _command(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None:
         decision = decide(command, self.record)
@@ -540,7 +540,10 @@ class TaskRunner:
                     continue
                 outcome, reason = policy.start_failure(exc, cfg.first_event_timeout_seconds)
                 if command.type != "start":
-                    return Unanswered(reason, seq, refused=outcome == "rejected", paused=paused)
+                    # Refused at once; after an attempt that may have reached the agent, a
+                    # refusal may be of a reply it took (a re-send it no longer waits for).
+                    refused = outcome == "rejected" and attempt == 0
+                    return Unanswered(reason, seq, refused=refused, paused=paused)
                 self._publish_held(None)  # an end the agent notified meanwhile comes first
                 self._outcome(outcome, reason)
                 self._answered()
@@ -584,12 +587,18 @@ class TaskRunner:
             self._answered(failed.reason)
             self._active()
         if self.record.closed:
+            self._answered()  # a taken reply: absorbed (else answered already)
             return
         if not moved(snap):
-            if taken:  # the agent has it, though its Task shows no move within the budget
-                self.record.command_id = command.command_id
-                self._answered()
-            await self._after_stream()  # still paused: a sign-in is watched for
+            if not taken:
+                await self._after_stream()  # still paused: a sign-in is watched for
+                return
+            # The agent has it, though its Task shows no move within the budget: absorbed,
+            # and the Task watched until it moves.
+            self.record.command_id = command.command_id
+            self._answered()
+            self.follow.to(AUTH_WATCH)
+            await self._watch_pause()
             return
         log.info("a reply failed (%s); the Task moved on and is followed again", failed.reason)
         reply = command.command_id if taken else None
@@ -753,7 +762,7 @@ class TaskRunner:
         mode = follow.next_mode(self.record.closed, self.record.state, push=self._push_followed())
         if mode is AUTH_WATCH:
             self.follow.to(mode)
-            await self._watch_auth()
+            await self._watch_pause()
         elif mode is RESUBSCRIBING:
             self.follow.to(mode)
             await self._resume("dropped")
@@ -824,18 +833,21 @@ class TaskRunner:
         metrics.RECONNECTS.labels("poll").inc()
         await self._poll()
 
-    async def _watch_auth(self) -> None:
-        """A Task paused in auth-required goes on when the user signs in out of band:
-        watch it with tasks/get (backoff with jitter) and follow it again once it
-        moves. A reply, a cancel or the deadline end the watch too."""
+    async def _watch_pause(self) -> None:
+        """A paused Task that goes on without a reply from here: one paused in
+        auth-required when the user signs in out of band, one whose reply the agent
+        took but had not acted on (:meth:`_unanswered`). Watch it with tasks/get
+        (backoff with jitter) and follow it again once it leaves that state. A reply,
+        a cancel or the deadline end the watch too."""
         cfg = self.client.config
         pace = polling(cfg.poll_initial_seconds, cfg.poll_max_seconds)
         attempt = 0
-        while self.record.state == "auth-required" and not self.record.closed:
+        paused = self.record.state
+        while self.record.state == paused and not self.record.closed:
             await asyncio.sleep(pace.delay(attempt))
             attempt += 1
             snap = await self._observe()
-            if isinstance(snap, AgentError) or snap.state == "auth-required":
+            if isinstance(snap, AgentError) or snap.state == paused:
                 continue
             if not self.client.dialect.sequenced:
                 self._apply(snap)

@@ -734,8 +734,8 @@ def test_a_history_message_never_published_is_published_when_it_shows_up_before_
 def test_a_message_recorded_in_history_behind_more_streamed_ones_than_the_memory_holds_is_published() -> None:
     # The reply u1 is only ever in the history; more than MESSAGE_MEMORY status messages
     # stream after it before the next snapshot, and the agent moves them into its
-    # history: u1 is published once, the streamed ones not again (though some were
-    # forgotten), nothing twice.
+    # history: u1 is published once; the streamed ones that left the memory once more,
+    # once (a repeat, never a loss); then nothing again.
     r = fresh()
     r.apply(TaskSnapshot(TASK, CTX, "working", history=history(1)))
     reply = {"kind": "message", "role": "user", "messageId": "bridge-r-1", "parts": [text("csv")]}
@@ -743,8 +743,32 @@ def test_a_message_recorded_in_history_behind_more_streamed_ones_than_the_memory
     for m in streamed:
         r.apply(status("working", m))
     whole = (*history(1), reply, *streamed)
-    assert messages_of(r.apply(TaskSnapshot(TASK, CTX, "working", streamed[-1], history=whole))) == ["bridge-r-1"]
+    forgotten = [m["messageId"] for m in streamed[:8]]
+    published_now = messages_of(r.apply(TaskSnapshot(TASK, CTX, "working", streamed[-1], history=whole)))
+    assert published_now == ["bridge-r-1", *forgotten]
     assert r.apply(TaskSnapshot(TASK, CTX, "working", streamed[-1], history=whole)) == [Dropped("duplicate")]
+
+
+def test_a_message_never_published_before_remembered_ones_is_published_with_the_memory_full() -> None:
+    # A push Task whose notification of s1 was lost, with the memory full: the backstop
+    # snapshot lists s1 before s2, which came; s1 is published, not taken as forgotten.
+    r = fresh()
+    r.apply(TaskSnapshot(TASK, CTX, "working", history=history(MESSAGE_MEMORY + 5)))
+    s1, s2 = agent_message("s1"), agent_message("s2")
+    r.apply(status("working", s2))
+    out = r.apply(TaskSnapshot(TASK, CTX, "working", s2, history=(*history(MESSAGE_MEMORY + 5), s1, s2)))
+    assert messages_of(out) == ["m-s1"]
+
+
+def test_a_snapshot_without_history_keeps_the_mark() -> None:
+    # The start's user message has left the memory; a snapshot without history (a
+    # stream's first Task, a notification's) must not make the next one publish it again.
+    start = {"kind": "message", "role": "user", "messageId": "bridge-c-0", "parts": [text("go")]}
+    whole = (start, *history(MESSAGE_MEMORY + 5))
+    r = fresh()
+    r.apply(TaskSnapshot(TASK, CTX, "working", history=whole))
+    assert r.apply(TaskSnapshot(TASK, CTX, "working")) == [Dropped("duplicate")]
+    assert r.apply(TaskSnapshot(TASK, CTX, "working", history=whole)) == [Dropped("duplicate")]
 
 
 def test_identical_messages_without_ids_do_not_hide_the_ones_after_them() -> None:

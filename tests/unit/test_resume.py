@@ -363,6 +363,7 @@ def paused_record(state: str = "input-required", message: dict[str, Any] | None 
         ("working", None, True),
         ("completed", None, True),
         ("input-required", {**ASK, "messageId": "m-ask-2"}, True),  # it took the reply and asks again
+        ("input-required", None, False),  # the question moved into the history: no move yet
         ("auth-required", ASK, True),
     ],
 )

@@ -243,10 +243,10 @@ ONE_TRY = Config(bridge=BridgeConfig(first_event_timeout_seconds=5, resume_deadl
 
 
 async def paused_with(
-    snapshots: list[TaskSnapshot], failure: BaseException
+    snapshots: list[TaskSnapshot], failure: BaseException, question: dict[str, Any] | None = None
 ) -> tuple[TaskRunner, FakePartition, Script, SnapshotClient]:
-    """A Task paused in input-required (seq 2) whose reply ``r-1`` (offset 2) fails
-    with ``failure``; tasks/get answers ``snapshots`` in turn."""
+    """A Task paused in input-required (seq 2, asking ``question``) whose reply ``r-1``
+    (offset 2) fails with ``failure``; tasks/get answers ``snapshots`` in turn."""
     script = Script()
     part = FakePartition(script, config=ONE_TRY)
     client = part.agent = SnapshotClient(script, snapshots)
@@ -254,7 +254,7 @@ async def paused_with(
     runner = TaskRunner(part, record)
     first = script.next_stream()
     runner.launch(start())
-    for update in (status("working", 1), status("input-required", 2), None):
+    for update in (status("working", 1), StatusUpdate("t-1", "ctx", "input-required", question, 2), None):
         await first.put(update)
     await until(lambda: record.paused and runner.follow.mode is IDLE, "the Task pauses")
     script.next_stream().put_nowait(failure)
@@ -333,6 +333,47 @@ async def test_a_reply_taken_before_its_task_moves_stays_in_flight_until_it_does
         await replay.put(update)
     await asyncio.wait_for(part.done.wait(), 2)
     assert part.absorbed == [(1, "c-start"), (2, "r-1")] and part.dlq == []
+
+
+async def test_a_taken_reply_whose_question_went_into_the_history_is_not_a_move(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As an a2a-sdk agent takes a reply it moves the status message into the history:
+    the same state without its message is no move, and nothing is published of it."""
+    monkeypatch.setattr(runner_module, "AGENT_RETRY", Backoff(base=0.001, cap=0.001))
+    ask = {"kind": "message", "role": "agent", "messageId": "m-ask", "parts": [{"kind": "text", "text": "csv?"}]}
+    cleared = TaskSnapshot("t-1", "ctx", "input-required", None, history=(ask, *TAKEN))
+    _, part, script, client = await paused_with(
+        [cleared, cleared, TaskSnapshot("t-1", "ctx", "working", history=(ask, *TAKEN))],
+        AgentUnavailable("gw", "message/stream", "ReadTimeout"),
+        question=ask,
+    )
+    replay = script.next_stream()
+    await until(lambda: len(script.requests) == 3, "the Task is resubscribed once it works")
+    for update in (status("working", 3), status("completed", 4), None):
+        await replay.put(update)
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert [e.get("state") for e in part.events] == ["working", "input-required", "working", "completed"]
+    assert client.gets == 3 and part.absorbed[-1] == (2, "r-1")
+
+
+async def test_a_taken_reply_whose_task_does_not_move_in_time_is_absorbed_and_the_task_watched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runner_module, "AGENT_RETRY", Backoff(base=0.02, cap=0.02))
+    slow = TaskSnapshot("t-1", "ctx", "input-required", history=TAKEN)
+    runner, part, script, client = await paused_with(
+        [slow] * 3 + [TaskSnapshot("t-1", "ctx", "working", history=TAKEN)],
+        AgentUnavailable("gw", "message/stream", "ReadTimeout"),
+    )
+    await until(lambda: part.absorbed[-1] == (2, "r-1"), "the reply is absorbed once the budget passed")
+    assert runner.follow.mode is AUTH_WATCH and part.dlq == []
+    replay = script.next_stream()
+    await until(lambda: len(script.requests) == 3, "the watch sees it move and resubscribes", timeout=5)
+    for update in (status("working", 3), status("completed", 4), None):
+        await replay.put(update)
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert part.events[-1]["state"] == "completed" and client.gets == 4
 
 
 async def test_a_reply_to_an_agent_keeping_no_history_is_taken_when_its_task_went_to_work() -> None:
