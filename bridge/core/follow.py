@@ -130,19 +130,20 @@ class Follow:
         return self.to(IDLE)
 
 
-def next_mode(closed: bool, state: str | None, *, push: bool = False) -> Mode:
+def next_mode(closed: bool, state: str | None, *, push: bool = False, watched: bool = False) -> Mode:
     """What follows a Task that nothing follows now: its stream ended, or it was
     restored from its checkpoint.
 
     ``closed``: nothing; ``auth-watch``: paused until the user signs in (out of
-    band); ``resubscribing``: live, so its stream dropped (or the bridge
-    restarted); ``push``: live and followed by push notifications (``push``:
-    the record says so), reconciled with ``tasks/get`` first; ``idle``: paused
-    for a reply.
+    band), or paused with a reply the agent took and has not acted on
+    (``watched``: the record says so); ``resubscribing``: live, so its stream
+    dropped (or the bridge restarted); ``push``: live and followed by push
+    notifications (``push``: the record says so), reconciled with ``tasks/get``
+    first; ``idle``: paused for a reply.
     """
     if closed:
         return CLOSED
-    if state == "auth-required":
+    if state == "auth-required" or (watched and state in PAUSED_STATES):
         return AUTH_WATCH
     if state in PAUSED_STATES:
         return IDLE

@@ -248,6 +248,9 @@ class TaskRecord:
     # not yet delivered: replay after ``after_seq`` would repeat it, so from then on
     # the Task is followed by snapshots only, in this process and after a restore.
     snapshots_only: bool = False
+    # Paused with a reply the agent took but had not acted on: watched with tasks/get
+    # until it moves, after a restore too (bridge.engine.runner TaskRunner._unanswered).
+    watched: bool = False
     # Followed by push notifications (the send carried a push config): no stream, a
     # backstop tasks/get, and after a restore a reconcile first (bridge.core.follow).
     push: bool = False

@@ -406,7 +406,9 @@ class TaskRunner:
             return
         if self.record.cancel_pending:
             self._spawn(self._cancel())
-        mode = follow.next_mode(self.record.closed, self.record.state, push=self._push_followed())
+        mode = follow.next_mode(
+            self.record.closed, self.record.state, push=self._push_followed(), watched=self.record.watched
+        )
         if mode is RESUBSCRIBING:
             await self.part.resume_turn()
             self._follow(mode, self._resume("restart"))
@@ -596,6 +598,7 @@ class TaskRunner:
             # The agent has it, though its Task shows no move within the budget: absorbed,
             # and the Task watched until it moves.
             self.record.command_id = command.command_id
+            self.record.watched = True  # checkpointed with the absorb: a restore watches it too
             self._answered()
             self.follow.to(AUTH_WATCH)
             await self._watch_pause()
@@ -759,7 +762,9 @@ class TaskRunner:
 
     async def _after_stream(self) -> None:
         """The stream ended: done, paused, or dropped (then resume)."""
-        mode = follow.next_mode(self.record.closed, self.record.state, push=self._push_followed())
+        mode = follow.next_mode(
+            self.record.closed, self.record.state, push=self._push_followed(), watched=self.record.watched
+        )
         if mode is AUTH_WATCH:
             self.follow.to(mode)
             await self._watch_pause()
@@ -837,8 +842,9 @@ class TaskRunner:
         """A paused Task that goes on without a reply from here: one paused in
         auth-required when the user signs in out of band, one whose reply the agent
         took but had not acted on (:meth:`_unanswered`). Watch it with tasks/get
-        (backoff with jitter) and follow it again once it leaves that state. A reply,
-        a cancel or the deadline end the watch too."""
+        (backoff with jitter) and follow it again once it moves
+        (:func:`bridge.core.resume.moved_on`: another state, or a new question). A
+        reply, a cancel or the deadline end the watch too."""
         cfg = self.client.config
         pace = polling(cfg.poll_initial_seconds, cfg.poll_max_seconds)
         attempt = 0
@@ -847,8 +853,11 @@ class TaskRunner:
             await asyncio.sleep(pace.delay(attempt))
             attempt += 1
             snap = await self._observe()
-            if isinstance(snap, AgentError) or snap.state == paused:
+            if isinstance(snap, AgentError) or not moved_on(self.record, snap):
                 continue
+            if self.record.watched:
+                self.record.watched = False
+                self.part.changed(self.record)  # in the checkpoint with what the move publishes
             if not self.client.dialect.sequenced:
                 self._apply(snap)
                 break
@@ -862,6 +871,7 @@ class TaskRunner:
                     self.follow.to(SNAPSHOTS)
                     await self._poll()
                 return
+            break  # the replay followed it to its next pause or end, or dropped: decided below
         await self._after_stream()
 
     async def _poll(self) -> None:

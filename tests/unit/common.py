@@ -53,6 +53,7 @@ def kept(record: TaskRecord) -> TaskRecord:
         history_count=None,
         history_seen=None,
         snapshots_only=False,
+        watched=False,
         push=False,
         notified=[],
         snapshot_tails={},

@@ -74,6 +74,7 @@ records = st.builds(
     events_topic=maybe(ids),
     closed_at=maybe(st.floats(0, 4e9, allow_nan=False)),
     snapshots_only=st.booleans(),
+    watched=st.booleans(),
     push=st.booleans(),
     notified=st.lists(st.text(alphabet="0123456789abcdef", min_size=24, max_size=24), max_size=64),
     snapshot_tails=st.dictionaries(

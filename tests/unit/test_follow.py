@@ -164,3 +164,12 @@ def test_a_live_push_followed_task_nothing_follows_is_pushed_not_resubscribed(
     closed: bool, state: str | None, mode: Mode
 ) -> None:
     assert next_mode(closed, state, push=True) is mode
+
+
+@pytest.mark.parametrize(
+    ("state", "mode"),
+    [("input-required", AUTH_WATCH), ("auth-required", AUTH_WATCH), ("working", RESUBSCRIBING)],
+)
+def test_a_paused_task_whose_taken_reply_was_not_acted_on_is_watched(state: str, mode: Mode) -> None:
+    assert next_mode(False, state, watched=True) is mode
+    assert next_mode(True, state, watched=True) is CLOSED

@@ -692,3 +692,36 @@ async def test_a_restored_task_paused_for_sign_in_is_watched_then_replayed_once_
     assert [r.body["method"] for r in script.requests] == ["tasks/resubscribe"] and client.gets == 2
     assert [e["state"] for e in part.events if e["kind"] == "status"] == ["working", "completed"]
     await until(lambda: runner.follow.mode is CLOSED, "the follower ends with the Task")
+
+
+async def test_a_restored_task_whose_taken_reply_was_not_acted_on_is_watched_until_it_asks_anew() -> None:
+    """Restored with the reply absorbed and the Task still paused (``watched``): it is
+    watched, not left idle; a new question in the same state is a move, replayed."""
+    script = Script()
+    part = FakePartition(script)
+    ask = {"kind": "message", "role": "agent", "messageId": "m-q1", "parts": [{"kind": "text", "text": "csv?"}]}
+    again = {
+        "kind": "message",
+        "role": "agent",
+        "messageId": "m-q2",
+        "parts": [{"kind": "text", "text": "which year?"}],
+    }
+    part.agent = client = SnapshotClient(
+        script,
+        [TaskSnapshot("t-1", "ctx", "input-required", None), TaskSnapshot("t-1", "ctx", "input-required", again)],
+    )
+    record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
+    record.apply(StatusUpdate("t-1", "ctx", "input-required", ask, 2))
+    record.watched = True
+    replay = script.next_stream()
+    runner = TaskRunner(part, record)
+    runner.launch(None)
+    await until(lambda: runner.follow.mode is AUTH_WATCH, "the paused Task is watched")
+    await until(lambda: len(script.requests) == 1, "the new question is replayed")
+    await replay.put(StatusUpdate("t-1", "ctx", "working", None, 3))
+    await replay.put(StatusUpdate("t-1", "ctx", "input-required", again, 4))
+    await replay.put(None)
+    await until(lambda: runner.follow.mode is IDLE, "paused again: waits for the answer")
+    assert [e["state"] for e in part.events] == ["working", "input-required"]
+    assert part.events[-1]["message"] == again and client.gets == 2 and not record.watched
+    await runner.stop()
