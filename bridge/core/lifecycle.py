@@ -397,6 +397,7 @@ class TaskRecord:
             return Dropped("duplicate")
         self.status_digest = digest
         self.state = state
+        self.watched = False  # a move: whatever watched the pause has seen it
         terminal = is_terminal(state)
         self.closed = terminal
         if message is not None:

@@ -406,9 +406,7 @@ class TaskRunner:
             return
         if self.record.cancel_pending:
             self._spawn(self._cancel())
-        mode = follow.next_mode(
-            self.record.closed, self.record.state, push=self._push_followed(), watched=self.record.watched
-        )
+        mode = self._next_mode()
         if mode is RESUBSCRIBING:
             await self.part.resume_turn()
             self._follow(mode, self._resume("restart"))
@@ -760,11 +758,15 @@ class TaskRunner:
         # The token is asked for as the stream opens, before any event.
         await self._once_credentialed(lambda: self._consume(self.client.stream(resubscribe, self._trace)))
 
-    async def _after_stream(self) -> None:
-        """The stream ended: done, paused, or dropped (then resume)."""
-        mode = follow.next_mode(
+    def _next_mode(self) -> Mode:
+        """What follows the Task now that nothing does (bridge.core.follow.next_mode)."""
+        return follow.next_mode(
             self.record.closed, self.record.state, push=self._push_followed(), watched=self.record.watched
         )
+
+    async def _after_stream(self) -> None:
+        """The stream ended: done, paused, or dropped (then resume)."""
+        mode = self._next_mode()
         if mode is AUTH_WATCH:
             self.follow.to(mode)
             await self._watch_pause()
@@ -845,19 +847,27 @@ class TaskRunner:
         (backoff with jitter) and follow it again once it moves
         (:func:`bridge.core.resume.moved_on`: another state, or a new question). A
         reply, a cancel or the deadline end the watch too."""
+        while await self._watched_until_moved():
+            # Paused again, to be watched again: here, not by a call that nests a watch
+            # in a watch for as many pauses as the Task makes.
+            if self._next_mode() is not AUTH_WATCH:
+                await self._after_stream()
+                return
+
+    async def _watched_until_moved(self) -> bool:
+        """One watch of :meth:`_watch_pause`, until the pause's status is replaced (a
+        status published also clears ``watched``); False when it handed the Task on
+        (to snapshots) or the Task closed."""
         cfg = self.client.config
         pace = polling(cfg.poll_initial_seconds, cfg.poll_max_seconds)
         attempt = 0
-        paused = self.record.state
-        while self.record.state == paused and not self.record.closed:
+        pause = self.record.status_digest
+        while self.record.status_digest == pause and not self.record.closed:
             await asyncio.sleep(pace.delay(attempt))
             attempt += 1
             snap = await self._observe()
             if isinstance(snap, AgentError) or not moved_on(self.record, snap):
                 continue
-            if self.record.watched:
-                self.record.watched = False
-                self.part.changed(self.record)  # in the checkpoint with what the move publishes
             if not self.client.dialect.sequenced:
                 self._apply(snap)
                 break
@@ -870,9 +880,14 @@ class TaskRunner:
                 if self._live():
                     self.follow.to(SNAPSHOTS)
                     await self._poll()
-                return
-            break  # the replay followed it to its next pause or end, or dropped: decided below
-        await self._after_stream()
+                return False
+            if self.record.status_digest == pause and not self.record.closed:
+                # The replay brought nothing past afterSeq: the snapshot, as a resume's last
+                # resort (then snapshots only, as a replay would repeat it).
+                seq = self.record.seq
+                self._apply(snap)
+                self.record.snapshots_only |= self.record.seq != seq
+        return not self.record.closed
 
     async def _poll(self) -> None:
         """tasks/get with backoff and jitter until the Task ends or pauses, or

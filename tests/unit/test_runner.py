@@ -725,3 +725,49 @@ async def test_a_restored_task_whose_taken_reply_was_not_acted_on_is_watched_unt
     assert [e["state"] for e in part.events] == ["working", "input-required"]
     assert part.events[-1]["message"] == again and client.gets == 2 and not record.watched
     await runner.stop()
+
+
+def watched_record(question: dict[str, Any]) -> TaskRecord:
+    """Restored paused in input-required (seq 2) with a reply taken but not acted on."""
+    record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
+    record.apply(StatusUpdate("t-1", "ctx", "input-required", question, 2))
+    record.watched = True
+    return record
+
+
+ASK_CSV = {"kind": "message", "role": "agent", "messageId": "m-q1", "parts": [{"kind": "text", "text": "csv?"}]}
+
+
+async def test_a_watched_task_stays_watched_in_its_checkpoint_until_its_move_is_published() -> None:
+    script = Script()
+    part = FakePartition(script)
+    part.agent = SnapshotClient(script, [TaskSnapshot("t-1", "ctx", "working")])
+    record = watched_record(ASK_CSV)
+    replay = script.next_stream()
+    runner = TaskRunner(part, record)
+    runner.launch(None)
+    await until(lambda: len(script.requests) == 1, "the move is replayed")
+    assert record.watched  # a stop now restores a watched Task, not an idle one
+    await replay.put(StatusUpdate("t-1", "ctx", "working", None, 3))
+    await until(lambda: bool(part.events), "the move is published")
+    assert not record.watched  # in the same checkpoint as the move
+    await replay.put(StatusUpdate("t-1", "ctx", "completed", None, 4))
+    await replay.put(None)
+    await asyncio.wait_for(part.done.wait(), 2)
+
+
+async def test_a_watched_task_whose_replay_brings_nothing_is_published_from_its_snapshot() -> None:
+    """tasks/get shows it working, the replay after afterSeq brings nothing: the snapshot
+    is published and the Task followed by snapshots, not left idle."""
+    script = Script()
+    part = FakePartition(script)
+    part.agent = client = SnapshotClient(
+        script, [TaskSnapshot("t-1", "ctx", "working"), TaskSnapshot("t-1", "ctx", "completed")]
+    )
+    record = watched_record(ASK_CSV)
+    script.next_stream().put_nowait(None)  # the resubscribe: nothing past afterSeq
+    runner = TaskRunner(part, record)
+    runner.launch(None)
+    await asyncio.wait_for(part.done.wait(), 5)
+    assert [e["state"] for e in part.events] == ["working", "completed"]
+    assert record.snapshots_only and client.gets == 2 and methods(script) == ["tasks/resubscribe"]
