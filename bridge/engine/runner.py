@@ -873,6 +873,7 @@ class TaskRunner:
                 break
             # The Task's own events after afterSeq replay the change, in order; a
             # snapshot applied first would make that replay repeat what it showed.
+            before = self.record.seq, self.record.after_seq
             try:
                 await self._replay("auth")
             except AgentError:
@@ -880,8 +881,9 @@ class TaskRunner:
                 if self._live():
                     self.follow.to(SNAPSHOTS)
                     await self._poll()
-                return False
-            if self.record.status_digest == pause and not self.record.closed:
+                    return False
+                return not self.record.closed  # paused again: watched again if it waits for a sign-in
+            if (self.record.seq, self.record.after_seq) == before and not self.record.closed:
                 # The replay brought nothing past afterSeq: the snapshot, as a resume's last
                 # resort (then snapshots only, as a replay would repeat it).
                 seq = self.record.seq

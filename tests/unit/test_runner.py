@@ -771,3 +771,32 @@ async def test_a_watched_task_whose_replay_brings_nothing_is_published_from_its_
     await asyncio.wait_for(part.done.wait(), 5)
     assert [e["state"] for e in part.events] == ["working", "completed"]
     assert record.snapshots_only and client.gets == 2 and methods(script) == ["tasks/resubscribe"]
+
+
+async def test_a_watched_task_whose_replay_moves_it_and_pauses_it_again_is_not_overtaken_by_the_snapshot() -> None:
+    """The replay after the sign-in brings the Task's work and a second sign-in pause with
+    the same status as the first: it brought something, so the snapshot asked before it
+    is not published over it, and the second pause is watched."""
+    script = Script()
+    part = FakePartition(script)
+    part.agent = client = SnapshotClient(
+        script,
+        [
+            snapshot("working", 1),
+            TaskSnapshot("t-1", "ctx", "auth-required"),
+            TaskSnapshot("t-1", "ctx", "auth-required"),
+        ],
+    )
+    record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
+    record.apply(StatusUpdate("t-1", "ctx", "auth-required", None, 2))
+    replay = script.next_stream()
+    runner = TaskRunner(part, record)
+    runner.launch(None)
+    await until(lambda: len(script.requests) == 1, "the sign-in is replayed")
+    chunk = ArtifactUpdate("t-1", "ctx", "a", None, [{"kind": "text", "text": "p0"}], source_seq=4)
+    for update in (status("working", 3), chunk, status("auth-required", 5), None):
+        await replay.put(update)
+    await until(lambda: client.gets >= 2, "the second pause is watched")
+    assert [e["kind"] for e in part.events] == ["status", "artifact", "status"] and not record.snapshots_only
+    assert runner.follow.mode is AUTH_WATCH
+    await runner.stop()
