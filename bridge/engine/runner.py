@@ -553,13 +553,15 @@ class TaskRunner:
         """A reply that failed for good (``failed``): ``tasks/get`` first, as
         docs/gateway-protocol.md asks before the user is asked to retry. The agent may
         have taken the reply all the same (a timeout after the send, an answer lost
-        on the way): only the Task's history listing the reply's messageId says so
+        on the way): the Task's history listing the reply's messageId says so, or,
+        for an agent that keeps none, its Task going to work
         (:func:`bridge.core.resume.reply_taken`); then the reply is absorbed with what
         the agent has, else it goes to the DLQ for the user to retry.
 
         A taken reply whose Task shows no move yet stays in flight while the agent is
         asked again (backing off, within ``resume_deadline_seconds``); once that passes
-        it is absorbed all the same.
+        it is absorbed all the same and the Task watched until it moves
+        (``TaskRecord.watched``: after a restore too).
 
         A Task that moved on (:func:`bridge.core.resume.moved_on`, or a notification
         applied meanwhile) is followed again either way, as after a dropped stream: a
