@@ -781,11 +781,7 @@ async def test_a_watched_task_whose_replay_moves_it_and_pauses_it_again_is_not_o
     part = FakePartition(script)
     part.agent = client = SnapshotClient(
         script,
-        [
-            snapshot("working", 1),
-            TaskSnapshot("t-1", "ctx", "auth-required"),
-            TaskSnapshot("t-1", "ctx", "auth-required"),
-        ],
+        [snapshot("working", 1), *[TaskSnapshot("t-1", "ctx", "auth-required")] * 50],  # then the watch asks on
     )
     record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
     record.apply(StatusUpdate("t-1", "ctx", "auth-required", None, 2))
