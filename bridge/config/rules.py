@@ -358,24 +358,27 @@ def topics(k: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]]) -> lis
 
 def routing(agents: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
     """An agent routed to its own events topic keeps what its Tasks carry out of the
-    shared topics (DESIGN: "the DLQ keeps the same routing"): its dead-lettered
-    commands (its users' messages) go to the shared DLQ unless it names its own, and
-    push notifications (artifacts included) pass through the one notifications topic."""
+    shared topics (DESIGN: "the DLQ keeps the same routing"; "the bridge never copies
+    an artifact into a topic its agent is not routed to"). So it must name its own DLQ
+    (its dead-lettered commands carry its users' messages), and it cannot push: its
+    notifications, artifacts included, would pass through the one notifications topic.
+    Both are refused rather than warned of: a warning lets the data out."""
     out: list[Problem] = []
     for name, a in agents.items():
         if not a.get("events_topic"):
             continue
         if not a.get("dlq_topic"):
             message = (
-                "not set beside events_topic: this agent's dead-lettered commands go to the shared kafka.dlq_topic"
+                "required beside events_topic: without it, this agent's dead-lettered commands (its users' "
+                "messages) would go to the shared kafka.dlq_topic"
             )
-            out.append(Problem(f"agents.{name}.dlq_topic", message, warning=True))
+            out.append(Problem(f"agents.{name}.dlq_topic", message))
         if a.get("push"):
             message = (
-                "with events_topic: its notifications, artifacts included, pass through the shared "
-                "kafka.notifications_topic (give readers of that topic no ACL, or follow it by stream)"
+                "not with events_topic: its notifications, artifacts included, would pass through the shared "
+                "kafka.notifications_topic; follow this agent by stream or poll (push = false)"
             )
-            out.append(Problem(f"agents.{name}.push", message, warning=True))
+            out.append(Problem(f"agents.{name}.push", message))
     return out
 
 

@@ -187,7 +187,8 @@ def diagnosis(record: TaskRecord, events: list[dict[str, Any]], agent: AgentConf
         else "(not recorded)"
     )
     now = f"dialect {agent.dialect}, agent_code {agent.agent_code!r}, url {agent.url}" if agent else "NOT CONFIGURED"
-    auth = f"{credentials_of(agent)} configured" if agent and credentials_of(agent) else "no credentials configured"
+    kinds = credentials_of(agent) if agent else ""
+    auth = f"{kinds} configured" if kinds else "no credentials configured"
     refused = any(e.get("kind") == "bridge" and "unauthorized" in str(e.get("reason")) for e in events)
     seqs = [e.get("seq") for e in events]
     in_order = seqs == list(range(1, len(seqs) + 1))

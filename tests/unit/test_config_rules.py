@@ -197,12 +197,13 @@ def test_a_topic_serves_one_purpose() -> None:
     ]
 
 
-def test_an_agent_routed_to_its_own_events_topic_is_warned_of_what_stays_shared() -> None:
+def test_an_agent_routed_to_its_own_events_topic_keeps_its_dlq_and_notifications_out_of_shared_topics() -> None:
     assert rules.routing({"a": {"events_topic": "ws.events", "dlq_topic": "ws.dlq"}, "b": {}}) == []
     (dlq,) = rules.routing({"a": {"events_topic": "ws.events"}})
-    assert dlq.where == "agents.a.dlq_topic" and dlq.warning and "shared kafka.dlq_topic" in dlq.message
+    assert dlq.where == "agents.a.dlq_topic" and not dlq.warning and "shared kafka.dlq_topic" in dlq.message
     (push,) = rules.routing({"a": {"events_topic": "ws.events", "dlq_topic": "ws.dlq", "push": True}})
-    assert push.where == "agents.a.push" and push.warning and "kafka.notifications_topic" in push.message
+    assert push.where == "agents.a.push" and not push.warning and "kafka.notifications_topic" in push.message
+    assert rules.routing({"a": {"events_topic": "ws.events", "dlq_topic": "ws.dlq", "push": False}}) == []
     assert rules.routing({"a": {"push": True}}) == []  # not routed: everything is shared anyway
 
 
