@@ -157,6 +157,8 @@ def build_command(args: argparse.Namespace) -> dict[str, Any]:
             cmd["deadlineSeconds"] = args.deadline_seconds
         if args.metadata:
             cmd["metadata"] = _json_arg(args.metadata, "--metadata")
+        if args.context_id is not None:  # an empty one is the schema's to refuse
+            cmd["contextId"] = args.context_id
     if args.cmd in ("start", "reply"):
         cmd["message"] = _message(args.text, args.data)
     return cmd
@@ -256,6 +258,9 @@ def _writers(command: Command) -> None:
                 "--deadline-seconds", type=float, help="default: the bridge's bridge.default_deadline_seconds"
             )
             c.add_argument("--metadata", help="JSON object: the business record")
+            c.add_argument(
+                "--context-id", help="an earlier Task's contextId: the agent continues that conversation (its choice)"
+            )
         if name in ("start", "reply"):
             c.add_argument("--text", help="the message's text part")
             c.add_argument("--data", help="a JSON object sent as a data part (with or without --text)")

@@ -59,6 +59,16 @@ def test_a_bad_flag_is_one_line_and_exit_2(argv: list[str], says: str, capsys: p
     assert err.startswith("bridge") and "--help" in err
 
 
+def test_a_start_can_continue_a_conversation() -> None:
+    cmd = build_command(args("start", "--task-key", "k", "--agent", "writer", "--text", "hi", "--context-id", "ctx-1"))
+    assert cmd["contextId"] == "ctx-1"
+    assert b'"contextId":"ctx-1"' in validate_command(CONFIG, cmd)
+    assert "contextId" not in build_command(args("start", "--task-key", "k", "--agent", "writer", "--text", "hi"))
+    empty = build_command(args("start", "--task-key", "k", "--agent", "writer", "--text", "x", "--context-id", ""))
+    with pytest.raises(UsageError, match=r"\(schema-violation\): contextId"):
+        validate_command(CONFIG, empty)
+
+
 def test_bad_json_arguments_are_usage_errors() -> None:
     with pytest.raises(UsageError, match=r"^--data: not JSON \("):
         build_command(args("start", "--task-key", "k", "--agent", "writer", "--data", "{bad"))
