@@ -562,7 +562,7 @@ class _Reader:
         p = effective(PushConfig, push)
         self.add(rules.kafka(k))
         self.add(rules.topics(k, agents))
-        self.add(rules.routing(agents))
+        self.add(rules.routing(k, agents))
         self.add(
             rules.push(p, {n: effective(AgentConfig, a) for n, a in agents.items()}, effective(BridgeConfig, bridge))
         )

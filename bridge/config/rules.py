@@ -356,21 +356,22 @@ def topics(k: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]]) -> lis
     ]
 
 
-def routing(agents: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+def routing(k: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
     """An agent routed to its own events topic keeps what its Tasks carry out of the
     shared topics (DESIGN: "the DLQ keeps the same routing"; "the bridge never copies
     an artifact into a topic its agent is not routed to"). So it must name its own DLQ
     (its dead-lettered commands carry its users' messages), and it cannot push: its
     notifications, artifacts included, would pass through the one notifications topic.
-    Both are refused rather than warned of: a warning lets the data out."""
+    Both are refused rather than warned of: a warning lets the data out. An agent whose
+    events_topic is the shared one is not routed anywhere, so none of this applies."""
     out: list[Problem] = []
     for name, a in agents.items():
-        if not a.get("events_topic"):
+        if a.get("events_topic") in (None, "", k["events_topic"]):
             continue
-        if not a.get("dlq_topic"):
+        if a.get("dlq_topic") in (None, "", k["dlq_topic"]):
             message = (
-                "required beside events_topic: without it, this agent's dead-lettered commands (its users' "
-                "messages) would go to the shared kafka.dlq_topic"
+                "required beside events_topic, and not the shared kafka.dlq_topic: this agent's dead-lettered "
+                "commands carry its users' messages and keep its routing"
             )
             out.append(Problem(f"agents.{name}.dlq_topic", message))
         if a.get("push"):

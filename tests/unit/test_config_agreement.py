@@ -84,6 +84,8 @@ def with_key(section: str, key: str, value: Any) -> dict[str, Any]:
         table["agent_code"] = "writer"
     if key.startswith("push") and section == "agents.a":
         doc["push"].update(PUSH)
+    if key == "events_topic" and section == "agents.a":
+        table["dlq_topic"] = "a.own.dlq"  # a routed agent needs its own DLQ (rules.routing)
     table[key] = value
     return doc
 
@@ -189,6 +191,7 @@ def one_mistake() -> Iterator[Case]:
         ("agents", "token_file", "/no/such/token"),
         ("agents", "token_env", "UNSET_CORPUS_VAR"),
         ("agents", "poll_max_seconds", 0.1),
+        ("agents", "events_topic", "explore.events"),  # routed, but its DLQ would be the shared one
     ]
     for section, key, value in mistakes:
         yield Case(f"one mistake: {section}.{key} = {value!r}", change(section, key, value), good=False)

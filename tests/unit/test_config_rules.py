@@ -198,13 +198,19 @@ def test_a_topic_serves_one_purpose() -> None:
 
 
 def test_an_agent_routed_to_its_own_events_topic_keeps_its_dlq_and_notifications_out_of_shared_topics() -> None:
-    assert rules.routing({"a": {"events_topic": "ws.events", "dlq_topic": "ws.dlq"}, "b": {}}) == []
-    (dlq,) = rules.routing({"a": {"events_topic": "ws.events"}})
+    assert rules.routing(kafka(), {"a": {"events_topic": "ws.events", "dlq_topic": "ws.dlq"}, "b": {}}) == []
+    (dlq,) = rules.routing(kafka(), {"a": {"events_topic": "ws.events"}})
     assert dlq.where == "agents.a.dlq_topic" and not dlq.warning and "shared kafka.dlq_topic" in dlq.message
-    (push,) = rules.routing({"a": {"events_topic": "ws.events", "dlq_topic": "ws.dlq", "push": True}})
+    # Naming the shared DLQ is no DLQ of its own.
+    (shared,) = rules.routing(kafka(), {"a": {"events_topic": "ws.events", "dlq_topic": "a2a.dlq"}})
+    assert shared == dlq
+    (push,) = rules.routing(kafka(), {"a": {"events_topic": "ws.events", "dlq_topic": "ws.dlq", "push": True}})
     assert push.where == "agents.a.push" and not push.warning and "kafka.notifications_topic" in push.message
-    assert rules.routing({"a": {"events_topic": "ws.events", "dlq_topic": "ws.dlq", "push": False}}) == []
-    assert rules.routing({"a": {"push": True}}) == []  # not routed: everything is shared anyway
+    assert rules.routing(kafka(), {"a": {"events_topic": "ws.events", "dlq_topic": "ws.dlq", "push": False}}) == []
+    assert rules.routing(kafka(), {"a": {"push": True}}) == []  # not routed: everything is shared anyway
+    # Naming the shared events topic routes nowhere: the shared DLQ and push stay open to it.
+    assert rules.routing(kafka(), {"a": {"events_topic": "a2a.events", "push": True}}) == []
+    assert rules.routing(kafka(events_topic="t.events"), {"a": {"events_topic": "t.events"}}) == []
 
 
 def test_problems_print_as_where_and_what() -> None:

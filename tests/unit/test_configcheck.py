@@ -259,8 +259,8 @@ dialect = "a2a-0.3"
         "[agents.nourl]: url is required",
         "topic 'a2a.commands': used for more than one purpose: kafka.commands_topic, agents.gw.events_topic",
         "topic 'shared': used for more than one purpose: kafka.events_topic, kafka.dlq_topic",
-        "agents.gw.dlq_topic: required beside events_topic: without it, this agent's dead-lettered commands "
-        "(its users' messages) would go to the shared kafka.dlq_topic",
+        "agents.gw.dlq_topic: required beside events_topic, and not the shared kafka.dlq_topic: this agent's "
+        "dead-lettered commands carry its users' messages and keep its routing",
     ]
     assert report.warnings == ["agents.a-b.agent_code: only the gateway dialect sends it; a2a-0.3 ignores it"]
     # The agent name rule is the command schema's own.
