@@ -153,11 +153,13 @@ def build_command(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.cmd == "start":
         cmd["agent"] = args.agent
-        if args.deadline_seconds:
+        # A value given is sent as given, 0 and "" too: the schema (or the JSON
+        # reader) refuses a bad one rather than the CLI dropping it unsaid.
+        if args.deadline_seconds is not None:
             cmd["deadlineSeconds"] = args.deadline_seconds
-        if args.metadata:
+        if args.metadata is not None:
             cmd["metadata"] = _json_arg(args.metadata, "--metadata")
-        if args.context_id is not None:  # an empty one is the schema's to refuse
+        if args.context_id is not None:
             cmd["contextId"] = args.context_id
     if args.cmd in ("start", "reply"):
         cmd["message"] = _message(args.text, args.data)

@@ -69,6 +69,16 @@ def test_a_start_can_continue_a_conversation() -> None:
         validate_command(CONFIG, empty)
 
 
+def test_a_value_given_is_never_dropped_unsaid() -> None:
+    # 0 and "" are values an operator typed: refused with a reason, not sent as if absent.
+    start = ("start", "--task-key", "k", "--agent", "writer", "--text", "x")
+    zero = build_command(args(*start, "--deadline-seconds", "0"))
+    with pytest.raises(UsageError, match=r"\(schema-violation\): deadlineSeconds"):
+        validate_command(CONFIG, zero)
+    with pytest.raises(UsageError, match=r"^--metadata: not JSON \("):
+        build_command(args(*start, "--metadata", ""))
+
+
 def test_bad_json_arguments_are_usage_errors() -> None:
     with pytest.raises(UsageError, match=r"^--data: not JSON \("):
         build_command(args("start", "--task-key", "k", "--agent", "writer", "--data", "{bad"))
