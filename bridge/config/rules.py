@@ -357,24 +357,42 @@ def topics(k: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]]) -> lis
 
 
 def routing(k: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
-    """An agent routed to its own events topic keeps what its Tasks carry out of the
-    shared topics (DESIGN: "the DLQ keeps the same routing"; "the bridge never copies
-    an artifact into a topic its agent is not routed to"). So it must name its own DLQ
-    (its dead-lettered commands carry its users' messages), and it cannot push: its
-    notifications, artifacts included, would pass through the one notifications topic.
-    Both are refused rather than warned of: a warning lets the data out. An agent whose
-    events_topic is the shared one is not routed anywhere, so none of this applies."""
+    """A DLQ keeps its agents' routing (DESIGN: "the DLQ keeps the same routing"; "the
+    bridge never copies an artifact into a topic its agent is not routed to"): its
+    dead letters carry their users' messages, so one DLQ serves one events topic, the
+    shared DLQ the shared events topic. An agent routed to its own events topic must
+    therefore name a DLQ of its own, and it cannot push: its notifications, artifacts
+    included, would pass through the one notifications topic. All refused rather than
+    warned of: a warning lets the data out. An agent whose events_topic is the shared
+    one is not routed anywhere."""
+
+    def events(a: Mapping[str, Any]) -> str:
+        return str(a.get("events_topic") or k["events_topic"])
+
+    def dlq(a: Mapping[str, Any]) -> str:
+        return str(a.get("dlq_topic") or k["dlq_topic"])
+
+    served: dict[str, set[str]] = {k["dlq_topic"]: {k["events_topic"]}}
+    for a in agents.values():
+        served.setdefault(dlq(a), set()).add(events(a))
     out: list[Problem] = []
     for name, a in agents.items():
-        if a.get("events_topic") in (None, "", k["events_topic"]):
-            continue
-        if a.get("dlq_topic") in (None, "", k["dlq_topic"]):
+        routed = events(a) != k["events_topic"]
+        if routed and dlq(a) == k["dlq_topic"]:
             message = (
                 "required beside events_topic, and not the shared kafka.dlq_topic: this agent's dead-lettered "
                 "commands carry its users' messages and keep its routing"
             )
             out.append(Problem(f"agents.{name}.dlq_topic", message))
-        if a.get("push"):
+        elif dlq(a) != k["dlq_topic"] and len(served[dlq(a)]) > 1:
+            # The shared DLQ's conflicts are the routed agents' above, not its own users'.
+            others = ", ".join(repr(t) for t in sorted(served[dlq(a)] - {events(a)}))
+            message = (
+                f"{dlq(a)!r} is also the DLQ of events topic {others}: a DLQ keeps one routing "
+                "(its dead letters carry its agents' users' messages)"
+            )
+            out.append(Problem(f"agents.{name}.dlq_topic", message))
+        if routed and a.get("push"):
             message = (
                 "not with events_topic: its notifications, artifacts included, would pass through the shared "
                 "kafka.notifications_topic; follow this agent by stream or poll (push = false)"

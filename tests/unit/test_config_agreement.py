@@ -137,7 +137,10 @@ def generated() -> Iterator[Case]:
                 good_values.append(key.default * 2)
             for value in good_values:
                 yield Case(f"{where} = {value!r}", with_key(section, key.name, value))
-                yield Case(f"{var}={value}", with_key(section, "url", "http://a/a2a"), {var: str(value)})
+                base = with_key(section, "url", "http://a/a2a")
+                if where == "agents.a.events_topic":
+                    base["agents"]["a"]["dlq_topic"] = "a.own.dlq"  # as with_key gives the file case
+                yield Case(f"{var}={value}", base, {var: str(value)})
             for value in bad_values:
                 yield Case(f"{where} = {value!r}", with_key(section, key.name, value), good=False)
                 text = "nan" if value != value else str(value)
@@ -196,6 +199,18 @@ def one_mistake() -> Iterator[Case]:
     for section, key, value in mistakes:
         yield Case(f"one mistake: {section}.{key} = {value!r}", change(section, key, value), good=False)
     yield from auth_mistakes(good)
+    routed = change("agents", "events_topic", "explore.events")
+    routed["agents"]["explore"]["dlq_topic"] = "explore.dlq"
+    yield Case("an agent routed to its own topics", routed, good=True)
+    shared_dlq: dict[str, Any] = orjson.loads(orjson.dumps(routed))
+    shared_dlq["agents"]["explore"]["dlq_topic"] = "a2a.dlq"
+    yield Case("one mistake: a routed agent's DLQ is the shared one", shared_dlq, good=False)
+    yield Case(
+        "one mistake: BRIDGE_AGENTS_EXPLORE_DLQ_TOPIC=a2a.dlq for a routed agent",
+        routed,
+        {"BRIDGE_AGENTS_EXPLORE_DLQ_TOPIC": "a2a.dlq"},
+        good=False,
+    )
     yield Case("one mistake: [bridgee]", {**good, "bridgee": {}}, good=False)
     yield Case("one mistake: kafka = 5", {**good, "kafka": 5}, good=False)
     yield Case("one mistake: an agent is not a table", {**good, "agents": {"w": "http://w"}}, good=False)

@@ -213,6 +213,40 @@ def test_an_agent_routed_to_its_own_events_topic_keeps_its_dlq_and_notifications
     assert rules.routing(kafka(events_topic="t.events"), {"a": {"events_topic": "t.events"}}) == []
 
 
+def test_one_dlq_serves_one_events_topic() -> None:
+    # Two workspaces, one DLQ: each one's users' messages would reach the other's readers.
+    two = rules.routing(
+        kafka(),
+        {
+            "a": {"events_topic": "wa.events", "dlq_topic": "ws.dlq"},
+            "b": {"events_topic": "wb.events", "dlq_topic": "ws.dlq"},
+        },
+    )
+    assert [p.where for p in two] == ["agents.a.dlq_topic", "agents.b.dlq_topic"]
+    assert "'ws.dlq' is also the DLQ of events topic 'wb.events'" in two[0].message and not two[0].warning
+    # A routed agent in an unrouted agent's own DLQ: that DLQ is the shared routing's, one step removed.
+    (a, b) = rules.routing(
+        kafka(), {"a": {"events_topic": "wa.events", "dlq_topic": "b.dlq"}, "b": {"dlq_topic": "b.dlq"}}
+    )
+    assert (a.where, b.where) == ("agents.a.dlq_topic", "agents.b.dlq_topic")
+    assert "'a2a.events'" in a.message and "'wa.events'" in b.message
+    # One routing, many DLQs, or many agents in one: fine.
+    same = {"events_topic": "wa.events", "dlq_topic": "wa.dlq"}
+    assert (
+        rules.routing(kafka(), {"a": same, "b": same, "c": {"events_topic": "wa.events", "dlq_topic": "wa.dlq2"}}) == []
+    )
+    assert (
+        rules.routing(
+            kafka(), {"a": {"dlq_topic": "a.dlq"}, "b": {"dlq_topic": "a.dlq"}, "c": {"dlq_topic": "a2a.dlq"}}
+        )
+        == []
+    )
+    # A routed agent that falls into the shared DLQ is told once, and the shared DLQ's own users not at all.
+    assert [
+        p.where for p in rules.routing(kafka(), {"a": {"events_topic": "wa.events"}, "b": {"dlq_topic": "a2a.dlq"}})
+    ] == ["agents.a.dlq_topic"]
+
+
 def test_problems_print_as_where_and_what() -> None:
     assert str(Problem("kafka.partitions", "must be above 0, got 0")) == "kafka.partitions: must be above 0, got 0"
 
