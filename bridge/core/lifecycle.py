@@ -14,8 +14,9 @@ import hashlib
 import math
 import struct
 import sys
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import orjson
 
@@ -240,6 +241,9 @@ class TaskRecord:
     agent_code: str | None = None
     # The events topic its first event went to: all of a Task's events stay there.
     events_topic: str | None = None
+    # Its agent's DLQ when it started: a command about it dead-lettered later goes
+    # there, as its events stay in theirs (DESIGN: "the DLQ keeps the same routing").
+    dlq_topic: str | None = None
     # The W3C trace context of the start, continued to the agent and the events.
     traceparent: str | None = None
     # Unix time the Task closed (a closed record is kept for a dedupe window).
@@ -590,35 +594,45 @@ def notification_result(results: list[Event | Dropped]) -> NotificationResult:
 
 
 # What a ClosedTask packs after its key, in one bytes object: when it closed (whole
-# seconds), its agent and how it ended (indexes into the tables below), then the
-# digests of its commandIds. Five slots, a float and a separate bytes cost 41 B more
-# per closed Task held (bench/closed_tasks.py; bench/README.md, "Closed Tasks packed").
+# seconds), its route (agent and DLQ) and how it ended (indexes into the tables below),
+# then the digests of its commandIds. Five slots, a float and a separate bytes cost 41 B
+# more per closed Task held (bench/closed_tasks.py; bench/README.md, "Closed Tasks
+# packed"). The agent and its DLQ share one index: a separate one would put a closed
+# Task with one commandId in pymalloc's next size class, 16 B more each.
 _PACKED = struct.Struct("<IHB")
 
+_N = TypeVar("_N", bound=Hashable)
 
-class _Names:
-    """The agent names (or endings) the process has seen, by index: a handful of each.
+
+class _Names(Generic[_N]):
+    """The routes (or endings) the process has seen, by index: a handful of each.
     Past ``limit`` of them (only hostile checkpoints could get there) a new one is
-    held as ``"other"``: a close or a restore never fails on it."""
+    held as ``overflow``: a close or a restore never fails on it."""
 
-    def __init__(self, limit: int, *first: str | None) -> None:
-        self.names: list[str | None] = [*first, "other"]
+    def __init__(self, limit: int, *first: _N, overflow: _N) -> None:
+        self.names: list[_N] = list(dict.fromkeys([*first, overflow]))
         self._index = {name: i for i, name in enumerate(self.names)}
         self._limit = limit
+        self._overflow = overflow
 
-    def index(self, name: str | None) -> int:
+    def index(self, name: _N) -> int:
         i = self._index.get(name)
         if i is None:
             if len(self.names) > self._limit:
-                return self._index["other"]
+                return self._index[self._overflow]
             i = self._index[name] = len(self.names)
-            self.names.append(name if name is None else sys.intern(name))
+            self.names.append(name)
         return i
 
 
-# Indexes up to 0xFFFF (agents) and 0xFF (endings): the "H" and "B" of _PACKED.
-_AGENTS = _Names(0xFFFF)
-_ENDINGS = _Names(0xFF, None)
+def _interned(name: str | None) -> str | None:
+    return name if name is None else sys.intern(name)
+
+
+# Indexes up to 0xFFFF (routes) and 0xFF (endings): the "H" and "B" of _PACKED. A
+# route past the limit is ("other", None): its DLQ not recorded, the config decides.
+_ROUTES: _Names[tuple[str, str | None]] = _Names(0xFFFF, overflow=("other", None))
+_ENDINGS: _Names[str | None] = _Names(0xFF, None, overflow="other")
 
 
 class ClosedTask:
@@ -639,19 +653,31 @@ class ClosedTask:
     paused = False
     state = None
 
-    def __init__(self, task_key: str, agent: str, ended_as: str | None, command_ids: list[str], closed_at: float):
+    def __init__(
+        self,
+        task_key: str,
+        agent: str,
+        ended_as: str | None,
+        command_ids: list[str],
+        closed_at: float,
+        *,
+        dlq_topic: str | None = None,
+    ):
         self.task_key = task_key
-        head = _PACKED.pack(_seconds(closed_at), _AGENTS.index(agent), _ENDINGS.index(ended_as))
+        route = _ROUTES.index((sys.intern(agent), _interned(dlq_topic)))
+        head = _PACKED.pack(_seconds(closed_at), route, _ENDINGS.index(_interned(ended_as)))
         self._packed = head + bytes.fromhex("".join(command_ids))
 
     @classmethod
     def of(cls, record: TaskRecord, closed_at: float) -> ClosedTask:
-        return cls(record.task_key, record.agent, record.ended_as, record.command_ids, closed_at)
+        return cls(
+            record.task_key, record.agent, record.ended_as, record.command_ids, closed_at, dlq_topic=record.dlq_topic
+        )
 
     def _head(self) -> tuple[int, int, int]:
-        """(closed at in seconds, agent index, ending index)."""
-        seconds, agent, ended = _PACKED.unpack_from(self._packed)
-        return int(seconds), int(agent), int(ended)
+        """(closed at in seconds, route index, ending index)."""
+        seconds, route, ended = _PACKED.unpack_from(self._packed)
+        return int(seconds), int(route), int(ended)
 
     @property
     def closed_at(self) -> float:
@@ -659,16 +685,21 @@ class ClosedTask:
 
     @closed_at.setter
     def closed_at(self, value: float) -> None:
-        _, agent, ended = self._head()
-        self._packed = _PACKED.pack(_seconds(value), agent, ended) + self._digests
+        _, route, ended = self._head()
+        self._packed = _PACKED.pack(_seconds(value), route, ended) + self._digests
 
     @property
     def agent(self) -> str:
-        return _AGENTS.names[self._head()[1]] or ""  # never None: the agents' table holds no None
+        return _ROUTES.names[self._head()[1]][0]
 
     @property
     def ended_as(self) -> str | None:
         return _ENDINGS.names[self._head()[2]]
+
+    @property
+    def dlq_topic(self) -> str | None:
+        """Its agent's DLQ when it started (None: not recorded, or past the table's limit)."""
+        return _ROUTES.names[self._head()[1]][1]
 
     @property
     def _digests(self) -> bytes:

@@ -518,6 +518,7 @@ class PartitionOwner:
             route = self._clients[cmd.agent].config
             fresh.endpoint, fresh.dialect, fresh.agent_code = route.url, route.dialect, route.agent_code
             fresh.events_topic = self.config.events_topic(cmd.agent)
+            fresh.dlq_topic = self.config.dlq_topic(cmd.agent)
             fresh.traceparent = tracing.traceparent(raw.headers)
             if isinstance(record, ClosedTask):
                 self.retention.reopened()
@@ -741,11 +742,16 @@ class PartitionOwner:
         if agent not in self._clients:
             agent = None
         # Even a command too broken to parse goes to the DLQ of the agent whose Task
-        # its key names: a workspace's data stays in its own topics.
+        # its key names: a workspace's data stays in its own topics. The Task's DLQ is
+        # the one it started with, as its events topic is: its agent removed or
+        # re-routed since does not move its users' messages out of its routing.
         key = command.task_key if command else (raw.key or b"").decode("utf-8", "replace")
         record = self.records.get(key)
+        if record is not None and agent in (None, record.agent) and record.dlq_topic:
+            topic = record.dlq_topic
+        else:
+            topic = self.config.dlq_topic(agent or (record.agent if record else None))
         agent = agent or (record.agent if record else None)
-        topic = self.config.dlq_topic(agent)
         origin = f"dlq:{raw.offset}"
         key, value, headers = deadletters.encode(
             raw,

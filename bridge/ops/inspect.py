@@ -163,6 +163,7 @@ def checkpoint_fields(record: TaskRecord) -> dict[str, Any]:
         "dialect": record.dialect,
         "agentCode": record.agent_code,
         "eventsTopic": record.events_topic,
+        "dlqTopic": record.dlq_topic,
     }
 
 

@@ -73,6 +73,7 @@ def _document(record: TaskRecord, artifacts: dict[str, ArtifactProgress]) -> dic
         "dialect": record.dialect,
         "agentCode": record.agent_code,
         "eventsTopic": record.events_topic,
+        "dlqTopic": record.dlq_topic,
     }
     if record.closed:
         # A closed Task's checkpoint only serves dedupe (and `bridge inspect`) for the
@@ -145,7 +146,8 @@ def _decode(value: bytes, *, slim_closed: bool) -> TaskRecord | ClosedTask:
         if slim_closed and d.get("closed") is True:
             if not all(len(c) == 16 for c in ids):
                 raise CheckpointError("commandIds are not digests")
-            return ClosedTask(d["taskKey"], d["agent"], outcome or state, ids, closed_at or 0.0)
+            dlq = _opt_str(d.get("dlqTopic"))
+            return ClosedTask(d["taskKey"], d["agent"], outcome or state, ids, closed_at or 0.0, dlq_topic=dlq)
         seq = d.get("seq", 0)
         if not isinstance(seq, int) or seq < 0:
             raise CheckpointError("seq is not a count")
@@ -218,6 +220,7 @@ _FIELDS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
     ("dialect", "dialect", _opt_str),
     ("agent_code", "agentCode", _opt_str),
     ("events_topic", "eventsTopic", _opt_str),
+    ("dlq_topic", "dlqTopic", _opt_str),
     ("traceparent", "traceparent", _opt_str),
     ("snapshots_only", "snapshotsOnly", _is_true),
     ("watched", "watched", _is_true),

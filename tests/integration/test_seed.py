@@ -321,6 +321,27 @@ async def test_a_routed_agents_records_stay_in_its_topics(env: Env, tmp_path: Pa
         assert default_events.records == []
     finally:
         bridge.stop()
+    # The agent leaves the configuration while its Task waits for a reply: the Task
+    # closes in its own events topic, and a later command about it still goes to its
+    # own DLQ (kept in its checkpoint), never to the shared one.
+    path, config = bridge_config(env, tmp_path, partitions=1, name=n)
+    bridge = BridgeProcess(path, env.log_dir, "bridge-workspace-removed")
+    try:
+        closed = await read_topic(
+            config,
+            f"t-{n}.ws-a.events",
+            timeout=30,
+            until=lambda c: any(e.get("outcome") == "agent-removed" for e in c.events()),
+        )
+        assert closed.events()[-1]["outcome"] == "agent-removed"
+        late = orjson.dumps({"type": "reply", "commandId": "bad-2", "taskKey": "ws-1", "message": {"role": "robot"}})
+        await produce(config, [(b"ws-1", late)])
+        dlq = await read_topic(config, f"t-{n}.ws-a.dlq", until=lambda c: len(c.records) >= 2, timeout=30)
+        assert [r.headers["dlq_reason"] for r in dlq.records] == [b"schema-violation"] * 2
+        shared = await read_topic(config, config.kafka.dlq_topic, timeout=3, settle=1.0, until=lambda c: True)
+        assert shared.records == []
+    finally:
+        bridge.stop()
 
 
 async def test_a_live_gateway_task_is_never_lost_while_tasks_get_answers(seed: Seed) -> None:

@@ -72,6 +72,7 @@ records = st.builds(
     dialect=maybe(st.sampled_from(["gateway", "a2a-0.3", "a2a-1.0"])),
     agent_code=maybe(ids),
     events_topic=maybe(ids),
+    dlq_topic=maybe(ids),
     closed_at=maybe(st.floats(0, 4e9, allow_nan=False)),
     snapshots_only=st.booleans(),
     watched=st.booleans(),

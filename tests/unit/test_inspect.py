@@ -46,9 +46,12 @@ def test_gaps_a_refusal_and_an_unconfigured_agent_are_named() -> None:
 
 
 def test_a_stored_route_is_shown_as_started() -> None:
-    r = record(endpoint="http://gw/a2a", dialect="gateway", agent_code="w1")
+    r = record(
+        endpoint="http://gw/a2a", dialect="gateway", agent_code="w1", events_topic="ws.events", dlq_topic="ws.dlq"
+    )
     assert "started with dialect gateway, agent_code 'w1', url http://gw/a2a" in diagnosis(r, [], AGENT)[1]
-    assert checkpoint_fields(r)["agentCode"] == "w1"
+    shown = checkpoint_fields(r)
+    assert (shown["agentCode"], shown["eventsTopic"], shown["dlqTopic"]) == ("w1", "ws.events", "ws.dlq")
 
 
 def test_every_kind_of_credential_is_named_never_its_value() -> None:

@@ -58,7 +58,10 @@ def test_a_closed_task_gives_back_what_it_was_made_of(
     assert closed == ClosedTask("k", agent, ended_as, ids, closed.closed_at)
     closed.closed_at = closed_at + 10
     assert closed.closed_at == float(math.ceil(closed_at + 10)) and closed.command_ids == ids
-    assert closed.agent == agent and closed.ended_as == ended_as
+    assert closed.agent == agent and closed.ended_as == ended_as and closed.dlq_topic is None
+    routed = ClosedTask("k", agent, ended_as, ids, closed_at, dlq_topic="ws-a.dlq")
+    routed.closed_at = closed_at + 10
+    assert routed.dlq_topic == "ws-a.dlq" and routed.agent == agent and routed.command_ids == ids
 
 
 def test_a_closed_task_without_a_usable_time_holds_zero_which_a_restore_takes_as_now() -> None:
@@ -90,6 +93,10 @@ def test_a_closed_checkpoint_is_slim_and_restores_as_a_closed_task() -> None:
     assert "messages" not in doc and "artifacts" not in doc and len(raw) < 500
     slim = checkpoints.decode_slim(raw)
     assert slim == ClosedTask("order-1", "writer", "failed", r.command_ids, 1234.5)
+    # Its DLQ is kept closed too, from the checkpoint as from the live record.
+    r.dlq_topic = "ws-a.dlq"
+    assert checkpoints.decode_slim(checkpoints.encode(r)).dlq_topic == "ws-a.dlq"
+    assert ClosedTask.of(r, 1234.5).dlq_topic == "ws-a.dlq" and slim.dlq_topic is None
     assert (
         checkpoints.decode_slim(checkpoints.encode(new_task("k", "a", "c", deadline=None, metadata=None))).closed
         is False
