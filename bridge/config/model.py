@@ -362,6 +362,19 @@ class Config:
         a = self.agents.get(agent or "")
         return (a.dlq_topic if a else None) or self.kafka.dlq_topic
 
+    def dead_letter_topic(self, named: str | None, task_agent: str | None, recorded: str | None) -> str:
+        """Where a dead-lettered command goes. ``named``: the configured agent the command
+        itself names (only a start names one: a new Task starts in today's routing);
+        else the Task its key names decides: the DLQ it started with (``recorded``), as
+        its events stay in theirs, while that topic is still configured (the bridge's
+        preflight, record limits and ACLs cover only configured topics; a routing
+        removed whole falls back to the Task's agent's DLQ now, else the shared one)."""
+        if named is not None:
+            return self.dlq_topic(named)
+        if recorded and recorded in self.all_dlq_topics():
+            return recorded
+        return self.dlq_topic(task_agent)
+
     def all_events_topics(self) -> list[str]:
         return sorted({self.kafka.events_topic, *(a.events_topic for a in self.agents.values() if a.events_topic)})
 

@@ -14,7 +14,7 @@ import hashlib
 import math
 import struct
 import sys
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
@@ -607,19 +607,27 @@ _N = TypeVar("_N", bound=Hashable)
 class _Names(Generic[_N]):
     """The routes (or endings) the process has seen, by index: a handful of each.
     Past ``limit`` of them (only hostile checkpoints could get there) a new one is
-    held as ``overflow``: a close or a restore never fails on it."""
+    held as its ``fallback``, if that is known, else as ``overflow``: a close or a
+    restore never fails on it. A new name's fallback is added with it while there is
+    room. ``keep`` makes what is added to the table (interned names), so a hostile
+    one that overflows is never kept."""
 
-    def __init__(self, limit: int, *first: _N, overflow: _N) -> None:
+    def __init__(self, limit: int, *first: _N, overflow: _N, keep: Callable[[_N], _N]) -> None:
         self.names: list[_N] = list(dict.fromkeys([*first, overflow]))
         self._index = {name: i for i, name in enumerate(self.names)}
         self._limit = limit
         self._overflow = overflow
+        self._keep = keep
 
-    def index(self, name: _N) -> int:
+    def index(self, name: _N, fallback: _N | None = None) -> int:
         i = self._index.get(name)
         if i is None:
+            if fallback is not None and fallback != name and fallback not in self._index:
+                self.index(fallback)  # there for when the table is full
             if len(self.names) > self._limit:
-                return self._index[self._overflow]
+                known = self._index.get(fallback) if fallback is not None else None
+                return known if known is not None else self._index[self._overflow]
+            name = self._keep(name)
             i = self._index[name] = len(self.names)
             self.names.append(name)
         return i
@@ -629,17 +637,23 @@ def _interned(name: str | None) -> str | None:
     return name if name is None else sys.intern(name)
 
 
+def _route(route: tuple[str, str | None]) -> tuple[str, str | None]:
+    return sys.intern(route[0]), _interned(route[1])
+
+
 # Indexes up to 0xFFFF (routes) and 0xFF (endings): the "H" and "B" of _PACKED. A
-# route past the limit is ("other", None): its DLQ not recorded, the config decides.
-_ROUTES: _Names[tuple[str, str | None]] = _Names(0xFFFF, overflow=("other", None))
-_ENDINGS: _Names[str | None] = _Names(0xFF, None, overflow="other")
+# route past the limit is its agent's with no DLQ recorded (the config decides), if
+# that agent is known, else ("other", None).
+_ROUTES: _Names[tuple[str, str | None]] = _Names(0xFFFF, overflow=("other", None), keep=_route)
+_ENDINGS: _Names[str | None] = _Names(0xFF, None, overflow="other", keep=_interned)
 
 
 class ClosedTask:
     """A closed Task while its key is inside the dedupe window: only what dedupe
     and the command rules need (its key, digests of its last commandIds, how it
-    ended, when). About 100 bytes beside its key, where a live :class:`TaskRecord`
-    costs kilobytes; it answers :func:`bridge.core.commands.decide` like one.
+    ended, when), and the DLQ a late command about it goes to. About 100 bytes
+    beside its key, where a live :class:`TaskRecord` costs kilobytes; it answers
+    :func:`bridge.core.commands.decide` like one.
 
     ``closed_at`` is held in whole seconds, rounded up: a dedupe window is never
     shortened by it, and it is what the retention window keeps for this Task.
@@ -664,8 +678,8 @@ class ClosedTask:
         dlq_topic: str | None = None,
     ):
         self.task_key = task_key
-        route = _ROUTES.index((sys.intern(agent), _interned(dlq_topic)))
-        head = _PACKED.pack(_seconds(closed_at), route, _ENDINGS.index(_interned(ended_as)))
+        route = _ROUTES.index((agent, dlq_topic), fallback=(agent, None))
+        head = _PACKED.pack(_seconds(closed_at), route, _ENDINGS.index(ended_as))
         self._packed = head + bytes.fromhex("".join(command_ids))
 
     @classmethod

@@ -741,17 +741,13 @@ class PartitionOwner:
         agent = agent or (command.agent if command else None)
         if agent not in self._clients:
             agent = None
-        # Even a command too broken to parse goes to the DLQ of the agent whose Task
-        # its key names: a workspace's data stays in its own topics. The Task's DLQ is
-        # the one it started with, as its events topic is: its agent removed or
-        # re-routed since does not move its users' messages out of its routing.
+        # Even a command too broken to parse goes to the DLQ of the Task its key
+        # names: a workspace's data stays in its own topics (Config.dead_letter_topic).
         key = command.task_key if command else (raw.key or b"").decode("utf-8", "replace")
         record = self.records.get(key)
-        if record is not None and agent in (None, record.agent) and record.dlq_topic:
-            topic = record.dlq_topic
-        else:
-            topic = self.config.dlq_topic(agent or (record.agent if record else None))
-        agent = agent or (record.agent if record else None)
+        task_agent, recorded = (record.agent, record.dlq_topic) if record else (None, None)
+        topic = self.config.dead_letter_topic(agent, task_agent, recorded)
+        agent = agent or task_agent
         origin = f"dlq:{raw.offset}"
         key, value, headers = deadletters.encode(
             raw,

@@ -321,10 +321,12 @@ async def test_a_routed_agents_records_stay_in_its_topics(env: Env, tmp_path: Pa
         assert default_events.records == []
     finally:
         bridge.stop()
-    # The agent leaves the configuration while its Task waits for a reply: the Task
-    # closes in its own events topic, and a later command about it still goes to its
-    # own DLQ (kept in its checkpoint), never to the shared one.
-    path, config = bridge_config(env, tmp_path, partitions=1, name=n)
+    # The agent leaves the configuration while its Task waits for a reply (its
+    # workspace stays, served by another agent): the Task closes in its own events
+    # topic, and a later command about it still goes to its own DLQ (kept in its
+    # checkpoint), never to the shared one.
+    successor = {**agents["ws-a"], "agent_code": "writer"}
+    path, config = bridge_config(env, tmp_path, partitions=1, agents={"ws-a-next": successor}, name=n)
     bridge = BridgeProcess(path, env.log_dir, "bridge-workspace-removed")
     try:
         closed = await read_topic(

@@ -1,6 +1,7 @@
-"""Which DLQ the partition owner sends a command to (PartitionOwner.dead_letter), one
-command at a time, without Kafka: a Task's later commands keep the routing it started
-with, as its events do (DESIGN: "the DLQ keeps the same routing")."""
+"""Which DLQ the partition owner sends a command to (PartitionOwner.dead_letter, by
+Config.dead_letter_topic), one command at a time, without Kafka: a Task's later
+commands keep the routing it started in, as its events do (DESIGN: "the DLQ keeps the
+same routing"), while that routing is configured; a start is in today's routing."""
 
 from __future__ import annotations
 
@@ -12,18 +13,21 @@ from bridge.core.limits import RecordLimits
 from bridge.engine.partition import PartitionOwner
 from tests.factories import consumer_record
 
-# ws-a's agent was configured with its own topics when its Tasks started; it is gone now.
-CONFIG = Config(
-    kafka=KafkaConfig(),
-    agents={
-        "ws-b": AgentConfig(name="ws-b", url="http://b.invalid/a", events_topic="ws-b.events", dlq_topic="ws-b.dlq")
-    },
-)
-REPLY = {"type": "reply", "commandId": "c-late", "message": {"role": "user", "parts": [{"kind": "text", "text": "x"}]}}
+
+def routed(name: str, workspace: str) -> AgentConfig:
+    return AgentConfig(
+        name=name, url="http://a.invalid/a", events_topic=f"{workspace}.events", dlq_topic=f"{workspace}.dlq"
+    )
+
+
+# Agent ws-a has left the configuration; its workspace stays, served by ws-a2.
+CONFIG = Config(kafka=KafkaConfig(), agents={"ws-b": routed("ws-b", "ws-b"), "ws-a2": routed("ws-a2", "ws-a")})
+MESSAGE = {"role": "user", "parts": [{"kind": "text", "text": "x"}]}
 
 
 def owner() -> PartitionOwner:
-    return PartitionOwner(CONFIG, 0, {"ws-b": object()}, limits=lambda: RecordLimits(1_000_000))  # type: ignore[dict-item]
+    clients = dict.fromkeys(CONFIG.agents, object())
+    return PartitionOwner(CONFIG, 0, clients, limits=lambda: RecordLimits(1_000_000))  # type: ignore[arg-type]
 
 
 def dead_lettered(o: PartitionOwner, offset: int, key: str, value: bytes) -> str:
@@ -32,29 +36,44 @@ def dead_lettered(o: PartitionOwner, offset: int, key: str, value: bytes) -> str
     return record.topic
 
 
+def reply(key: str) -> bytes:
+    return orjson.dumps({"type": "reply", "commandId": "c-late", "taskKey": key, "message": MESSAGE})
+
+
 def test_a_late_reply_to_a_removed_agents_task_goes_to_the_dlq_it_started_with() -> None:
     o = owner()
     o.records["k"] = ClosedTask("k", "ws-a", "completed", [], 100.0, dlq_topic="ws-a.dlq")
-    assert dead_lettered(o, 0, "k", orjson.dumps({**REPLY, "taskKey": "k"})) == "ws-a.dlq"
+    assert dead_lettered(o, 0, "k", reply("k")) == "ws-a.dlq"
     # So does one too broken to parse: its key names the Task.
     assert dead_lettered(o, 1, "k", b"{not json") == "ws-a.dlq"
 
 
-def test_a_live_tasks_dlq_is_the_one_it_started_with_whatever_the_config_says_now() -> None:
+def test_a_re_routed_agents_live_task_keeps_its_dlq() -> None:
     o = owner()
     record = new_task("k", "ws-b", "c-start", deadline=None, metadata=None)
-    record.dlq_topic = "ws-b.old.dlq"  # re-routed since
+    record.dlq_topic = "ws-a.dlq"  # ws-b served workspace ws-a when this Task started
     o.records["k"] = record
-    assert dead_lettered(o, 0, "k", b"{not json") == "ws-b.old.dlq"
+    assert dead_lettered(o, 0, "k", b"{not json") == "ws-a.dlq"
 
 
-def test_without_a_recorded_dlq_the_configured_one_decides() -> None:
+def test_a_start_goes_to_the_dlq_of_the_agent_it_names_today() -> None:
     o = owner()
-    # A checkpoint written before the DLQ was kept: the agent's configured DLQ, else the shared one.
-    o.records["b"] = ClosedTask("b", "ws-b", "completed", [], 100.0)
-    o.records["a"] = ClosedTask("a", "ws-a", "completed", [], 100.0)
+    o.records["k"] = ClosedTask("k", "ws-b", "completed", [], 100.0, dlq_topic="ws-a.dlq")
+    broken = {"type": "start", "commandId": "c-new", "taskKey": "k", "agent": "ws-b", "message": {"role": "robot"}}
+    assert dead_lettered(o, 0, "k", orjson.dumps(broken)) == "ws-b.dlq"
+
+
+def test_without_a_configured_recorded_dlq_the_configured_one_decides() -> None:
+    o = owner()
+    # A routing removed whole: its DLQ is not written to (nothing checks it is still
+    # there or writable); the Task's agent's DLQ now, else the shared one.
+    o.records["b"] = ClosedTask("b", "ws-b", "completed", [], 100.0, dlq_topic="gone.dlq")
+    o.records["a"] = ClosedTask("a", "ws-a", "completed", [], 100.0, dlq_topic="gone.dlq")
+    # A checkpoint written before the DLQ was kept.
+    o.records["old"] = ClosedTask("old", "ws-b", "completed", [], 100.0)
     assert dead_lettered(o, 0, "b", b"{not json") == "ws-b.dlq"
     assert dead_lettered(o, 1, "a", b"{not json") == "a2a.dlq"
+    assert dead_lettered(o, 2, "old", reply("old")) == "ws-b.dlq"
     # A start naming an agent not configured, under a key with no Task: the shared DLQ.
-    start = {**REPLY, "type": "start", "taskKey": "new", "agent": "nobody"}
-    assert dead_lettered(o, 2, "new", orjson.dumps(start)) == "a2a.dlq"
+    start = {"type": "start", "commandId": "c-1", "taskKey": "new", "agent": "nobody", "message": MESSAGE}
+    assert dead_lettered(o, 3, "new", orjson.dumps(start)) == "a2a.dlq"

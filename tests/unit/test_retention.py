@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.core.commands import Act, Command, Duplicate, Refuse, decide
-from bridge.core.lifecycle import ClosedTask, StatusUpdate, new_task
+from bridge.core.lifecycle import ClosedTask, StatusUpdate, _Names, new_task
 from bridge.core.retention import Retention
 from bridge.wire import checkpoints
 
@@ -62,6 +62,20 @@ def test_a_closed_task_gives_back_what_it_was_made_of(
     routed = ClosedTask("k", agent, ended_as, ids, closed_at, dlq_topic="ws-a.dlq")
     routed.closed_at = closed_at + 10
     assert routed.dlq_topic == "ws-a.dlq" and routed.agent == agent and routed.command_ids == ids
+
+
+def test_a_full_route_table_keeps_a_known_agent_and_lets_the_config_pick_its_dlq() -> None:
+    """Past the table's limit (hostile checkpoints), a new DLQ of a known agent is held
+    as that agent with no DLQ recorded, never as "other": its late commands still go to
+    its configured DLQ, not the shared one; an unknown agent is "other"."""
+    names: _Names[tuple[str, str | None]] = _Names(4, overflow=("other", None), keep=lambda r: r)
+    first = names.index(("ws-b", "ws-b.dlq"), fallback=("ws-b", None))
+    names.index(("x", None))
+    names.index(("y", None))
+    assert len(names.names) == 5  # ("other", None), ("ws-b", None), ("ws-b", "ws-b.dlq"), x, y: full
+    assert names.index(("ws-b", "ws-b.dlq"), fallback=("ws-b", None)) == first
+    assert names.names[names.index(("ws-b", "hostile.dlq"), fallback=("ws-b", None))] == ("ws-b", None)
+    assert names.names[names.index(("z", "z.dlq"), fallback=("z", None))] == ("other", None)
 
 
 def test_a_closed_task_without_a_usable_time_holds_zero_which_a_restore_takes_as_now() -> None:
