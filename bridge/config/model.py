@@ -364,7 +364,8 @@ class Config:
 
     def dead_letter_topic(self, named: str | None, task_agent: str | None, recorded: str | None) -> str:
         """Where a dead-lettered command goes. ``named``: the configured agent the command
-        itself names (only a start names one: a new Task starts in today's routing);
+        itself names (only a start names one, bridge/wire/commands.py: a new Task starts
+        in today's routing);
         else the Task its key names decides: the DLQ it started with (``recorded``), as
         its events stay in theirs, while that topic is still configured (the bridge's
         preflight, record limits and ACLs cover only configured topics; a routing

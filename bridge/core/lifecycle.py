@@ -643,8 +643,9 @@ def _route(route: tuple[str, str | None]) -> tuple[str, str | None]:
 
 # Indexes up to 0xFFFF (routes) and 0xFF (endings): the "H" and "B" of _PACKED. A
 # route past the limit is its agent's with no DLQ recorded (the config decides), if
-# that agent is known, else ("other", None).
-_ROUTES: _Names[tuple[str, str | None]] = _Names(0xFFFF, overflow=("other", None), keep=_route)
+# that agent is known, else ("(other)", None): a name no command can give an agent
+# (the command schema's pattern), so it is never taken for a configured one.
+_ROUTES: _Names[tuple[str, str | None]] = _Names(0xFFFF, overflow=("(other)", None), keep=_route)
 _ENDINGS: _Names[str | None] = _Names(0xFF, None, overflow="other", keep=_interned)
 
 

@@ -47,7 +47,9 @@ def decode(value: bytes | None, key: bytes | None, *, max_bytes: int) -> Command
     if isinstance(doc, Invalid):
         return doc
     command_id = doc.get("commandId") if isinstance(doc.get("commandId"), str) else None
-    agent = doc.get("agent") if isinstance(doc.get("agent"), str) else None
+    # Only a start names its agent: an "agent" on another command (the schema lets
+    # unknown fields by) names nothing, so it can never pick where the command goes.
+    agent = doc.get("agent") if doc.get("type") == "start" and isinstance(doc.get("agent"), str) else None
     if not check("command")(doc):  # the fast verdict; why it fails is jsonschema's to say
         error = best_match(validator("command").iter_errors(doc))
         if error is not None:

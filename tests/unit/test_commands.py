@@ -149,7 +149,8 @@ def test_schema_violations_keep_command_id_and_agent_when_readable(doc: dict[str
     out = dec(doc, key=None)
     assert isinstance(out, Invalid) and out.reason == "schema-violation", out
     assert out.command_id == (doc.get("commandId") if isinstance(doc.get("commandId"), str) else None)
-    assert out.agent == (doc.get("agent") if isinstance(doc.get("agent"), str) else None)
+    named = doc.get("type") == "start" and isinstance(doc.get("agent"), str)
+    assert out.agent == (doc.get("agent") if named else None)
 
 
 def test_key_mismatch() -> None:

@@ -48,6 +48,19 @@ def test_a_late_reply_to_a_removed_agents_task_goes_to_the_dlq_it_started_with()
     assert dead_lettered(o, 1, "k", b"{not json") == "ws-a.dlq"
 
 
+def test_only_a_start_names_the_agent_whose_dlq_it_goes_to() -> None:
+    # The schema lets unknown fields by: an "agent" on a reply or cancel names nothing.
+    o = owner()
+    o.records["k"] = ClosedTask("k", "ws-a", "completed", [], 100.0, dlq_topic="ws-a.dlq")
+    named = orjson.loads(reply("k")) | {"agent": "ws-b"}
+    assert dead_lettered(o, 0, "k", orjson.dumps(named)) == "ws-a.dlq"
+    broken = {"type": "cancel", "commandId": "c-x", "taskKey": "k", "agent": "ws-b", "reason": "r" * 1001}
+    assert dead_lettered(o, 1, "k", orjson.dumps(broken)) == "ws-a.dlq"
+    # A start naming no configured agent is about the Task its key names.
+    start = {"type": "start", "commandId": "c-1", "taskKey": "k", "agent": "nobody", "message": MESSAGE}
+    assert dead_lettered(o, 2, "k", orjson.dumps(start)) == "ws-a.dlq"
+
+
 def test_a_re_routed_agents_live_task_keeps_its_dlq() -> None:
     o = owner()
     record = new_task("k", "ws-b", "c-start", deadline=None, metadata=None)

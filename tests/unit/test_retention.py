@@ -11,9 +11,11 @@ from __future__ import annotations
 import math
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bridge.core import lifecycle
 from bridge.core.commands import Act, Command, Duplicate, Refuse, decide
 from bridge.core.lifecycle import ClosedTask, StatusUpdate, _Names, new_task
 from bridge.core.retention import Retention
@@ -76,6 +78,26 @@ def test_a_full_route_table_keeps_a_known_agent_and_lets_the_config_pick_its_dlq
     assert names.index(("ws-b", "ws-b.dlq"), fallback=("ws-b", None)) == first
     assert names.names[names.index(("ws-b", "hostile.dlq"), fallback=("ws-b", None))] == ("ws-b", None)
     assert names.names[names.index(("z", "z.dlq"), fallback=("z", None))] == ("other", None)
+
+
+def test_a_closed_task_past_a_full_route_table_keeps_its_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    kept: list[tuple[str, str | None]] = []
+
+    def keep(route: tuple[str, str | None]) -> tuple[str, str | None]:
+        kept.append(route)
+        return route
+
+    routes: _Names[tuple[str, str | None]] = _Names(3, overflow=("(other)", None), keep=keep)
+    monkeypatch.setattr(lifecycle, "_ROUTES", routes)
+    first = ClosedTask("a", "ws-b", "completed", [], 1.0, dlq_topic="ws-b.dlq")
+    assert kept == [("ws-b", None), ("ws-b", "ws-b.dlq")]  # the fallback first, for when the table is full
+    ClosedTask("b", "x", "completed", [], 1.0)  # the table is full now
+    moved = ClosedTask("c", "ws-b", "completed", [], 1.0, dlq_topic="hostile.dlq")
+    assert (moved.agent, moved.dlq_topic) == ("ws-b", None)  # its configured DLQ decides, not the shared one
+    assert (first.agent, first.dlq_topic) == ("ws-b", "ws-b.dlq")
+    stranger = ClosedTask("d", "y", "completed", [], 1.0, dlq_topic="y.dlq")
+    assert (stranger.agent, stranger.dlq_topic) == ("(other)", None)
+    assert ("y", "y.dlq") not in kept and "hostile.dlq" not in {d for _, d in kept}
 
 
 def test_a_closed_task_without_a_usable_time_holds_zero_which_a_restore_takes_as_now() -> None:
