@@ -365,11 +365,10 @@ class Config:
     def dead_letter_topic(self, named: str | None, task_agent: str | None, recorded: str | None) -> str:
         """Where a dead-lettered command goes. ``named``: the configured agent the command
         itself names (only a start names one, bridge/wire/commands.py: a new Task starts
-        in today's routing);
-        else the Task its key names decides: the DLQ it started with (``recorded``), as
-        its events stay in theirs, while that topic is still configured (the bridge's
-        preflight, record limits and ACLs cover only configured topics; a routing
-        removed whole falls back to the Task's agent's DLQ now, else the shared one)."""
+        in today's routing). Else the Task its key names decides: the DLQ it started
+        with (``recorded``), as its events stay in theirs, while that topic is still
+        configured (the bridge's preflight, record limits and ACLs cover only configured
+        topics); else its agent's DLQ as configured now, else the shared one."""
         if named is not None:
             return self.dlq_topic(named)
         if recorded and recorded in self.all_dlq_topics():
