@@ -241,6 +241,11 @@ def test_one_dlq_serves_one_events_topic() -> None:
         )
         == []
     )
+    # Topics compare as they take effect: "a2a.events" written out is the shared events topic, unset too.
+    assert (
+        rules.routing(kafka(), {"a": {"events_topic": "a2a.events", "dlq_topic": "x.dlq"}, "b": {"dlq_topic": "x.dlq"}})
+        == []
+    )
     # A routed agent that falls into the shared DLQ is told once, and the shared DLQ's own users not at all.
     assert [
         p.where for p in rules.routing(kafka(), {"a": {"events_topic": "wa.events"}, "b": {"dlq_topic": "a2a.dlq"}})
