@@ -112,14 +112,21 @@ class KafkaCluster:
                 await client.close()
             await asyncio.sleep(0.5)
 
-    async def partition(self, topic: str, partition: int) -> dict[str, Any]:
-        """The Metadata of one partition: ``leader``, ``replicas``, ``isr``."""
-        topics = await self.admin(lambda a: a.describe_topics([topic]))
-        for p in topics[0]["partitions"]:
-            if p["partition"] == partition:
-                found: dict[str, Any] = p
-                return found
-        raise LookupError(f"no partition {topic}-{partition} in {topics}")
+    async def partition(self, topic: str, partition: int, timeout: float = 30) -> dict[str, Any]:
+        """The Metadata of one partition: ``leader``, ``replicas``, ``isr``. A node the
+        controller has not yet told of a new topic answers UNKNOWN_TOPIC_OR_PARTITION
+        (error 3) for a moment, though another node named the topic's leader just
+        before: asked again until ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            topics = await self.admin(lambda a: a.describe_topics([topic]))
+            for p in topics[0]["partitions"]:
+                if p["partition"] == partition:
+                    found: dict[str, Any] = p
+                    return found
+            if time.monotonic() >= deadline:
+                raise LookupError(f"no partition {topic}-{partition} in {topics}")
+            await asyncio.sleep(0.2)
 
     async def leader(self, topic: str, partition: int) -> int:
         leader: int = (await self.partition(topic, partition))["leader"]
