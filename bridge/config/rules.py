@@ -39,7 +39,7 @@ TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 URL = re.compile(r"^https?://[^/\s]+")
 # The dialects besides "gateway" (bridge/config/model.py, Dialect); none sends agent_code.
 A2A_DIALECTS = ("a2a-0.3", "a2a-1.0")
-# A command's deadlineSeconds is at most this (schemas/command.json); so is the default.
+# A command's deadlineSeconds is at most this (schemas/command.schema.json); so is the default.
 MAX_DEADLINE_SECONDS = 2592000
 
 
