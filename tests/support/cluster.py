@@ -117,16 +117,12 @@ class KafkaCluster:
         controller has not yet told of a new topic answers UNKNOWN_TOPIC_OR_PARTITION
         (error 3) for a moment, though another node named the topic's leader just
         before: asked again until ``timeout``."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        async def found() -> dict[str, Any] | None:
             topics = await self.admin(lambda a: a.describe_topics([topic]))
-            for p in topics[0]["partitions"]:
-                if p["partition"] == partition:
-                    found: dict[str, Any] = p
-                    return found
-            if time.monotonic() >= deadline:
-                raise LookupError(f"no partition {topic}-{partition} in {topics}")
-            await asyncio.sleep(0.2)
+            return next((p for p in topics[0]["partitions"] if p["partition"] == partition), None)
+
+        return await until_awaited(found, timeout, f"partition {topic}-{partition} in the metadata", every=0.2)
 
     async def leader(self, topic: str, partition: int) -> int:
         leader: int = (await self.partition(topic, partition))["leader"]
