@@ -170,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     lat: dict[str, Any] | None = None
     trans: dict[str, Any] | None = None
     scaled: scale.Scale | None = None
+    machine: dict[str, Any] = {}
     try:
         broker.ensure()
+        machine = suite.machine_info(broker)  # before the runs: the load and the broker's age at the start
         source = FastSource(log_dir)
         if "throughput" in sections:
             bench_suite = suite.Suite(run_id, log_dir, broker, source)
@@ -217,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         "errors": errors,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started_wall)),
         "wall_seconds": round(time.monotonic() - started, 1),
-        "machine": suite.machine_info(broker),
+        "machine": machine or suite.machine_info(broker),
         "bridge_under_test": _bridge_version(),
         "logs": str(log_dir),
     }

@@ -34,6 +34,17 @@ def cpu_seconds(pid: int | str = "self") -> float | None:
     return (utime + stime) / CLK_TCK
 
 
+def age_seconds(pid: int) -> float | None:
+    """Seconds since ``pid`` started (None if it is gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+        since_boot = float(Path("/proc/uptime").read_text().split()[0])
+    except OSError:
+        return None
+    started = int(raw[raw.rindex(")") + 2 :].split()[19])  # field 22 of proc(5), ticks after boot
+    return round(since_boot - started / CLK_TCK, 1)
+
+
 def thread_cpu_seconds(pid: int, prefixes: tuple[str, ...]) -> float:
     """User + system CPU seconds of ``pid``'s threads whose name starts with one of ``prefixes``."""
     total = 0

@@ -645,6 +645,10 @@ def machine_info(broker: Broker) -> dict[str, Any]:
         "httpx": importlib.metadata.version("httpx"),
         "a2a_sdk": importlib.metadata.version("a2a-sdk"),
         "loadavg_at_start": os.getloadavg(),
+        # How long, and how much, the broker had run before the invocation: beside the
+        # load, what a reader needs to tell a slow host from a cold broker.
+        "broker_age_seconds_at_start": proc.age_seconds(pid) if (pid := broker.pid()) else None,
+        "broker_cpu_seconds_at_start": proc.cpu_seconds(pid) if pid else None,
     }
 
 
