@@ -22,14 +22,20 @@ import orjson
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+def _stat_fields(raw: str) -> list[str]:
+    """A ``/proc/.../stat`` line's fields from the third on: index ``i`` is field
+    ``i + 3`` of proc(5). The command name (field 2) may hold spaces and parentheses,
+    so the line is split after its last ')'."""
+    return raw[raw.rindex(")") + 2 :].split()
+
+
 def cpu_seconds(pid: int | str = "self") -> float | None:
     """User + system CPU seconds of a process so far (None if it is gone)."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    rest = raw[raw.rindex(")") + 2 :].split()
+    rest = _stat_fields(raw)
     utime, stime = int(rest[11]), int(rest[12])  # fields 14 and 15 of proc(5)
     return (utime + stime) / CLK_TCK
 
@@ -41,7 +47,7 @@ def age_seconds(pid: int) -> float | None:
         since_boot = float(Path("/proc/uptime").read_text().split()[0])
     except OSError:
         return None
-    started = int(raw[raw.rindex(")") + 2 :].split()[19])  # field 22 of proc(5), ticks after boot
+    started = int(_stat_fields(raw)[19])  # field 22 of proc(5), ticks after boot
     return round(since_boot - started / CLK_TCK, 1)
 
 
@@ -59,7 +65,7 @@ def thread_cpu_seconds(pid: int, prefixes: tuple[str, ...]) -> float:
         except OSError:
             continue  # the thread ended
         if name.startswith(prefixes):
-            rest = raw[raw.rindex(")") + 2 :].split()
+            rest = _stat_fields(raw)
             total += int(rest[11]) + int(rest[12])
     return total / CLK_TCK
 
