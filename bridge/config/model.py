@@ -39,6 +39,8 @@ SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 # The bridge logs in with a user name and a password (PLAIN, SCRAM), or with an
 # OAuth2 access token it gets by the client credentials grant (OAUTHBEARER).
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
+# When a partition producer's epoch moves on between transactions (bridge/kafka/epochs.py).
+EpochBump = Literal["after-doubt", "every-transaction"]
 # How the bridge shows the identity provider its client secret (RFC 6749 2.3.1).
 OAuth2AuthMethod = Literal["client_secret_basic", "client_secret_post"]
 
@@ -148,6 +150,11 @@ class KafkaConfig:
     # TxnOffsetCommit it could not verify yet. aiokafka's default, 100 ms, is a whole
     # tick (measured: bench/README.md, "A retried request costs a fifth of a tick").
     transaction_retry_backoff_ms: int = field(default=20, metadata=POSITIVE)
+    # A transaction never begins at an epoch that saw a request whose outcome is not
+    # known (a delayed copy could act on it): "after-doubt" moves the epoch on then,
+    # "every-transaction" before every transaction, at one more round trip to the
+    # coordinator each (docs/delivery.md, "Transactions: the fault model").
+    epoch_bump: EpochBump = "after-doubt"
     security_protocol: SecurityProtocol = "PLAINTEXT"
     sasl_mechanism: SaslMechanism | None = None
     sasl_username: str | None = None

@@ -408,7 +408,7 @@ class PartitionOwner:
             # The transaction was aborted; in-memory state is ahead of Kafka. The
             # service rebuilds this partition from Kafka, or drops it if fenced.
             fenced = isinstance(exc, TransactionFailed) and exc.fenced and not exc.timed_out
-            log.warning("%s; %s", exc, "fenced by another bridge" if fenced else "rebuilding it from its checkpoints")
+            log.warning("%s; %s", exc, "its producer was fenced" if fenced else "rebuilding it from its checkpoints")
             self.failed = exc
             self.ready = False
 

@@ -16,14 +16,18 @@ Ownership of a partition, step by step:
    permanent one (authorization) ends the process.
 3. A failed transaction (the owner sets ``failed``): the partition is paused
    and rebuilt from Kafka by a new opener, dropped, or the process ends, as
-   :mod:`bridge.core.txn_failure` classifies the failure: a producer fenced by
-   another bridge (this process was frozen past its session timeout and the
-   group gave the partition away) is dropped with all it held while the
-   consumer rejoins the group (:mod:`bridge.core.rejoin`; a group that does
-   not move means a bridge outside it took the partition: exit 3); one
-   whose transaction the coordinator timed out (it ran past its timeout, e.g.
-   while the broker was away) is rebuilt after a heartbeat has had time to
-   reveal a lost membership.
+   :mod:`bridge.core.txn_failure` classifies the failure. A fenced producer is
+   diagnosed by the group coordinator's word on who holds the partition
+   (:mod:`bridge.core.fencing`): still this member (a late request of this
+   process's own bumped the epoch), it is re-initialised (rebuilt); another
+   member (this process was frozen past its session timeout and the group gave
+   the partition away), it is dropped with all it held while the consumer
+   rejoins the group. Past a deadline with the group unmoved, what Kafka shows
+   decides: another holder, or transactions of a process outside the group with
+   the partition's transactional id, end the process (exit 3); else the
+   partitions are opened again. A transaction the coordinator timed out (it ran
+   past its timeout, e.g. while the broker was away) is rebuilt after a
+   heartbeat has had time to reveal a lost membership.
 4. Revoked (listener; heartbeats still flow): the opener is cancelled, and
    the owner makes its final commit and closes, under the lock.
 
@@ -75,7 +79,7 @@ from aiokafka.errors import (
 from bridge.agents import client, live
 from bridge.agents.client import AgentClient
 from bridge.config.model import Config, ConfigError
-from bridge.core import rejoin, txn_failure
+from bridge.core import fencing, txn_failure
 from bridge.core.backoff import KAFKA_RETRY
 from bridge.core.capacity import LAG_SAMPLE_S, LIMITS, Admission, Limit, ResumeTurns
 from bridge.core.left_open import Described
@@ -84,10 +88,10 @@ from bridge.core.limits import RecordLimits
 from bridge.core.offsets import commands_lag
 from bridge.engine.partition import PartitionOwner
 from bridge.errors import BridgeError, KafkaUnreachable, StartupError
-from bridge.kafka import topics
+from bridge.kafka import group, topics, txn_state
 from bridge.kafka.auth import client_options
 from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, check_kafka
-from bridge.kafka.transaction import ProducerLoop, TransactionFailed, error_names
+from bridge.kafka.transaction import ProducerLoop, TransactionFailed, error_names, transactional_id
 from bridge.observe import metrics
 from bridge.observe.http import OpsServer
 from bridge.push.webhook import Webhook
@@ -131,7 +135,7 @@ _FORBIDDEN = (
 
 
 class Fenced(BridgeError):
-    """Partitions were taken over and the group did not move: a bridge outside it has them."""
+    """Partitions were taken over, as Kafka shows (bridge/core/fencing.py): exit 3."""
 
 
 def _libc_trim() -> Callable[[], None]:
@@ -234,11 +238,15 @@ class Service:
         self._opening: dict[int, asyncio.Task[None]] = {}
         # Owners whose failure ends the process (fatal): closed on the way out.
         self._dying: list[PartitionOwner] = []
-        # After a takeover (fenced): partitions dropped until the group assigns again,
-        # and the owners being closed meanwhile.
-        self._rejoin = rejoin.Rejoin(rejoin.deadline(config.kafka.session_timeout_ms / 1000))
-        self._taken: set[int] = set()
+        # A fenced producer (bridge/core/fencing.py): re-initialised, or its partition
+        # dropped until the group moves; the owners being closed meanwhile; per dropped
+        # partition, its transactional id as the coordinator described it at the drop.
+        self._fencing = fencing.Fencing(fencing.deadline(config.kafka.session_timeout_ms / 1000))
         self._dropping: set[asyncio.Task[None]] = set()
+        self._dropped_as: dict[int, txn_state.TxnState | None] = {}
+        self._settling: asyncio.Task[None] | None = None
+        # This process's consumer, as the group coordinator names it (bridge/kafka/group.py).
+        self.client_id = group.member_client_id()
         self._locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._stopping = asyncio.Event()
         self._fatal: BaseException | None = None
@@ -281,7 +289,7 @@ class Service:
         """Ready: joined, and every assigned partition owned and restored. The detail
         says what is missing, and which capacity limit new starts wait on."""
         unowned = sorted(p for p in self._assigned if p not in self.owners or not self.owners[p].ready)
-        rejoining = self._rejoin.waiting
+        rejoining = self._fencing.waiting
         stalled = self.kafka_stalled()
         ok = (
             self._consumer is not None
@@ -297,7 +305,7 @@ class Service:
         elif not self._joined:
             lines.append("group: not joined yet")
         elif rejoining:
-            lines.append(f"group: rejoining, partitions {sorted(self._taken)} were taken over by another bridge")
+            lines.append(f"group: waiting for it to move, partitions {sorted(self._fencing.dropped)} were fenced")
         if unowned:
             lines.append(f"partitions restoring or rebuilding: {unowned}")
         lines.append(f"partitions owned: {sorted(self.owners)}")
@@ -402,8 +410,8 @@ class Service:
     def acquire(self, partitions: list[int]) -> None:
         """Step 1: hold the new partitions and start their openers."""
         metrics.REBALANCES.inc()
-        self._rejoin.assigned()
-        self._taken.clear()
+        self._fencing.assigned()
+        self._dropped_as.clear()
         for p in partitions:
             self._assigned.add(p)
             self._described.pop(p, None)  # a new ownership asks afresh
@@ -435,9 +443,11 @@ class Service:
             if failed is None:
                 return
             # Not rebuilt here, whatever the failure: only a fenced producer matters,
-            # and the group is being rejoined already (this is its revocation).
+            # and the group is moving already (this is its revocation).
             if self._classify(failed).kind == "fenced":
-                self._taken_over(p)
+                self._fencing.fenced(p, asyncio.get_running_loop().time(), "not-this-member")
+                metrics.PRODUCER_FENCES.labels("not-this-member").inc()
+                log.warning("partition %d: its producer was fenced at its revocation; dropped what it held", p)
             else:
                 log.warning("partition %d: final commit failed (%s)", p, failed)
 
@@ -556,9 +566,9 @@ class Service:
             self._fail(StartupError(f"partition {p}: {owner.failed.cause}"))
             return
         if verdict.kind == "fenced":
-            self._assigned.discard(p)
-            self._drop(p, owner)
-            self._taken_over(p)
+            diagnosis = asyncio.create_task(self._fenced(p, owner), name=f"fenced-{p}")
+            self._dropping.add(diagnosis)
+            diagnosis.add_done_callback(self._dropping.discard)
             return
         if isinstance(owner.failed, TransactionFailed):
             self._kafka_failing.setdefault(p, (time.monotonic(), ""))
@@ -583,14 +593,80 @@ class Service:
         self._dropping.add(closing)
         closing.add_done_callback(self._dropping.discard)
 
-    def _taken_over(self, p: int) -> None:
-        """Partition ``p``'s producer was fenced: another bridge owns it now. The
-        consumer finds its membership lost and rejoins; the group is waited for
-        (bridge/core/rejoin.py)."""
-        self._rejoin.fenced(asyncio.get_running_loop().time())
-        self._taken.add(p)
+    async def _fenced(self, p: int, owner: PartitionOwner) -> None:
+        """Partition ``p``'s producer was fenced: who holds ``p`` now, as the group
+        coordinator says, decides (bridge/core/fencing.py) whether it is re-initialised
+        or dropped. Meanwhile ``p`` is neither owned nor opening (not ready)."""
+        try:
+            held = await group.holder(self.config, self.client_id, p)
+        except Exception as exc:  # a bug must not leave the partition neither owned nor dropped
+            log.exception("partition %d: the diagnosis of its fenced producer failed", p)
+            held = group.Held("unknown", f"no diagnosis ({type(exc).__name__})")
+        action = self._fencing.fenced(p, asyncio.get_running_loop().time(), held.holder)
+        metrics.PRODUCER_FENCES.labels("repeated" if action == "watch" else held.holder).inc()
+        if action == "reinit" and p in self._assigned and p not in self._opening and p not in self.owners:
+            log.warning(
+                "partition %d: its producer was fenced while %s: a request of this process's own that"
+                ' arrived late (docs/delivery.md, "Transactions: the fault model"); re-initialising it',
+                p,
+                held.detail,
+            )
+            metrics.PARTITION_REBUILDS.labels("fenced").inc()
+            self._spawn_open(p, broken=owner)
+            return
+        self._drop(p, owner)
+        if action == "reinit":
+            return  # revoked or assigned again meanwhile: the group has moved on
+        self._assigned.discard(p)
         metrics.PARTITION_REBUILDS.labels("taken-over").inc()
-        log.warning("partition %d was taken over by another bridge; dropped what it held, rejoining the group", p)
+        if action == "watch":
+            log.warning(
+                "partition %d: its producer was fenced again within %.0f s while %s; dropped what it held,"
+                " watching its transactional id for another process",
+                p,
+                self._fencing.window_s,
+                held.detail,
+            )
+        else:
+            log.warning("partition %d: its producer was fenced and %s; dropped what it held", p, held.detail)
+        self._dropped_as[p] = await txn_state.last_state(self.config, transactional_id(self.config, p))
+
+    async def _settle(self) -> None:
+        """The fenced partitions' wait passed its deadline: what holds them now, and
+        whether a transaction not of this process began with their ids, decides
+        (bridge/core/fencing.py): exit 3, re-open them, or wait on."""
+        try:
+            await self._settled()
+        except Exception:
+            log.exception("the fenced partitions could not be asked about; waiting on")
+            self._fencing.postpone(asyncio.get_running_loop().time())
+
+    async def _settled(self) -> None:
+        found: dict[int, fencing.Finding] = {}
+        for p in sorted(self._fencing.dropped):
+            held = await group.holder(self.config, self.client_id, p)
+            tid = transactional_id(self.config, p)
+            now = await txn_state.last_state(self.config, tid)
+            foreign = None
+            if now is not None and now.began_since(self._dropped_as.get(p)):
+                began = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now.started_ms / 1000))
+                foreign = (
+                    f"transactional id {tid!r} began a transaction at {began} after this process dropped it"
+                    f" ({now}): another process uses transactional_id_prefix"
+                    f" {self.config.kafka.transactional_id_prefix!r}"
+                )
+            found[p] = fencing.Finding(held.holder, foreign, held.detail)
+        settled = self._fencing.settle(asyncio.get_running_loop().time(), found)
+        if settled.exit is not None:
+            self._fail(Fenced(f"partitions taken over, as Kafka shows: {settled.exit}"))
+            return
+        consumer = self._consumer
+        for p in settled.reopen:
+            self._dropped_as.pop(p, None)
+            if consumer is not None and self._tp(p) in consumer.assignment() and p not in self._opening:
+                log.warning("partition %d: nothing but this process used it since it was fenced; opening it again", p)
+                self._assigned.add(p)
+                self._spawn_open(p)
 
     # ------------------------------------------------------------------ run --
 
@@ -641,6 +717,8 @@ class Service:
                     await ops.stop()
                 watch.cancel()
                 cards.cancel()
+                if self._settling is not None:
+                    self._settling.cancel()
                 if self._resumer is not None:
                     self._resumer.cancel()
                 self._producers.close()
@@ -733,6 +811,7 @@ class Service:
                         session_timeout_ms=cfg.kafka.session_timeout_ms,
                         heartbeat_interval_ms=cfg.kafka.heartbeat_interval_ms,
                         group_instance_id=cfg.kafka.group_instance_id,
+                        client_id=self.client_id,
                         partition_assignment_strategy=assignors(self._push),
                         **client_options(cfg.kafka),
                     )
@@ -759,16 +838,9 @@ class Service:
             for p, owner in list(self.owners.items()):
                 if owner.failed is not None:
                     self._rebuild(p, owner)
-            if self._rejoin.overdue(asyncio.get_running_loop().time()):
-                k = self.config.kafka
-                self._fail(
-                    Fenced(
-                        f"partitions {sorted(self._taken)} were taken over by another bridge and group {k.group_id!r}"
-                        f" did not move them within {self._rejoin.deadline_s:.0f} s: a bridge outside it uses"
-                        f" transactional_id_prefix {k.transactional_id_prefix!r}"
-                    )
-                )
-                return
+            settling = self._settling is not None and not self._settling.done()
+            if not settling and self._fencing.overdue(asyncio.get_running_loop().time()):
+                self._settling = asyncio.create_task(self._settle(), name="fenced-settle")
             # Parked starts are let in as soon as a start is answered, not at the next
             # idle poll: a short poll while any wait (a burst's ramp is many releases).
             waiting = any(o.parked or o.offsets.deferred for o in self.owners.values())

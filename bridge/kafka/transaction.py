@@ -57,6 +57,7 @@ from bridge.core.limits import Headers, RecordLimits, record_size
 from bridge.core.offsets import Position
 from bridge.errors import BridgeError
 from bridge.kafka.auth import client_options
+from bridge.kafka.epochs import Epochs
 from bridge.observe import metrics
 from bridge.wire import checkpoints
 
@@ -265,8 +266,19 @@ class PartitionTransactions:
         self._cut: _Cut | None = None
         self.cut_at = 0.0
         self._producer: AIOKafkaProducer | None = None
+        # The producer's doubts and epoch bumps (bridge/kafka/epochs.py).
+        self.epochs = self._epochs()
         self._commands_tp = TopicPartition(config.kafka.commands_topic, partition)
         self._notifications_tp = TopicPartition(config.kafka.notifications_topic, partition)
+
+    def _epochs(self) -> Epochs:
+        k = self.config.kafka
+        return Epochs(
+            transactional_id(self.config, self.partition),
+            k.transaction_timeout_ms,
+            every_transaction=k.epoch_bump == "every-transaction",
+            backoff_s=k.transaction_retry_backoff_ms / 1000,
+        )
 
     async def start(self) -> None:
         """Create the producer; its init_transactions fences any older owner."""
@@ -303,6 +315,8 @@ class PartitionTransactions:
             retry_backoff_ms=self.config.kafka.transaction_retry_backoff_ms,
             **client_options(self.config.kafka),
         )
+        self.epochs = self._epochs()
+        self.epochs.watch(producer)
         try:
             await producer.start()
         except BaseException:
@@ -632,7 +646,10 @@ class PartitionTransactions:
     ) -> None:
         """Steps 2 to 8 of :meth:`commit`; ``sent`` collects each batch's delivery
         with the origins of its records. ``built``: ``records`` as batches already."""
-        # Step 2. Begin.
+        # Step 2. Begin, at an epoch no request of an earlier transaction whose outcome
+        # was in doubt can reach (bridge/kafka/epochs.py).
+        if await self.epochs.before_transaction(producer):
+            steps.mark("epoch")
         await producer.begin_transaction()
         # Steps 3-5. Events and DLQ copies; checkpoints; the partition record, as
         # record batches per partition (the partition of each record is computed once
@@ -836,7 +853,7 @@ def _retrieve_failures(producer: AIOKafkaProducer) -> None:
     (``fail_all``, ``fatal_error``): each batch's drain waiter and the
     transaction's waiter hold the exception, and asyncio logs "Future exception
     was never retrieved" with a traceback for each when they are collected. The
-    fence is expected and handled (bridge/core/rejoin.py): they are retrieved
+    fence is expected and handled (bridge/core/fencing.py): they are retrieved
     here, now or when they fail. Private attributes, read defensively: another
     aiokafka only brings the noise back.
     """

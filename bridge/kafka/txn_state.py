@@ -84,6 +84,19 @@ class _DescribeTransactions(Request[_DescribeTransactionsRequest_v0]):  # type: 
 class TxnState(NamedTuple):
     state: str  # CompleteCommit, CompleteAbort, Ongoing, PrepareCommit, Empty, ...
     epoch: int  # the producer epoch the coordinator holds for the id
+    producer_id: int = -1
+    # When the last transaction began (the coordinator's clock, ms; kept through its
+    # completion, -1 once an init has made the id Empty).
+    started_ms: int = -1
+    partitions: tuple[str, ...] = ()  # "topic-partition" of an open transaction
+
+    def began_since(self, before: TxnState | None) -> bool:
+        """Whether a transaction began with the id since ``before`` was described."""
+        return self.started_ms > 0 and (before is None or self.started_ms != before.started_ms)
+
+    def __str__(self) -> str:
+        where = f" on {', '.join(self.partitions[:6])}" if self.partitions else ""
+        return f"producer id {self.producer_id} epoch {self.epoch}, {self.state}{where}"
 
 
 async def last_state(config: Config, transactional_id: str) -> TxnState | None:
@@ -124,7 +137,7 @@ async def _describe(config: Config, transactional_id: str) -> TxnState | None:
     finally:
         with contextlib.suppress(Exception):
             await client.close()
-    for error_code, tid, state, _timeout, _started, _pid, epoch, *_ in answer.transaction_states:
+    for error_code, tid, state, _timeout, started, pid, epoch, topics, *_ in answer.transaction_states:
         if tid != transactional_id:
             continue
         if error_code in _MOVING:
@@ -134,5 +147,6 @@ async def _describe(config: Config, transactional_id: str) -> TxnState | None:
         if error_code:
             log.info("%s: the transaction coordinator did not describe it (error code %d)", tid, error_code)
             return None
-        return TxnState(str(state), int(epoch))
+        where = tuple(f"{topic}-{p}" for topic, partitions, *_ in topics for p in partitions)
+        return TxnState(str(state), int(epoch), int(pid), int(started), where)
     return None

@@ -45,10 +45,11 @@ TRANSACTION_SECONDS = Histogram(
 # (offsets, delivered, commit) and a busy bridge (handoff, return) apart. aiokafka sends
 # the coordinators' requests one at a time, AddPartitionsToTxn first: in a tick whose
 # offsets moved, "offsets" holds it too and "delivered" only what the Produce had left.
-TRANSACTION_STEPS = ("handoff", "records", "offsets", "delivered", "commit", "return")
+TRANSACTION_STEPS = ("handoff", "epoch", "records", "offsets", "delivered", "commit", "return")
 TRANSACTION_STEP_SECONDS = Histogram(
     "bridge_transaction_step_seconds",
-    "Where a committed transaction's time went, by step: handoff (to the producer thread), records "
+    "Where a committed transaction's time went, by step: handoff (to the producer thread), epoch (a new "
+    "producer epoch before it began, when one was asked for: InitProducerId), records "
     "(begun and handed to the producer), offsets (when they moved: AddPartitionsToTxn, AddOffsetsToTxn, "
     "TxnOffsetCommit), delivered (the Produce answered; AddPartitionsToTxn first when no offsets moved), "
     "commit (EndTxn), return (back on the main loop).",
@@ -103,8 +104,29 @@ KAFKA_STALLED = Gauge(
 PARTITION_REBUILDS = Counter(
     "bridge_partition_rebuilds_total",
     "Partitions dropped and rebuilt from Kafka, by cause: a failed transaction or open, or taken-over "
-    "(fenced after another member took it over; this process rejoins the group).",
+    "(fenced, and the partition dropped: bridge/core/fencing.py) or fenced (fenced while this member still "
+    "holds it: re-initialised).",
     ["cause"],
+)
+# Kafka's old transaction protocol (bridge/kafka/epochs.py, bridge/core/fencing.py).
+TRANSACTIONAL_DOUBTS = Counter(
+    "bridge_transactional_doubts_total",
+    "Transactional requests whose outcome was not known (a lost connection, a timeout; aiokafka sent them"
+    " again), by request: the producer's epoch moves on before its next transaction.",
+    ["request"],
+)
+EPOCH_BUMPS = Counter(
+    "bridge_producer_epoch_bumps_total",
+    "Partition producers given a new epoch between two transactions, by cause: doubt (a request's outcome"
+    " was not known) or every-transaction (kafka.epoch_bump).",
+    ["cause"],
+)
+PRODUCER_FENCES = Counter(
+    "bridge_producer_fences_total",
+    "Partition producers fenced, by who the group coordinator said holds the partition: this-member"
+    " (re-initialised; a late request of this process's own), repeated (fenced again within a minute:"
+    " dropped and watched), another-member (dropped; this process rejoins) or unknown (no answer: dropped).",
+    ["diagnosis"],
 )
 CHECKPOINTS_REJECTED = Counter(
     "bridge_checkpoint_records_rejected_total", "Checkpoint records that could not be decoded at restore (skipped)."
@@ -173,6 +195,8 @@ def init(agents: list[str]) -> None:
     BUILD_INFO.labels(__version__, platform.python_version(), aiokafka.__version__).set(1)
     for result in ("committed", "failed"):
         TRANSACTIONS.labels(result)
+    for diagnosis in ("this-member", "repeated", "another-member", "unknown"):
+        PRODUCER_FENCES.labels(diagnosis)
     for agent in agents:
         for outcome in ("completed", "failed", "canceled", "rejected", "timeout", "lost"):
             OUTCOMES.labels(outcome, agent)

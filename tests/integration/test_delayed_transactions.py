@@ -45,6 +45,8 @@ from tests.support.services import (
     closed_keys,
     create_topics,
     kcat_read,
+    metric_sum,
+    ops_port,
     read_topic,
     run_cli,
     send_commands,
@@ -56,6 +58,7 @@ pytestmark = pytest.mark.integration
 RUNS = int(os.environ.get("DELAYED_TXN_RUNS", "2"))
 SEED = int(os.environ.get("DELAYED_TXN_SEED", str(int(time.time()))))
 TASKS = 6
+FENCED = (47, 90)  # INVALID_PRODUCER_EPOCH (the answer to a request of the old versions), PRODUCER_FENCED
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +108,7 @@ async def run_schedule(
         hold.transactional_id = transactional_id(config, 0)
         held = proxied.proxy.arm(hold)
     bridge = BridgeProcess(path, log_dir, name)
-    starts = [start_command(f"{name}-{i}", "late-writer", "chunks=40 interval=0.05 size=2000") for i in range(TASKS)]
+    starts = [start_command(f"{name}-{i}", "late-writer", "chunks=60 interval=0.05 size=2000") for i in range(TASKS)]
     await send_commands(config, starts)
     keys = {s["taskKey"] for s in starts}
     await read_topic(config, config.kafka.events_topic, timeout=90, until=lambda c: closed_keys(c) >= keys, settle=2)
@@ -135,6 +138,12 @@ async def test_a_late_end_txn_commits_nothing_twice(
         print(f"seed {seed}: the late EndTxn was answered with error code {held.error_code}")
         assert verdict.clean, (verdict.summary(), verdict.notes)
         assert bridge.alive, bridge.log()[-3000:]
+        # Its retry put the epoch in doubt, and the epoch moved on before the next
+        # transaction: the coordinator refused the late copy (INVALID_PRODUCER_EPOCH).
+        assert held.error_code in FENCED, held.error_code
+        port = ops_port(bridge)
+        assert (metric_sum(port, "bridge_transactional_doubts_total", request="EndTxn") or 0) >= 1
+        assert (metric_sum(port, "bridge_producer_epoch_bumps_total", cause="doubt") or 0) >= 1
     finally:
         bridge.stop()
 
@@ -149,7 +158,7 @@ async def test_a_late_init_producer_id_does_not_evict_a_healthy_bridge(
     rng = random.Random(seed)
     # Delivered while the bridge streams: between two transactions (the epoch moves on),
     # or in one (the coordinator also aborts it).
-    hold = kp.Hold(kp.INIT_PRODUCER_ID, after_s=round(rng.uniform(1.0, 2.5), 2))
+    hold = kp.Hold(kp.INIT_PRODUCER_ID, after_s=round(rng.uniform(1.0, 2.0), 2))
     print(f"\nseed {seed}: {hold}")
     verdict, held, bridge, _ = await run_schedule(
         proxied, gateway, log_dir, tmp_path, f"late-init-{seed}-{uuid.uuid4().hex[:4]}", hold
@@ -160,5 +169,9 @@ async def test_a_late_init_producer_id_does_not_evict_a_healthy_bridge(
         print(f"seed {seed}: the late InitProducerId was answered with error code {held.error_code}")
         assert verdict.clean, (verdict.summary(), verdict.notes)
         assert bridge.alive, bridge.log()[-3000:]
+        port = ops_port(bridge)
+        if held.error_code == 0:  # it bumped the epoch: the next transaction was fenced
+            assert (metric_sum(port, "bridge_producer_fences_total", diagnosis="this-member") or 0) >= 1
+        assert (metric_sum(port, "bridge_producer_fences_total", diagnosis="repeated") or 0) == 0
     finally:
         bridge.stop()

@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaProducer
 
 from bridge.kafka.auth import client_options
 from bridge.kafka.transaction import transactional_id
-from bridge.kafka.txn_state import last_state
+from bridge.kafka.txn_state import TxnState, last_state
 from bridge.wire import checkpoints
 from tests.support.services import (
     BridgeProcess,
@@ -200,17 +200,28 @@ async def test_the_coordinator_says_how_a_partitions_last_transaction_ended(env:
     producer = AIOKafkaProducer(transactional_id=tid, **client_options(config.kafka))
     await producer.start()
     epoch = producer._txn_manager.producer_epoch  # the one its init was given
+
+    async def said() -> TxnState:
+        state = await last_state(config, tid)
+        assert state is not None and state.epoch == epoch, state
+        return state
+
     try:
-        assert await last_state(config, tid) == ("Empty", epoch)
+        empty = await said()
+        assert empty.state == "Empty" and not empty.began_since(None)
         await producer.begin_transaction()
         await producer.send_and_wait(config.kafka.events_topic, b"x", key=b"k")
-        assert await last_state(config, tid) == ("Ongoing", epoch)
+        ongoing = await said()
+        assert ongoing.state == "Ongoing" and ongoing.began_since(empty)
+        assert ongoing.partitions == (f"{config.kafka.events_topic}-0",)
         await producer.commit_transaction()
-        assert await last_state(config, tid) == ("CompleteCommit", epoch)
+        committed = await said()
+        assert committed.state == "CompleteCommit" and not committed.began_since(ongoing)
         await producer.begin_transaction()
         await producer.send_and_wait(config.kafka.events_topic, b"y", key=b"k")
         await producer.abort_transaction()
-        assert await last_state(config, tid) == ("CompleteAbort", epoch)
+        aborted = await said()
+        assert aborted.state == "CompleteAbort" and aborted.began_since(committed)
     finally:
         await producer.stop()
 
