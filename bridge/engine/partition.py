@@ -446,7 +446,15 @@ class PartitionOwner:
         self.txn.mark(record)
 
     def start_resent(self, command_id: str) -> bool:
+        """Whether the start ``command_id`` was committed as in flight by an earlier
+        owner: it may have reached the agent already."""
         return command_id in self._resent
+
+    async def start_listed(self) -> None:
+        """Until the starts begun so far are committed as in flight (the partition
+        record lists them): a start goes out only then, so that after a crash its
+        next owner knows it may have reached the agent."""
+        await self.txn.committed_from_now()
 
     def activity(self, task_key: str, active: bool) -> None:
         if active:

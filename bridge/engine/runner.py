@@ -134,6 +134,7 @@ class Partition(Protocol):
     def client(self, record: TaskRecord) -> Client: ...
     def runner_done(self, runner: TaskRunner) -> None: ...
     def start_resent(self, command_id: str) -> bool: ...
+    def start_listed(self) -> Awaitable[None]: ...
     def activity(self, task_key: str, active: bool) -> None: ...
     def artifact_cap(self, agent: str) -> int: ...
     def push_config(self, record: TaskRecord) -> Push: ...
@@ -452,7 +453,9 @@ class TaskRunner:
             command.message,
             message_id=message_id(command.command_id),
             context_id=self.record.context_id,
-            task_id=self.record.task_id,
+            # A start makes a Task: a taskId would ask the agent to continue one (a
+            # notification may have named the Task an earlier send made).
+            task_id=self.record.task_id if command.type != "start" else None,
         )
 
     def _first(self, command: Command, update: Update, seq_before: int | None = None) -> None:
@@ -473,8 +476,20 @@ class TaskRunner:
 
         The command and its message are dropped once the agent has answered: a
         Task that streams for hours does not keep its (possibly large) prompt.
+
+        A start goes out only once the partition has committed it as in flight, so
+        that a crash after the send is known to its next owner (counted as a
+        re-send there). A start whose Task a notification named already (an earlier
+        owner's send made it) is not sent again: the Task is followed from its
+        ``tasks/get``.
         """
-        rest = await self._answer(command, raw)
+        rest: AsyncIterator[Update] | Literal["poll", "push"] | Unanswered | None = None
+        if command.type == "start":
+            if not self.part.start_resent(command.command_id):
+                await self.part.start_listed()
+            rest = await self._adopted(command)
+        if rest is None and self._sending is not None:
+            rest = await self._answer(command, raw)
         del command, raw
         if isinstance(rest, Unanswered):
             await self._unanswered(rest)
@@ -493,6 +508,34 @@ class TaskRunner:
         with contextlib.suppress(AgentError):  # dropped after the answer: resumed below
             await self._consume(rest)
         await self._after_stream()
+
+    def _named(self) -> str | None:
+        """The Task a notification named before any answer to the start did."""
+        if self.record.task_id is not None:
+            return self.record.task_id
+        return self._ending.task_id if self._ending is not None else None
+
+    async def _adopted(self, command: Command) -> Literal["poll", "push"] | None:
+        """A start whose Task is named already (:meth:`_named`) absorbed without being
+        sent again: with the end the agent notified (published after its ``tasks/get``
+        by :meth:`_settle`), else with the Task's ``tasks/get``. Returns how the Task is
+        followed then; None: no Task is named, or ``tasks/get`` failed (the start is
+        sent)."""
+        task_id = self._named()
+        if task_id is None:
+            return None
+        if self._ending is None:
+            got = await self._observe(task_id)
+            if not isinstance(got, TaskSnapshot):
+                return None
+            self._first(command, got)
+        else:
+            self.record.command_id = command.command_id
+            self._answered()
+        metrics.START_RESENDS_AVOIDED.inc()
+        log.info("start not sent again: a notification named its Task %s already", task_id)
+        await self._push_for(command)  # a notification came: push-followed, unless push is off now
+        return "push" if self.record.push else "poll"
 
     async def _answer(
         self, command: Command, raw: ConsumerRecord[bytes, bytes]
@@ -539,6 +582,12 @@ class TaskRunner:
                     attempt += 1
                     continue
                 outcome, reason = policy.start_failure(exc, cfg.first_event_timeout_seconds)
+                if outcome == "rejected" and command.type == "start" and self._ending is None and self._named():
+                    # Refused, while a notification named the Task an earlier send made
+                    # (an agent refuses a start whose Task ended): the agent's own word.
+                    adopted = await self._adopted(command)
+                    if adopted is not None:
+                        return adopted
                 if command.type != "start":
                     # Refused at once; after an attempt that may have reached the agent, a
                     # refusal may be of a reply it took (a re-send it no longer waits for).

@@ -265,6 +265,11 @@ class PartitionTransactions:
         # The transaction cut and not landed yet (see cut), and when the last was cut.
         self._cut: _Cut | None = None
         self.cut_at = 0.0
+        # Transactions cut so far, the number of the last one committed, and an event
+        # set at each commit (see committed_from_now).
+        self._cuts = 0
+        self._committed_no = 0
+        self._committed = asyncio.Event()
         self._producer: AIOKafkaProducer | None = None
         # The producer's doubts and epoch bumps (bridge/kafka/epochs.py).
         self.epochs = self._epochs()
@@ -453,6 +458,16 @@ class PartitionTransactions:
         self.cut()
         return await self.land()
 
+    async def committed_from_now(self) -> None:
+        """Until a transaction cut from now on has committed: what the outbox and the
+        position hold now is in Kafka then. The committer is asked to cut at once
+        (a transaction in flight lands first: it was cut before now). A failed
+        transaction rebuilds the partition, which stops whoever waits here."""
+        target = self._cuts + 1
+        self.wake.set()
+        while self._committed_no < target:
+            await self._committed.wait()
+
     @property
     def in_flight(self) -> bool:
         """Whether a cut transaction has not landed yet."""
@@ -479,12 +494,14 @@ class PartitionTransactions:
         """
         assert self._cut is None, "the last transaction has not landed"
         self.cut_at = asyncio.get_running_loop().time()
+        self._cuts += 1
         try:
             self._cut = self._begin()
         except Exception as exc:  # nothing began: nothing to abort; land raises it
             failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             failed.set_exception(exc)
             self._cut = _Cut(failed, None, None, 0, StepTimes(time.monotonic()))
+        self._cut.no = self._cuts
 
     async def land(self) -> int:
         """Wait for the cut transaction to commit; returns its records (0: there was
@@ -496,6 +513,9 @@ class PartitionTransactions:
         finally:
             self._cut = None
             self.pending_since = None
+        self._committed_no = cut.no
+        committed, self._committed = self._committed, asyncio.Event()
+        committed.set()
         if cut.count == 0:
             return 0
         steps = cut.steps
@@ -726,6 +746,7 @@ class _Cut:
     notified: int | None
     count: int
     steps: StepTimes
+    no: int = 0  # its number among the transactions cut (see committed_from_now)
 
 
 def batches(producer: AIOKafkaProducer, records: list[OutRecord]) -> Batches:

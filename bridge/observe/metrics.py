@@ -85,7 +85,13 @@ RESTORE_SECONDS = Histogram(
 )
 START_RESENDS = Counter(
     "bridge_start_resends_total",
-    "Starts sent again after a crash before their first commit (same messageId; the gateway may absorb them).",
+    "Starts sent again after a crash: an earlier owner had committed them as in flight, so it may have sent"
+    " them (same messageId; a gateway that de-duplicates absorbs them).",
+)
+START_RESENDS_AVOIDED = Counter(
+    "bridge_start_resends_avoided_total",
+    "Starts not sent again after a crash because a push notification had named their Task already: the Task"
+    " is followed from its tasks/get.",
 )
 BUFFER_WAITS = Counter("bridge_buffer_full_waits_total", "Times a reader waited because the commit buffer was full.")
 COMMIT_LAG = Gauge("bridge_uncommitted_events", "Events buffered and not yet committed, all partitions.")

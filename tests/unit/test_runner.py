@@ -89,6 +89,11 @@ class FakeClient:
         raise AssertionError("not scripted")
 
 
+def _set(event: asyncio.Event) -> asyncio.Event:
+    event.set()
+    return event
+
+
 @dataclass
 class FakePartition:
     script: Script
@@ -105,6 +110,11 @@ class FakePartition:
     push_agents: frozenset[str] = frozenset()
     # Set when the notifications read at the open are applied (see notifications_read).
     notes_read: asyncio.Event = field(default_factory=asyncio.Event)
+    # Starts an earlier owner committed as in flight; how many waits for a start's
+    # listing, and what a test holds them on (set: none held).
+    resent: set[str] = field(default_factory=set)
+    listed: int = 0
+    listing: asyncio.Event = field(default_factory=lambda: _set(asyncio.Event()))
 
     def publish(self, record: TaskRecord, results: list[Event | Dropped]) -> None:
         self.events += [{"seq": e.seq, "kind": e.kind, **e.body} for e in results if isinstance(e, Event)]
@@ -138,7 +148,11 @@ class FakePartition:
         self.done.set()
 
     def start_resent(self, command_id: str) -> bool:
-        return False
+        return command_id in self.resent
+
+    async def start_listed(self) -> None:
+        self.listed += 1
+        await self.listing.wait()
 
     def activity(self, task_key: str, active: bool) -> None:
         pass

@@ -13,6 +13,7 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
+import prometheus_client
 import pytest
 
 from bridge.config.model import AgentConfig, BridgeConfig, Config
@@ -427,3 +428,85 @@ async def test_a_backstop_that_gives_the_task_up_leaves_a_held_end_to_its_settle
     await client.snapshots.put(gone)  # the end's
     await asyncio.wait_for(part.done.wait(), 2)
     assert runner.record.outcome is None and [e.get("state") for e in part.events] == ["completed"]
+
+
+def counted(name: str) -> float:
+    return prometheus_client.REGISTRY.get_sample_value(name) or 0.0
+
+
+async def test_a_start_goes_out_only_once_the_partition_committed_it_as_in_flight() -> None:
+    """After a crash its next owner then knows it may have reached the agent."""
+    script = Script()
+    client = PushClient(script)
+    part = push_part(script, client)
+    part.listing.clear()
+    runner = TaskRunner(part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
+    runner.launch(start_cmd())
+    await until(lambda: part.listed == 1, "the start waits for its listing")
+    await asyncio.sleep(0.05)
+    assert client.sent == []
+    part.listing.set()
+    await until(lambda: bool(client.sent), "the start is sent once listed")
+    await runner.stop()
+
+
+async def test_a_start_an_earlier_owner_listed_is_counted_as_a_resend_and_not_listed_again() -> None:
+    script = Script()
+    client = PushClient(script)
+    part = push_part(script, client)
+    part.resent.add("c-start")
+    before = counted("bridge_start_resends_total")
+    runner = TaskRunner(part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
+    runner.launch(start_cmd())
+    await until(lambda: bool(client.sent), "the start is sent again")
+    assert part.listed == 0 and counted("bridge_start_resends_total") == before + 1
+    await runner.stop()
+
+
+async def named_before_the_send(note: dict[str, Any]) -> tuple[TaskRunner, FakePartition, PushClient]:
+    """A re-sent start whose Task a notification (``note``, re-read after the crash)
+    names before the start goes out."""
+    script = Script()
+    client = PushClient(script)
+    part = push_part(script, client)
+    part.resent.add("c-start")
+    part.listing.clear()
+    runner = TaskRunner(part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
+    runner.launch(start_cmd())
+    await asyncio.sleep(0)
+    runner.notified(note)
+    part.listing.set()
+    return runner, part, client
+
+
+async def test_a_start_whose_task_a_notification_named_is_followed_not_sent_again() -> None:
+    """The agent made the Task from the earlier owner's send: a second send would make
+    another (an agent that does not de-duplicate messageId) or be refused."""
+    avoided = counted("bridge_start_resends_avoided_total")
+    runner, part, client = await named_before_the_send(sdk_status("working"))
+    await until(lambda: bool(client.sent), "tasks/get of the named Task")
+    await client.snapshots.put(snapshot("working", "x"))
+    await until(lambda: runner.follow.mode is PUSH, "the Task is followed by push")
+    assert [r.op for r in client.sent] == ["get"]  # no send
+    assert part.absorbed == [(1, "c-start")] and runner.record.task_id == "t-1"
+    assert counted("bridge_start_resends_avoided_total") == avoided + 1
+    await runner.stop()
+
+
+async def test_a_resent_start_refused_for_a_task_that_ended_publishes_the_agents_end_not_rejected() -> None:
+    """The agent ended the Task the first send made (``failed``); the re-sent start is
+    refused ("Task is in terminal state"): downstream sees ``failed``, the agent's word."""
+    script = Script()
+    client = PushClient(script)
+    part = push_part(script, client)
+    part.resent.add("c-start")
+    runner = TaskRunner(part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
+    runner.launch(start_cmd())
+    await until(lambda: bool(client.sent), "the start is sent again")
+    assert runner.notified(sdk_status("working")) == "applied"  # names the Task meanwhile
+    await client.answers.put(RpcError("sdk", "message/send", -32004, "Task t-1 is in terminal state: failed", 1))
+    await client.snapshots.put(snapshot("failed", "partial"))
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert part.events[-1]["state"] == "failed" and runner.record.outcome is None
+    assert [e["artifact"]["parts"][0]["text"] for e in part.events if e["kind"] == "artifact"] == ["partial"]
+    assert part.absorbed == [(1, "c-start")] and part.dlq == []
