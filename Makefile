@@ -12,7 +12,7 @@ help:
 	@echo "make demo    - the bridge end to end on a local broker with demo agents"
 	@echo "make test    - lint, type-check, unit and integration tests (starts Kafka itself)"
 	@echo "make chaos   - the long exactly-once chaos run"
-	@echo "make soak    - a thousand kills and network faults (SOAK_KILLS, SOAK_TASKS, SOAK_SEED), result in .bench/soak.json"
+	@echo "make soak    - a thousand kills, network faults and delayed transactional requests (SOAK_KILLS, SOAK_TASKS, SOAK_SEED), result in .bench/soak.json"
 	@echo "make bench   - benchmarks (throughput, latency, transport, quick scale), JSON results in .bench/"
 	@echo "make bench-scale - the scale section alone at its full sizes (long), .bench/scale.json"
 	@echo "make bench-restart - static membership: a restarted container against a replaced pod, .bench/scale.json"
@@ -56,7 +56,7 @@ test: venv lint
 chaos: venv
 	CHAOS_TASKS=$${CHAOS_TASKS:-200} CHAOS_KILLS=$${CHAOS_KILLS:-40} $(PY) -m pytest tests/integration/test_chaos.py -q -s
 
-# Bridge, broker and network faults until SOAK_KILLS bridge kills (default 1000, about
+# Bridge, broker, network and delayed-request faults until SOAK_KILLS bridge kills (default 1000, about
 # 40 minutes); the result (JSON) in SOAK_RESULT (default .bench/soak.json). See
 # tests/integration/test_soak.py for the other knobs.
 soak: venv

@@ -139,7 +139,14 @@ async def test_chaos_exactly_once(env: Env, tmp_path: Path) -> None:
         assert len(got.records) == len(waited.records)
         logs = "\n".join(b.log()[-2000:] for b in bridges)
         tasks = {t["id"]: t for t in httpx.get(f"{gateway.url}/_control/tasks", timeout=10).json()}
-        verdict = check(env, starts, got, list(tasks.values()), set(gw_agents))
+        verdict = check(
+            env,
+            starts,
+            got,
+            list(tasks.values()),
+            set(gw_agents),
+            checkpoints=kcat_read(env.bootstrap, config.kafka.checkpoints_topic),
+        )
         for note in verdict.notes:
             print(f"chaos: {note}")
         by_key = got.by_task_key()

@@ -114,7 +114,10 @@ async def run_schedule(
     await read_topic(config, config.kafka.events_topic, timeout=90, until=lambda c: closed_keys(c) >= keys, settle=2)
     got = kcat_read(proxied.bootstrap, config.kafka.events_topic)
     tasks = httpx.get(f"{gateway.url}/_control/tasks", timeout=30).json()
-    verdict = check(env, starts, got, tasks, set(agents))
+    checkpoints = kcat_read(proxied.bootstrap, config.kafka.checkpoints_topic)
+    verdict = check(env, starts, got, tasks, set(agents), checkpoints=checkpoints)
+    exit_code = bridge.proc.poll() if bridge.proc else None
+    print(f"{name}: {'clean' if verdict.clean else 'NOT CLEAN'} {verdict.summary()} exit={exit_code}")
     return verdict, held, bridge, starts
 
 

@@ -124,7 +124,8 @@ async def test_faults_on_both_sides_lose_and_duplicate_nothing(
         got = kcat_read(broker.bootstrap, config.kafka.events_topic)
         assert len(got.records) == len(waited.records)
         tasks = httpx.get(f"{gateway.url}/_control/tasks", timeout=10).json()
-        verdict = check(env, starts, got, tasks, set(agents))
+        checkpoints = kcat_read(broker.bootstrap, config.kafka.checkpoints_topic)
+        verdict = check(env, starts, got, tasks, set(agents), checkpoints=checkpoints)
         logs = "\n".join(b.log()[-3000:] for b in bridges)
         print(f"netfault: {verdict.summary()}")
         for note in verdict.notes:

@@ -180,7 +180,8 @@ async def judged(env: Env, setup: PushSetup, starts: list[dict[str, Any]], *brid
     logs = "\n".join(b.log()[-2500:] for b in bridges)
     assert closed_keys(waited) >= keys, f"not closed: {keys - closed_keys(waited)}\n{logs}"
     got = kcat_read(env.bootstrap, setup.config.kafka.events_topic)
-    verdict = check(env, starts, got, [], set(), setup.agent_urls())
+    checkpoints = kcat_read(env.bootstrap, setup.config.kafka.checkpoints_topic)
+    verdict = check(env, starts, got, [], set(), setup.agent_urls(), checkpoints=checkpoints)
     assert verdict.clean, (verdict.summary(), verdict.notes, logs)
     return verdict
 

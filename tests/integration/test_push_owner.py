@@ -134,7 +134,8 @@ def starts_for(keys: list[str]) -> list[dict[str, Any]]:
 
 def judge(env: Env, config: Config, starts: list[dict[str, Any]]) -> exactly_once.Verdict:
     got: Collected = kcat_read(env.bootstrap, config.kafka.events_topic)
-    return exactly_once.check(env, starts, got, [], set())
+    checkpoints = kcat_read(env.bootstrap, config.kafka.checkpoints_topic)
+    return exactly_once.check(env, starts, got, [], set(), checkpoints=checkpoints)
 
 
 async def all_closed(config: Config, keys: list[str], timeout: float = 60) -> None:

@@ -7,10 +7,17 @@ three-node cluster (RF 3, min.insync.replicas 2) is SIGKILLed and started again
 (every SOAK_BROKER_EVERY s), one of the network faults of
 tests/integration/test_network_faults.py holds between the bridges and the
 agent or one node (every SOAK_FAULT_EVERY s), and the gateway drops streams
-(--drop-probability) and redelivers events. Then the chaos test's checker
-(tests/support/exactly_once.py) over an independent read_committed reader, and
-a result file (SOAK_RESULT, JSON): kills, faults by kind, Tasks, events, lost /
-duplicated / reordered, self-exits, wall time.
+(--drop-probability) and redelivers events, and (every SOAK_DELAYED_EVERY s) a
+transactional request of one partition (EndTxn, InitProducerId,
+AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit or a Produce) is held by
+the Kafka-protocol-aware proxy in front of every node, its connection cut, and
+delivered late (tests/support/kafka_proxy.py; tests/integration/
+test_delayed_transactions.py has the targeted schedules). Then the chaos
+test's checker (tests/support/exactly_once.py, torn transactions included) over
+an independent read_committed reader, and a result file (SOAK_RESULT, JSON):
+kills, faults by kind, delayed requests by kind and the broker's answers to
+their late copies, Tasks, events, lost / duplicated / reordered, self-exits,
+wall time.
 
 Not part of ``make test`` (marker ``soak``, deselected in pyproject.toml);
 ``make soak`` runs it (SOAK_KILLS, SOAK_TASKS, SOAK_SEED, ...).
@@ -35,7 +42,9 @@ import httpx
 import orjson
 import pytest
 
+from bridge.kafka.transaction import transactional_id
 from tests.support import ROOT
+from tests.support import kafka_proxy as kp
 from tests.support import toxiproxy as tp
 from tests.support.cluster import NODES
 from tests.support.exactly_once import check
@@ -60,18 +69,49 @@ SEED = int(os.environ.get("SOAK_SEED", str(int(time.time()))))
 KILL_INTERVAL = float(os.environ.get("SOAK_KILL_INTERVAL", "2.0"))
 BROKER_EVERY = float(os.environ.get("SOAK_BROKER_EVERY", "30"))
 FAULT_EVERY = float(os.environ.get("SOAK_FAULT_EVERY", "15"))
+DELAYED_EVERY = float(os.environ.get("SOAK_DELAYED_EVERY", "10"))
 DROP = os.environ.get("SOAK_DROP_PROBABILITY", "0.02")
 CHUNKS = int(os.environ.get("SOAK_CHUNKS", "60"))
 RESULT = Path(os.environ.get("SOAK_RESULT", str(ROOT / ".bench" / "soak.json")))
 
 
 @pytest.fixture(scope="module")
-def cluster(toxiproxy: tp.Toxiproxy, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tp.ProxiedCluster]:
+def fronts() -> Iterator[list[kp.KafkaProxy]]:
+    """The Kafka-protocol-aware proxies each node advertises (before its Toxiproxy proxy)."""
+    proxies: list[kp.KafkaProxy] = []
     try:
-        with tp.proxied_cluster(toxiproxy, tmp_path_factory.mktemp("soak-cluster"), "soak-kafka") as c:
+        yield proxies
+    finally:
+        for p in proxies:
+            p.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    toxiproxy: tp.Toxiproxy, fronts: list[kp.KafkaProxy], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tp.ProxiedCluster]:
+    def front(listen: str) -> str:
+        host, port = listen.rsplit(":", 1)
+        fronts.append(kp.KafkaProxy((host, int(port))).start())
+        return fronts[-1].address
+
+    try:
+        with tp.proxied_cluster(toxiproxy, tmp_path_factory.mktemp("soak-cluster"), "soak-kafka", front) as c:
             yield c
     except tp.BrokerDidNotStart as e:
         pytest.fail(f"the proxied cluster did not start: {e}", pytrace=False)
+
+
+# Transactional requests the soak delays, each delivered late after up to this many seconds.
+DELAYED = (
+    kp.END_TXN,
+    kp.INIT_PRODUCER_ID,
+    kp.ADD_PARTITIONS_TO_TXN,
+    kp.ADD_OFFSETS_TO_TXN,
+    kp.TXN_OFFSET_COMMIT,
+    kp.PRODUCE,
+)
+DELAYED_UP_TO_S = 5.0
 
 
 class Soak:
@@ -84,6 +124,9 @@ class Soak:
         self.kills = 0
         self.broker_kills: Counter[str] = Counter()
         self.faults: Counter[str] = Counter()
+        # Delayed requests by API, and the broker's answers (error codes) to their late copies.
+        self.delayed: Counter[str] = Counter()
+        self.late_answers: Counter[str] = Counter()
         self.self_exits: list[str] = []
         self.killed: set[int] = set()  # bridges down on purpose, restart pending
         self.restarts: list[asyncio.TimerHandle] = []
@@ -146,6 +189,24 @@ class Soak:
             with self.toxiproxy.toxic(proxy, *tp.fault(kind, kb_per_s=2 if side == "agent" else 64)):
                 await asyncio.sleep(self.rng.uniform(4.0, 10.0))
 
+    async def delay(self, fronts: list[kp.KafkaProxy], transactional_ids: list[str]) -> None:
+        """A transactional request of one partition's producer held on whichever node it
+        goes to, its connection cut, and delivered late."""
+        armed: list[kp.HeldRequest] = []
+        while not await self.pause(self.rng.uniform(0.7, 1.3) * DELAYED_EVERY):
+            api = self.rng.choice(DELAYED)
+            hold = kp.Hold(api, self.rng.choice(transactional_ids), after_s=self.rng.uniform(0.1, DELAYED_UP_TO_S))
+            held = fronts[0].arm(hold)
+            for other in fronts[1:]:
+                other.share(held)
+            armed.append(held)
+        for held in armed:
+            if held.held.is_set():
+                await asyncio.to_thread(held.wait_delivered, 30)
+                assert held.request is not None
+                self.delayed[held.request.name] += 1
+                self.late_answers[f"{held.request.name}: {held.error_code}"] += 1
+
 
 async def send_retrying(config: Any, batch: list[dict[str, Any]]) -> None:
     """Commands reach the broker even while it is down or faulted (a producer retrying)."""
@@ -162,7 +223,9 @@ def commit() -> str:
     return done.stdout.strip()
 
 
-async def test_soak(toxiproxy: tp.Toxiproxy, cluster: tp.ProxiedCluster, log_dir: Path, tmp_path: Path) -> None:
+async def test_soak(
+    toxiproxy: tp.Toxiproxy, cluster: tp.ProxiedCluster, fronts: list[kp.KafkaProxy], log_dir: Path, tmp_path: Path
+) -> None:
     rng = random.Random(SEED)
     began = time.monotonic()
     print(f"\nsoak: seed {SEED}, {KILLS} kills every ~{KILL_INTERVAL} s, {TASKS} tasks x {CHUNKS} chunks")
@@ -220,6 +283,7 @@ async def test_soak(toxiproxy: tp.Toxiproxy, cluster: tp.ProxiedCluster, log_dir
             soak.watch(),
             soak.kill_brokers(cluster),
             soak.network("soak-agents", cluster.proxies),
+            soak.delay(fronts, [transactional_id(config, p) for p in range(config.kafka.partitions)]),
         )
         chaos_seconds = time.monotonic() - began
         for b in bridges:
@@ -235,7 +299,8 @@ async def test_soak(toxiproxy: tp.Toxiproxy, cluster: tp.ProxiedCluster, log_dir
         ]
         got = kcat_read(cluster.bootstrap, config.kafka.events_topic)
         tasks = httpx.get(f"{gateway.url}/_control/tasks", timeout=30).json()
-        verdict = check(env, starts, got, tasks, set(agents))
+        checkpoints = kcat_read(cluster.bootstrap, config.kafka.checkpoints_topic)
+        verdict = check(env, starts, got, tasks, set(agents), checkpoints=checkpoints)
         result = {
             "commit": commit(),
             "seed": SEED,
@@ -243,6 +308,8 @@ async def test_soak(toxiproxy: tp.Toxiproxy, cluster: tp.ProxiedCluster, log_dir
             "broker_kills": sum(soak.broker_kills.values()),
             "broker_kills_by_node": dict(sorted(soak.broker_kills.items())),
             "network_faults": dict(sorted(soak.faults.items())),
+            "delayed_requests": dict(sorted(soak.delayed.items())),
+            "late_copies_answered": dict(sorted(soak.late_answers.items())),
             "stream_drop_probability": float(DROP),
             "duplicates_absorbed_by_gateway": sum(t.get("duplicates_absorbed", 0) for t in tasks),
             "bridge_restarts": sum(b.starts - 1 for b in bridges),
@@ -256,6 +323,8 @@ async def test_soak(toxiproxy: tp.Toxiproxy, cluster: tp.ProxiedCluster, log_dir
             "reordered": verdict.out_of_order,
             "after_terminal": verdict.after_terminal,
             "artifact_mismatches": verdict.mismatched,
+            "checkpoints_ahead_of_events": verdict.checkpoints_ahead,
+            "events_no_checkpoint_accounts_for": verdict.events_unaccounted,
             "not_completed": len(verdict.not_completed),
             "one_agent_task_per_start": verdict.one_task_each,
             "chaos_seconds": round(chaos_seconds, 1),
@@ -264,6 +333,7 @@ async def test_soak(toxiproxy: tp.Toxiproxy, cluster: tp.ProxiedCluster, log_dir
                 "kill_interval_s": KILL_INTERVAL,
                 "broker_every_s": BROKER_EVERY,
                 "fault_every_s": FAULT_EVERY,
+                "delayed_every_s": DELAYED_EVERY,
                 "chunks": CHUNKS,
                 "bridges": len(bridges),
                 "partitions": config.kafka.partitions,

@@ -181,6 +181,7 @@ class HeldRequest:
     error_code: int | None = None
     answer: bytes | None = None
     released: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def release(self) -> None:
         """Deliver the held copy now (from the test's thread)."""
@@ -235,6 +236,11 @@ class KafkaProxy:
         armed = HeldRequest(hold, self)
         self._call(lambda: self._holds.append(armed))
         return armed
+
+    def share(self, armed: HeldRequest) -> None:
+        """Watch for ``armed`` (armed on another proxy) too: whichever proxy sees the
+        request first holds it (a cluster's proxies: the request may go to any node)."""
+        self._call(lambda: self._holds.append(armed))
 
     def cut_all(self) -> None:
         """Close every client connection now (what a lost network path does)."""
@@ -343,10 +349,13 @@ class KafkaProxy:
                 continue
             if hold.transactional_id is not None and hold.transactional_id != request.transactional_id:
                 continue
-            armed.seen += 1
-            if armed.seen < hold.nth:
-                continue
-            armed.request, armed.frame = request, frame
+            with armed.lock:  # shared by several proxies' threads
+                if armed.frame is not None:
+                    continue
+                armed.seen += 1
+                if armed.seen < hold.nth:
+                    continue
+                armed.request, armed.frame, armed.proxy = request, frame, self
             armed.held.set()
             log.info("holding %s of %s", request.name, request.transactional_id)
             if hold.after_s is not None:

@@ -426,13 +426,13 @@ def kcat_read(bootstrap: str, topic: str) -> Collected:
     )
     got = Collected()
     for line in out.stdout.splitlines():
-        m = orjson.loads(line)
+        # kcat writes a binary key (the bridge's own records') into its JSON as it is.
+        m = orjson.loads(line.decode("utf-8", "replace"))
         h = m.get("headers") or []
         headers = {h[i]: h[i + 1].encode() for i in range(0, len(h), 2)}
+        payload = (m.get("payload") or "").encode()  # None: a tombstone
         got.records.append(
-            Record(
-                m["topic"], m["partition"], m["offset"], (m.get("key") or "").encode(), m["payload"].encode(), headers
-            )
+            Record(m["topic"], m["partition"], m["offset"], (m.get("key") or "").encode(), payload, headers)
         )
     return got
 

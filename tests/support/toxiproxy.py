@@ -9,7 +9,7 @@ jitter, a bandwidth cap, reset_peer, timeout as a black hole, slow_close).
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,8 +237,12 @@ class ProxiedCluster:
 
 
 @contextmanager
-def proxied_cluster(toxiproxy: Toxiproxy, state_dir: Path, name: str = "cluster") -> Iterator[ProxiedCluster]:
-    """:class:`ProxiedCluster` up for the block, on free ports; removed after."""
+def proxied_cluster(
+    toxiproxy: Toxiproxy, state_dir: Path, name: str = "cluster", front: Callable[[str], str] | None = None
+) -> Iterator[ProxiedCluster]:
+    """:class:`ProxiedCluster` up for the block, on free ports; removed after. ``front``:
+    a proxy of the caller's before each Toxiproxy proxy (given its address, returns
+    its own, which the node then advertises)."""
     free: set[int] = set()
     while len(free) < 6:
         free.add(free_port())
@@ -247,6 +251,8 @@ def proxied_cluster(toxiproxy: Toxiproxy, state_dir: Path, name: str = "cluster"
     cluster = KafkaCluster(state_dir, ports, controllers)
     proxies = tuple(f"{name}-{n}" for n in NODES)
     listens = [toxiproxy.proxy(p, f"127.0.0.1:{port}") for p, port in zip(proxies, ports, strict=True)]
+    if front is not None:
+        listens = [front(listen) for listen in listens]
     env = {
         "KAFKA_CLUSTER_DIR": str(state_dir),
         "KAFKA_CLUSTER_PORTS": " ".join(map(str, ports)),
