@@ -32,6 +32,7 @@ import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -122,7 +123,10 @@ async def measure(
     pids: dict[str, int],
     fraction: float = 0.5,
     events_topic: str | None = None,
+    root: Path | None = None,
 ) -> dict[str, Any]:
+    """The bridge's latency at ``commit_interval_ms``; ``root``: another checkout's bridge
+    (BENCH_AGAINST), reported as contestant P."""
     params = Params(
         bootstrap=bootstrap,
         source_url=source.a2a_url,
@@ -134,12 +138,13 @@ async def measure(
         run_dir=run_dir,
         log_dir=run_dir,
         events_topic=events_topic,
+        bridge_root=root,
     )
     pace = Pace(Case("1", tasks, chunks, size), fraction, saturated_events_per_second)
     result, stamps = await pace.run(
         source, bridge_bench.run_round(params, name, pids, track=True, fetch_max_wait_ms=100)
     )
-    return pace.report("C", name, result, stamps, commit_interval_ms, result_key="bridge")
+    return pace.report("P" if root else "C", name, result, stamps, commit_interval_ms, result_key="bridge")
 
 
 async def measure_b0(

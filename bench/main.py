@@ -100,13 +100,29 @@ async def _latency(
             events_topic=events_topic,
         )
         _print_latency("", r)
-        steps = r["bridge"].get("transaction_step_ms_mean") or {}
-        print(
-            f"    transactions: {r['bridge']['transactions']}, {1000 * r['bridge']['transaction_seconds_mean']:.1f} ms "
-            f"mean: " + ", ".join(f"{step} {ms}" for step, ms in steps.items()),
-            flush=True,
-        )
+        _print_steps(r)
         out["runs"].append({"repeat": repeat, **r})
+        if (previous := suite.against()) is not None:
+            # The other checkout's bridge right after, at the same rate, read the same way.
+            rp = await latency.measure(
+                source=source,
+                bootstrap=broker.bootstrap,
+                name=f"bench-{run_id}-lat-{interval}-{repeat}-p",
+                tasks=case.tasks,
+                chunks=case.chunks,
+                size=case.size,
+                partitions=partitions,
+                commit_interval_ms=interval,
+                saturated_events_per_second=rate,
+                run_dir=log_dir,
+                pids=pids,
+                fraction=fraction,
+                events_topic=events_topic,
+                root=previous,
+            )
+            _print_latency("P: ", rp)
+            _print_steps(rp)
+            out["runs"].append({"repeat": repeat, **rp})
         if b0 is not None:
             r0 = await latency.measure_b0(
                 source=source,
@@ -122,7 +138,18 @@ async def _latency(
     out["by_interval"] = latency.by_interval([r for r in out["runs"] if r["contestant"] == "C"])
     if b0 is not None:
         out["b0_by_interval"] = latency.by_interval([r for r in out["runs"] if r["contestant"] == "B0"])
+    if suite.against() is not None:
+        out["p_by_interval"] = latency.by_interval([r for r in out["runs"] if r["contestant"] == "P"])
     return out
+
+
+def _print_steps(r: dict[str, Any]) -> None:
+    steps = r["bridge"].get("transaction_step_ms_mean") or {}
+    print(
+        f"    transactions: {r['bridge']['transactions']}, {1000 * r['bridge']['transaction_seconds_mean']:.1f} ms "
+        f"mean: " + ", ".join(f"{step} {ms}" for step, ms in steps.items()),
+        flush=True,
+    )
 
 
 def _print_latency(who: str, r: dict[str, Any]) -> None:
