@@ -235,6 +235,9 @@ class Service:
         # worth after its init, for the retry (bridge/core/left_open.py).
         self._described: dict[int, Described] = {}
         self._assigned: set[int] = set()
+        # Per partition, how many times it was assigned or revoked: a diagnosis that
+        # took a while tells that the group moved on meanwhile.
+        self._moves: defaultdict[int, int] = defaultdict(int)
         self._opening: dict[int, asyncio.Task[None]] = {}
         # Owners whose failure ends the process (fatal): closed on the way out.
         self._dying: list[PartitionOwner] = []
@@ -414,6 +417,7 @@ class Service:
         self._dropped_as.clear()
         for p in partitions:
             self._assigned.add(p)
+            self._moves[p] += 1
             self._described.pop(p, None)  # a new ownership asks afresh
             self._pause(p, True)
             self._spawn_open(p)
@@ -423,6 +427,7 @@ class Service:
         """Step 4: cancel openers, final commit, close."""
         for p in partitions:
             self._assigned.discard(p)
+            self._moves[p] += 1
             self._kafka_failing.pop(p, None)  # its writes are its next owner's now
             with contextlib.suppress(KeyError):
                 metrics.COMMANDS_LAG.remove(str(p))
@@ -597,14 +602,18 @@ class Service:
         """Partition ``p``'s producer was fenced: who holds ``p`` now, as the group
         coordinator says, decides (bridge/core/fencing.py) whether it is re-initialised
         or dropped. Meanwhile ``p`` is neither owned nor opening (not ready)."""
+        moves = self._moves[p]
         try:
             held = await group.holder(self.config, self.client_id, p)
         except Exception as exc:  # a bug must not leave the partition neither owned nor dropped
             log.exception("partition %d: the diagnosis of its fenced producer failed", p)
             held = group.Held("unknown", f"no diagnosis ({type(exc).__name__})")
+        if self._moves[p] != moves:
+            self._drop(p, owner)  # revoked or assigned again meanwhile: the group has moved on
+            return
         action = self._fencing.fenced(p, asyncio.get_running_loop().time(), held.holder)
         metrics.PRODUCER_FENCES.labels("repeated" if action == "watch" else held.holder).inc()
-        if action == "reinit" and p in self._assigned and p not in self._opening and p not in self.owners:
+        if action == "reinit":
             log.warning(
                 "partition %d: its producer was fenced while %s: a request of this process's own that"
                 ' arrived late (docs/delivery.md, "Transactions: the fault model"); re-initialising it',
@@ -615,8 +624,6 @@ class Service:
             self._spawn_open(p, broken=owner)
             return
         self._drop(p, owner)
-        if action == "reinit":
-            return  # revoked or assigned again meanwhile: the group has moved on
         self._assigned.discard(p)
         metrics.PARTITION_REBUILDS.labels("taken-over").inc()
         if action == "watch":
@@ -663,7 +670,8 @@ class Service:
         consumer = self._consumer
         for p in settled.reopen:
             self._dropped_as.pop(p, None)
-            if consumer is not None and self._tp(p) in consumer.assignment() and p not in self._opening:
+            idle = p not in self._opening and p not in self.owners
+            if consumer is not None and self._tp(p) in consumer.assignment() and idle:
                 log.warning("partition %d: nothing but this process used it since it was fenced; opening it again", p)
                 self._assigned.add(p)
                 self._spawn_open(p)

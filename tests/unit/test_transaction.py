@@ -700,3 +700,41 @@ async def test_a_notifications_offset_of_an_aborted_transaction_goes_into_the_ne
     await t.commit()
     offsets = [args[0] for name, args in fake.calls() if name == "send_offsets_to_transaction"]
     assert offsets and offsets[0][TopicPartition(CONFIG.kafka.notifications_topic, 2)] == OffsetAndMetadata(9, "")
+
+
+async def test_committed_from_now_waits_for_a_transaction_cut_after_it_was_asked() -> None:
+    """A start goes out once the partition record listing it is committed
+    (bridge.engine.partition.PartitionOwner.start_listed): not on the commit of a
+    transaction cut before it was begun."""
+    fake = Fake()
+    landed = asyncio.Event()
+
+    async def slow_commit() -> None:
+        await landed.wait()
+
+    fake.mock.commit_transaction.side_effect = slow_commit
+    t = await started(fake)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    t.cut()  # in flight, cut before the wait below
+    waiter = asyncio.ensure_future(t.committed_from_now())
+    await asyncio.sleep(0.01)
+    assert t.wake.is_set()  # the committer is asked to cut at once
+    landed.set()
+    await t.land()
+    await asyncio.sleep(0.01)
+    assert not waiter.done()  # that one was cut before the wait
+    t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))
+    await t.commit()
+    await asyncio.wait_for(waiter, 1)
+
+
+async def test_a_failed_transaction_does_not_release_who_waits_for_a_commit() -> None:
+    fake = Fake(fail={b"e1": MessageSizeTooLargeError()})
+    t = await started(fake)
+    waiter = asyncio.ensure_future(t.committed_from_now())
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    with pytest.raises(TransactionFailed):
+        await t.commit()
+    await asyncio.sleep(0.01)
+    assert not waiter.done()  # the partition is rebuilt: its runners stop
+    waiter.cancel()
