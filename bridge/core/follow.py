@@ -62,8 +62,8 @@ TRANSITIONS: Mapping[Mode, frozenset[Mode]] = {
     # the first answer streams or, from an agent that does not stream, is polled, or
     # (a send with a push config) the agent pushes the rest; a failed reply leaves
     # the Task paused (and the next reply may be sent at once), watched when it
-    # waits for a sign-in
-    SENDING: frozenset({SENDING, STREAMING, POLLING, PUSH, AUTH_WATCH, IDLE, CLOSED}),
+    # waits for a sign-in, or resumed when its Task moved on and replayed nothing
+    SENDING: frozenset({SENDING, STREAMING, RESUBSCRIBING, POLLING, PUSH, AUTH_WATCH, IDLE, CLOSED}),
     # the stream ended: dropped (resume), paused in auth-required, or paused
     STREAMING: frozenset({SENDING, RESUBSCRIBING, AUTH_WATCH, IDLE, CLOSED}),
     # resumed by snapshots, polled (no streaming), or paused

@@ -295,6 +295,57 @@ class TaskRecord:
         """How the Task ended: the bridge outcome that closed it, else the agent's state."""
         return self.outcome or self.state
 
+    # ------------------------------------------------- what the engine says --
+    # Every change the engine makes to a Task, besides the updates it applies
+    # (apply, apply_notification, report), is one of these, named for what
+    # happened: the record keeps its own rules.
+
+    def routed(self, route: TaskRoute) -> None:
+        """A fresh Task's route, stored when it starts: a config change must not
+        re-route a live Task."""
+        self.endpoint, self.dialect, self.agent_code = route.endpoint, route.dialect, route.agent_code
+        self.events_topic, self.dlq_topic, self.traceparent = route.events_topic, route.dlq_topic, route.traceparent
+
+    def took(self, command_id: str, *, unmoved: bool = False) -> None:
+        """The agent took ``command_id``: the events from here on carry it.
+        ``unmoved``: a reply the agent took without acting on it yet; the paused Task
+        is watched with ``tasks/get`` until it moves, after a restore too."""
+        self.command_id = command_id
+        if unmoved:
+            self.watched = True
+
+    def cancel_requested(self, command_id: str) -> None:
+        """A cancel taken: pending (checkpointed, so a restart asks again) until the
+        agent answers it."""
+        self.command_id = command_id
+        self.cancel_pending = command_id
+
+    def cancel_answered(self) -> None:
+        self.cancel_pending = None
+
+    def snapshot_published(self, *, replay_would_repeat: bool) -> None:
+        """A ``tasks/get`` snapshot was published in place of a replay;
+        ``replay_would_repeat``: it showed what the replay after ``after_seq`` had
+        not delivered, so from now on the Task is followed by snapshots only (in this
+        process and after a restore): a replay would repeat it."""
+        if replay_would_repeat:
+            self.snapshots_only = True
+
+    def pushes(self, on: bool) -> None:
+        """Whether the Task is followed by push notifications from its next send on."""
+        self.push = on
+
+    def published(self, now: float, events_partition: int | None) -> None:
+        """Events of the Task went into a transaction at ``now`` (Unix seconds): the
+        business record went with its first; a closing one dates the close; the
+        events partition of its key is kept (not checkpointed)."""
+        if self.seq:
+            self.metadata = None
+        if self.closed and self.closed_at is None:
+            self.closed_at = now
+        if events_partition is not None:
+            self.events_partition = events_partition
+
     # ----------------------------------------------------------- updates --
 
     def apply(self, update: Update, max_artifact_bytes: int | None = None) -> list[Event | Dropped]:
@@ -703,6 +754,11 @@ class ClosedTask:
         _, route, ended = self._head()
         self._packed = _PACKED.pack(_seconds(value), route, ended) + self._digests
 
+    def dated(self, now: float) -> None:
+        """A checkpoint from before ``closedAt`` was kept: closed ``now``, for a whole window."""
+        if not self.closed_at:
+            self.closed_at = now
+
     @property
     def agent(self) -> str:
         return _ROUTES.names[self._head()[1]][0]
@@ -743,6 +799,20 @@ def _seconds(at: float) -> int:
     return min(max(0, math.ceil(at)), 0xFFFFFFFF) if math.isfinite(at) else 0
 
 
+@dataclass(frozen=True, slots=True)
+class TaskRoute:
+    """Where a Task started, kept with it (docs/gateway-protocol.md: "Store the Agent
+    selector ... together"): its agent's endpoint, dialect and selector, its events
+    and DLQ topics, and the W3C trace context of its start."""
+
+    endpoint: str | None = None
+    dialect: str | None = None
+    agent_code: str | None = None
+    events_topic: str | None = None
+    dlq_topic: str | None = None
+    traceparent: str | None = None
+
+
 def new_task(
     task_key: str,
     agent: str,
@@ -752,6 +822,7 @@ def new_task(
     metadata: JSON | None,
     context_id: str | None = None,
     previous: TaskRecord | ClosedTask | None = None,
+    route: TaskRoute | None = None,
 ) -> TaskRecord:
     """The record for a fresh start; remembers the previous Task's command ids."""
     record = TaskRecord(
@@ -765,4 +836,6 @@ def new_task(
         command_ids=list(previous.command_ids) if previous else [],
     )
     record.remember(command_id)
+    if route is not None:
+        record.routed(route)
     return record

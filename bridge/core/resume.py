@@ -141,12 +141,21 @@ class Resume:
 
     def published(self, new: bool) -> Snapshots | Retry:
         """The snapshot of the last :class:`Publish` was applied; ``new``: it published
-        events replay had not delivered. (Without SSE ids every attempt starts from
-        a snapshot anyway, so nothing is repeated.)"""
-        for_good = self.sequenced and new
+        events replay had not delivered."""
+        for_good = replay_would_repeat(sequenced=self.sequenced, published=new)
         if self._refused or for_good:
             return Snapshots(for_good)
         return Retry()
+
+
+def replay_would_repeat(*, sequenced: bool, published: bool) -> bool:
+    """Whether, after a snapshot was published where a replay brought nothing, a
+    replay after ``afterSeq`` would repeat what it showed: it ``published`` events,
+    and the dialect has SSE ids (without them every resume starts from a snapshot
+    anyway, so nothing is repeated). The Task is then followed by snapshots only,
+    for good (``TaskRecord.snapshot_published``). Every replay-or-snapshot of the
+    runner goes by it: a resume, a watched pause that moved, a failed reply."""
+    return sequenced and published
 
 
 def reconcile_first(update: Update, *, sequenced: bool, resumed: bool) -> bool:

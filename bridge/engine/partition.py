@@ -41,7 +41,7 @@ from bridge.core import push
 from bridge.core.commands import Act, Command, Duplicate, Refuse, decide
 from bridge.core.intake import Intake
 from bridge.core.left_open import Described, LeftOpen, commit_left_open, remembered, verified
-from bridge.core.lifecycle import ClosedTask, Dropped, Event, NotificationResult, TaskRecord, new_task
+from bridge.core.lifecycle import ClosedTask, Dropped, Event, NotificationResult, TaskRecord, TaskRoute, new_task
 from bridge.core.limits import RecordLimits
 from bridge.core.offsets import PartitionOffsets, Position
 from bridge.core.retention import Retention
@@ -187,8 +187,7 @@ class PartitionOwner:
             if isinstance(record, checkpoints.CheckpointError):
                 rejected += 1
             elif isinstance(record, ClosedTask):
-                if not record.closed_at:
-                    record.closed_at = now  # older checkpoints: a whole window from now
+                record.dated(now)  # older checkpoints: a whole window from now
                 closed.append((record.closed_at, record.task_key))
                 self.records[record.task_key] = record
             else:
@@ -514,6 +513,7 @@ class PartitionOwner:
             metrics.COMMANDS.labels("start", "accepted").inc()
             self.offsets.begin(raw.offset, cmd.command_id)
             deadline_s = cmd.deadline_seconds or self.config.bridge.default_deadline_seconds
+            agent = self._clients[cmd.agent].config
             fresh = new_task(
                 cmd.task_key,
                 cmd.agent,
@@ -522,12 +522,15 @@ class PartitionOwner:
                 metadata=cmd.metadata,
                 context_id=cmd.context_id,
                 previous=record,
+                route=TaskRoute(
+                    agent.url,
+                    agent.dialect,
+                    agent.agent_code,
+                    self.config.events_topic(cmd.agent),
+                    self.config.dlq_topic(cmd.agent),
+                    tracing.traceparent(raw.headers),
+                ),
             )
-            route = self._clients[cmd.agent].config
-            fresh.endpoint, fresh.dialect, fresh.agent_code = route.url, route.dialect, route.agent_code
-            fresh.events_topic = self.config.events_topic(cmd.agent)
-            fresh.dlq_topic = self.config.dlq_topic(cmd.agent)
-            fresh.traceparent = tracing.traceparent(raw.headers)
             if isinstance(record, ClosedTask):
                 self.retention.reopened()
             self.records[cmd.task_key] = fresh
@@ -713,8 +716,6 @@ class PartitionOwner:
         now = time.time()
         topic = record.events_topic or self.config.events_topic(record.agent)
         budget = self._limits().budget(topic)
-        if record.closed and record.closed_at is None:
-            record.closed_at = now
         partition = record.events_partition
         counts = self._counts
         for r in results:
@@ -735,11 +736,10 @@ class PartitionOwner:
                     topic,
                 )
             if partition is None and (n := self._partitions(topic)):
-                partition = record.events_partition = partition_for(key, n)
+                partition = partition_for(key, n)
             self.txn.add(OutRecord(topic, key, value, headers, origin, partition))
             counts[written.kind] += 1
-            if r.seq == 1:
-                record.metadata = None  # published with the first event; not kept
+        record.published(now, partition)
         self.txn.mark(record)
 
     def dead_letter(

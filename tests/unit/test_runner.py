@@ -37,7 +37,7 @@ from bridge.core.lifecycle import (
     new_task,
     roll,
 )
-from bridge.engine import runner as runner_module
+from bridge.engine import following as following_module
 from bridge.engine.runner import TaskRunner
 from bridge.errors import AgentOversize, AgentUnavailable, RpcError
 from bridge.wire.dialects import Dialect, GatewayDialect, Push, Request
@@ -334,7 +334,7 @@ async def test_a_reply_taken_before_its_task_moves_stays_in_flight_until_it_does
     """tasks/get lists the reply but the Task still shows the pause (the agent is slow
     to act on it): the agent is asked again until the Task moves; the reply is
     absorbed then, with the events after the pause."""
-    monkeypatch.setattr(runner_module, "AGENT_RETRY", Backoff(base=0.001, cap=0.001))
+    monkeypatch.setattr(following_module, "AGENT_RETRY", Backoff(base=0.001, cap=0.001))
     slow = TaskSnapshot("t-1", "ctx", "input-required", history=TAKEN)
     _runner, part, script, client = await paused_with(
         [slow, slow, TaskSnapshot("t-1", "ctx", "working", history=TAKEN)],
@@ -354,7 +354,7 @@ async def test_a_taken_reply_whose_question_went_into_the_history_is_not_a_move(
 ) -> None:
     """As an a2a-sdk agent takes a reply it moves the status message into the history:
     the same state without its message is no move, and nothing is published of it."""
-    monkeypatch.setattr(runner_module, "AGENT_RETRY", Backoff(base=0.001, cap=0.001))
+    monkeypatch.setattr(following_module, "AGENT_RETRY", Backoff(base=0.001, cap=0.001))
     ask = {"kind": "message", "role": "agent", "messageId": "m-ask", "parts": [{"kind": "text", "text": "csv?"}]}
     cleared = TaskSnapshot("t-1", "ctx", "input-required", None, history=(ask, *TAKEN))
     _, part, script, client = await paused_with(
@@ -374,7 +374,7 @@ async def test_a_taken_reply_whose_question_went_into_the_history_is_not_a_move(
 async def test_a_taken_reply_whose_task_does_not_move_in_time_is_absorbed_and_the_task_watched(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(runner_module, "AGENT_RETRY", Backoff(base=0.02, cap=0.02))
+    monkeypatch.setattr(following_module, "AGENT_RETRY", Backoff(base=0.02, cap=0.02))
     slow = TaskSnapshot("t-1", "ctx", "input-required", history=TAKEN)
     _runner, part, script, client = await paused_with(
         [slow] * 3 + [TaskSnapshot("t-1", "ctx", "working", history=TAKEN)],
@@ -438,7 +438,7 @@ async def test_a_replay_whose_first_new_event_is_a_chunk_is_followed_not_overtak
 async def test_a_reply_that_failed_to_a_task_still_waiting_for_a_sign_in_keeps_it_watched(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(runner_module, "AGENT_RETRY", Backoff(base=1e-9, cap=1e-9))
+    monkeypatch.setattr(following_module, "AGENT_RETRY", Backoff(base=1e-9, cap=1e-9))
     script = Script()
     part = FakePartition(script, config=ONE_TRY)
     waiting = TaskSnapshot("t-1", "ctx", "auth-required")
@@ -555,7 +555,7 @@ async def test_a_snapshot_that_published_what_replay_had_not_makes_the_task_snap
 ) -> None:
     """Replay brought nothing three times, then tasks/get showed parts the bridge had
     not seen: replay after afterSeq would repeat them, so the checkpoint says so."""
-    monkeypatch.setattr(runner_module, "AGENT_RETRY", Backoff(base=1e-9, cap=1e-9))
+    monkeypatch.setattr(following_module, "AGENT_RETRY", Backoff(base=1e-9, cap=1e-9))
     script = Script()
     part = FakePartition(script)
     # tasks/get after each fruitless resubscribe; the third is published, then polling
@@ -636,7 +636,7 @@ async def test_a_running_task_the_agent_cannot_cancel_is_published_as_cancel_fai
 async def test_a_paused_task_that_takes_a_cancel_is_asked_until_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing follows a paused Task: the agent's canceled, coming after its answer, is
     found by asking again, not missed until the deadline."""
-    monkeypatch.setattr(runner_module, "AGENT_RETRY", Backoff(base=0.001, cap=0.001))
+    monkeypatch.setattr(following_module, "AGENT_RETRY", Backoff(base=0.001, cap=0.001))
     paused = TaskSnapshot("t-1", "ctx", "input-required")
     client = CancelClient(Script(), paused, [paused, paused, TaskSnapshot("t-1", "ctx", "canceled")])
     runner, part, _ = await cancelled_with(client, pause=True)
@@ -648,7 +648,7 @@ async def test_a_paused_task_that_takes_a_cancel_is_asked_until_it_ends(monkeypa
 async def test_a_paused_task_that_takes_a_cancel_and_never_ends_is_published_as_cancel_failed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(runner_module, "AGENT_RETRY", Backoff(base=0.01, cap=0.01))
+    monkeypatch.setattr(following_module, "AGENT_RETRY", Backoff(base=0.01, cap=0.01))
     paused = TaskSnapshot("t-1", "ctx", "input-required")
     client = CancelClient(Script(), paused, [paused] * 100)
     runner, part, _ = await cancelled_with(client, pause=True, deadline_seconds=0.1)

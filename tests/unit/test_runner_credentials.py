@@ -13,7 +13,7 @@ from bridge.config.model import BridgeConfig, Config
 from bridge.core import policy
 from bridge.core.backoff import Backoff
 from bridge.core.lifecycle import TaskSnapshot, new_task
-from bridge.engine import runner as runner_module
+from bridge.engine import following as following_module
 from bridge.engine.runner import TaskRunner
 from bridge.errors import AgentUnavailable, CredentialsUnavailable
 from bridge.wire.dialects import Request
@@ -61,7 +61,7 @@ def test_the_reason_of_a_deadline_while_held_names_the_endpoints_answer() -> Non
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
     tiny = Backoff(base=1e-3, cap=1e-3)
     monkeypatch.setattr(policy, "AGENT_RETRY", tiny)
-    monkeypatch.setattr(runner_module, "AGENT_RETRY", tiny)
+    monkeypatch.setattr(following_module, "AGENT_RETRY", tiny)
 
 
 def part_with(script: Script, budget: float) -> FakePartition:
