@@ -4,8 +4,8 @@ before it restores.
 On the local broker (started if none runs), N rounds (20 unless given), the
 variants alternating within each round: an end offset read the way the open read
 it before (a fresh consumer, no assignment), the way it reads it now
-(``PartitionOwner._end``: assigned first), and the coordinator's answer the open
-now asks for before its init (``PartitionOwner._describe_last``: one end offset
+(``PartitionLog.end``: assigned first), and the coordinator's answer the open
+now asks for before its init (``restore.describe_last``: one end offset
 and a DescribeTransactions). Reported per variant: the median, p90 and worst in
 ms (bench/README.md, "An end offset without a retry backoff").
 """
@@ -24,8 +24,8 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench.services import Broker, delete_topics, one_partition_config
-from bridge.core.limits import RecordLimits
-from bridge.engine.partition import PartitionOwner
+from bridge.engine import restore
+from bridge.engine.host import PartitionMemory
 from bridge.kafka import topics
 from bridge.kafka.transaction import transactional_id
 
@@ -45,7 +45,7 @@ async def main(n: int) -> dict[str, Any]:
     name = f"open-lookups-{uuid.uuid4().hex[:8]}"
     config = one_partition_config(broker.bootstrap, name)
     tp = TopicPartition(config.kafka.checkpoints_topic, 0)
-    owner = PartitionOwner(config, 0, {}, limits=lambda: RecordLimits(1_000_000))
+    log_ = restore.PartitionLog(config, 0)
 
     async def unassigned() -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
@@ -56,15 +56,15 @@ async def main(n: int) -> dict[str, Any]:
             await consumer.stop()
 
     async def assigned() -> None:
-        await owner._end(tp, "read_uncommitted")
+        await log_.end(tp, "read_uncommitted")
 
     async def described() -> None:
-        await owner._describe_last()
+        await restore.describe_last(log_, PartitionMemory())
 
     variants: dict[str, Callable[[], Awaitable[None]]] = {
         "end offset, consumer not assigned (before)": unassigned,
-        "end offset, consumer assigned (PartitionOwner._end)": assigned,
-        "end offset + DescribeTransactions (PartitionOwner._describe_last)": described,
+        "end offset, consumer assigned (PartitionLog.end)": assigned,
+        "end offset + DescribeTransactions (restore.describe_last)": described,
     }
     took: dict[str, list[float]] = {k: [] for k in variants}
     try:

@@ -64,17 +64,18 @@ FOLLOWERS: dict[Mode, Callable[[Following, Step], Awaitable[Step]]] = {
 }
 
 
-class Owner(Outputs, Sources, Protocol):
-    """The partition that owns a runner: what its Task writes and reads, and where
-    the runner reports its end."""
+class Owner(Outputs, Protocol):
+    """The partition that owns a runner: what its Task writes, and where the runner
+    reports its end."""
 
     def runner_done(self, runner: TaskRunner) -> None: ...
 
 
 class TaskRunner:
-    def __init__(self, part: Owner, record: TaskRecord) -> None:
+    def __init__(self, part: Owner, src: Sources, record: TaskRecord) -> None:
         self.part = part
-        self.following = Following(part, part, record, self._wake, self._spawn)
+        self.src = src
+        self.following = Following(part, src, record, self._wake, self._spawn)
         # Later commands, in order. Lists, not deques or asyncio.Events: a live Task
         # costs memory for as long as it waits, and those are the larger objects.
         self.inbox: list[Incoming] = []
@@ -98,7 +99,7 @@ class TaskRunner:
         keys (bridge.observe.logs)."""
         self.following.active()
         r = self.record
-        fields: dict[str, object] = {"taskKey": r.task_key, "agent": r.agent, "partition": self.part.partition}
+        fields: dict[str, object] = {"taskKey": r.task_key, "agent": r.agent, "partition": self.src.partition}
         if r.task_id:
             fields["taskId"] = r.task_id
         if start is not None:
@@ -192,7 +193,7 @@ class TaskRunner:
         held = f.held
         reason = policy.held_reason(held) if held else None
         f.outcome("timeout", reason or "the bridge's deadline passed; the agent's Task may still run")
-        if self.part.config.bridge.cancel_on_timeout and self.record.task_id and not held:
+        if self.src.config.bridge.cancel_on_timeout and self.record.task_id and not held:
             with contextlib.suppress(AgentError, CredentialsUnavailable):
                 await cancelling.call(f)
 
@@ -207,7 +208,7 @@ class TaskRunner:
             self._spawn(cancelling.cancel(f))
         mode = f.next_mode()
         if mode in (RESUBSCRIBING, PUSH):
-            await self.part.resume_turn()
+            await self.src.resume_turn()
             self._follow(Step(mode, why="restart", reconcile=True))
         elif mode is AUTH_WATCH:
             self._follow(Step(mode))

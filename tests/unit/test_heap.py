@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bridge.engine import service
+from bridge.engine import heap as service
 
 
 @pytest.fixture

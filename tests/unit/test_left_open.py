@@ -1,6 +1,6 @@
 """A partition's open when the coordinator left transactions of its producer open
-(bridge.engine.partition.PartitionOwner._close_left_open, by the rule of
-bridge.core.left_open), without Kafka.
+(bridge.engine.restore.close_left_open, by the rule of bridge.core.left_open),
+without Kafka.
 
 A broker that restarts unclean can complete a transaction without writing its
 markers to partitions it found no leader for. Its records then stay open: the
@@ -22,6 +22,8 @@ from aiokafka import TopicPartition
 from bridge.config.model import Config, KafkaConfig
 from bridge.core.left_open import COMMITTED, Described, LeftOpen, commit_left_open, remembered, verified
 from bridge.core.limits import RecordLimits
+from bridge.engine import restore
+from bridge.engine.host import PartitionMemory, StandAlone
 from bridge.engine.partition import PartitionOwner
 from bridge.kafka.txn_state import TxnState
 from bridge.wire import checkpoints
@@ -41,28 +43,45 @@ class Txn:
 ONE = LeftOpen(partition_records=1, ends_with_partition_record=True)
 
 
+class Log(restore.PartitionLog):
+    """Partition 2's log, as each look at its checkpoints partition finds it (``ends``:
+    stable, end) and with ``left`` open past its stable offset."""
+
+    def __init__(self, ends: list[tuple[int, int]], left: LeftOpen) -> None:
+        super().__init__(CONFIG, 2)
+        self._found = ends
+        self._left = left
+
+    async def ends(self, tp: TopicPartition) -> tuple[int, int]:
+        assert (tp.topic, tp.partition) == ("cps", 2)
+        return self._found.pop(0)
+
+    async def left_open(self, tp: TopicPartition, stable: int, end: int) -> LeftOpen:
+        assert (tp.topic, tp.partition, stable) == ("cps", 2, 4)
+        return self._left
+
+
+class Opening:
+    """The open's close of what was left open, its checkpoints partition at 8 when the
+    coordinator was asked (epoch 3)."""
+
+    def __init__(self, ends: list[tuple[int, int]], state: str | None, left: LeftOpen, txn: Txn) -> None:
+        self.log = Log(ends, left)
+        self.txn = txn
+        self.last = Described(state, 3, 8)
+        self.memory = PartitionMemory()
+
+    async def close_left_open(self) -> None:
+        await restore.close_left_open(self.log, self.txn, self.last, self.memory)  # type: ignore[arg-type]
+
+
 def owner(
     ends: list[tuple[int, int]], state: str | None = None, left: LeftOpen = ONE, epoch: int | None = 4
-) -> tuple[PartitionOwner, Txn]:
-    """An owner whose checkpoints partition ended at 8 when the coordinator was
-    asked (epoch 3), and whose init was given ``epoch``; ``ends``: what each look
-    at the checkpoints partition finds (stable, end)."""
-    o = PartitionOwner(CONFIG, 2, {}, limits=lambda: RecordLimits(1_000_000))
+) -> tuple[Opening, Txn]:
+    """An open whose init was given ``epoch``; ``ends``: what each look at the
+    checkpoints partition finds (stable, end)."""
     txn = Txn(epoch)
-    o.txn = txn  # type: ignore[assignment]
-    o._last = Described(state, 3, 8)
-
-    async def _ends(tp: Any) -> tuple[int, int]:
-        assert (tp.topic, tp.partition) == ("cps", 2)
-        return ends.pop(0)
-
-    async def _left_open(tp: Any, stable: int, end: int) -> LeftOpen:
-        assert (tp.topic, tp.partition, stable) == ("cps", 2, 4)
-        return left
-
-    o._ends = _ends  # type: ignore[method-assign]
-    o._left_open = _left_open  # type: ignore[method-assign]
-    return o, txn
+    return Opening(ends, state, left, txn), txn
 
 
 async def test_records_past_the_stable_offset_are_aborted_everywhere_the_producer_writes() -> None:
@@ -70,7 +89,7 @@ async def test_records_past_the_stable_offset_are_aborted_everywhere_the_produce
     it ended: it is aborted in the checkpoints partition and in every events and DLQ
     partition alike."""
     o, txn = owner([(4, 8), (8, 8)])
-    await o._close_left_open()
+    await o.close_left_open()
     assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None)])]
 
 
@@ -79,14 +98,14 @@ async def test_one_transaction_the_coordinator_committed_is_committed_everywhere
     """Its markers were written to some events partitions (committed there) and skipped
     here: aborting its checkpoints would publish those events again (repeats)."""
     o, txn = owner([(4, 8), (8, 8)], state=state)
-    await o._close_left_open()
+    await o.close_left_open()
     assert txn.closed == [("commit", [("cps", 2), ("dlq", None), ("ev", None)])]
 
 
 @pytest.mark.parametrize("state", ["CompleteAbort", "PrepareAbort", "Ongoing", "Empty", "PrepareEpochFence", None])
 async def test_one_transaction_not_known_committed_is_aborted(state: str | None) -> None:
     o, txn = owner([(4, 8), (8, 8)], state=state)
-    await o._close_left_open()
+    await o.close_left_open()
     assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None)])]
 
 
@@ -103,7 +122,7 @@ async def test_what_is_not_one_transaction_is_aborted_even_when_the_last_committ
     transaction open there, committing could commit an aborted one's checkpoints,
     whose events were aborted where their marker was written (a gap)."""
     o, txn = owner([(4, 8), (8, 8)], state="CompleteCommit", left=left)
-    await o._close_left_open()
+    await o.close_left_open()
     assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None)])]
     assert not commit_left_open(Described("CompleteCommit", 4, 8), left)
 
@@ -114,14 +133,14 @@ async def test_with_the_checkpoints_closed_what_events_partitions_hold_open_is_c
     failed would abort them with its own records, while their checkpoint stays
     committed, and the next restore would skip them (the gap: 1, 2, 3, 4, 6, ...)."""
     o, txn = owner([(8, 8)])
-    await o._close_left_open()
+    await o.close_left_open()
     assert txn.closed == [("commit", [("dlq", None), ("ev", None)])]
 
 
 async def test_still_open_after_the_abort_fails_the_open_so_it_is_retried() -> None:
     o, _ = owner([(4, 8), (4, 8)])
     with pytest.raises(RuntimeError, match="still open"):
-        await o._close_left_open()
+        await o.close_left_open()
 
 
 async def test_records_written_after_the_question_make_the_answer_stale() -> None:
@@ -129,7 +148,7 @@ async def test_records_written_after_the_question_make_the_answer_stale() -> Non
     answered: the init aborted it, possibly without a marker here. Its records,
     one transaction's, are not the one the coordinator said committed."""
     o, txn = owner([(4, 9), (9, 9)], state="CompleteCommit")
-    await o._close_left_open()
+    await o.close_left_open()
     assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None)])]
 
 
@@ -138,7 +157,7 @@ async def test_an_init_that_did_not_move_the_epoch_by_one_makes_the_answer_stale
     """By two: the init fenced a transaction begun after the answer (nothing written
     here yet). Not by one, or not known: somebody else's init came in between."""
     o, txn = owner([(4, 8), (8, 8)], state="CompleteCommit", epoch=epoch)
-    await o._close_left_open()
+    await o.close_left_open()
     assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None)])]
 
 
@@ -184,32 +203,31 @@ class _Txn(Txn):
 async def test_the_coordinator_is_asked_before_the_init_and_its_answer_kept_for_a_retry() -> None:
     """After the init the coordinator knows nothing of the last transaction."""
     calls: list[str] = []
-    described: dict[int, Described] = {}
+    memory = PartitionMemory()
     answers = [TxnState("CompleteCommit", 3), TxnState("Empty", 4)]
 
     async def last_state(config: Config, tid: str) -> TxnState:
         calls.append("describe")
         return answers.pop(0)
 
+    async def end(self: restore.PartitionLog, tp: Any, isolation: str) -> int:
+        assert isolation == "read_uncommitted"  # every record written, open or not
+        return 8
+
+    async def ends(self: restore.PartitionLog, tp: Any) -> tuple[int, int]:
+        return 8, 8
+
     for epoch in (4, 5):
-        o = PartitionOwner(CONFIG, 2, {}, limits=lambda: RecordLimits(1_000_000), described=described)
-
-        async def _end(tp: Any, isolation: str) -> int:
-            assert isolation == "read_uncommitted"  # every record written, open or not
-            return 8
-
-        async def _ends(tp: Any) -> tuple[int, int]:
-            return 8, 8
-
-        o._end = _end  # type: ignore[method-assign]
-        o._ends = _ends  # type: ignore[method-assign]
+        o = PartitionOwner(CONFIG, 2, {}, StandAlone(RecordLimits(1_000_000)), memory)
         o.txn = _Txn(calls, epoch)  # type: ignore[assignment]
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr("bridge.kafka.txn_state.last_state", last_state)
+            mp.setattr(restore.PartitionLog, "end", end)
+            mp.setattr(restore.PartitionLog, "ends", ends)
             with pytest.raises(RuntimeError, match="after its init"):
                 await o.open()
     assert calls == ["describe", "init", "describe", "init"]
-    assert described[2] == Described("CompleteCommit", 5, 8)
+    assert memory.described == Described("CompleteCommit", 5, 8)
 
 
 class _Record:
@@ -226,12 +244,10 @@ class _Record:
     ],
 )
 async def test_the_open_records_are_counted_by_their_partition_records(keys: list[bytes], left: LeftOpen) -> None:
-    o = PartitionOwner(CONFIG, 2, {}, limits=lambda: RecordLimits(1_000_000))
+    class Batches(restore.PartitionLog):
+        async def batches(self, tp: Any, isolation: str, start: int | None = None, end: int | None = None) -> Any:
+            assert (isolation, start, end) == ("read_uncommitted", 4, 8)
+            yield [_Record(k) for k in keys[:2]]
+            yield [_Record(k) for k in keys[2:]]
 
-    async def _batches(tp: Any, isolation: str, start: int | None = None, end: int | None = None) -> Any:
-        assert (isolation, start, end) == ("read_uncommitted", 4, 8)
-        yield [_Record(k) for k in keys[:2]]
-        yield [_Record(k) for k in keys[2:]]
-
-    o._batches = _batches  # type: ignore[method-assign]
-    assert await o._left_open(TopicPartition("cps", 2), 4, 8) == left
+    assert await Batches(CONFIG, 2).left_open(TopicPartition("cps", 2), 4, 8) == left

@@ -10,6 +10,7 @@ from bridge.config.model import AgentConfig, Config, KafkaConfig
 from bridge.core.lifecycle import ClosedTask, NotificationResult, TaskRecord, new_task
 from bridge.core.limits import RecordLimits
 from bridge.core.push import Route
+from bridge.engine.host import StandAlone
 from bridge.engine.partition import PartitionOwner
 from bridge.observe import metrics
 from bridge.wire import notifications
@@ -35,7 +36,7 @@ class Runner:
 
 
 def owner() -> PartitionOwner:
-    return PartitionOwner(CONFIG, 3, {"sdk": object()}, limits=lambda: RecordLimits(1_000_000))  # type: ignore[dict-item]
+    return PartitionOwner(CONFIG, 3, {"sdk": object()}, StandAlone(RecordLimits(1_000_000)))  # type: ignore[dict-item]
 
 
 def note(offset: int, task_key: str = "k", command_id: str = "c-1", agent: str = "sdk", body: bytes = b"{}") -> Any:
@@ -61,7 +62,7 @@ def test_a_notification_reaches_the_runner_of_its_task_and_moves_the_offset() ->
     before = counted("sdk", "applied")
     o.on_notification(note(5, body=b'{"statusUpdate": {}}'))
     assert runner.bodies == [{"statusUpdate": {}}]
-    assert o.notified_offset == 6 and counted("sdk", "applied") == before + 1
+    assert o.notes.offset == 6 and counted("sdk", "applied") == before + 1
 
 
 def test_a_record_read_again_below_the_offset_is_not_applied_twice() -> None:
@@ -70,7 +71,7 @@ def test_a_record_read_again_below_the_offset_is_not_applied_twice() -> None:
     o.on_notification(note(5))
     o.on_notification(note(5))  # a re-read (the consumer was sought back)
     o.on_notification(note(4))
-    assert len(runner.bodies) == 1 and o.notified_offset == 6
+    assert len(runner.bodies) == 1 and o.notes.offset == 6
 
 
 def test_a_notification_of_another_start_of_the_key_is_ignored_as_closed_or_unknown() -> None:
@@ -84,7 +85,7 @@ def test_a_notification_of_another_start_of_the_key_is_ignored_as_closed_or_unkn
     assert runner.bodies == []
     assert counted("sdk", "ignored-closed") == closed + 1
     assert counted("sdk", "ignored-unknown-task") == unknown + 2
-    assert o.notified_offset == 4
+    assert o.notes.offset == 4
 
 
 def test_a_notification_of_a_closed_task_in_its_dedupe_window_is_ignored_as_closed() -> None:
@@ -94,7 +95,7 @@ def test_a_notification_of_a_closed_task_in_its_dedupe_window_is_ignored_as_clos
     )
     before = counted("sdk", "ignored-closed")
     o.on_notification(note(7))
-    assert counted("sdk", "ignored-closed") == before + 1 and o.notified_offset == 8
+    assert counted("sdk", "ignored-closed") == before + 1 and o.notes.offset == 8
 
 
 def test_an_unreadable_record_is_counted_and_passed_never_raised() -> None:
@@ -102,7 +103,7 @@ def test_an_unreadable_record_is_counted_and_passed_never_raised() -> None:
     before = counted("none", "unreadable")
     o.on_notification(consumer_record(b"{}", b"k", topic="notes", partition=3, offset=9))  # no route headers
     o.on_notification(note(10, body=b"[1]"))
-    assert counted("none", "unreadable") == before + 2 and o.notified_offset == 11
+    assert counted("none", "unreadable") == before + 2 and o.notes.offset == 11
 
 
 def test_a_runner_that_fails_on_a_notification_does_not_stop_the_partition() -> None:
@@ -115,7 +116,7 @@ def test_a_runner_that_fails_on_a_notification_does_not_stop_the_partition() -> 
     runner.notified = broken  # type: ignore[method-assign]
     before = counted("none", "unreadable")
     o.on_notification(note(2))
-    assert counted("none", "unreadable") == before + 1 and o.notified_offset == 3 and o.failed is None
+    assert counted("none", "unreadable") == before + 1 and o.notes.offset == 3 and o.failed is None
 
 
 def test_an_agent_outside_the_registry_is_counted_without_its_name() -> None:

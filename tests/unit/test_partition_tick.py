@@ -11,6 +11,7 @@ import time
 
 from bridge.config.model import BridgeConfig, Config, KafkaConfig
 from bridge.core.limits import RecordLimits
+from bridge.engine.host import StandAlone
 from bridge.engine.partition import PartitionOwner
 from bridge.kafka.transaction import OutRecord, PartitionTransactions
 from bridge.wire import checkpoints
@@ -31,11 +32,11 @@ def event(value: bytes) -> OutRecord:
 
 async def committing(fake: Fake) -> PartitionOwner:
     """An owner whose committer waits for its first tick, as open() leaves it."""
-    limits = lambda: RecordLimits(1_000_000)  # noqa: E731
-    o = PartitionOwner(CONFIG, 5, {}, limits=limits)
-    o.txn = PartitionTransactions(CONFIG, 5, lambda: POS, limits, make_producer=fake.make)
+    host = StandAlone(RecordLimits(1_000_000))
+    o = PartitionOwner(CONFIG, 5, {}, host)
+    o.txn = PartitionTransactions(CONFIG, 5, lambda: POS, host.limits, make_producer=fake.make)
     await o.txn.start()
-    o._committer = asyncio.create_task(o._commit_loop())
+    o.committer.start()
     await asyncio.sleep(0)
     return o
 
@@ -55,7 +56,7 @@ async def test_a_reader_between_two_events_cuts_a_tick_that_is_due() -> None:
     await o.space()  # the next tick is 5 s away
     assert not o.txn.in_flight and o.txn.buffered == 1
     await o.close()
-    assert o._committer is not None and o._committer.done() and o.failed is None
+    assert o.committer.task is not None and o.committer.task.done() and o.failed is None
     assert [v for *_, v in fake.sends() if v in (b"1", b"2")] == [b"1", b"2"]  # the last tick, at the close
 
 
@@ -65,11 +66,11 @@ async def test_no_reader_cuts_a_tick_that_no_committer_would_land() -> None:
     for broken in ("cancelled", "failed"):
         fake = Fake()
         o = await committing(fake)
-        assert o._committer is not None
+        assert o.committer.task is not None
         if broken == "cancelled":
-            o._committer.cancel()
+            o.committer.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await o._committer
+                await o.committer.task
         else:
             o.failed = RuntimeError("a bug half-way through a command")
         time.sleep(FIRST_TICK_S)
@@ -77,7 +78,7 @@ async def test_no_reader_cuts_a_tick_that_no_committer_would_land() -> None:
         await o.space()
         assert not o.txn.in_flight and o.txn.buffered == 1, broken
         async with asyncio.timeout(10):
-            await asyncio.gather(o._committer, return_exceptions=True)  # its deadline has passed
+            await asyncio.gather(o.committer.task, return_exceptions=True)  # its deadline has passed
         assert fake.sends() == [], broken  # nor does the committer commit after a failure
         await o.txn.stop()
 
@@ -93,9 +94,9 @@ async def test_a_reader_whose_cut_fails_goes_on_and_the_partition_is_rebuilt() -
     time.sleep(FIRST_TICK_S)
     await o.space()  # does not raise into the reader
     assert isinstance(o.failed, KeyError) and not o.ready and not o.txn.in_flight
-    assert o._committer is not None
+    assert o.committer.task is not None
     async with asyncio.timeout(10):
-        await o._committer  # its deadline has passed: it wakes, and ends without a commit
+        await o.committer.task  # its deadline has passed: it wakes, and ends without a commit
     assert fake.sends() == []
     await o.txn.stop()
 
@@ -108,9 +109,9 @@ async def test_a_cut_on_its_way_when_the_partition_fails_is_landed_and_nothing_a
     await o.space()  # cut before the failure: consistent, and on its way to Kafka
     o.txn.add(event(b"2"))
     o.failed = RuntimeError("a bug half-way through a command")
-    assert o._committer is not None
+    assert o.committer.task is not None
     async with asyncio.timeout(10):
-        await o._committer
+        await o.committer.task
     assert not o.txn.in_flight
     assert [v for *_, v in fake.sends() if v in (b"1", b"2")] == [b"1"]
     await o.txn.stop()

@@ -199,7 +199,7 @@ async def started_runner(deadline: float | None = None) -> tuple[TaskRunner, Fak
     script = Script()
     part = FakePartition(script)
     record = new_task("k", "gw", "c-start", deadline=deadline, metadata=None)
-    runner = TaskRunner(part, record)
+    runner = TaskRunner(part, part, record)
     first = script.next_stream()
     runner.launch(start())
     await first.put(status("working", 1))
@@ -265,7 +265,7 @@ async def paused_with(
     part = FakePartition(script, config=ONE_TRY)
     client = part.agent = SnapshotClient(script, snapshots)
     record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
-    runner = TaskRunner(part, record)
+    runner = TaskRunner(part, part, record)
     first = script.next_stream()
     runner.launch(start())
     for update in (status("working", 1), StatusUpdate("t-1", "ctx", "input-required", question, 2), None):
@@ -444,7 +444,7 @@ async def test_a_reply_that_failed_to_a_task_still_waiting_for_a_sign_in_keeps_i
     waiting = TaskSnapshot("t-1", "ctx", "auth-required")
     part.agent = SnapshotClient(script, [waiting] * 50)
     record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
-    runner = TaskRunner(part, record)
+    runner = TaskRunner(part, part, record)
     first = script.next_stream()
     runner.launch(start())
     for update in (status("working", 1), status("auth-required", 2), None):
@@ -476,7 +476,7 @@ async def test_a_crash_before_the_agent_names_the_task_closes_it_and_absorbs_the
     script = Script()
     part = FakePartition(script)
     record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
-    runner = TaskRunner(part, record)
+    runner = TaskRunner(part, part, record)
     first = script.next_stream()
     runner.launch(start(7))
     await first.put(RuntimeError("a bug"))
@@ -562,7 +562,7 @@ async def test_a_snapshot_that_published_what_replay_had_not_makes_the_task_snap
     gets = [snapshot("working", 3)] * 3 + [snapshot("completed", 5)]
     part.agent = SnapshotClient(script, gets)
     record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
-    runner = TaskRunner(part, record)
+    runner = TaskRunner(part, part, record)
     first = script.next_stream()
     for _ in range(3):
         script.next_stream().put_nowait(None)  # resubscribes that bring nothing
@@ -602,7 +602,7 @@ async def cancelled_with(
     part = FakePartition(script, config=Config(bridge=BridgeConfig(resume_deadline_seconds=deadline_seconds)))
     part.agent = client
     record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
-    runner = TaskRunner(part, record)
+    runner = TaskRunner(part, part, record)
     first = script.next_stream()
     runner.launch(start())
     await first.put(status("working", 1))
@@ -673,7 +673,7 @@ async def test_a_restored_snapshots_only_task_is_never_replayed() -> None:
         artifacts={artifact_key("a"): published},
         snapshots_only=True,
     )
-    runner = TaskRunner(part, record)
+    runner = TaskRunner(part, part, record)
     runner.launch(None)
     await asyncio.wait_for(part.done.wait(), 5)
     assert script.requests == [] and client.gets == 1  # no tasks/resubscribe after afterSeq 3
@@ -696,7 +696,7 @@ async def test_a_restored_task_paused_for_sign_in_is_watched_then_replayed_once_
         seq=2,
     )
     replay = script.next_stream()
-    runner = TaskRunner(part, record)
+    runner = TaskRunner(part, part, record)
     runner.launch(None)
     await until(lambda: runner.follow.mode is AUTH_WATCH, "the sign-in is watched")
     await replay.put(status("working", 3))  # the replay after afterSeq 2, not the snapshot
@@ -728,7 +728,7 @@ async def test_a_restored_task_whose_taken_reply_was_not_acted_on_is_watched_unt
     record.apply(StatusUpdate("t-1", "ctx", "input-required", ask, 2))
     record.watched = True
     replay = script.next_stream()
-    runner = TaskRunner(part, record)
+    runner = TaskRunner(part, part, record)
     runner.launch(None)
     await until(lambda: runner.follow.mode is AUTH_WATCH, "the paused Task is watched")
     await until(lambda: len(script.requests) == 1, "the new question is replayed")
@@ -758,7 +758,7 @@ async def test_a_watched_task_stays_watched_in_its_checkpoint_until_its_move_is_
     part.agent = SnapshotClient(script, [TaskSnapshot("t-1", "ctx", "working")])
     record = watched_record(ASK_CSV)
     replay = script.next_stream()
-    runner = TaskRunner(part, record)
+    runner = TaskRunner(part, part, record)
     runner.launch(None)
     await until(lambda: len(script.requests) == 1, "the move is replayed")
     assert record.watched  # a stop now restores a watched Task, not an idle one
@@ -780,7 +780,7 @@ async def test_a_watched_task_whose_replay_brings_nothing_is_published_from_its_
     )
     record = watched_record(ASK_CSV)
     script.next_stream().put_nowait(None)  # the resubscribe: nothing past afterSeq
-    runner = TaskRunner(part, record)
+    runner = TaskRunner(part, part, record)
     runner.launch(None)
     await asyncio.wait_for(part.done.wait(), 5)
     assert [e["state"] for e in part.events] == ["working", "completed"]
@@ -800,7 +800,7 @@ async def test_a_watched_task_whose_replay_moves_it_and_pauses_it_again_is_not_o
     record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
     record.apply(StatusUpdate("t-1", "ctx", "auth-required", None, 2))
     replay = script.next_stream()
-    runner = TaskRunner(part, record)
+    runner = TaskRunner(part, part, record)
     runner.launch(None)
     await until(lambda: len(script.requests) == 1, "the sign-in is replayed")
     chunk = ArtifactUpdate("t-1", "ctx", "a", None, [{"kind": "text", "text": "p0"}], source_seq=4)

@@ -78,7 +78,7 @@ async def test_a_start_is_held_past_the_resume_budget_and_goes_on_with_a_token(w
     script = Script()
     part = part_with(script, budget=0.1)
     record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
-    runner = TaskRunner(part, record)
+    runner = TaskRunner(part, part, record)
     failing = [script.next_stream() for _ in range(6)]
     for q in failing:
         q.put_nowait(why())  # no token: the stream fails as it opens
@@ -99,7 +99,7 @@ async def test_the_deadline_ends_a_held_start_saying_why() -> None:
     script = Script()
     part = part_with(script, budget=0.1)
     record = new_task("k", "gw", "c-start", deadline=time.time() + 0.4, metadata=None)
-    runner = TaskRunner(part, record)
+    runner = TaskRunner(part, part, record)
     for _ in range(500):
         script.next_stream().put_nowait(revoked())
     runner.launch(start())
@@ -126,7 +126,7 @@ async def test_a_resume_is_held_without_spending_its_budget() -> None:
     part = part_with(script, budget=0.2)
     part.agent = NoSnapshots(script)
     record = new_task("k", "gw", "c-start", deadline=None, metadata=None)
-    runner = TaskRunner(part, record)
+    runner = TaskRunner(part, part, record)
     first = script.next_stream()
     for _ in range(8):
         script.next_stream().put_nowait(down())

@@ -90,7 +90,7 @@ async def sent_start() -> tuple[TaskRunner, FakePartition, PushClient]:
     script = Script()
     client = PushClient(script)
     part = push_part(script, client)
-    runner = TaskRunner(part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
+    runner = TaskRunner(part, part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
     runner.launch(start_cmd())
     await until(lambda: bool(client.sent), "the start is sent")
     return runner, part, client
@@ -149,7 +149,7 @@ async def test_the_answer_is_not_applied_after_a_notification_that_got_there_fir
 async def restored(client: PushClient, part: FakePartition) -> TaskRunner:
     record = TaskRecord("k", AGENT.name, task_id="t-1", context_id="ctx", state="working", seq=1, push=True)
     record.start_command_id = "c-start"
-    runner = TaskRunner(part, record)
+    runner = TaskRunner(part, part, record)
     runner.launch(None)
     return runner
 
@@ -247,7 +247,7 @@ async def test_an_agent_whose_card_does_not_push_is_streamed_as_before() -> None
     client = PushClient(script, pushes=False)
     part = push_part(script, client)
     record = new_task("k", AGENT.name, "c-start", deadline=None, metadata=None)
-    runner = TaskRunner(part, record)
+    runner = TaskRunner(part, part, record)
     stream = script.next_stream()
     runner.launch(start_cmd())
     await stream.put(status("working", 1))
@@ -440,7 +440,7 @@ async def test_a_start_goes_out_only_once_the_partition_committed_it_as_in_fligh
     client = PushClient(script)
     part = push_part(script, client)
     part.listing.clear()
-    runner = TaskRunner(part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
+    runner = TaskRunner(part, part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
     runner.launch(start_cmd())
     await until(lambda: part.listed == 1, "the start waits for its listing")
     await asyncio.sleep(0.05)
@@ -456,7 +456,7 @@ async def test_a_start_an_earlier_owner_listed_is_counted_as_a_resend_and_not_li
     part = push_part(script, client)
     part.resent.add("c-start")
     before = counted("bridge_start_resends_total")
-    runner = TaskRunner(part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
+    runner = TaskRunner(part, part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
     runner.launch(start_cmd())
     await until(lambda: bool(client.sent), "the start is sent again")
     assert part.listed == 0 and counted("bridge_start_resends_total") == before + 1
@@ -471,7 +471,7 @@ async def named_before_the_send(note: dict[str, Any]) -> tuple[TaskRunner, FakeP
     part = push_part(script, client)
     part.resent.add("c-start")
     part.listing.clear()
-    runner = TaskRunner(part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
+    runner = TaskRunner(part, part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
     runner.launch(start_cmd())
     await asyncio.sleep(0)
     runner.notified(note)
@@ -500,7 +500,7 @@ async def test_a_resent_start_refused_for_a_task_that_ended_publishes_the_agents
     client = PushClient(script)
     part = push_part(script, client)
     part.resent.add("c-start")
-    runner = TaskRunner(part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
+    runner = TaskRunner(part, part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
     runner.launch(start_cmd())
     await until(lambda: bool(client.sent), "the start is sent again")
     assert runner.notified(sdk_status("working")) == "applied"  # names the Task meanwhile

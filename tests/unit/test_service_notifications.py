@@ -47,13 +47,13 @@ def test_a_notifications_partition_is_read_only_with_its_commands_partition_owne
     consumer = Consumer({cmds(0), notes(0), notes(1)})
     service._consumer = consumer
     assigned = sorted(consumer.assigned)
-    service.hold_notifications(assigned)
-    assert service.commands_partitions(assigned) == [0]
-    service._pause(0, True)  # acquired, being opened
+    service.ownership.hold_notifications(assigned)
+    assert service.ownership.commands_partitions(assigned) == [0]
+    service.ownership._pause(0, True)  # acquired, being opened
     assert consumer.paused == {cmds(0), notes(0), notes(1)}
-    service._pause(0, False)  # owned and restored
+    service.ownership._pause(0, False)  # owned and restored
     assert consumer.paused == {notes(1)}  # its commands partition is another member's
-    service._pause(0, True)  # a failed transaction: rebuilt
+    service.ownership._pause(0, True)  # a failed transaction: rebuilt
     assert consumer.paused == {cmds(0), notes(0), notes(1)}
 
 
@@ -61,9 +61,9 @@ def test_without_push_agents_only_commands_are_paused_and_resumed() -> None:
     service = Service(Config(kafka=CONFIG.kafka))
     consumer = Consumer({cmds(0)})
     service._consumer = consumer
-    service._pause(0, True)
+    service.ownership._pause(0, True)
     assert consumer.paused == {cmds(0)}
-    service._pause(0, False)
+    service.ownership._pause(0, False)
     assert consumer.paused == set()
 
 

@@ -1,0 +1,69 @@
+"""The seam between the service (the group member) and each partition it owns.
+
+A :class:`~bridge.engine.partition.PartitionOwner` needs a few things of the
+process (:class:`Host`): the record budgets of the topics, whether a new start
+may come in, a topic's partition count, a turn to reconnect a restored Task, and
+the producers' event loop. It also keeps, per partition, what one ownership
+learns across its failed opens and rebuilds (:class:`PartitionMemory`): the
+service makes one when the group assigns the partition and hands it whole to
+each owner of it; only the owners write it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from bridge.core.left_open import Described
+from bridge.core.limits import RecordLimits
+from bridge.kafka.transaction import ProducerLoop
+
+
+class Host(Protocol):
+    """What a partition's owner needs from the process that owns the partition."""
+
+    @property
+    def producers(self) -> ProducerLoop: ...
+    def limits(self) -> RecordLimits: ...
+    def admit(self) -> bool: ...
+    def partitions(self, topic: str) -> int | None: ...
+    def resume_turn(self) -> Awaitable[None]: ...
+
+
+@dataclass
+class PartitionMemory:
+    """What one ownership of a partition keeps across its owners (a failed open, a
+    rebuild after a failed transaction)."""
+
+    # Records the broker refused as too large (TransactionFailed.refused): made again
+    # after a rebuild, they are written as stand-ins instead.
+    refused: set[str] = field(default_factory=set)
+    # What a failed open found the coordinator's answer worth after its init, for
+    # the retry (bridge/core/left_open.py); cleared once an open went through.
+    described: Described | None = None
+
+
+class StandAlone:
+    """A :class:`Host` for a partition owner outside a service (tools, benches,
+    tests): every start admitted, partition counts looked up at commit, no pacing."""
+
+    def __init__(self, limits: RecordLimits, producers: ProducerLoop | None = None) -> None:
+        self._limits = limits
+        self._producers = producers or ProducerLoop.inline()
+
+    @property
+    def producers(self) -> ProducerLoop:
+        return self._producers
+
+    def limits(self) -> RecordLimits:
+        return self._limits
+
+    def admit(self) -> bool:
+        return True
+
+    def partitions(self, topic: str) -> int | None:
+        return None
+
+    async def resume_turn(self) -> None:
+        return None

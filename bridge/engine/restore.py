@@ -1,0 +1,181 @@
+"""What a partition's open reads from Kafka before any command: the coordinator's word
+on its producer's last transaction, what that transaction left open, and the
+checkpoints partition to its end.
+
+:mod:`bridge.engine.partition` calls these in order (``PartitionOwner.open``):
+:func:`describe_last` before the producer's init, :func:`close_left_open` right
+after it, then :meth:`PartitionLog.checkpoints`. The rules (commit or abort what
+was left open) are :mod:`bridge.core.left_open`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncGenerator
+from typing import TypeAlias
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+from bridge.config.model import Config
+from bridge.core.left_open import Described, LeftOpen, commit_left_open, remembered, verified
+from bridge.engine.host import PartitionMemory
+from bridge.kafka import txn_state
+from bridge.kafka.auth import client_options
+from bridge.kafka.transaction import PartitionTransactions, transactional_id
+from bridge.wire import checkpoints
+
+log = logging.getLogger(__name__)
+
+Raw: TypeAlias = "ConsumerRecord[bytes, bytes]"
+
+# Checkpoint records taken from the consumer at a time while restoring. aiokafka hands
+# over all it fetched (up to 1 MiB per partition) at once by default, thousands of
+# records alive together beside the ClosedTasks made from them; those ClosedTasks then
+# pin the freed records' pages, which no heap trim gives back (pymalloc's arenas).
+# (Measured: bench/README.md, "A restore reads its checkpoints in small batches".)
+RESTORE_BATCH = 256
+
+
+class PartitionLog:
+    """Bounded reads of one partition number's topics (a consumer of its own per read)."""
+
+    def __init__(self, config: Config, partition: int) -> None:
+        self.config = config
+        self.partition = partition
+
+    def checkpoints_tp(self) -> TopicPartition:
+        return TopicPartition(self.config.kafka.checkpoints_topic, self.partition)
+
+    async def end(self, tp: TopicPartition, isolation: str) -> int:
+        consumer = AIOKafkaConsumer(
+            isolation_level=isolation, enable_auto_commit=False, **client_options(self.config.kafka)
+        )
+        await consumer.start()
+        try:
+            # Assigned first, the consumer asks for the topic's metadata at once: without
+            # it, end_offsets finds no leader and waits a retry backoff (100 ms) first.
+            consumer.assign([tp])
+            end: int = (await consumer.end_offsets([tp]))[tp]
+            return end
+        finally:
+            await consumer.stop()
+
+    async def ends(self, tp: TopicPartition) -> tuple[int, int]:
+        """The last stable offset (what read_committed reads to) and the end of ``tp``."""
+        return await self.end(tp, "read_committed"), await self.end(tp, "read_uncommitted")
+
+    async def checkpoints(self) -> checkpoints.Restorer:
+        """The checkpoints partition to its end, read_committed."""
+        restorer = checkpoints.Restorer(slim_closed=True)
+        async with contextlib.aclosing(self.batches(self.checkpoints_tp(), "read_committed")) as batches:
+            async for records in batches:
+                for r in records:
+                    restorer.feed(r.key, r.value)
+        return restorer
+
+    async def batches(
+        self, tp: TopicPartition, isolation: str, start: int | None = None, end: int | None = None
+    ) -> AsyncGenerator[list[Raw], None]:
+        """The records of ``tp`` from ``start`` (None: its beginning) to ``end`` (None:
+        its end as ``isolation`` reads it now), at most :data:`RESTORE_BATCH` at a time."""
+        consumer = AIOKafkaConsumer(
+            isolation_level=isolation, enable_auto_commit=False, **client_options(self.config.kafka)
+        )
+        await consumer.start()
+        try:
+            consumer.assign([tp])
+            if start is None:
+                await consumer.seek_to_beginning(tp)
+            else:
+                consumer.seek(tp, start)
+            if end is None:
+                end = (await consumer.end_offsets([tp]))[tp]
+            wait_ms = 500
+            while await consumer.position(tp) < end:
+                records = (await consumer.getmany(tp, timeout_ms=wait_ms, max_records=RESTORE_BATCH)).get(tp, [])
+                yield [r for r in records if r.offset < end]
+                if not records:
+                    # A log cut below ``end`` since (an unclean restart) would be waited on for ever.
+                    end = min(end, (await consumer.end_offsets([tp]))[tp])
+                # A full batch may end on the partition's last record, before the last
+                # transaction's marker: the next call only steps over the marker, and would
+                # wait the whole timeout for records that never come.
+                wait_ms = 0 if len(records) == RESTORE_BATCH else 500
+        finally:
+            await consumer.stop()
+
+    async def left_open(self, tp: TopicPartition, stable: int, end: int) -> LeftOpen:
+        """How many transactions the open records of ``tp`` (from ``stable`` to ``end``)
+        hold: each ends with its partition record."""
+        count, last = 0, None
+        async with contextlib.aclosing(self.batches(tp, "read_uncommitted", stable, end)) as batches:
+            async for records in batches:
+                for r in records:
+                    count += r.key == checkpoints.PARTITION_KEY
+                    last = r.key
+        return LeftOpen(count, last == checkpoints.PARTITION_KEY)
+
+
+async def describe_last(log_: PartitionLog, memory: PartitionMemory) -> Described:
+    """The coordinator's state of the partition's transactional id, if it says, with
+    the checkpoints partition's end just before it was asked; or what an earlier
+    attempt of this ownership found, if it still holds. Asked before the producer's
+    init, which makes the coordinator forget it (bridge/core/left_open.py)."""
+    config = log_.config
+    end = await log_.end(log_.checkpoints_tp(), "read_uncommitted")
+    asked = await txn_state.last_state(config, transactional_id(config, log_.partition))
+    now = Described(asked.state, asked.epoch, end) if asked else Described(None, None, end)
+    before, memory.described = memory.described, None
+    return remembered(now, before)
+
+
+async def close_left_open(
+    log_: PartitionLog, txn: PartitionTransactions, last: Described, memory: PartitionMemory
+) -> None:
+    """Close, one way everywhere, what the last transactions of the partition's
+    producer left open (see :meth:`PartitionTransactions.close_left_open`); ``last``:
+    :func:`describe_last`'s answer.
+
+    Records past the last stable offset of the checkpoints partition belong to
+    transactions the coordinator completed without writing their marker there;
+    bridge/core/left_open.py says whether they are committed or aborted, in the
+    checkpoints partition and in every events and DLQ partition alike (the restore
+    then reads the state after or before them). A clean checkpoints partition holds
+    the last transaction's outcome as committed or aborted; open records it left in
+    events and DLQ partitions are committed, which is what the next commit would do
+    to them, but here before any failure can make that an abort of events whose
+    checkpoint is committed (a gap at the next restore). Repeats stay possible where
+    the coordinator wrote some markers and skipped others and the rule cannot tell
+    the outcome (downstream drops them by ``eventId``); a gap does not.
+    """
+    cfg, p = log_.config, log_.partition
+    tp = log_.checkpoints_tp()
+    outputs: list[tuple[str, int | None]] = [
+        (topic, None) for topic in sorted({*cfg.all_events_topics(), *cfg.all_dlq_topics()})
+    ]
+    stable, end = await log_.ends(tp)
+    # Kept for a retry, should this open fail from here on (bridge/core/left_open.py).
+    last = memory.described = verified(last, txn.epoch, end)
+    if stable >= end:
+        await txn.close_left_open(outputs, commit=True)
+        return
+    left = await log_.left_open(tp, stable, end)
+    commit = commit_left_open(last, left)
+    log.error(
+        "partition %d: %s has records of %s (stable offset %d, end %d) although its producer was just"
+        " initialized: the transaction coordinator skipped their markers (its last transaction: %s);"
+        " %s them everywhere",
+        p,
+        tp.topic,
+        "one transaction" if left.partition_records == 1 else f"{left.partition_records} transactions",
+        stable,
+        end,
+        last.state or "not known",
+        "committing" if commit else "aborting",
+    )
+    await txn.close_left_open([(tp.topic, p), *outputs], commit=commit)
+    stable, end = await log_.ends(tp)
+    if stable < end:
+        raise RuntimeError(f"{tp.topic}-{p}: still open after it was closed ({stable} < {end})")
