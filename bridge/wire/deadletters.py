@@ -18,7 +18,6 @@ with its own ``bridge_replay_of`` (:func:`replay_headers`).
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -86,11 +85,11 @@ def encode(
     command: Command | None,
     *,
     budget: int,
+    now: float,
     refused: bool = False,
-    now: float | None = None,
 ) -> tuple[bytes | None, bytes, Headers]:
     """A DLQ copy of ``raw`` within ``budget``: its headers, then why it is here;
-    ``now`` (the current time if None) is when.
+    ``now`` (Unix seconds) is when.
 
     A copy too large keeps the first bytes of the value that fit, and says so:
     ``dlq_truncated``, ``dlq_original_bytes`` and ``dlq_sha256`` of the whole
@@ -103,7 +102,7 @@ def encode(
         (TOPIC, raw.topic.encode()),
         (PARTITION, str(raw.partition).encode()),
         (OFFSET, str(raw.offset).encode()),
-        (TIME, rfc3339(time.time() if now is None else now).encode()),
+        (TIME, rfc3339(now).encode()),
         (BRIDGE_VERSION, __version__.encode()),
     ]
     if command is not None:
