@@ -114,7 +114,9 @@ def test_the_bridges_headers_come_after_the_originals_and_win() -> None:
 
 
 def test_a_refused_copy_keeps_no_value() -> None:
-    _, value, headers = encode(Record("cmds", 0, 5, b"k", b"x" * 10), "r", "d", None, budget=10_000, refused=True, now=0.0)
+    _, value, headers = encode(
+        Record("cmds", 0, 5, b"k", b"x" * 10), "r", "d", None, budget=10_000, refused=True, now=0.0
+    )
     e = decode(Record("dlq", 0, 0, b"k", value, list(headers)))
     assert e.value == b"" and e.truncated and e.original_bytes() == 10
 

@@ -214,7 +214,9 @@ def replayed_and_back(first: DeadLetter, *, dlq_offset: int, ms: int) -> DeadLet
     """What the bridge dead-letters when ``first``'s replay fails again: the replay's
     record (its headers: the original ones and the replay's mark), copied to the DLQ."""
     replay = raw(first.value, first.key, replay_headers(first), offset=first.offset + 100, timestamp=ms)
-    key, value, headers = encode(replay, first.reason, "no agent 'late' in the registry", CMD, budget=1_000_000, now=0.0)
+    key, value, headers = encode(
+        replay, first.reason, "no agent 'late' in the registry", CMD, budget=1_000_000, now=0.0
+    )
     return decode(raw(value, key, headers, topic="orders.dlq", partition=0, offset=dlq_offset, timestamp=ms))
 
 

@@ -229,7 +229,9 @@ def test_a_dlq_copy_always_fits_and_says_what_it_cut(value: bytes, key: bytes, b
 
 def test_a_dlq_copy_keeps_the_original_headers_first() -> None:
     cmd = Command("reply", "c1", "k")
-    k, v, headers = dlq_record(raw(b"{}", headers=[("traceparent", b"00-ab")]), "task-closed", "d", cmd, budget=20_000, now=0.0)
+    k, v, headers = dlq_record(
+        raw(b"{}", headers=[("traceparent", b"00-ab")]), "task-closed", "d", cmd, budget=20_000, now=0.0
+    )
     assert headers[0] == ("traceparent", b"00-ab")
     assert dict(headers)["dlq_reason"] == b"task-closed" and dict(headers)["dlq_command_id"] == b"c1"
     assert v == b"{}" and k == b"k"
