@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
-.PHONY: help venv lint unit integration test chaos soak demo bench bench-scale bench-restart kafka-up kafka-down clean lock monitoring image
+.PHONY: help venv lint unit integration test chaos soak demo bench bench-scale bench-restart kafka-up kafka-down clean lock monitoring image config-reference
 
 help:
 	@echo "make demo    - the bridge end to end on a local broker with demo agents"
@@ -20,6 +20,7 @@ help:
 	@echo "make lock    - regenerate requirements.lock (the image's hashed runtime deps)"
 	@echo "make image   - build the image with podman (sets podman up; no Docker, no registry), SBOM in .image/"
 	@echo "make monitoring - regenerate deploy/monitoring/prometheusrule.yaml from the alerts"
+	@echo "make config-reference - regenerate the key tables of docs/configuration.md from the config model"
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python >= 3.11 needed"; exit 1; }
@@ -97,6 +98,11 @@ image:
 # after editing the alerts (tests/repo/test_deploy.py fails until they agree).
 monitoring: venv
 	$(PY) scripts/render-prometheusrule.py
+
+# docs/configuration.md's key tables come from bridge/config/model.py; run after adding
+# or changing a key (tests/repo/test_config_reference.py fails until they agree).
+config-reference: venv
+	$(PY) scripts/render-config-reference.py
 
 clean:
 	-scripts/kafka.sh down

@@ -50,8 +50,8 @@ class Params:
     run_dir: Path
     log_dir: Path
     # The events topic the bridge writes; None: a fresh one for this run. A topic
-    # written before costs the broker less than a new one (see bench/README.md,
-    # "A new topic in C's window"); B, A and N each write to one topic all run long.
+    # written before costs the broker less than a new one (bench/results/harness-setup.json);
+    # B, A and N each write to one topic all run long.
     events_topic: str | None = None
     # The checkout whose bridge runs; None: this one (see BridgeProcess).
     bridge_root: Path | None = None

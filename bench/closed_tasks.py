@@ -6,7 +6,7 @@ taskKey in a dict, and an entry in the retention window. Reported per Task: the 
 allocated for them (the dict's share included), and apart from that the taskKey
 string's own (the key a command names, which any dedupe must keep). Allocated bytes,
 not RSS: the allocator's size classes and free pages are what ``make bench-scale``'s
-``held`` measure adds (bench/README.md, "Closed Tasks packed").
+``held`` measure adds (bench/results/2026-12-02-transaction-steps-closed-packed.json).
 """
 
 from __future__ import annotations

@@ -169,7 +169,7 @@ async def settle(pid: int | None, timeout: float = 10.0) -> float | None:
     from the setup before it (creating a round's topics, a consumer group joining,
     producers registering) and the JIT compiling the code that setup ran land in
     the window, and they land on C, whose topics are new each run, more than on
-    the others (measured: bench/README.md, "The broker").
+    the others (measured: bench/results/harness-setup.json).
     """
     if pid is None:
         return None
@@ -193,8 +193,9 @@ def collector_paused() -> Iterator[None]:
     """The harness's own garbage collector off while it stamps when records became
     visible: its consumer keeps a stamp per frame, and full collections over them
     paused this process 43-121 ms about five times per latency run at the long size,
-    every record arriving meanwhile stamped that much late (bench/README.md, "The
-    harness's own pauses"). What the run allocated is collected after it."""
+    every record arriving meanwhile stamped that much late
+    (bench/results/2026-12-04-harness-gc-pauses.json). What the run allocated is
+    collected after it."""
     was = gc.isenabled()
     gc.disable()
     try:

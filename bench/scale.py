@@ -527,7 +527,7 @@ class Scale:
         try:
             # A memory measure: stalls of this bridge's event loop with thousands of open
             # streams cost it its group membership at the default 10 s session timeout
-            # (see README), and the rebuilds that follow would blur the numbers.
+            # (bench/README.md, "Scale"), and the rebuilds that follow would blur the numbers.
             bridge, config, _ = await self.bridge(
                 name,
                 source,

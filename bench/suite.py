@@ -155,7 +155,7 @@ def cases() -> list[Case]:
 def c_events_topic(run_id: str) -> str:
     """The one events topic every C run of a bench run writes, as B, A and N each
     write one: a topic new to the broker costs it more per record than one written
-    before (bench/README.md, "A new topic in C's window")."""
+    before (bench/results/harness-setup.json)."""
     return f"bench-{run_id}-c-events"
 
 
@@ -653,7 +653,7 @@ def machine_info(broker: Broker) -> dict[str, Any]:
 
 
 def table(throughput: dict[str, Any]) -> list[str]:
-    """The results as a markdown table (the one bench/README.md shows); a contestant not run is ``-``."""
+    """The results as a markdown table (printed at the end of a run); a contestant not run is ``-``."""
     keys = KEYS + (("P",) if any("P" in doc["benchmarks"] for doc in throughput.values()) else ())
     ratio_keys = ("C/B", "C/B0", "C/A", "C/N", "C/S") + (("C/P",) if "P" in keys else ())
 

@@ -9,8 +9,8 @@ markers and answers CONCURRENT_TRANSACTIONS; ``on_time``, each begun 100 ms afte
 last one's commit returned, as a committer on its grid begins a little less. Each
 with ``kafka.transaction_retry_backoff_ms`` at aiokafka's default (100) and at the bridge's (20),
 in alternating rounds (A B A B) on one broker. Reported per variant: the median, p90
-and worst transaction, and how many took longer than 50 ms (bench/README.md, "A
-retried request costs a fifth of a tick").
+and worst transaction, and how many took longer than 50 ms
+(bench/results/tuned-transaction-retry-backoff.json).
 """
 
 from __future__ import annotations

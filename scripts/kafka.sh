@@ -85,7 +85,7 @@ READY_WARM="${KAFKA_READY_WARM:-1}"
 HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms1g -Xmx1g}"
 # As kafka-run-class.sh starts a broker. A short G1 pause target keeps the young
 # generation small, so a collection pause stays well inside one commit tick
-# (measured: bench/README.md, "The broker").
+# (measured: bench/results/tuned-runner-client-metrics.json).
 JVM_OPTS="${KAFKA_JVM_OPTS:--XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent}"
 if [[ -z "${PYTHON:-}" ]]; then
     if [[ -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi

@@ -1,6 +1,6 @@
 """The `bridge` command's own words: every subcommand's --help, run as an operator
-runs it, is plain text with a description and the exit codes; and README.md says
-the same exit codes and flags as --help."""
+runs it, is plain text with a description and the exit codes; and docs/operating.md
+says the same exit codes and flags as --help."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from bridge.cli import COMMANDS, EXIT_CODES, parser
 from tests.support import ROOT
 
-README = (ROOT / "README.md").read_text()
+OPERATING = (ROOT / "docs" / "operating.md").read_text()
 COMMON = {"--config", "--log-level", "--log-format"}
 
 
@@ -66,14 +66,14 @@ def test_every_help_is_plain_text_with_a_description_and_the_exit_codes(path: tu
     assert EXIT_CODES.strip() in text
 
 
-def test_the_readme_lists_the_exit_codes_of_help() -> None:
-    section = README.split("Exit codes (as `bridge --help` lists them):", 1)[1].split("\n\n", 2)[1]
+def test_the_operators_guide_lists_the_exit_codes_of_help() -> None:
+    section = OPERATING.split("Exit codes (as `bridge --help` lists them):", 1)[1].split("\n\n", 2)[1]
     assert exit_codes(section) == exit_codes(EXIT_CODES.split("\n", 1)[1])
     assert set(exit_codes(section)) == {0, 1, 2, 3, 130}
 
 
-def test_the_readme_lists_every_flag_of_every_command() -> None:
-    table = README.split("Flags (as each command's `--help` lists them):", 1)[1].split("\n\n", 2)[1]
+def test_the_operators_guide_lists_every_flag_of_every_command() -> None:
+    table = OPERATING.split("Flags (as each command's `--help` lists them):", 1)[1].split("\n\n", 2)[1]
     rows: dict[str, set[str]] = {}
     for row in table.splitlines()[2:]:
         cells = [c.strip() for c in row.strip("|").split("|")]

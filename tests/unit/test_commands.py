@@ -1,6 +1,6 @@
 """Commands: decoding (bridge.wire.commands) never raises, every bad input has its
 DLQ reason, the DLQ detail never echoes a value; decide() (bridge.core.commands)
-follows the rules of README.md's "Wire contract"."""
+follows the rules of docs/consuming.md, "Writing commands"."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Dialects (bridge.wire.dialects): requests as README.md's "Agent dialects" lists
+"""Dialects (bridge.wire.dialects): requests as docs/architecture.md's "Agent dialects" lists
 them, and responses normalized from REAL wire captures of the official a2a-sdk server (tests/fixtures/a2a_sdk,
 format in its NOTES.md) plus hand-written gateway frames (shapes from the
 module docstring of bridge.demo.gateway)."""
