@@ -113,11 +113,11 @@ def credentials(config: AgentConfig) -> Credentials:
             ca_file=config.oauth2_ca_file,
         )
         token = client_credentials(grant, where)
-    elif source := secret_from(where, "token", config.token_file, config.token_env):
+    elif source := secret_from(where, "token", config.token_file, config.token_env, header=True):
         token = bearer(source, where)
     return Credentials(
         token=token,
-        api_key=secret_from(where, "api_key", config.api_key_file, config.api_key_env),
+        api_key=secret_from(where, "api_key", config.api_key_file, config.api_key_env, header=True),
         api_key_header=config.api_key_header,
         api_key_query=config.api_key_query,
     )

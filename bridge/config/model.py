@@ -76,22 +76,28 @@ class Secret:
 
 
 def read_secret(
-    where: str, key: str, file: str | None, env: str | None, environ: Mapping[str, str] | None = None
+    where: str,
+    key: str,
+    file: str | None,
+    env: str | None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    header: bool = False,
 ) -> Secret | None:
     """The secret ``<key>_file`` or ``<key>_env`` of section ``where`` names, or
     :class:`ConfigError` naming the key (``environ``: the variables to read, the
-    process's own by default)."""
+    process's own by default; ``header``: see :func:`secret_text`)."""
     if file:
-        return secret_file(f"{where}.{key}_file", file)
+        return secret_file(f"{where}.{key}_file", file, header=header)
     if env:
         value = (os.environ if environ is None else environ).get(env)
         if value is None:
             raise ConfigError(f"{where}.{key}_env: environment variable {env!r} is not set")
-        return secret_text(f"{where}.{key}_env", value)
+        return secret_text(f"{where}.{key}_env", value, header=header)
     return None
 
 
-def secret_file(at: str, path: str) -> Secret:
+def secret_file(at: str, path: str, *, header: bool = False) -> Secret:
     """The secret in file ``path`` (which key ``at`` names), surrounding white space stripped."""
     try:
         text = Path(path).read_text(encoding="utf-8").strip()
@@ -99,14 +105,21 @@ def secret_file(at: str, path: str) -> Secret:
         raise ConfigError(f"{at}: cannot read the secret file {path!r} ({exc.strerror})") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{at}: the secret file {path!r} is not UTF-8 text") from None
-    return secret_text(at, text)
+    return secret_text(at, text, header=header)
 
 
-def secret_text(where: str, text: str) -> Secret:
+def secret_text(where: str, text: str, *, header: bool = False) -> Secret:
     """``text`` as a secret, refused when it holds a control character: it would end
-    up in a header, where it breaks the request (and an error message could echo it)."""
+    up in a header, where it breaks the request (and an error message could echo it).
+
+    ``header``: the secret is sent as an HTTP header value (a token, an API key), which
+    httpx writes as ASCII: any other character would fail every request, so it is
+    refused here, where the message can name the key. A password may hold any."""
     if _CONTROL.search(text):
         raise ConfigError(f"{where}: the secret holds a control character (a stray newline?); it is not used")
+    if header and not (text.isascii() and text.isprintable()):
+        message = "the secret holds a character an HTTP header cannot carry (only printable ASCII); it is not used"
+        raise ConfigError(f"{where}: {message}")
     return Secret(text)
 
 
@@ -300,7 +313,7 @@ class AgentConfig:
     push_jwks_url: str | None = field(default=None, metadata={"rule": rules.http_url})
 
     def token(self) -> Secret | None:
-        return read_secret(f"agents.{self.name}", "token", self.token_file, self.token_env)
+        return read_secret(f"agents.{self.name}", "token", self.token_file, self.token_env, header=True)
 
     @property
     def own_tls(self) -> bool:
@@ -391,6 +404,8 @@ class Config:
 
 # An agent's secrets (``<key>_file`` / ``<key>_env``) and the other files it names.
 AGENT_SECRETS = ("token", "oauth2_client_secret", "api_key")
+# Those sent as an HTTP header value (the client secret is form- and base64-encoded first).
+HEADER_SECRETS = ("token", "api_key")
 AGENT_FILES = ("tls_cert_file", "tls_key_file", "tls_ca_file", "oauth2_ca_file")
 
 
@@ -703,7 +718,7 @@ class _Reader:
             ("kafka", k, "sasl_password"),
             ("kafka", k, "sasl_oauth_client_secret"),
         ]:
-            out += self.secret_here(where, values, key)
+            out += self.secret_here(where, values, key, header=key in HEADER_SECRETS)
         for name, a in agents.items():
             missing = [key for key in AGENT_FILES if a.get(key) and not os.path.isfile(a[key])]
             out += [Problem(f"agents.{name}.{key}", f"{a[key]!r} is not a file here") for key in missing]
@@ -744,7 +759,7 @@ class _Reader:
                 out.append(Problem("push.tls_cert_file", message))
         return out
 
-    def secret_here(self, where: str, values: Mapping[str, Any], key: str) -> list[Problem]:
+    def secret_here(self, where: str, values: Mapping[str, Any], key: str, *, header: bool = False) -> list[Problem]:
         file, var = values.get(f"{key}_file"), values.get(f"{key}_env")
         out: list[Problem] = []
         if file and not (os.path.isfile(file) and os.access(file, os.R_OK)):
@@ -754,7 +769,7 @@ class _Reader:
         if out or (file and var):
             return out  # two places are their own problem (rules.secret_source)
         try:
-            read_secret(where, key, file, var, self.env)
+            read_secret(where, key, file, var, self.env, header=header)
         except ConfigError as exc:
             at, _, message = str(exc).partition(": ")
             return [Problem(at, message)]

@@ -196,7 +196,7 @@ def _answer(status: int, body: bytes | None) -> tuple[Secret, float | None]:
     if not isinstance(access, str) or not access or not isinstance(kind, str) or kind.lower() != "bearer":
         raise _Refused("HTTP 200 without a bearer access_token", refused=False)
     try:
-        token = secret_text("access_token", access)
+        token = secret_text("access_token", access, header=True)
     except ConfigError:
         raise _Refused("HTTP 200 with an access_token that is not a header value", refused=False) from None
     return token, tokens.lifetime(doc.get("expires_in"))

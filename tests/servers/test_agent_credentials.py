@@ -251,6 +251,45 @@ def test_a_token_with_a_newline_is_refused_at_load(monkeypatch: pytest.MonkeyPat
     )
 
 
+@pytest.mark.parametrize("key", ["token_env", "api_key_env", "token_file", "api_key_file"])
+def test_a_secret_an_http_header_cannot_carry_is_refused_at_load_naming_the_key(
+    key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """httpx writes header values as ASCII: a token or an API key with any other character
+    would fail every request of the agent, each Task ending ``lost``."""
+    value = "tok-\u00e9t\u00e9-" + TOKEN
+    keys: dict[str, Any] = {"api_key_header": "X-Api-Key"} if key.startswith("api_key") else {}
+    if key.endswith("_env"):
+        monkeypatch.setenv("W_SECRET", value)
+        keys[key] = "W_SECRET"
+    else:
+        (tmp_path / "secret").write_text(value + "\n")
+        keys[key] = str(tmp_path / "secret")
+    with pytest.raises(ConfigError) as caught:
+        credentials(AgentConfig(name="w", url="http://127.0.0.1:9/a2a", **keys))
+    assert str(caught.value) == (
+        f"agents.w.{key}: the secret holds a character an HTTP header cannot carry (only printable ASCII); "
+        "it is not used"
+    )
+    assert TOKEN not in repr(caught.value)
+
+
+async def test_a_token_file_rotated_to_what_a_header_cannot_carry_keeps_the_last_good_token(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("bridge.identity.sources.RECHECK_SECONDS", 0.0)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    agent = Agent()
+    async with running(agent, token_file=str(token_file)) as (_, w):
+        await get(w)
+        token_file.write_text("r\u00f6tated-" + ROTATED)
+        assert await get(w) == "working"  # no request fails for it
+    assert [bearer(s) for s in agent.seen] == [TOKEN, TOKEN]
+    assert "agents.w.token_file: the secret holds a character an HTTP header cannot carry" in caplog.text
+    assert ROTATED not in caplog.text
+
+
 # ------------------------------------------------------------ mutual TLS --
 
 

@@ -127,6 +127,7 @@ async def test_client_secret_post_sends_the_credentials_in_the_form_only() -> No
         (json_answer(200, {"token_type": "Bearer"}), False, "without a bearer access_token"),
         (json_answer(200, {"access_token": "x", "token_type": "mac"}), False, "without a bearer access_token"),
         (json_answer(200, {"access_token": "line\nbreak", "token_type": "Bearer"}), False, "not a header value"),
+        (json_answer(200, {"access_token": "t\u00f6ken", "token_type": "Bearer"}), False, "not a header value"),
         (json_answer(200, {"access_token": "x" * RESPONSE_BYTES, "token_type": "Bearer"}), False, "without a JSON"),
     ],
 )

@@ -186,6 +186,20 @@ def test_a_file_with_a_control_character_inside_is_refused(tmp_path: Path) -> No
     assert SECRET not in str(caught.value)
 
 
+def test_check_refuses_a_token_or_api_key_a_header_cannot_carry_but_not_a_password(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text(f"{SECRET}\u00e9\n")
+    config = tmp_path / "bridge.toml"
+    config.write_text(
+        f'[kafka]\nsecurity_protocol = "SASL_PLAINTEXT"\nsasl_mechanism = "PLAIN"\nsasl_username = "u"\n'
+        f'sasl_password_env = "PASSWORD"\n\n[agents.w]\nurl = "https://w.example/a2a"\n'
+        f'token_file = "{tmp_path / "token"}"\napi_key_env = "W_API_KEY"\napi_key_query = "key"\n'
+    )
+    report = check(str(config), {"W_API_KEY": f"\u00fc{SECRET}", "PASSWORD": f"p\u00e4ss{SECRET}"})
+    reason = "the secret holds a character an HTTP header cannot carry (only printable ASCII); it is not used"
+    assert report.errors == [f"agents.w.token_file: {reason}", f"agents.w.api_key_env: {reason}"]
+    assert SECRET not in "\n".join(report.errors)
+
+
 def test_a_variable_keeps_its_spaces() -> None:
     secret = read_secret("agents.a", "token", None, "T", {"T": " a b "})
     assert secret is not None and secret.get() == " a b "
