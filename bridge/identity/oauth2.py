@@ -157,7 +157,7 @@ class ClientCredentials:
         self._label(self.name, result).inc()
         metrics.TOKEN_SECONDS.labels(self.name).observe(time.monotonic() - started)
 
-    async def _request(self) -> tuple[Secret, float | None]:
+    async def _request(self) -> tuple[Secret, float]:
         try:
             form, headers = self.grant.request()
         except ConfigError as exc:  # the secret file went unreadable
@@ -177,7 +177,7 @@ class ClientCredentials:
         return _answer(status, body)
 
 
-def _answer(status: int, body: bytes | None) -> tuple[Secret, float | None]:
+def _answer(status: int, body: bytes | None) -> tuple[Secret, float]:
     """The token and its lifetime from a token endpoint's answer (RFC 6749 §5.1, §5.2)."""
     doc: Any = None
     if body is not None:

@@ -21,6 +21,7 @@ import orjson
 import pytest
 
 from bridge.config.model import Secret
+from bridge.core import tokens
 from bridge.errors import CredentialsUnavailable
 from bridge.identity import ClientCredentials, FixedSecret, Grant
 from bridge.identity.oauth2 import RESPONSE_BYTES
@@ -158,6 +159,32 @@ async def test_after_a_failure_callers_fail_at_once_until_the_backoff_passed() -
         assert 0 < again.value.retry_after <= first.value.retry_after
         await asyncio.sleep(first.value.retry_after)
         assert (await source.token()).get() == f"{TOKEN}-2"
+
+
+@pytest.mark.parametrize("expires_in", [0, -60, None])
+async def test_a_token_is_not_used_past_its_life_while_the_endpoint_fails(
+    expires_in: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spent (0, negative) or unstated lifetime lasts its floor, or the unstated
+    lifetime, like a stated one: then, with the endpoint failing, callers are told
+    there is no token (their Tasks wait, and end at their deadline) instead of
+    being handed the old one for ever."""
+    monkeypatch.setattr(tokens, "MIN_LIFETIME", 1.0)
+    monkeypatch.setattr(tokens, "UNSTATED_LIFETIME", 1.0)
+    doc = {"access_token": TOKEN, "token_type": "Bearer", "expires_in": expires_in}
+    endpoint = Endpoint(
+        lambda n: (
+            json_answer(200, {k: v for k, v in doc.items() if v is not None})
+            if n == 1
+            else json_answer(503, {"error": "temporarily_unavailable"})
+        )
+    )
+    async for source, _ in source_at(endpoint):
+        assert (await source.token()).get() == TOKEN
+        await asyncio.sleep(1.0)
+        with pytest.raises(CredentialsUnavailable, match="HTTP 503"):
+            await source.token()
+        assert len(endpoint.requests) >= 2
 
 
 async def test_an_unreachable_endpoint_is_transient_and_names_no_url_secret() -> None:
