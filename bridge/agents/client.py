@@ -36,6 +36,7 @@ from bridge.errors import (
     AgentUnavailable,
     CredentialsUnavailable,
 )
+from bridge.http import bounded
 from bridge.observe import metrics, tracing
 from bridge.wire import sse
 from bridge.wire.dialects import Dialect, Request, for_agent, unwrap
@@ -64,8 +65,8 @@ def pool(limits: httpx.Limits, tls: ssl.SSLContext) -> httpx.AsyncClient:
         cookies=http.cookiejar.CookieJar(policy=refuse_all),
         # httpx asks for gzip by default: a few KiB on the wire may inflate to GiB, and
         # agents' JSON is not worth the CPU. One that compresses anyway is inflated
-        # piece by piece under the caps (transport.decoded).
-        headers={"Accept-Encoding": "identity"},
+        # piece by piece under the caps (bridge.http.bounded).
+        headers=bounded.IDENTITY,
     )
 
 
@@ -124,21 +125,6 @@ def _source_seq(event_id: str | None) -> int | None:
     if event_id is None or not 0 < len(event_id) <= _SEQ_DIGITS or not event_id.isascii() or not event_id.isdigit():
         return None
     return int(event_id)
-
-
-@contextlib.asynccontextmanager
-async def _whole_exchange(seconds: float) -> AsyncIterator[None]:
-    """A non-streaming exchange done within ``seconds`` in all, else
-    :class:`httpx.ReadTimeout`: httpx's timeouts bound each read, so an agent
-    trickling a byte a second would hold the call for ever."""
-    deadline = asyncio.timeout(seconds)
-    try:
-        async with deadline:
-            yield
-    except TimeoutError:
-        if deadline.expired():
-            raise httpx.ReadTimeout(f"no whole answer within {seconds:g} s") from None
-        raise
 
 
 class AgentClient:
@@ -260,7 +246,7 @@ class AgentClient:
                 exchange = self._exchange(
                     "GET", url, op="card", method="agent card", headers=accept, content=None, timeout=self._timeout
                 )
-                async with _whole_exchange(self.config.request_timeout_seconds), exchange as response:
+                async with bounded.within(self.config.request_timeout_seconds), exchange as response:
                     card = orjson.loads(await self._read(response, CARD_BYTES, "agent card"))
             except httpx.TransportError as exc:
                 unavailable = AgentUnavailable(self.name, "agent card", _unavailable(exc))
@@ -351,17 +337,10 @@ class AgentClient:
 
     async def _read(self, response: httpx.Response, cap: int, what: str) -> bytes:
         """The body, or :class:`AgentOversize` as soon as it passes ``cap`` bytes."""
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > cap:
-            raise AgentOversize(self.name, what, f"response of {declared} bytes is over the {cap}-byte cap")
-        chunks: list[bytes] = []
-        n = 0
-        async for chunk in transport.decoded(response):  # inflated piece by piece, counted as it grows
-            n += len(chunk)
-            if n > cap:
-                raise AgentOversize(self.name, what, f"response is over the {cap}-byte cap")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        try:
+            return await bounded.read(response, cap)
+        except bounded.Oversize as exc:
+            raise AgentOversize(self.name, what, str(exc)) from None
 
     def _result(self, req: Request, data: bytes | str, what: str) -> dict[str, Any]:
         """The JSON-RPC ``result`` in ``data`` (:class:`AgentProtocolError` if ``what`` is not JSON)."""
@@ -378,7 +357,7 @@ class AgentClient:
         unavailable: AgentUnavailable | None = None
         try:
             async with (
-                _whole_exchange(self.config.request_timeout_seconds),
+                bounded.within(self.config.request_timeout_seconds),
                 self._rpc(req, "application/json", orjson.dumps(req.body), self._timeout, trace) as r,
             ):
                 body = await self._read(r, self.config.max_response_bytes, req.method)
@@ -433,7 +412,7 @@ class AgentClient:
                         yield update
                     return
                 parser = sse.Parser(self.config.max_event_bytes)
-                chunks = transport.decoded(response)  # behind a proxy too: inflated under the cap
+                chunks = bounded.decoded(response)  # behind a proxy too: inflated under the cap
                 chunk: bytes | None = b""
                 while chunk is not None:
                     chunk = await anext(chunks, None)

@@ -228,7 +228,8 @@ class Webhook:
             audience = push.url(self.config.push.base_url or "", route)
             problem = await signatures.verify(jwks, presented, body, doc, audience)
         except signatures.Unverifiable as exc:
-            log.warning("push: a notification for agent %s cannot be verified now: %s", agent.name, exc)
+            # The JWKS's failure is logged once per fetch (bridge/identity/shared.py), not per notification.
+            log.debug("push: a notification for agent %s cannot be verified now: %s", agent.name, exc)
             return "unverifiable"
         if problem is not None:
             log.info("push: a notification for agent %s is refused: %s", agent.name, problem)

@@ -14,11 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import gzip
 import os
 import traceback
-import tracemalloc
 import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -32,20 +30,26 @@ from bridge.agents.client import AgentClient
 from bridge.agents.credentials import Credentials
 from bridge.config.model import AgentConfig, Secret
 from bridge.errors import AgentOversize, AgentUnavailable
+from bridge.http import bounded
 from bridge.identity import FixedSecret, bearer
 from tests.servers.raw import (
+    JSON_HEAD,
     LIMITS,
     OK,
     SSE_HEAD,
     Handler,
     answering,
+    bomb_peak_bound,
     chunk,
     client,
     first_answer,
+    gzip_bomb,
     keep_alive_server,
+    memory_peak,
     read_request,
     serve,
     tls_contexts,
+    trickling,
 )
 from tests.support.waiting import until
 
@@ -151,23 +155,6 @@ async def test_a_tls_connection_left_mid_stream_releases_its_socket_without_the_
 # -------------------------------------------- 3: a whole non-streaming exchange --
 
 
-def trickling(head: bytes) -> Handler:
-    """Answers with ``head``, then one byte of body every 50 ms, for ever."""
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(head)
-        while True:
-            writer.write(b" ")
-            await writer.drain()
-            await asyncio.sleep(0.05)
-
-    return handler
-
-
-JSON_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n"
-
-
 async def test_a_trickled_answer_to_a_call_ends_at_the_request_timeout() -> None:
     loop = asyncio.get_running_loop()
     async with serve(trickling(JSON_HEAD)) as (url, _), client() as http:
@@ -210,14 +197,6 @@ async def test_a_few_informational_responses_are_still_skipped() -> None:
 # ------------------------------------------------------------ 5: compression --
 
 
-@functools.cache
-def gzip_bomb() -> bytes:
-    """200 MiB of spaces in gzip: about 200 KiB."""
-    z = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
-    block = b" " * (1 << 20)
-    return b"".join([*(z.compress(block) for _ in range(200)), z.flush()])
-
-
 def compressed(body: bytes, coding: bytes = b"gzip", ctype: bytes = b"application/json") -> Handler:
     head = b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-encoding: %s\r\ncontent-length: %d\r\n\r\n"
     return answering(head % (ctype, coding, len(body)) + body)
@@ -250,15 +229,19 @@ async def test_a_gzip_bomb_is_refused_at_the_cap_without_inflating_past_it(kind:
     bomb = gzip_bomb()
     async with serve(compressed(bomb)) as (url, _), httpx.AsyncClient(transport=TRANSPORTS[kind]()) as http:
         agent_api = AgentClient(agent(url, timeout=10), http)
-        tracemalloc.start()
-        try:
-            with pytest.raises(AgentOversize):
-                await agent_api.task(agent_api.dialect.get("rpc-1", "t1"))
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-    # The cap (1 MiB), a piece past it, the bomb itself (the server's copy and the reads).
-    assert peak < 4 * (1 << 20) + 2 * len(bomb), f"peak {peak / (1 << 20):.1f} MiB"
+        with memory_peak() as peak, pytest.raises(AgentOversize):
+            await agent_api.task(agent_api.dialect.get("rpc-1", "t1"))
+    assert peak[0] < bomb_peak_bound(bomb), f"peak {peak[0] / (1 << 20):.1f} MiB"
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_a_gzip_bomb_for_an_agent_card_is_refused_at_the_cap_without_inflating_past_it(kind: str) -> None:
+    bomb = gzip_bomb()
+    async with serve(compressed(bomb)) as (url, _), httpx.AsyncClient(transport=TRANSPORTS[kind]()) as http:
+        agent_api = AgentClient(agent(url, timeout=10), http)
+        with memory_peak() as peak, pytest.raises(AgentOversize, match="agent card"):
+            await agent_api.card()
+    assert peak[0] < bomb_peak_bound(bomb, agent_client.CARD_BYTES), f"peak {peak[0] / (1 << 20):.1f} MiB"
 
 
 @pytest.mark.parametrize("kind", TRANSPORTS)
@@ -268,15 +251,10 @@ async def test_a_gzip_bomb_on_an_event_stream_is_refused_at_the_event_cap(kind: 
     handler = compressed(bomb, ctype=b"text/event-stream")
     async with serve(handler) as (url, _), httpx.AsyncClient(transport=TRANSPORTS[kind]()) as http:
         agent_api = AgentClient(dataclasses.replace(config, url=url), http)
-        tracemalloc.start()
-        try:
-            with pytest.raises(AgentOversize):
-                async for _ in agent_api.stream(agent_api.dialect.send("stream", "rpc-1", {"messageId": "m"})):
-                    pass
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-    assert peak < 4 * (1 << 20) + 2 * len(bomb), f"peak {peak / (1 << 20):.1f} MiB"
+        with memory_peak() as peak, pytest.raises(AgentOversize):
+            async for _ in agent_api.stream(agent_api.dialect.send("stream", "rpc-1", {"messageId": "m"})):
+                pass
+    assert peak[0] < bomb_peak_bound(bomb), f"peak {peak[0] / (1 << 20):.1f} MiB"
 
 
 @pytest.mark.parametrize("kind", TRANSPORTS)
@@ -306,7 +284,7 @@ async def test_a_compressed_event_stream_comes_in_pieces_no_larger_than_a_read()
         assert "content-encoding" not in response.headers  # inflated: httpx must not again
         pieces = [c async for c in response.aiter_bytes()]
     assert b"".join(pieces) == frames
-    assert max(map(len, pieces)) <= transport._READ_BYTES
+    assert max(map(len, pieces)) <= bounded.PIECE_BYTES
 
 
 async def test_a_body_that_is_not_the_gzip_it_claims_is_a_remote_protocol_error() -> None:

@@ -23,9 +23,9 @@ import pytest
 from bridge.config.model import Secret
 from bridge.core import tokens
 from bridge.errors import CredentialsUnavailable
-from bridge.identity import ClientCredentials, FixedSecret, Grant
+from bridge.identity import ClientCredentials, FixedSecret, Grant, oauth2
 from bridge.identity.oauth2 import RESPONSE_BYTES
-from tests.servers.raw import read_request, serve
+from tests.servers.raw import bomb_peak_bound, gzip_bomb, memory_peak, read_request, serve, trickling
 
 SECRET = "s3cr3t+/=&value"  # characters that form- and Basic-encoding must carry
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.issued-token.sig"
@@ -185,6 +185,34 @@ async def test_a_token_is_not_used_past_its_life_while_the_endpoint_fails(
         with pytest.raises(CredentialsUnavailable, match="HTTP 503"):
             await source.token()
         assert len(endpoint.requests) >= 2
+
+
+async def test_a_trickling_endpoint_is_given_up_at_the_deadline_of_the_whole_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each byte comes within the read timeout, so only a deadline on the whole request
+    ends it: else the one shared fetch, and every Task waiting for it, is held."""
+    monkeypatch.setattr(oauth2, "DEADLINE_SECONDS", 1.0)
+
+    loop = asyncio.get_running_loop()
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n"  # under the cap
+    async with serve(trickling(head, every=0.2)) as (url, _):
+        g = Grant(token_url=f"{url}/token", client_id="c", client_secret=FixedSecret(Secret(SECRET)))
+        started = loop.time()
+        with pytest.raises(CredentialsUnavailable, match=r"unreachable \(ReadTimeout\)"):
+            await asyncio.wait_for(ClientCredentials(g, "agents.writer").token(), 10)
+        assert loop.time() - started < 3
+
+
+async def test_a_compressed_answer_is_refused_at_the_cap_without_inflating_past_it() -> None:
+    bomb = gzip_bomb()
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n"
+    endpoint = Endpoint(lambda n: head % len(bomb) + bomb)
+    async for source, _ in source_at(endpoint):
+        with memory_peak() as peak, pytest.raises(CredentialsUnavailable, match="HTTP 200 without a JSON object"):
+            await source.token()
+    assert peak[0] < bomb_peak_bound(bomb), f"peak {peak[0] / (1 << 20):.1f} MiB"
+    assert b"\r\naccept-encoding: identity\r\n" in endpoint.requests[0][0].lower()
 
 
 async def test_an_unreachable_endpoint_is_transient_and_names_no_url_secret() -> None:

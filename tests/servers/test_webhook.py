@@ -29,14 +29,16 @@ from bridge.config import model as config_mod
 from bridge.config.model import Config
 from bridge.core import push
 from bridge.core.push import Route
+from bridge.core.tokens import TOKEN_RETRY
 from bridge.errors import StartupError
 from bridge.kafka import topics
 from bridge.observe import metrics
+from bridge.push import signatures
 from bridge.push import webhook as webhook_mod
 from bridge.push.webhook import Webhook
 from bridge.wire import notifications
 from bridge.wire.notifications import Notification
-from tests.servers.raw import Published, serve
+from tests.servers.raw import Published, serve, trickling
 from tests.support.services import create_topics, kafka_script, single_broker
 from tests.support.tls import key_pair, make_ca
 from tests.support.waiting import until
@@ -344,6 +346,16 @@ async def test_tls(tmp_path: Path, bootstrap: str) -> None:
     assert [(n.route, n.body) for n in await on_topic(cfg)] == [(route, BODY)]
 
 
+def jwt_for(key: ec.EllipticCurvePrivateKey, cfg: Config, route: Route, body: bytes) -> str:
+    """The Authorization of a notification ``key`` signed for ``route`` and ``body``."""
+    claims = {
+        "iat": int(time.time()),
+        "aud": push.url(cfg.push.base_url or "", route),
+        "request_body_sha256": hashlib.sha256(body).hexdigest(),
+    }
+    return "Bearer " + jwt.encode(claims, key, algorithm="ES256", headers={"kid": "k1"})
+
+
 async def test_a_signing_agents_notifications_need_its_jwt(tmp_path: Path, bootstrap: str) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     public = ECAlgorithm.to_jwk(key.public_key(), as_dict=True)
@@ -357,12 +369,7 @@ async def test_a_signing_agents_notifications_need_its_jwt(tmp_path: Path, boots
         raw = orjson.dumps(BODY)
 
         def signature(body: bytes) -> str:
-            claims = {
-                "iat": int(time.time()),
-                "aud": push.url(cfg.push.base_url or "", route),
-                "request_body_sha256": hashlib.sha256(body).hexdigest(),
-            }
-            return "Bearer " + jwt.encode(claims, key, algorithm="ES256", headers={"kid": "k1"})
+            return jwt_for(key, cfg, route, body)
 
         def signed_with(authorization: str | None) -> dict[str, str]:
             more = {"Authorization": authorization} if authorization else {}
@@ -376,6 +383,10 @@ async def test_a_signing_agents_notifications_need_its_jwt(tmp_path: Path, boots
                 assert down.status_code == 503 and down.headers["retry-after"], down.text
                 assert counted(metrics.PUSH_REFUSED, "unverifiable") == unverifiable + 1
                 jwks.status = 200
+                # The failure is shared until its backoff passed: the JWKS is not asked again before.
+                again = await client.post(target(hook, route), content=raw, headers=signed_with(signature(raw)))
+                assert again.status_code == 503 and jwks.asked == 1, again.text
+                await asyncio.sleep(TOKEN_RETRY.ceiling(0))
                 good = await client.post(target(hook, route), content=raw, headers=signed_with(signature(raw)))
                 assert good.status_code == 200, good.text
                 for authorization in (None, signature(b"{}")):
@@ -384,6 +395,37 @@ async def test_a_signing_agents_notifications_need_its_jwt(tmp_path: Path, boots
         finally:
             await hook.stop()
     assert [(n.route, n.body) for n in await on_topic(cfg)] == [(route, BODY)]
+
+
+async def test_a_trickling_jwks_holds_no_notification_past_its_deadline(
+    tmp_path: Path, bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A JWKS server sending a byte at a time, each within the read timeout: the five
+    notifications waiting for it share one fetch and are answered 503 at its deadline,
+    and their connections are free again."""
+    monkeypatch.setattr(signatures, "JWKS_DEADLINE_SECONDS", 1.0)
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    async with serve(trickling(every=0.2)) as (url, fetches):
+        cfg = write_config(tmp_path, bootstrap, jwks_url=f"{url}/jwks.json")
+        hook = Webhook(cfg)
+        await hook.start()
+        route = Route("signer", 0, "slow-jwks", "c")
+        raw = orjson.dumps(BODY)
+        sent = headers(route, **{"Content-Type": "application/json", "Authorization": jwt_for(key, cfg, route, raw)})
+        try:
+            async with httpx.AsyncClient(timeout=30) as client:
+                started = time.monotonic()
+                answers = await asyncio.gather(
+                    *(client.post(target(hook, route), content=raw, headers=sent) for _ in range(5))
+                )
+                took = time.monotonic() - started
+            assert [a.status_code for a in answers] == [503] * 5
+            assert took < 4, took
+            assert len(fetches) == 1
+            await until(lambda: not hook._handlers, 5, "the notifications' connections are closed")
+        finally:
+            await hook.stop()
 
 
 async def test_bridge_topics_creates_the_notifications_topic_co_partitioned(tmp_path: Path, bootstrap: str) -> None:
