@@ -38,7 +38,7 @@ from bridge.errors import (
 )
 from bridge.http import bounded
 from bridge.observe import metrics, tracing
-from bridge.wire import sse
+from bridge.wire import nesting, sse
 from bridge.wire.dialects import Dialect, Request, for_agent, unwrap
 
 log = logging.getLogger(__name__)
@@ -348,6 +348,9 @@ class AgentClient:
             doc = orjson.loads(data)
         except orjson.JSONDecodeError:
             raise AgentProtocolError(self.name, req.method, f"{what} is not JSON") from None
+        if nesting.too_deep(data, doc):
+            # Never written back into an event: the Task ends `unreadable`, as past a size cap.
+            raise AgentOversize(self.name, req.method, f"{what} {nesting.REASON}")
         return unwrap(doc, agent=self.name, method=req.method)
 
     async def call(self, req: Request, trace: str | None = None) -> dict[str, Any]:

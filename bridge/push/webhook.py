@@ -12,7 +12,8 @@ A request is answered, in this order:
   (nor ``application/a2a+json``);
   413 larger than ``push.max_body_bytes`` (by Content-Length, or once read), 431 a
   head larger than :data:`MAX_HEAD_BYTES`;
-- 400 a body that is not a JSON object; 401 a JWT that does not verify, where the agent
+- 400 a body that is not a JSON object, or one nested deeper than the bridge could write
+  back (bridge/wire/nesting.py); 401 a JWT that does not verify, where the agent
   has ``push_jwks_url`` (503 while its JWKS cannot be read);
 - 404 a partition the notifications topic does not have;
 - 200 once Kafka has acknowledged the record (bridge/push/relay.py); 503 with
@@ -41,6 +42,7 @@ from bridge.errors import KafkaUnreachable
 from bridge.observe import metrics
 from bridge.push import signatures
 from bridge.push.relay import Relay, TooLarge
+from bridge.wire import nesting
 from bridge.wire.notifications import json_object
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,7 @@ TEXT: dict[Refusal | None, bytes] = {
     "media-type": b"a notification is application/json\n",
     "too-large": b"the notification is too large\n",
     "malformed": b"a notification is a JSON object\n",
+    "too-deep": b"a notification nests at most %d levels\n" % nesting.MAX_DEPTH,
     "kafka-unavailable": b"the notification could not be stored now; retry\n",
     "unverifiable": b"the notification's signature cannot be checked now; retry\n",
     "busy": b"too many connections; retry\n",
@@ -220,6 +223,8 @@ class Webhook:
         doc = json_object(body)
         if doc is None:
             return "malformed"
+        if nesting.too_deep(body, doc):
+            return "too-deep"
         jwks = self._jwks.get(agent.name)
         if jwks is None:
             return None

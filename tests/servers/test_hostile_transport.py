@@ -194,6 +194,30 @@ async def test_a_few_informational_responses_are_still_skipped() -> None:
         assert (await http.post(url, content=b"{}")).text == "ok"
 
 
+# --------------------------------------------------------------- 4b: nesting --
+
+# A JSON-RPC answer whose result nests 300 levels: orjson reads it (1,024), but could
+# never write it back into an event (254).
+DEEP = b'{"jsonrpc": "2.0", "id": "r", "result": ' + b'{"a":' * 300 + b"1" + b"}" * 300 + b"}"
+
+
+async def test_an_answer_nested_past_what_the_bridge_writes_is_oversize_not_a_crash() -> None:
+    answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(DEEP), DEEP)
+    async with serve(answering(answer)) as (url, _), client() as http:
+        agent_api = AgentClient(agent(url), http)
+        with pytest.raises(AgentOversize, match="nests deeper than 200 levels"):
+            await agent_api.task(agent_api.dialect.get("rpc-1", "t1"))
+
+
+async def test_an_event_nested_past_what_the_bridge_writes_is_oversize_not_a_crash() -> None:
+    answer = SSE_HEAD + chunk(b"data: " + DEEP + b"\n\n") + b"0\r\n\r\n"
+    async with serve(answering(answer)) as (url, _), client() as http:
+        agent_api = AgentClient(agent(url), http)
+        with pytest.raises(AgentOversize, match="nests deeper than 200 levels"):
+            async for _ in agent_api.stream(agent_api.dialect.send("stream", "rpc-1", {"messageId": "m"})):
+                pass
+
+
 # ------------------------------------------------------------ 5: compression --
 
 

@@ -169,6 +169,7 @@ async def test_every_refusal_has_its_status_is_counted_and_is_never_produced(web
     forged = {"X-A2A-Notification-Token": push.token(b"another secret, another bridge!!", route)}
     other = push.token(SECRET.encode(), Route("writer", 1, "order-8", "cmd-9"))
     big = orjson.dumps({"blob": "x" * 5000})
+    json_type = {"Content-Type": "application/json"}
 
     async def chunked() -> AsyncIterator[bytes]:
         for _ in range(10):
@@ -224,6 +225,12 @@ async def test_every_refusal_has_its_status_is_counted_and_is_never_produced(web
             {"url": good, "content": chunked(), "headers": headers(route, **{"Content-Type": "application/json"})},
         ),
         ("a JSON array", 400, "malformed", {"url": good, "json": [BODY], "headers": headers(route)}),
+        (
+            "nested past what the bridge writes back",
+            400,
+            "too-deep",
+            {"url": good, "content": b'{"a":' * 300 + b"1" + b"}" * 300, "headers": headers(route, **json_type)},
+        ),
         (
             "not JSON",
             400,
