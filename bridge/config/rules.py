@@ -430,7 +430,20 @@ def push(p: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]], b: Mappi
     if bool(p["tls_cert_file"]) != bool(p["tls_key_file"]):
         message = "tls_cert_file and tls_key_file go together (the webhook's certificate and its key)"
         out.append(Problem("[push]", message))
+    out += _push_jwks(agents)
     if p["listen_port"] and p["listen_port"] == b["http_port"]:
         message = f"{p['listen_port']} is bridge.http_port too; the webhook has a port of its own"
         out.append(Problem("push.listen_port", message))
+    return out
+
+
+def _push_jwks(agents: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+    """A pushing agent's JWKS in clear off this machine: whoever is on the way can serve
+    keys of their own and sign notifications (as for a token endpoint or base_url)."""
+    out: list[Problem] = []
+    for name, a in agents.items():
+        url = a.get("push_jwks_url")
+        if a.get("push") and isinstance(url, str) and url.startswith("http://") and not loopback(url):
+            message = "http:// lets anyone on the way replace the agent's signing keys; use https://"
+            out.append(Problem(f"agents.{name}.push_jwks_url", message, warning=True))
     return out

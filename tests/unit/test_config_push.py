@@ -128,6 +128,16 @@ def test_base_url_warnings_and_errors(tmp_path: Path) -> None:
     assert loopback.ok and not loopback.warnings
 
 
+def test_a_plain_http_jwks_off_loopback_warns_as_the_token_endpoint_and_base_url_do(tmp_path: Path) -> None:
+    jwks = "https://writer/.well-known/jwks.json"
+    plain = check(write(tmp_path, FILE.replace(jwks, "http://writer/.well-known/jwks.json")), ENV)
+    assert plain.ok and plain.warnings == [
+        "agents.writer.push_jwks_url: http:// lets anyone on the way replace the agent's signing keys; use https://"
+    ]
+    loopback = check(write(tmp_path, FILE.replace(jwks, "http://127.0.0.1:9/jwks.json")), ENV)
+    assert loopback.ok and not loopback.warnings
+
+
 def test_a_short_secret_is_refused_without_showing_it(tmp_path: Path) -> None:
     short = "tooshort"
     report = check(write(tmp_path, FILE), {"PUSH_SECRET": short})
