@@ -2,16 +2,18 @@
 Service picks, and this replica relays each one it can verify to the notifications
 topic, at the partition its URL names; the owner of that partition applies it.
 
-Its own HTTP/1.1 server (h11 for the framing, asyncio streams), on a port of its own
-(``push.listen_port``; never the ops port), TLS when ``push.tls_cert_file`` is set.
-Heads and bodies are bounded in size and time, and so is the number of connections.
-A request is answered, in this order:
+Its own HTTP/1.1 server (h11 for the framing, bridge/push/framing.py; asyncio streams),
+on a port of its own (``push.listen_port``; never the ops port), TLS when
+``push.tls_cert_file`` is set. Heads and bodies are bounded in size and time, and so is
+the number of connections. A request is answered, in this order:
 
+- 400 a head h11 or bridge/push/framing.py refuses (among them both Content-Length
+  and Transfer-Encoding), 431 a head larger than :data:`MAX_HEAD_BYTES`, each closing
+  the connection;
 - 404 not a push path; 405 not POST; 401 a missing or wrong ``X-A2A-Notification-Token``;
   404 an agent that is not configured or does not push; 415 not ``application/json``
   (nor ``application/a2a+json``);
-  413 larger than ``push.max_body_bytes`` (by Content-Length, or once read), 431 a
-  head larger than :data:`MAX_HEAD_BYTES`;
+  413 larger than ``push.max_body_bytes`` (by Content-Length, or once read);
 - 400 a body that is not a JSON object, or one nested deeper than the bridge could write
   back (bridge/wire/nesting.py); 401 a JWT that does not verify, where the agent
   has ``push_jwks_url`` (503 while its JWKS cannot be read);
@@ -19,7 +21,8 @@ A request is answered, in this order:
 - 200 once Kafka has acknowledged the record (bridge/push/relay.py); 503 with
   Retry-After when it did not within ``push.produce_timeout_seconds``.
 
-Every refusal is counted by reason, and nothing refused is produced.
+Every refusal is counted by reason, and nothing refused is produced; a notification
+is counted as received once authenticated.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ import contextlib
 import logging
 import ssl
 import time
-from http import HTTPStatus
 from typing import Any, get_args
 
 import h11
@@ -41,6 +43,7 @@ from bridge.core.push import Refusal, Route
 from bridge.errors import KafkaUnreachable
 from bridge.observe import metrics
 from bridge.push import signatures
+from bridge.push.framing import Reader, Refused
 from bridge.push.relay import Relay, TooLarge
 from bridge.wire import nesting
 from bridge.wire.notifications import json_object
@@ -75,10 +78,6 @@ BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nretry-after: %d\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
     % RETRY_AFTER_SECONDS
 )
-
-
-class _TooLarge(Exception):
-    pass
 
 
 class Webhook:
@@ -143,15 +142,13 @@ class Webhook:
                 await asyncio.wait_for(writer.drain(), WRITE_SECONDS)
                 await _linger(reader, writer)
                 return
-            conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+            framing = Reader(MAX_HEAD_BYTES, self.config.push.max_body_bytes)
             try:
-                while await self._exchange(conn, reader, writer):
-                    conn.start_next_cycle()
-            except h11.RemoteProtocolError as exc:
-                # Not HTTP/1.1, or a head larger than MAX_HEAD_BYTES (431).
-                if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                    refusal: Refusal = "too-large" if exc.error_status_hint == 431 else "malformed"
-                    await self._answer(conn, writer, refusal, close=True, status=exc.error_status_hint)
+                while await self._exchange(framing, reader, writer):
+                    pass
+            except Refused as exc:
+                if framing.can_answer:
+                    await self._refuse(framing, reader, writer, refusal=exc.refusal, status=exc.status)
         except asyncio.CancelledError:
             # stop() cut it (its agent gets no answer and retries). Not raised on:
             # asyncio's stream server asks a cancelled handler for its exception and
@@ -168,23 +165,17 @@ class Webhook:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1)
 
-    async def _exchange(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        """One request and its answer; whether the connection may carry another."""
+    async def _exchange(self, framing: Reader, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """One request and its answer; whether the connection may carry another.
+        :class:`Refused` for one it cannot read."""
         async with asyncio.timeout(READ_SECONDS):
-            request = await _next(conn, reader)
-        if not isinstance(request, h11.Request):
+            request = await _head(framing, reader)
+        if isinstance(request, h11.ConnectionClosed):
             return False
         received_at = time.time()
-        if len(request.target) + sum(len(n) + len(v) + 4 for n, v in request.headers) > MAX_HEAD_BYTES:
-            # h11 bounds a head that arrives slowly; one that came whole is bounded here.
-            await self._answer(conn, writer, "too-large", close=True, status=431)
-            await _linger(reader, writer)
-            return False
         headers = {name: value for name, value in request.headers}
         route = push.parse(request.target.decode("ascii", "replace").split("?", 1)[0])
         agent = self.config.agents.get(route.agent) if route else None
-        if route is not None and agent is not None:
-            metrics.PUSH_RECEIVED.labels(route.agent).inc()
         token = headers.get(TOKEN_HEADER)
         length = headers.get(b"content-length")
         refusal = push.refuse_head(
@@ -197,29 +188,38 @@ class Webhook:
             max_body_bytes=self.config.push.max_body_bytes,
         )
         if refusal is not None:
-            await self._answer(conn, writer, refusal, close=True)
-            await _linger(reader, writer)
+            await self._refuse(framing, reader, writer, refusal=refusal)
             return False
         assert route is not None and agent is not None
-        if conn.they_are_waiting_for_100_continue:
-            writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
-        try:
-            async with asyncio.timeout(READ_SECONDS):
-                body = await _body(conn, reader, self.config.push.max_body_bytes)
-        except _TooLarge:
-            await self._answer(conn, writer, "too-large", close=True)
-            await _linger(reader, writer)
-            return False
+        if agent.name not in self._jwks:
+            metrics.PUSH_RECEIVED.labels(route.agent).inc()  # authenticated, by its token alone
+        if framing.expects_continue:
+            writer.write(framing.informational(100))
+        async with asyncio.timeout(READ_SECONDS):
+            body = await _body(framing, reader)
         refusal = await self._admit(route, agent, headers.get(b"authorization"), body)
         if refusal is None:
             refusal = await self._produce(route, body, received_at)
-        await self._answer(conn, writer, refusal)
-        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+        return await self._answer(framing, writer, refusal)
+
+    async def _refuse(
+        self,
+        framing: Reader,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        refusal: Refusal,
+        status: int | None = None,
+    ) -> None:
+        """Answer a request refused before its body was read, and let the connection go."""
+        await self._answer(framing, writer, refusal, close=True, status=status)
+        await _linger(reader, writer)
 
     async def _admit(
         self, route: Route, agent: AgentConfig, authorization: bytes | None, body: bytes
     ) -> Refusal | None:
-        """A JSON object, and where the agent signs, a JWT that verifies."""
+        """A JSON object, not nested deeper than the bridge writes back, and where the
+        agent signs, a JWT that verifies."""
         doc = json_object(body)
         if doc is None:
             return "malformed"
@@ -239,6 +239,7 @@ class Webhook:
         if problem is not None:
             log.info("push: a notification for agent %s is refused: %s", agent.name, problem)
             return "unauthenticated"
+        metrics.PUSH_RECEIVED.labels(route.agent).inc()  # authenticated: its token and its JWT
         return None
 
     async def _produce(self, route: Route, body: bytes, received_at: float) -> Refusal | None:
@@ -259,13 +260,14 @@ class Webhook:
 
     async def _answer(
         self,
-        conn: h11.Connection,
+        framing: Reader,
         writer: asyncio.StreamWriter,
         refusal: Refusal | None,
         *,
         close: bool = False,
         status: int | None = None,
-    ) -> None:
+    ) -> bool:
+        """Write the answer; whether the connection may carry another request."""
         if refusal is not None:
             metrics.PUSH_REFUSED.labels(refusal).inc()
         text = TEXT[refusal]
@@ -277,10 +279,10 @@ class Webhook:
             headers.append(("retry-after", str(RETRY_AFTER_SECONDS)))
         elif code == 405:
             headers.append(("allow", "POST"))
-        writer.write(conn.send(h11.Response(status_code=code, headers=headers, reason=HTTPStatus(code).phrase)))
-        writer.write(conn.send(h11.Data(data=text)))
-        writer.write(conn.send(h11.EndOfMessage()))
+        data, again = framing.answer(code, headers, text)
+        writer.write(data)
         await asyncio.wait_for(writer.drain(), WRITE_SECONDS)
+        return again
 
 
 async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -295,27 +297,15 @@ async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
                 pass
 
 
-async def _next(conn: h11.Connection, reader: asyncio.StreamReader) -> Any:
-    """The next h11 event, reading as much as it needs."""
-    while True:
-        event = conn.next_event()
-        if event is not h11.NEED_DATA:
-            return event
-        conn.receive_data(await reader.read(READ_CHUNK))
+async def _head(framing: Reader, reader: asyncio.StreamReader) -> h11.Request | h11.ConnectionClosed:
+    """The next request's head (or the peer's close), reading as much as it needs."""
+    while (head := framing.head()) is None:
+        framing.feed(await reader.read(READ_CHUNK))
+    return head
 
 
-async def _body(conn: h11.Connection, reader: asyncio.StreamReader, limit: int) -> bytes:
-    """The request's body (Content-Length or chunked), :class:`_TooLarge` past ``limit``."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        event = await _next(conn, reader)
-        if isinstance(event, h11.Data):
-            size += len(event.data)
-            if size > limit:
-                raise _TooLarge
-            chunks.append(event.data)
-        elif isinstance(event, h11.EndOfMessage):
-            return b"".join(chunks)
-        else:
-            raise ConnectionError("the request ended before its body")
+async def _body(framing: Reader, reader: asyncio.StreamReader) -> bytes:
+    """The request's whole body, reading as much as it needs."""
+    while (body := framing.body()) is None:
+        framing.feed(await reader.read(READ_CHUNK))
+    return body

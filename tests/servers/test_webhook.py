@@ -301,6 +301,53 @@ async def test_a_slow_head_is_cut_off(webhook: Webhook, config: Config, monkeypa
     writer.close()
 
 
+async def test_a_request_framed_twice_is_refused_and_the_request_hidden_in_its_body_never_answered(
+    webhook: Webhook, config: Config
+) -> None:
+    """Content-Length and Transfer-Encoding both: a proxy in front may read the body by
+    its length, the webhook by its chunks; what follows the chunks would be a second,
+    smuggled request. RFC 9112 6.1: the server answers and closes the connection."""
+    route = Route("writer", 0, "smuggled", "c")
+    token = headers(route)["X-A2A-Notification-Token"]
+    hidden = orjson.dumps(BODY)
+    inner = (
+        f"POST {push.url('', route)} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"X-A2A-Notification-Token: {token}\r\nContent-Length: {len(hidden)}\r\n\r\n"
+    ).encode() + hidden
+    outer = (
+        f"POST {push.url('', route)} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"X-A2A-Notification-Token: {token}\r\nContent-Length: {len(inner) + 5}\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    ).encode() + inner
+    malformed = counted(metrics.PUSH_REFUSED, "malformed")
+    reader, writer = await asyncio.open_connection("127.0.0.1", webhook.port)
+    writer.write(outer)
+    await writer.drain()
+    answered = await asyncio.wait_for(reader.read(), 10)  # to the close
+    writer.close()
+    assert answered.startswith(b"HTTP/1.1 400 ") and answered.count(b"HTTP/1.1 ") == 1, answered
+    assert b"connection: close" in answered.lower()
+    assert counted(metrics.PUSH_REFUSED, "malformed") == malformed + 1
+    assert await on_topic(config) == []
+
+
+async def test_only_authenticated_notifications_are_counted_as_received(webhook: Webhook, config: Config) -> None:
+    """Anyone could move `received` by POSTing to an agent's push path; now only a
+    notification with the Task's token is, and the others are counted as refused."""
+    route = Route("writer", 1, "counted", "c")
+    forged = {"X-A2A-Notification-Token": push.token(b"another secret, another bridge!!", route)}
+    received, refused = counted(metrics.PUSH_RECEIVED, "writer"), counted(metrics.PUSH_REFUSED, "unauthenticated")
+    async with httpx.AsyncClient() as client:
+        for _ in range(3):
+            answer = await client.post(target(webhook, route), json=BODY, headers=forged)
+            assert answer.status_code == 401
+        assert counted(metrics.PUSH_RECEIVED, "writer") == received
+        assert counted(metrics.PUSH_REFUSED, "unauthenticated") == refused + 3
+        answer = await client.post(target(webhook, route), json=BODY, headers=headers(route))
+        assert answer.status_code == 200
+    assert counted(metrics.PUSH_RECEIVED, "writer") == received + 1
+
+
 async def test_connections_past_the_bound_are_told_to_come_back(
     webhook: Webhook, config: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
