@@ -339,6 +339,12 @@ class PushConfig:
     token_secret_file: str | None = field(default=None, metadata=SECRET_FILE)
     token_secret_env: str | None = field(default=None, metadata=SECRET_ENV)
     max_body_bytes: int = field(default=1_048_576, metadata=POSITIVE)
+    # Sockets the webhook holds at once, a TLS handshake included, and from one client
+    # address (0: no such bound; behind an ingress every connection comes from its few
+    # addresses). Past either, a connection with nothing authenticated on it gives way
+    # first (bridge/push/admission.py; docs/threat-model.md).
+    max_connections: int = field(default=512, metadata=POSITIVE)
+    max_connections_per_peer: int = field(default=128, metadata=NON_NEGATIVE)
     # A push-followed Task asks the agent with tasks/get this often (jittered), in
     # case notifications were lost on the agent's side.
     backstop_poll_seconds: float = field(default=300.0, metadata=POSITIVE)

@@ -223,6 +223,16 @@ PUSH_RECEIVED = Counter(
     "Push notifications the webhook authenticated (the Task's token, and the JWT where the agent signs), by agent.",
     ["agent"],
 )
+PUSH_CONNECTIONS = Gauge(
+    "bridge_push_connections",
+    "Sockets the webhook holds (TLS handshakes included), at most push.max_connections.",
+)
+PUSH_EVICTED = Counter(
+    "bridge_push_connections_evicted_total",
+    "Webhook connections closed to make room for a new one, by what they were doing: closing (after a"
+    " refusal), unauthenticated (nothing authenticated on them yet), idle (between notifications).",
+    ["held"],
+)
 PUSH_REFUSED = Counter(
     "bridge_push_notifications_refused_total",
     "Webhook requests refused and not produced, by reason.",

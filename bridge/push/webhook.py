@@ -2,10 +2,16 @@
 Service picks, and this replica relays each one it can verify to the notifications
 topic, at the partition its URL names; the owner of that partition applies it.
 
-Its own HTTP/1.1 server (h11 for the framing, bridge/push/framing.py; asyncio streams),
-on a port of its own (``push.listen_port``; never the ops port), TLS when
-``push.tls_cert_file`` is set. Heads and bodies are bounded in size and time, and so is
-the number of connections. A request is answered, in this order:
+Its own HTTP/1.1 server (h11 for the framing, bridge/push/framing.py; asyncio), on a
+port of its own (``push.listen_port``; never the ops port), TLS when
+``push.tls_cert_file`` is set. Every accepted socket is held to its place in a table
+(bridge/push/admission.py) from the moment it is accepted, its TLS handshake
+included: at most ``push.max_connections``, ``push.max_connections_per_peer`` from one
+address, and past either a connection with nothing authenticated on it gives way
+first, so no client without a Task's token can shut the webhook to agents. The TLS
+handshake and the first request's head must come within :data:`FIRST_HEAD_SECONDS`
+of the accept; a kept-alive connection's next head, and a body, within
+:data:`READ_SECONDS`. A request is answered, in this order:
 
 - 400 a head h11 or bridge/push/framing.py refuses (among them both Content-Length
   and Transfer-Encoding), 431 a head larger than :data:`MAX_HEAD_BYTES`, each closing
@@ -43,6 +49,7 @@ from bridge.core.push import Refusal, Route
 from bridge.errors import KafkaUnreachable
 from bridge.observe import metrics
 from bridge.push import signatures
+from bridge.push.admission import Held, Table
 from bridge.push.framing import Reader, Refused
 from bridge.push.relay import Relay, TooLarge
 from bridge.wire import nesting
@@ -51,12 +58,19 @@ from bridge.wire.notifications import json_object
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 16 * 1024
-# A request's head (from the first byte a kept-alive connection waits for) and then
-# its body must each arrive within this: a slow sender cannot hold a connection.
+# From the accept, a connection's TLS handshake and its first request's head: a client
+# that connects and says nothing (or trickles) is closed then, if nobody needed its
+# place before (an agent's sender writes its request at once).
+FIRST_HEAD_SECONDS = 10.0
+# A new connection is not closed to make room for another before it had this long to
+# send its first head (bridge/push/admission.py): under a burst of connections the
+# webhook may not read an agent's request at once.
+FRESH_SECONDS = 1.0
+# A kept-alive connection's next head (from the last answer), and a body (from its
+# head), must each arrive within this: a slow sender cannot hold a connection.
 READ_SECONDS = 30.0
 WRITE_SECONDS = 10.0
 LINGER_SECONDS = 2.0
-MAX_CONNECTIONS = 512
 RETRY_AFTER_SECONDS = 5
 READ_CHUNK = 64 * 1024
 TOKEN_HEADER = b"x-a2a-notification-token"
@@ -80,39 +94,72 @@ BUSY = (
 )
 
 
+class _Accepted(asyncio.Protocol):
+    """A socket just accepted: its place in the table is settled at once, and nothing is
+    read from it before (with TLS, before the handshake takes it over)."""
+
+    def __init__(self, hook: Webhook) -> None:
+        self._hook = hook
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.pause_reading()
+        self._hook._accepted(transport)
+
+
+class _Held:
+    """An admitted connection: the task serving it and its transport (TLS's once the
+    handshake is done), to close it when its place is taken."""
+
+    __slots__ = ("task", "transport")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.task: asyncio.Task[None] | None = None
+
+    def evict(self) -> None:
+        self.transport.abort()
+        if self.task is not None:
+            self.task.cancel()
+
+
 class Webhook:
     def __init__(self, config: Config, *, producer: Any = None) -> None:
         self.config = config
         self.port = config.push.listen_port
         self._relay = Relay(config, producer=producer)
         self._key = b""
+        self._tls: ssl.SSLContext | None = None
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
+        self._table = Table(config.push.max_connections, config.push.max_connections_per_peer, FRESH_SECONDS)
+        self._held: dict[int, _Held] = {}
         self._http: httpx.AsyncClient | None = None
         self._jwks: dict[str, signatures.Jwks] = {}
 
     async def start(self) -> None:
         p = self.config.push
         self._key = p.token_key()
-        tls = None
         if p.tls_cert_file and p.tls_key_file:
-            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            tls.load_cert_chain(p.tls_cert_file, p.tls_key_file)
+            self._tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            self._tls.load_cert_chain(p.tls_cert_file, p.tls_key_file)
         signed = {n: a.push_jwks_url for n, a in self.config.agents.items() if a.push and a.push_jwks_url}
         if signed:
             self._http = httpx.AsyncClient(follow_redirects=False)
             self._jwks = {name: signatures.Jwks(url, self._http) for name, url in signed.items()}
         for reason in get_args(Refusal):
             metrics.PUSH_REFUSED.labels(reason)
+        for held in Held:
+            if held is not Held.BUSY:
+                metrics.PUSH_EVICTED.labels(held.value)
         for agent in self.config.push_agents():
             metrics.PUSH_RECEIVED.labels(agent)
             metrics.PUSH_PRODUCED.labels(agent)
         await self._relay.start()
-        self._server = await asyncio.start_server(
-            self._connection, p.listen_host, p.listen_port, ssl=tls, ssl_handshake_timeout=READ_SECONDS if tls else None
-        )
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Accepted(self), p.listen_host, p.listen_port)
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("push webhook on %s:%d (%s)", p.listen_host, self.port, "TLS" if tls else "plain HTTP")
+        log.info("push webhook on %s:%d (%s)", p.listen_host, self.port, "TLS" if self._tls else "plain HTTP")
 
     async def stop(self) -> None:
         """Stop accepting; requests under way get the produce timeout to finish, then
@@ -131,28 +178,62 @@ class Webhook:
             await self._http.aclose()
         await self._relay.stop()
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
+    def _accepted(self, transport: asyncio.Transport) -> None:
+        """A socket accepted: admitted (closing what it displaces), answered busy, or closed."""
+        loop = asyncio.get_running_loop()
+        peer = transport.get_extra_info("peername")
+        admission = self._table.admit(str(peer[0]) if peer else "?", loop.time())
+        for entry in admission.evicted:
+            metrics.PUSH_EVICTED.labels(entry.held.value).inc()
+            self._held.pop(entry.id).evict()
+        if admission.id is None:
+            metrics.PUSH_REFUSED.labels("busy").inc()
+            transport.abort()
+        else:
+            held = self._held[admission.id] = _Held(transport)
+            held.task = loop.create_task(self._connection(admission.id, held, busy=admission.answer))
+            self._handlers.add(held.task)
+        metrics.PUSH_CONNECTIONS.set(len(self._table))
+
+    async def _streams(self, held: _Held) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The connection as asyncio streams, after its TLS handshake if it has one."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=2 * READ_CHUNK)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        transport = held.transport
+        if self._tls is not None:
+            upgraded = await loop.start_tls(transport, protocol, self._tls, server_side=True)
+            assert upgraded is not None
+            held.transport = transport = upgraded
+        else:
+            transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        transport.resume_reading()
+        return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+    async def _connection(self, cid: int, held: _Held, *, busy: bool) -> None:
+        loop = asyncio.get_running_loop()
+        writer: asyncio.StreamWriter | None = None
         try:
-            if len(self._handlers) > MAX_CONNECTIONS:
-                metrics.PUSH_REFUSED.labels("busy").inc()
-                writer.write(BUSY)
-                await asyncio.wait_for(writer.drain(), WRITE_SECONDS)
-                await _linger(reader, writer)
-                return
-            framing = Reader(MAX_HEAD_BYTES, self.config.push.max_body_bytes)
-            try:
-                while await self._exchange(framing, reader, writer):
-                    pass
-            except Refused as exc:
-                if framing.can_answer:
-                    await self._refuse(framing, reader, writer, refusal=exc.refusal, status=exc.status)
+            async with asyncio.timeout(FIRST_HEAD_SECONDS) as first:
+                reader, writer = await self._streams(held)
+                if busy:
+                    metrics.PUSH_REFUSED.labels("busy").inc()
+                    writer.write(BUSY)
+                    await asyncio.wait_for(writer.drain(), WRITE_SECONDS)
+                    await _linger(reader, writer)
+                    return
+                framing = Reader(MAX_HEAD_BYTES, self.config.push.max_body_bytes)
+                try:
+                    while await self._exchange(cid, framing, reader, writer, first):
+                        first.reschedule(loop.time() + READ_SECONDS)
+                except Refused as exc:
+                    if framing.can_answer:
+                        await self._refuse(cid, framing, reader, writer, refusal=exc.refusal, status=exc.status)
         except asyncio.CancelledError:
-            # stop() cut it (its agent gets no answer and retries). Not raised on:
-            # asyncio's stream server asks a cancelled handler for its exception and
-            # logs the CancelledError as an error, one per connection open at shutdown.
+            # stop() cut it, or a newcomer took its place (its agent gets no answer and
+            # retries). Not raised on: nobody awaits this task but stop(), which
+            # gathers it with return_exceptions.
             pass
         except (TimeoutError, ConnectionError, ssl.SSLError, h11.LocalProtocolError):
             pass  # a caller that went silent or away: nothing was produced for it
@@ -160,18 +241,33 @@ class Webhook:
             # The agent gets no answer and retries; the connection is closed.
             log.exception("push webhook: a request failed")
         finally:
+            self._table.closed(cid)
+            self._held.pop(cid, None)
+            metrics.PUSH_CONNECTIONS.set(len(self._table))
+            task = asyncio.current_task()
+            assert task is not None
             self._handlers.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), 1)
+            if writer is None:
+                held.transport.abort()
+            else:
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(writer.wait_closed(), 1)
 
-    async def _exchange(self, framing: Reader, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        """One request and its answer; whether the connection may carry another.
-        :class:`Refused` for one it cannot read."""
-        async with asyncio.timeout(READ_SECONDS):
-            request = await _head(framing, reader)
+    async def _exchange(
+        self,
+        cid: int,
+        framing: Reader,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        head_deadline: asyncio.Timeout,
+    ) -> bool:
+        """One request and its answer (``head_deadline``: the head's, already running);
+        whether the connection may carry another. :class:`Refused` for one it cannot read."""
+        request = await _head(framing, reader)
         if isinstance(request, h11.ConnectionClosed):
             return False
+        head_deadline.reschedule(None)
         received_at = time.time()
         headers = {name: value for name, value in request.headers}
         route = push.parse(request.target.decode("ascii", "replace").split("?", 1)[0])
@@ -188,9 +284,11 @@ class Webhook:
             max_body_bytes=self.config.push.max_body_bytes,
         )
         if refusal is not None:
-            await self._refuse(framing, reader, writer, refusal=refusal)
+            await self._refuse(cid, framing, reader, writer, refusal=refusal)
             return False
         assert route is not None and agent is not None
+        # The Task's token verified: this connection is an agent's now (it gives way last).
+        self._table.mark(cid, Held.BUSY, asyncio.get_running_loop().time())
         if agent.name not in self._jwks:
             metrics.PUSH_RECEIVED.labels(route.agent).inc()  # authenticated, by its token alone
         if framing.expects_continue:
@@ -200,10 +298,13 @@ class Webhook:
         refusal = await self._admit(route, agent, headers.get(b"authorization"), body)
         if refusal is None:
             refusal = await self._produce(route, body, received_at)
-        return await self._answer(framing, writer, refusal)
+        again = await self._answer(framing, writer, refusal)
+        self._table.mark(cid, Held.IDLE, asyncio.get_running_loop().time())
+        return again
 
     async def _refuse(
         self,
+        cid: int,
         framing: Reader,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
@@ -211,7 +312,9 @@ class Webhook:
         refusal: Refusal,
         status: int | None = None,
     ) -> None:
-        """Answer a request refused before its body was read, and let the connection go."""
+        """Answer a request refused before its body was read, and let the connection go
+        (it is the first to give way meanwhile)."""
+        self._table.mark(cid, Held.CLOSING, asyncio.get_running_loop().time())
         await self._answer(framing, writer, refusal, close=True, status=status)
         await _linger(reader, writer)
 

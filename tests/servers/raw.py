@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import ssl
 import tracemalloc
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import orjson
@@ -150,6 +151,25 @@ def tls_contexts(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(keystore)
     return server_ctx, ssl.create_default_context(cadata=ca.pem().decode())
+
+
+def sockets(port: int, end: Literal["local", "remote"]) -> int:
+    """This process's open TCP sockets whose ``end`` is on ``port``, listening ones aside
+    (Linux: /proc): with ``"local"``, a server's accepted connections."""
+    field_index = 1 if end == "local" else 2
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError):
+            for row in Path(table).read_text().splitlines()[1:]:
+                fields = row.split()
+                if int(fields[field_index].rsplit(":", 1)[1], 16) == port and fields[3] != "0A":  # 0A: LISTEN
+                    inodes.add(fields[9])
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            count += link.startswith("socket:[") and link[8:-1] in inodes
+    return count
 
 
 @contextlib.contextmanager

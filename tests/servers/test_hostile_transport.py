@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import dataclasses
 import gzip
-import os
 import traceback
 import zlib
 from collections.abc import Awaitable, Callable
@@ -48,6 +47,7 @@ from tests.servers.raw import (
     memory_peak,
     read_request,
     serve,
+    sockets,
     tls_contexts,
     trickling,
 )
@@ -61,23 +61,6 @@ TASK = b'{"jsonrpc": "2.0", "id": "r", "result": {"kind": "task", "id": "t1", "c
 
 def port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
-
-
-def sockets_to(port: int) -> int:
-    """This process's open sockets whose peer is on ``port`` (Linux: /proc)."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(FileNotFoundError):
-            for row in Path(table).read_text().splitlines()[1:]:
-                fields = row.split()
-                if int(fields[2].rsplit(":", 1)[1], 16) == port:
-                    inodes.add(fields[9])
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            link = os.readlink(f"/proc/self/fd/{fd}")
-            count += link.startswith("socket:[") and link[8:-1] in inodes
-    return count
 
 
 def agent(url: str, **kw: float) -> AgentConfig:
@@ -123,7 +106,7 @@ async def test_a_connection_to_a_peer_that_stopped_reading_releases_its_socket_a
     async with serve(handler) as (url, _), client() as http:
         with pytest.raises(httpx.WriteTimeout):
             await http.post(url, content=b"x" * (32 << 20), timeout=httpx.Timeout(5.0, write=0.3))
-        await until(lambda: sockets_to(port_of(url)) == 0, 1.0, "the socket closed")
+        await until(lambda: sockets(port_of(url), end="remote") == 0, 1.0, "the socket closed")
         release.set()
 
 
@@ -147,7 +130,7 @@ async def test_a_tls_connection_left_mid_stream_releases_its_socket_without_the_
                 async for c in response.aiter_bytes():
                     assert c == b"data: 1\n\n"
                     break  # a reader that leaves: the stream is closed, its connection with it
-            await until(lambda: sockets_to(port_of(url)) == 0, 2.0, "the TLS socket closed")
+            await until(lambda: sockets(port_of(url), end="remote") == 0, 2.0, "the TLS socket closed")
         finally:
             release.set()
 

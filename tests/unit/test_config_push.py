@@ -53,7 +53,20 @@ def test_defaults() -> None:
         300.0,
         5.0,
     )
+    assert (cfg.push.max_connections, cfg.push.max_connections_per_peer) == (512, 128)
     assert cfg.push_agents() == []
+
+
+def test_a_share_per_address_above_the_total_bounds_nothing(tmp_path: Path) -> None:
+    report = check(write(tmp_path, FILE + "max_connections = 64\nmax_connections_per_peer = 100\n"), ENV)
+    assert report.ok and report.warnings == [
+        "push.max_connections_per_peer: 100 is above max_connections 64, so it bounds nothing (0 says so)"
+    ]
+    refused = check(write(tmp_path, FILE + "max_connections = 0\nmax_connections_per_peer = -1\n"), ENV)
+    assert refused.errors == [
+        "push.max_connections: must be above 0, got 0",
+        "push.max_connections_per_peer: must be 0 (none) or more, got -1",
+    ]
 
 
 def test_agents_that_push(tmp_path: Path) -> None:
