@@ -127,6 +127,26 @@ def secret_text(where: str, text: str, *, header: bool = False) -> Secret:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
+class EncryptedKey(ValueError):
+    """A private key file that is encrypted: the bridge takes no passphrase."""
+
+
+ENCRYPTED_KEY = (
+    "the key is encrypted, and the bridge takes no passphrase: write it decrypted (openssl pkey -in KEY -out KEY.plain)"
+)
+
+
+def _no_passphrase() -> bytes:
+    raise EncryptedKey(ENCRYPTED_KEY)
+
+
+def load_cert_chain(ctx: ssl.SSLContext, cert: str, key: str) -> None:
+    """``ctx.load_cert_chain(cert, key)``, never letting OpenSSL ask for a passphrase (with
+    none given, it prompts on the terminal, twice, then fails with "Invalid
+    argument"): :class:`EncryptedKey` for an encrypted key."""
+    ctx.load_cert_chain(cert, key, password=_no_passphrase)
+
+
 @dataclass(frozen=True, slots=True)
 class KafkaConfig:
     bootstrap_servers: str = field(default="127.0.0.1:19092", metadata={"rule": rules.hosts})
@@ -210,9 +230,15 @@ class KafkaConfig:
         if self.security_protocol in rules.TLS_PROTOCOLS:
             from aiokafka.helpers import create_ssl_context
 
-            opts["ssl_context"] = create_ssl_context(
-                cafile=self.ssl_cafile, certfile=self.ssl_certfile, keyfile=self.ssl_keyfile
-            )
+            try:
+                opts["ssl_context"] = create_ssl_context(
+                    cafile=self.ssl_cafile,
+                    certfile=self.ssl_certfile,
+                    keyfile=self.ssl_keyfile,
+                    password=_no_passphrase,
+                )
+            except EncryptedKey:
+                raise ConfigError(f"kafka.ssl_keyfile: {self.ssl_keyfile!r}: {ENCRYPTED_KEY}") from None
         return opts
 
 
@@ -429,14 +455,21 @@ def _tls_files(where: str, a: Mapping[str, Any]) -> list[Problem]:
                     Problem(f"{where}.{key}", f"{a[key]!r} does not load as PEM CA certificates ({_reason(exc)})")
                 )
     if a.get("tls_cert_file") and a.get("tls_key_file"):
-        try:
-            ssl.create_default_context().load_cert_chain(a["tls_cert_file"], a["tls_key_file"])
-        except (OSError, ssl.SSLError) as exc:
-            message = (
-                f"{a['tls_cert_file']!r} and tls_key_file do not load as a certificate and its key ({_reason(exc)})"
-            )
-            out.append(Problem(f"{where}.tls_cert_file", message))
+        out += _key_pair(where, a, "tls_cert_file", "tls_key_file", ssl.create_default_context())
     return out
+
+
+def _key_pair(where: str, values: Mapping[str, Any], cert: str, key: str, ctx: ssl.SSLContext) -> list[Problem]:
+    """The certificate and key files ``values`` names load together as ``bridge run``
+    loads them; what is wrong is the TLS library's reason, never the files' bytes."""
+    try:
+        load_cert_chain(ctx, values[cert], values[key])
+    except EncryptedKey:
+        return [Problem(f"{where}.{key}", f"{values[key]!r}: {ENCRYPTED_KEY}")]
+    except (OSError, ssl.SSLError) as exc:
+        message = f"{values[cert]!r} and {key} do not load as a certificate and its key ({_reason(exc)})"
+        return [Problem(f"{where}.{cert}", message)]
+    return []
 
 
 def _reason(exc: OSError) -> str:
@@ -733,9 +766,10 @@ class _Reader:
         files = ["sasl_oauth_ca_file"]
         if k["security_protocol"] in rules.TLS_PROTOCOLS:
             files += ["ssl_cafile", "ssl_certfile", "ssl_keyfile"]
-        for key in files:
-            if k[key] and not os.path.isfile(k[key]):
-                out.append(Problem(f"kafka.{key}", f"{k[key]!r} is not a file here"))
+        missing = [key for key in files if k[key] and not os.path.isfile(k[key])]
+        out += [Problem(f"kafka.{key}", f"{k[key]!r} is not a file here") for key in missing]
+        if "ssl_certfile" in files and k["ssl_certfile"] and k["ssl_keyfile"] and not missing:
+            out += _key_pair("kafka", k, "ssl_certfile", "ssl_keyfile", ssl.create_default_context())
         return out
 
     def push_here(self, p: Mapping[str, Any]) -> list[Problem]:
@@ -754,15 +788,9 @@ class _Reader:
         missing = [key for key in ("tls_cert_file", "tls_key_file") if p[key] and not os.path.isfile(p[key])]
         out += [Problem(f"push.{key}", f"{p[key]!r} is not a file here") for key in missing]
         if not missing and p["tls_cert_file"] and p["tls_key_file"]:
-            try:
-                ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
-                    p["tls_cert_file"], p["tls_key_file"]
-                )
-            except (OSError, ssl.SSLError) as exc:
-                message = (
-                    f"{p['tls_cert_file']!r} and tls_key_file do not load as a certificate and its key ({_reason(exc)})"
-                )
-                out.append(Problem("push.tls_cert_file", message))
+            out += _key_pair(
+                "push", p, "tls_cert_file", "tls_key_file", ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            )
         return out
 
     def secret_here(self, where: str, values: Mapping[str, Any], key: str, *, header: bool = False) -> list[Problem]:

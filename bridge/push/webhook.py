@@ -43,7 +43,7 @@ from typing import Any, get_args
 import h11
 import httpx
 
-from bridge.config.model import AgentConfig, Config
+from bridge.config.model import AgentConfig, Config, load_cert_chain
 from bridge.core import push
 from bridge.core.push import Refusal, Route
 from bridge.errors import KafkaUnreachable
@@ -142,7 +142,7 @@ class Webhook:
         self._key = p.token_key()
         if p.tls_cert_file and p.tls_key_file:
             self._tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            self._tls.load_cert_chain(p.tls_cert_file, p.tls_key_file)
+            load_cert_chain(self._tls, p.tls_cert_file, p.tls_key_file)  # `bridge run` checked it at load
         signed = {n: a.push_jwks_url for n, a in self.config.agents.items() if a.push and a.push_jwks_url}
         if signed:
             self._http = httpx.AsyncClient(follow_redirects=False)

@@ -22,7 +22,7 @@ import pytest
 
 from bridge.agents import client as client_mod
 from bridge.agents.client import AgentClient, clients, close_stream, rpc_id
-from bridge.agents.credentials import credentials
+from bridge.agents.credentials import credentials, tls_context
 from bridge.config.model import AgentConfig, Config, ConfigError
 from bridge.errors import AgentAuthError, AgentUnavailable, CredentialsUnavailable
 from bridge.observe import metrics
@@ -378,6 +378,21 @@ async def test_a_key_that_is_not_the_certificates_is_refused_naming_the_key(pki:
             await clients(config, stack, LIMITS, 1)
     assert str(caught.value).startswith(f"agents.m.tls_cert_file: cannot load the client certificate '{pki.cert}'")
     assert "PRIVATE KEY" not in str(caught.value)
+
+
+def test_an_encrypted_client_key_is_refused_at_load_in_one_line_without_asking_a_passphrase(
+    pki: Pki, tmp_path: Path
+) -> None:
+    encrypted = tls.write_private(tmp_path / "encrypted.key", tls.encrypted(pki.key.read_bytes(), b"a passphrase"))
+    config = AgentConfig(
+        name="w", url="https://127.0.0.1:9/a2a", tls_cert_file=str(pki.cert), tls_key_file=str(encrypted)
+    )
+    with pytest.raises(ConfigError) as caught:
+        tls_context(config)
+    assert str(caught.value) == (
+        f"agents.w.tls_key_file: {str(encrypted)!r}: the key is encrypted, and the bridge takes no passphrase: "
+        "write it decrypted (openssl pkey -in KEY -out KEY.plain)"
+    )
 
 
 def test_the_default_tls_is_one_context() -> None:

@@ -278,3 +278,28 @@ def test_check_loads_the_certificate_key_and_ca_as_run_does(tmp_path: Path) -> N
         f"agents.w.tls_cert_file: '{files['cert']}' and tls_key_file do not load as a certificate and its key",
     ]
     assert "PRIVATE KEY" not in "\n".join(errors)
+
+
+ENCRYPTED = (
+    "the key is encrypted, and the bridge takes no passphrase: write it decrypted (openssl pkey -in KEY -out KEY.plain)"
+)
+
+
+@pytest.mark.parametrize("where", ["agents.w", "push", "kafka"])
+def test_check_refuses_an_encrypted_key_in_one_line_naming_it_without_asking_a_passphrase(
+    tmp_path: Path, where: str
+) -> None:
+    """OpenSSL, given no passphrase, asks for one on the terminal (twice), then fails
+    with "Invalid argument"; the bridge never lets it ask."""
+    files = tls_files(tmp_path)
+    tls.write_private(files["key"], tls.encrypted(files["key"].read_bytes(), b"a passphrase"))
+    cert, key = files["cert"], files["key"]
+    sections = {
+        "agents.w": f'[agents.w]\nurl = "https://w.example/a2a"\ntls_cert_file = "{cert}"\ntls_key_file = "{key}"\n',
+        "push": f'[push]\ntls_cert_file = "{cert}"\ntls_key_file = "{key}"\n',
+        "kafka": f'[kafka]\nsecurity_protocol = "SSL"\nssl_certfile = "{cert}"\nssl_keyfile = "{key}"\n',
+    }
+    config = tmp_path / "bridge.toml"
+    config.write_text(sections[where])
+    key_name = "ssl_keyfile" if where == "kafka" else "tls_key_file"
+    assert check(str(config), {}).errors == [f"{where}.{key_name}: {str(key)!r}: {ENCRYPTED}"]
