@@ -13,15 +13,18 @@ of these (among that address's own, for the per-address bound):
 2. one on which no request was authenticated yet (a TLS handshake, a head still
    arriving, or nothing at all) that had ``fresh_seconds`` to send it: from the
    address holding the most of those, the oldest first;
-3. while no unauthenticated one is younger: one that carried an authenticated
+3. a younger unauthenticated one, only from an address holding more of them than the
+   newcomer's would once admitted: the address holding the most, its oldest first;
+4. while no unauthenticated one is left: one that carried an authenticated
    notification and now waits for the next, the longest idle first.
 
-A connection whose authenticated notification is being handled is never taken, nor a
-younger one that has not had its chance yet (an agent's sender writes its request at
-once, but a burst of connections may come before the webhook reads it): under such
-a burst, newcomers are refused until the burst has aged, rather than close what may
-be an agent's connection, or an agent's idle one. A refused newcomer is answered
-(503, then let go, counted as such) while the total leaves room, else closed at once.
+A connection whose authenticated notification is being handled is never taken, nor
+otherwise a younger one that has not had its chance yet (an agent's sender writes its
+request at once, but a burst of connections may come before the webhook reads it):
+under a burst from many addresses, newcomers are refused until the burst has aged,
+rather than close what may be an agent's connection, or an agent's idle one. A
+refused newcomer is answered (503, then let go, counted as such) while the total
+leaves room, else closed at once.
 
 So a client without a Task's token holds a place only while nobody else needs it, once
 it had its chance: it cannot shut the webhook to agents for longer than
@@ -86,12 +89,12 @@ class Table:
         if self.max_per_peer:
             own = [e for e in self._entries.values() if e.peer == peer and e.held is not Held.CLOSING]
             if len(own) >= self.max_per_peer:
-                victim = _victim(own, now - self.fresh_seconds)
+                victim = _victim(own, now - self.fresh_seconds, peer)
                 if victim is None:
                     return self._refused(peer, now)
                 evicted.append(victim)
         if not evicted and len(self._entries) >= self.max_connections:
-            victim = _victim(self._entries.values(), now - self.fresh_seconds)
+            victim = _victim(self._entries.values(), now - self.fresh_seconds, peer)
             if victim is None:
                 return self._refused(peer, now)
             evicted.append(victim)
@@ -122,18 +125,26 @@ class Table:
         return Counter(e.held for e in self._entries.values())
 
 
-def _victim(entries: Iterable[Entry], fresh_since: float) -> Entry | None:
-    """The entry to close first, by the order of the module's docstring (``fresh_since``:
-    an unauthenticated entry accepted after this is spared); None: none may be closed."""
+def _victim(entries: Iterable[Entry], fresh_since: float, newcomer: str) -> Entry | None:
+    """The entry to close for a newcomer from address ``newcomer``, by the order of the
+    module's docstring (``fresh_since``: an unauthenticated entry accepted later has
+    not had its chance yet); None: none may be closed."""
     by_state: dict[Held, list[Entry]] = {held: [] for held in Held}
     for e in entries:
         by_state[e.held].append(e)
     if by_state[Held.CLOSING]:
         return min(by_state[Held.CLOSING], key=lambda e: e.since)
-    had_a_chance = [e for e in by_state[Held.UNAUTHENTICATED] if e.since <= fresh_since]
+    unauthenticated = by_state[Held.UNAUTHENTICATED]
+    had_a_chance = [e for e in unauthenticated if e.since <= fresh_since]
     if had_a_chance:
         held = Counter(e.peer for e in had_a_chance)
         return min(had_a_chance, key=lambda e: (-held[e.peer], e.since))
-    if by_state[Held.IDLE] and not by_state[Held.UNAUTHENTICATED]:
+    if unauthenticated:
+        held = Counter(e.peer for e in unauthenticated)
+        heaviest, most = held.most_common(1)[0]
+        if most > held[newcomer] + 1:
+            return min((e for e in unauthenticated if e.peer == heaviest), key=lambda e: e.since)
+        return None
+    if by_state[Held.IDLE]:
         return min(by_state[Held.IDLE], key=lambda e: e.since)
     return None

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 import time
 from typing import Any, get_args
@@ -72,6 +73,13 @@ READ_SECONDS = 30.0
 WRITE_SECONDS = 10.0
 LINGER_SECONDS = 2.0
 RETRY_AFTER_SECONDS = 5
+# Sockets accepted per wake of the listening socket, each given its place at once: the
+# webhook holds at most max_connections plus these (those given way are closed on the
+# loop's next turn). The kernel keeps the rest in the listen queue, of BACKLOG.
+ACCEPT_BATCH = 32
+BACKLOG = 512
+# After an accept failed (no file descriptor left), the pause before the next.
+ACCEPT_PAUSE_SECONDS = 0.5
 READ_CHUNK = 64 * 1024
 TOKEN_HEADER = b"x-a2a-notification-token"
 # What an operator reads in the response body (the reason is in the status already).
@@ -94,31 +102,23 @@ BUSY = (
 )
 
 
-class _Accepted(asyncio.Protocol):
-    """A socket just accepted: its place in the table is settled at once, and nothing is
-    read from it before (with TLS, before the handshake takes it over)."""
-
-    def __init__(self, hook: Webhook) -> None:
-        self._hook = hook
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        transport.pause_reading()
-        self._hook._accepted(transport)
-
-
 class _Held:
-    """An admitted connection: the task serving it and its transport (TLS's once the
-    handshake is done), to close it when its place is taken."""
+    """An admitted connection: its socket, the task serving it, and its transport once
+    made, to close it when its place is taken."""
 
-    __slots__ = ("task", "transport")
+    __slots__ = ("sock", "started", "task", "transport")
 
-    def __init__(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.started = False  # the task ran: from then on it closes what it made
         self.task: asyncio.Task[None] | None = None
+        self.transport: asyncio.Transport | None = None
 
     def evict(self) -> None:
-        self.transport.abort()
+        if self.transport is not None:
+            self.transport.abort()
+        elif not self.started:
+            self.sock.close()
         if self.task is not None:
             self.task.cancel()
 
@@ -130,7 +130,7 @@ class Webhook:
         self._relay = Relay(config, producer=producer)
         self._key = b""
         self._tls: ssl.SSLContext | None = None
-        self._server: asyncio.Server | None = None
+        self._listener: socket.socket | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._table = Table(config.push.max_connections, config.push.max_connections_per_peer, FRESH_SECONDS)
         self._held: dict[int, _Held] = {}
@@ -156,62 +156,75 @@ class Webhook:
             metrics.PUSH_RECEIVED.labels(agent)
             metrics.PUSH_PRODUCED.labels(agent)
         await self._relay.start()
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Accepted(self), p.listen_host, p.listen_port)
-        self.port = self._server.sockets[0].getsockname()[1]
+        family = socket.AF_INET6 if ":" in p.listen_host else socket.AF_INET
+        self._listener = socket.create_server((p.listen_host, p.listen_port), family=family, backlog=BACKLOG)
+        self._listener.setblocking(False)
+        asyncio.get_running_loop().add_reader(self._listener.fileno(), self._accept)
+        self.port = self._listener.getsockname()[1]
         log.info("push webhook on %s:%d (%s)", p.listen_host, self.port, "TLS" if self._tls else "plain HTTP")
 
     async def stop(self) -> None:
         """Stop accepting; requests under way get the produce timeout to finish, then
         are cut (their agents get no answer and retry)."""
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            asyncio.get_running_loop().remove_reader(self._listener.fileno())
+            self._listener.close()
+            self._listener = None
         if self._handlers:
             _, pending = await asyncio.wait(set(self._handlers), timeout=self.config.push.produce_timeout_seconds)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
         if self._http is not None:
             await self._http.aclose()
         await self._relay.stop()
 
-    def _accepted(self, transport: asyncio.Transport) -> None:
-        """A socket accepted: admitted (closing what it displaces), answered busy, or closed."""
+    def _accept(self) -> None:
+        """Sockets accepted, each given its place at once (closing what it displaces), or
+        closed at once: the webhook's file descriptors stay within its bound, plus one
+        batch (the places given way are released on the loop's next turn)."""
+        assert self._listener is not None
         loop = asyncio.get_running_loop()
-        peer = transport.get_extra_info("peername")
-        admission = self._table.admit(str(peer[0]) if peer else "?", loop.time())
-        for entry in admission.evicted:
-            metrics.PUSH_EVICTED.labels(entry.held.value).inc()
-            self._held.pop(entry.id).evict()
-        if admission.id is None:
-            metrics.PUSH_REFUSED.labels("busy").inc()
-            transport.abort()
-        else:
-            held = self._held[admission.id] = _Held(transport)
+        for _ in range(ACCEPT_BATCH):
+            try:
+                sock, peer = self._listener.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                break
+            except OSError as exc:  # out of file descriptors (EMFILE): the kernel keeps the queue meanwhile
+                log.warning("push webhook: cannot accept a connection now: %s", exc.strerror or exc)
+                loop.remove_reader(self._listener.fileno())
+                loop.call_later(ACCEPT_PAUSE_SECONDS, self._resume_accepting)
+                break
+            admission = self._table.admit(str(peer[0]), loop.time())
+            for entry in admission.evicted:
+                metrics.PUSH_EVICTED.labels(entry.held.value).inc()
+                self._held.pop(entry.id).evict()
+            if admission.id is None:
+                metrics.PUSH_REFUSED.labels("busy").inc()
+                sock.close()
+                continue
+            sock.setblocking(False)
+            held = self._held[admission.id] = _Held(sock)
             held.task = loop.create_task(self._connection(admission.id, held, busy=admission.answer))
             self._handlers.add(held.task)
         metrics.PUSH_CONNECTIONS.set(len(self._table))
+
+    def _resume_accepting(self) -> None:
+        if self._listener is not None:
+            asyncio.get_running_loop().add_reader(self._listener.fileno(), self._accept)
 
     async def _streams(self, held: _Held) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """The connection as asyncio streams, after its TLS handshake if it has one."""
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=2 * READ_CHUNK)
         protocol = asyncio.StreamReaderProtocol(reader)
-        transport = held.transport
-        if self._tls is not None:
-            upgraded = await loop.start_tls(transport, protocol, self._tls, server_side=True)
-            assert upgraded is not None
-            held.transport = transport = upgraded
-        else:
-            transport.set_protocol(protocol)
-        protocol.connection_made(transport)
-        transport.resume_reading()
+        transport, _ = await loop.connect_accepted_socket(lambda: protocol, held.sock, ssl=self._tls)
+        assert isinstance(transport, asyncio.Transport)
+        held.transport = transport
         return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
     async def _connection(self, cid: int, held: _Held, *, busy: bool) -> None:
+        held.started = True
         loop = asyncio.get_running_loop()
         writer: asyncio.StreamWriter | None = None
         try:
@@ -247,7 +260,9 @@ class Webhook:
             task = asyncio.current_task()
             assert task is not None
             self._handlers.discard(task)
-            if writer is None:
+            if held.transport is None:
+                held.sock.close()  # no transport made (cancelled, or its TLS handshake failed)
+            elif writer is None:
                 held.transport.abort()
             else:
                 writer.close()

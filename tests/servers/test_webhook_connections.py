@@ -37,7 +37,7 @@ __all__ = ["bootstrap"]  # the module's broker fixture, shared with test_webhook
 
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 # Sockets given way whose file descriptor is closed on the loop's next turn, at most.
-RELEASING = 8
+RELEASING = webhook_mod.ACCEPT_BATCH
 
 
 @contextlib.asynccontextmanager

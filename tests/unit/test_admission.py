@@ -3,6 +3,8 @@ the rules that hold whatever sequence of accepts, requests and closes comes."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -36,13 +38,23 @@ def test_a_silent_connection_that_had_its_chance_gives_way_the_oldest_first() ->
     assert t.get(second) is not None and len(t) == 3
 
 
-def test_under_a_burst_no_young_connection_is_closed_the_newcomer_is() -> None:
+def test_under_a_burst_from_many_addresses_no_young_connection_is_closed_the_newcomer_is() -> None:
     """It may be an agent's, whose request the webhook has not read yet."""
     t = table()
-    for _ in range(3):
-        admitted(t, "x", 10.0)
-    assert t.admit("y", 10.5) == Admission(None, answer=False)
+    for peer in ("x", "y", "z"):
+        admitted(t, peer, 10.0)
+    assert t.admit("w", 10.5) == Admission(None, answer=False)
     assert len(t) == 3
+
+
+def test_a_burst_from_one_address_gives_way_to_an_address_holding_fewer() -> None:
+    t = table(most=4)
+    agent = admitted(t, "agent", 10.0)
+    burst = [admitted(t, "x", 10.0 + n / 100) for n in range(3)]
+    assert [e.id for e in t.admit("other", 10.5).evicted] == [burst[0]]
+    # The agent's address holds one: the burst's, two now, is not more than one more.
+    assert t.admit("agent", 10.6) == Admission(None, answer=False)
+    assert t.get(agent) is not None
 
 
 def test_the_address_holding_the_most_silent_connections_gives_way_first() -> None:
@@ -140,7 +152,9 @@ def test_the_bounds_hold_and_nothing_is_closed_out_of_turn(most: int, per_peer: 
                 held, _, since = before[gone.id]
                 states = {b[0] for b in scope.values()}
                 assert gone.id in scope and held is not Held.BUSY
-                assert not (held is Held.UNAUTHENTICATED and since > now - FRESH), "a young one closed"
+                if held is Held.UNAUTHENTICATED and since > now - FRESH:  # young: only from a heavier address
+                    unauthenticated = Counter(b[1] for b in scope.values() if b[0] is Held.UNAUTHENTICATED)
+                    assert unauthenticated[before[gone.id][1]] > unauthenticated[peer] + 1, "a young one closed"
                 assert held is Held.CLOSING or Held.CLOSING not in states
                 assert held is not Held.IDLE or Held.UNAUTHENTICATED not in states
             if admission.id is None:
