@@ -37,6 +37,7 @@ from bridge.errors import (
     CredentialsUnavailable,
 )
 from bridge.http import bounded
+from bridge.identity.shared import Failed, Shared
 from bridge.observe import metrics, tracing
 from bridge.wire import nesting, sse
 from bridge.wire.dialects import Dialect, Request, for_agent, unwrap
@@ -46,6 +47,8 @@ _rpc_ids = itertools.count(1)
 _metric_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 # An agent card is a small JSON document; anything larger is not one.
 CARD_BYTES = 1024 * 1024
+# A card read is kept this long (fetched again in the background ahead of it).
+CARD_MAX_AGE_SECONDS = 24 * 3600.0
 
 
 def rpc_id(op: str) -> str:
@@ -152,7 +155,8 @@ class AgentClient:
         self._root: AgentClient | None = None  # a shard's parent: one agent card answer for all
         self._streaming: bool | None = None
         self._pushes: bool | None = None
-        self._card: dict[str, Any] | None = None
+        # One fetch for every caller, and every pool (the shards ask the root's).
+        self._card: Shared[dict[str, Any]] = Shared(self._fetch_card, f"agents.{config.name}", None)
         # Asked on every request: a renewed or rotated credential is on the next one.
         self.credentials = creds if creds is not None else credentials(config)
         # Parsed once: httpx parses a URL given as a string on every request.
@@ -233,31 +237,40 @@ class AgentClient:
         return not (isinstance(capabilities, dict) and capabilities.get("streaming") is False)
 
     async def card(self) -> dict[str, Any]:
-        """The agent card (``/.well-known/agent-card.json``), asked once per agent and
-        kept; sent with the agent's credentials. :class:`AgentFault` when there is none
-        to read (an untrusted certificate says so), :class:`CredentialsUnavailable`
-        when the token endpoint gives no token."""
+        """The agent card (``/.well-known/agent-card.json``), asked once for every caller of
+        every pool and kept (a day at most); sent with the agent's credentials.
+        :class:`AgentFault` when there is none to read (an untrusted certificate says
+        so), :class:`CredentialsUnavailable` when the token endpoint gives no token: a
+        failure answers every caller until its backoff passed (bridge/identity/shared.py)."""
         root = self._root or self
-        if root._card is None:
-            url = httpx.URL(self.config.url.rstrip("/") + "/.well-known/agent-card.json")
-            accept = {"Accept": "application/json"}
-            unavailable: AgentUnavailable | None = None
-            try:
-                exchange = self._exchange(
-                    "GET", url, op="card", method="agent card", headers=accept, content=None, timeout=self._timeout
-                )
-                async with bounded.within(self.config.request_timeout_seconds), exchange as response:
-                    card = orjson.loads(await self._read(response, CARD_BYTES, "agent card"))
-            except httpx.TransportError as exc:
-                unavailable = AgentUnavailable(self.name, "agent card", _unavailable(exc))
-            except orjson.JSONDecodeError:
-                raise AgentProtocolError(self.name, "agent card", "not JSON") from None
-            if unavailable is not None:
-                raise unavailable  # see call()
-            if not isinstance(card, dict):
-                raise AgentProtocolError(self.name, "agent card", "not a JSON object")
-            root._card = card
-        return root._card
+        try:
+            return await root._card.get()
+        except Failed as exc:
+            assert exc.error is not None
+            raise exc.error.with_traceback(None) from None  # the same error for every caller, its traceback anew
+
+    async def _fetch_card(self) -> tuple[dict[str, Any], float]:
+        url = httpx.URL(self.config.url.rstrip("/") + "/.well-known/agent-card.json")
+        accept = {"Accept": "application/json"}
+        unavailable: AgentUnavailable | None = None
+        try:
+            exchange = self._exchange(
+                "GET", url, op="card", method="agent card", headers=accept, content=None, timeout=self._timeout
+            )
+            async with bounded.within(self.config.request_timeout_seconds), exchange as response:
+                card = orjson.loads(await self._read(response, CARD_BYTES, "agent card"))
+        except httpx.TransportError as exc:
+            unavailable = AgentUnavailable(self.name, "agent card", _unavailable(exc))
+        except orjson.JSONDecodeError:
+            card = None
+        except (AgentFault, CredentialsUnavailable) as exc:
+            raise Failed(str(exc), error=exc) from None
+        if unavailable is not None:
+            raise Failed(unavailable.detail, error=unavailable)  # see call(): nothing links it to httpx's error
+        if not isinstance(card, dict):
+            what = "not JSON" if card is None else "not a JSON object"
+            raise Failed(what, error=AgentProtocolError(self.name, "agent card", what))
+        return card, CARD_MAX_AGE_SECONDS
 
     def _headers(self, req: Request, accept: str) -> dict[str, str]:
         return {"Accept": accept, "Content-Type": "application/json", **req.headers}

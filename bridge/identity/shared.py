@@ -26,21 +26,26 @@ T = TypeVar("T")
 
 class Failed(Exception):
     """No value: what the last fetch said (``detail``, safe to show: never a secret or
-    the server's own words), and in how many seconds the next one may be made."""
+    the server's own words), and in how many seconds the next one may be made.
+    ``error``: the fetcher's own exception, for a caller that raises that kind."""
 
-    def __init__(self, detail: str, *, refused: bool = False, retry_after: float = 0.0) -> None:
+    def __init__(
+        self, detail: str, *, refused: bool = False, retry_after: float = 0.0, error: Exception | None = None
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.refused = refused  # the server refused these credentials (not: failed for a while)
         self.retry_after = retry_after
+        self.error = error
 
 
 class Shared(Generic[T]):
     """The value ``fetch`` gives (with its lifetime in seconds, or :class:`Failed`),
     for every caller. ``name`` and ``failing`` make the one warning a failed fetch
-    logs: ``"<name>: <failing> (<detail>); next try in N s"``."""
+    logs: ``"<name>: <failing> (<detail>); next try in N s"`` (no ``failing``: the
+    callers report it)."""
 
-    def __init__(self, fetch: Callable[[], Awaitable[tuple[T, float]]], name: str, failing: str) -> None:
+    def __init__(self, fetch: Callable[[], Awaitable[tuple[T, float]]], name: str, failing: str | None) -> None:
         self._fetcher = fetch
         self.name = name
         self._failing = failing
@@ -84,7 +89,9 @@ class Shared(Generic[T]):
         last = self._failed
         retry = max(0.0, self._state.retry_at - time.monotonic())
         detail = last.detail if last is not None else "none fetched yet"
-        return Failed(detail, refused=last is not None and last.refused, retry_after=retry)
+        if last is None:
+            return Failed(detail, retry_after=retry)
+        return Failed(detail, refused=last.refused, retry_after=retry, error=last.error)
 
     def _start_fetch(self) -> asyncio.Task[None]:
         """The fetch in flight, or a new one: never two at once."""
@@ -99,7 +106,8 @@ class Shared(Generic[T]):
         except Failed as exc:
             delay = self._state.failed(time.monotonic())
             self._failed = exc
-            log.warning("%s: %s (%s); next try in %.1f s", self.name, self._failing, exc.detail, delay)
+            if self._failing is not None:
+                log.warning("%s: %s (%s); next try in %.1f s", self.name, self._failing, exc.detail, delay)
             return
         self._value = value
         self._state.obtained(Lease(time.monotonic(), lifetime))

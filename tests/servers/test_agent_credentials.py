@@ -24,7 +24,8 @@ from bridge.agents import client as client_mod
 from bridge.agents.client import AgentClient, clients, close_stream, rpc_id
 from bridge.agents.credentials import credentials, tls_context
 from bridge.config.model import AgentConfig, Config, ConfigError
-from bridge.errors import AgentAuthError, AgentUnavailable, CredentialsUnavailable
+from bridge.core.tokens import TOKEN_RETRY
+from bridge.errors import AgentAuthError, AgentHTTPError, AgentUnavailable, CredentialsUnavailable
 from bridge.observe import metrics
 from tests.servers.raw import LIMITS, serve
 from tests.support import tls
@@ -171,6 +172,28 @@ async def test_a_failure_with_the_api_key_in_the_query_never_shows_it(
     assert API_KEY not in shown
     # Nothing links the bridge's error to httpx's, whose request holds the URL.
     assert caught.value.__context__ is None and caught.value.__cause__ is None
+
+
+async def test_callers_at_once_ask_the_agent_card_once_and_share_its_failure_until_the_backoff_passed() -> None:
+    """1,000 Tasks of an agent starting together each want its card (is it streaming?
+    does it push?): one request, and a card that cannot be read is not asked again by
+    each of them, nor by the next until its backoff passed."""
+    agent = Agent()  # no card yet: 404
+    async with running(agent) as (_, w):
+
+        def asked() -> int:
+            return sum(1 for seen in agent.seen if seen.method == "GET")
+
+        failed = await asyncio.gather(*(w.card() for _ in range(50)), return_exceptions=True)
+        assert all(isinstance(r, AgentHTTPError) and r.status == 404 for r in failed), failed
+        assert asked() == 1
+        with pytest.raises(AgentHTTPError):
+            await w.for_task("another-pool").card()
+        assert asked() == 1
+        agent.card = {"name": "w", "capabilities": {"streaming": False}}
+        await asyncio.sleep(TOKEN_RETRY.ceiling(0))
+        cards = await asyncio.gather(*(w.card() for _ in range(50)))
+        assert {c["name"] for c in cards} == {"w"} and asked() == 2
 
 
 # ------------------------------------------------------------------- 401 --
