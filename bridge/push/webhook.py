@@ -102,7 +102,7 @@ BUSY = (
 )
 
 
-class _Held:
+class _Accepted:
     """An admitted connection: its socket, the task serving it, and its transport once
     made, to close it when its place is taken."""
 
@@ -133,7 +133,7 @@ class Webhook:
         self._listener: socket.socket | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._table = Table(config.push.max_connections, config.push.max_connections_per_peer, FRESH_SECONDS)
-        self._held: dict[int, _Held] = {}
+        self._held: dict[int, _Accepted] = {}
         self._http: httpx.AsyncClient | None = None
         self._jwks: dict[str, signatures.Jwks] = {}
 
@@ -204,16 +204,18 @@ class Webhook:
                 sock.close()
                 continue
             sock.setblocking(False)
-            held = self._held[admission.id] = _Held(sock)
+            held = self._held[admission.id] = _Accepted(sock)
             held.task = loop.create_task(self._connection(admission.id, held, busy=admission.answer))
             self._handlers.add(held.task)
+            # Not in the task's own finally: a task whose place is taken before it ran never runs it.
+            held.task.add_done_callback(self._handlers.discard)
         metrics.PUSH_CONNECTIONS.set(len(self._table))
 
     def _resume_accepting(self) -> None:
         if self._listener is not None:
             asyncio.get_running_loop().add_reader(self._listener.fileno(), self._accept)
 
-    async def _streams(self, held: _Held) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _streams(self, held: _Accepted) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """The connection as asyncio streams, after its TLS handshake if it has one."""
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=2 * READ_CHUNK)
@@ -223,7 +225,7 @@ class Webhook:
         held.transport = transport
         return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
-    async def _connection(self, cid: int, held: _Held, *, busy: bool) -> None:
+    async def _connection(self, cid: int, held: _Accepted, *, busy: bool) -> None:
         held.started = True
         loop = asyncio.get_running_loop()
         writer: asyncio.StreamWriter | None = None
@@ -257,9 +259,6 @@ class Webhook:
             self._table.closed(cid)
             self._held.pop(cid, None)
             metrics.PUSH_CONNECTIONS.set(len(self._table))
-            task = asyncio.current_task()
-            assert task is not None
-            self._handlers.discard(task)
             if held.transport is None:
                 held.sock.close()  # no transport made (cancelled, or its TLS handshake failed)
             elif writer is None:

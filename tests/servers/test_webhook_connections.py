@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -185,6 +186,29 @@ async def test_one_address_is_held_to_its_share_and_its_own_silent_connections_g
         close_all([first, second, third, other, refused])
 
 
+async def test_a_connection_given_way_before_it_was_served_leaves_nothing_behind(
+    tmp_path: Path, bootstrap: str
+) -> None:
+    """Two connections from one address, then one from another, accepted in one batch:
+    the first gives way before its task ran; its place, its socket and its task go."""
+    async with webhook_at(tmp_path, bootstrap, max_connections=2, max_connections_per_peer=0) as (_, hook):
+        sockets_before = sockets(hook.port, end="local")
+        # Connected without yielding to the loop: the webhook accepts all three in one wake.
+        opened = [
+            socket.create_connection(("127.0.0.1", hook.port), source_address=(source, 0))
+            for source in ("127.0.0.2", "127.0.0.2", "127.0.0.3")
+        ]
+        try:
+            await until(lambda: len(hook._table) == 2, 5, "two places held")
+            opened[0].settimeout(5)
+            assert await asyncio.to_thread(opened[0].recv, 1) == b""  # the first gave way
+        finally:
+            for sock in opened:
+                sock.close()
+        await until(lambda: not hook._handlers and not len(hook._table), 10, "every connection gone")
+        assert sockets(hook.port, end="local") == sockets_before
+
+
 async def trickle(port: int, source: str, stop: asyncio.Event) -> None:
     """A slowloris: a head that never ends, a byte every half second."""
     with contextlib.suppress(OSError):
@@ -250,6 +274,8 @@ async def test_agents_keep_getting_200_within_their_deadline_while_hundreds_of_h
         await flooding
         await asyncio.gather(*slowloris)
         close_all(silent)
+        # Every connection's place and task go with it, those given way before they ran too.
+        await until(lambda: not hook._handlers and not len(hook._table), 10, "every connection gone")
         assert [status for status, _, _ in delivered] == [200] * 30, delivered
         assert held <= 64
         # A socket that gave way is released on the event loop's next turn.
