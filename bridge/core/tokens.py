@@ -17,10 +17,11 @@ rules below decide for all of them at once:
 - a token the agent refused (HTTP 401) is dropped, once: the next caller
   fetches a fresh one, and callers still holding the refused one do not make
   a second fetch for it;
-- every token has a finite life (:func:`lifetime`: ``expires_in`` between a
-  floor and a cap, or :data:`UNSTATED_LIFETIME`): while renewals fail it is handed
-  out until then, never after, so callers learn there is no token (their Tasks
-  wait, and end at their deadline) instead of sending a spent one for ever.
+- every token has a finite life (:func:`lifetime`: ``expires_in`` up to a cap, or
+  :data:`UNSTATED_LIFETIME`; one stated as spent, 0 or less, is no token): while
+  renewals fail it is handed out until then, never after, so callers learn there
+  is no token (their Tasks wait, and end at their deadline) instead of sending a
+  spent one for ever.
 
 The clock is the caller's (``now``: monotonic seconds).
 """
@@ -41,12 +42,9 @@ TOKEN_RETRY = Backoff(base=0.5, cap=30.0, floor=0.5)
 # optional; a provider that leaves it out usually means "a long time", which the
 # bridge cannot check: it renews as often as for Keycloak's default lifespan).
 UNSTATED_LIFETIME = 300.0
-# The least life a token is given, whatever ``expires_in`` says (0 or less: the
-# endpoint calls it spent): renewed at half of it, so such an endpoint is asked
-# every few seconds, not for every request.
-MIN_LIFETIME = 30.0
-# The most: a token stated to live longer (or a lifetime in milliseconds taken for
-# seconds) is renewed within a day all the same, so a revoked client is noticed.
+# The most life a token is given: one stated to live longer (or a lifetime in
+# milliseconds taken for seconds) is renewed within a day all the same, so a revoked
+# client is noticed.
 MAX_LIFETIME = 24 * 3600.0
 # Renewal starts this far ahead of the expiry at least (or half the lifetime of
 # a shorter-lived token), so that a slow token endpoint still answers in time.
@@ -77,9 +75,11 @@ class Lease:
         return self.obtained + self.lifetime - min(IN_FLIGHT, self.lifetime * 0.1)
 
 
-def lifetime(expires_in: object) -> float:
-    """``expires_in`` as seconds between :data:`MIN_LIFETIME` and :data:`MAX_LIFETIME`;
-    :data:`UNSTATED_LIFETIME` when it is missing or not a number."""
+def lifetime(expires_in: object) -> float | None:
+    """``expires_in`` as seconds, at most :data:`MAX_LIFETIME`; :data:`UNSTATED_LIFETIME`
+    when it is missing or not a number; None when it is 0 or less: the endpoint says
+    the token is spent (a token is never used longer than stated: the agent would
+    refuse it)."""
     if isinstance(expires_in, bool) or not isinstance(expires_in, int | float | str):
         return UNSTATED_LIFETIME
     try:
@@ -88,7 +88,7 @@ def lifetime(expires_in: object) -> float:
         return UNSTATED_LIFETIME
     if math.isnan(seconds):
         return UNSTATED_LIFETIME
-    return min(max(seconds, MIN_LIFETIME), MAX_LIFETIME)
+    return min(seconds, MAX_LIFETIME) if seconds > 0 else None
 
 
 def refused(status: int, error: object) -> bool:

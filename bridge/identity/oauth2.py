@@ -170,7 +170,10 @@ def _answer(status: int, body: bytes | None) -> tuple[Secret, float]:
         token = secret_text("access_token", access, header=True)
     except ConfigError:
         raise Failed("HTTP 200 with an access_token that is not a header value") from None
-    return token, tokens.lifetime(doc.get("expires_in"))
+    life = tokens.lifetime(doc.get("expires_in"))
+    if life is None:  # the endpoint calls it spent: a failure, paced by the backoff like any other
+        raise Failed("HTTP 200 with a token already expired (expires_in 0 or less)")
+    return token, life
 
 
 _clients: dict[tuple[str | None, int], httpx.AsyncClient] = {}

@@ -161,15 +161,13 @@ async def test_after_a_failure_callers_fail_at_once_until_the_backoff_passed() -
         assert (await source.token()).get() == f"{TOKEN}-2"
 
 
-@pytest.mark.parametrize("expires_in", [0, -60, None])
+@pytest.mark.parametrize("expires_in", [1, None])
 async def test_a_token_is_not_used_past_its_life_while_the_endpoint_fails(
     expires_in: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A spent (0, negative) or unstated lifetime lasts its floor, or the unstated
-    lifetime, like a stated one: then, with the endpoint failing, callers are told
-    there is no token (their Tasks wait, and end at their deadline) instead of
+    """A stated or an unstated lifetime ends: with the endpoint failing, callers are then
+    told there is no token (their Tasks wait, and end at their deadline) instead of
     being handed the old one for ever."""
-    monkeypatch.setattr(tokens, "MIN_LIFETIME", 1.0)
     monkeypatch.setattr(tokens, "UNSTATED_LIFETIME", 1.0)
     doc = {"access_token": TOKEN, "token_type": "Bearer", "expires_in": expires_in}
     endpoint = Endpoint(
@@ -185,6 +183,24 @@ async def test_a_token_is_not_used_past_its_life_while_the_endpoint_fails(
         with pytest.raises(CredentialsUnavailable, match="HTTP 503"):
             await source.token()
         assert len(endpoint.requests) >= 2
+
+
+@pytest.mark.parametrize("expires_in", [0, -60])
+async def test_a_token_stated_as_spent_is_no_token_and_the_endpoint_is_asked_again_after_a_backoff(
+    expires_in: int,
+) -> None:
+    """It was read as "not stated": 300 s, then for ever while renewals failed."""
+    spent = json_answer(200, {"access_token": TOKEN, "token_type": "Bearer", "expires_in": expires_in})
+    endpoint = Endpoint(lambda n: spent if n == 1 else issued(n))
+    async for source, _ in source_at(endpoint):
+        with pytest.raises(CredentialsUnavailable, match=r"already expired \(expires_in 0 or less\)") as first:
+            await source.token()
+        for _ in range(20):
+            with pytest.raises(CredentialsUnavailable):
+                await source.token()
+        assert len(endpoint.requests) == 1
+        await asyncio.sleep(first.value.retry_after)
+        assert (await source.token()).get() == f"{TOKEN}-2"
 
 
 async def test_a_trickling_endpoint_is_given_up_at_the_deadline_of_the_whole_request(

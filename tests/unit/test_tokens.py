@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from bridge.core.tokens import (
     IN_FLIGHT,
     MAX_LIFETIME,
-    MIN_LIFETIME,
     RENEW_AHEAD,
     TOKEN_RETRY,
     UNSTATED_LIFETIME,
@@ -60,13 +59,13 @@ def test_a_short_lived_token_is_renewed_half_way_not_at_once() -> None:
 def test_a_token_without_a_stated_lifetime_lives_as_long_as_one_stated_unstated_lifetime() -> None:
     """Not for ever: a token endpoint that stops answering must not leave an expired
     token in use while renewals fail; the Tasks wait for a fresh one instead."""
-    assert Lease(0.0, lifetime(None)) == Lease(0.0, UNSTATED_LIFETIME)
-    assert Lease(0.0, lifetime(None)).usable_until < UNSTATED_LIFETIME
+    assert lifetime(None) == UNSTATED_LIFETIME
+    assert Lease(0.0, UNSTATED_LIFETIME).usable_until < UNSTATED_LIFETIME
 
 
 def test_a_token_whose_renewals_keep_failing_is_handed_out_no_longer_than_its_life() -> None:
     s = TokenState()
-    s.obtained(Lease(0.0, lifetime(None)))
+    s.obtained(Lease(0.0, UNSTATED_LIFETIME))
     now = Lease(0.0, UNSTATED_LIFETIME).renew_at
     while (plan := s.plan(now)) in (Plan.USE, Plan.USE_AND_RENEW):
         if plan is Plan.USE_AND_RENEW:
@@ -146,9 +145,9 @@ def test_many_refusals_of_the_same_token_drop_it_once() -> None:
         (300, 300.0),
         (299.5, 299.5),
         ("3600", 3600.0),
-        (0, MIN_LIFETIME),
-        (-5, MIN_LIFETIME),
-        (1, MIN_LIFETIME),
+        (0, None),
+        (-5, None),
+        (1, 1.0),
         (10**12, MAX_LIFETIME),
         (float("inf"), MAX_LIFETIME),
         (True, UNSTATED_LIFETIME),
@@ -158,15 +157,10 @@ def test_many_refusals_of_the_same_token_drop_it_once() -> None:
         ([60], UNSTATED_LIFETIME),
     ],
 )
-def test_expires_in_is_followed_between_a_floor_and_a_cap(given_: object, seconds: float) -> None:
-    """0 or less (the endpoint says the token is spent) is the floor, not "unstated":
-    such a token is renewed within MIN_LIFETIME / 2, never used for 300 s or more."""
+def test_expires_in_is_followed_up_to_a_cap_and_a_spent_token_is_none(given_: object, seconds: float | None) -> None:
+    """0 or less (the endpoint says the token is spent) is no token, not "unstated":
+    it was read as 300 s, then handed out for ever while renewals failed."""
     assert lifetime(given_) == seconds
-
-
-def test_the_floor_renews_a_token_at_most_every_few_seconds_not_on_every_request() -> None:
-    lease = Lease(0.0, lifetime(0))
-    assert 0 < lease.renew_at < lease.usable_until < MIN_LIFETIME
 
 
 @pytest.mark.parametrize(
