@@ -94,14 +94,11 @@ async def decoded(response: httpx.Response) -> AsyncIterator[bytes]:
     """``response``'s body in pieces of at most :data:`PIECE_BYTES` once inflated: a
     cap on their sum holds however much the body inflates. The bridge's own
     transport (bridge/agents/transport.py) has inflated its bodies already; httpx's
-    own transport has not."""
+    own transport has not. Read raw: httpx's decoders would inflate a gzip beside a
+    coding they do not know ("gzip, br") whole; such a body is given as it came."""
     inflate = inflater(response.headers)
-    if inflate is None:
-        async for data in response.aiter_bytes():
-            yield data
-        return
     async for data in response.aiter_raw():
-        for piece in inflate.pieces(data):
+        for piece in inflate.pieces(data) if inflate is not None else (data,):
             yield piece
 
 
@@ -114,8 +111,9 @@ async def read(response: httpx.Response, cap: int) -> bytes:
     inflate = inflater(response.headers)
     chunks: list[bytes] = []
     size = 0
-    # Raw, counted as it comes: a body that inflates to nothing still ends at the cap.
-    async for data in response.aiter_raw() if inflate is not None else response.aiter_bytes():
+    # Raw (as decoded() reads), counted as it comes: a body that inflates to nothing
+    # still ends at the cap.
+    async for data in response.aiter_raw():
         if response.num_bytes_downloaded > cap:
             raise Oversize(f"response is over the {cap}-byte cap")
         for piece in inflate.pieces(data) if inflate is not None else (data,):
