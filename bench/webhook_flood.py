@@ -39,6 +39,7 @@ import tempfile
 import time
 import uuid
 from asyncio.subprocess import PIPE
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,8 @@ SECRET = "bench-webhook-flood-secret-0123456789abcdef"
 DEADLINE = 5.0  # an agent sender's for one notification
 SETTLE = 3.0  # the flood's head start before the agents send
 KINDS = ("silent", "slowloris", "forged", "after-handshake")
+# Why the agents' senders tried again: a transport error's name, or an HTTP status.
+RETRIED: Counter[str] = Counter()
 PATH = push.url("", Route("writer", 0, "flood", "c"))
 BODY = orjson.dumps({"kind": "status-update", "taskId": "t", "status": {"state": "working"}})
 
@@ -88,7 +91,7 @@ async def serve(config_path: str) -> None:
     report = {
         "most_connections_held": held,
         "evicted": counter(metrics.PUSH_EVICTED, "closing", "unauthenticated", "idle"),
-        "refused": counter(metrics.PUSH_REFUSED, "busy", "unauthenticated", "malformed", "not-found"),
+        "refused": counter(metrics.PUSH_REFUSED, "busy", "unauthenticated", "malformed", "kafka-unavailable"),
         "received": metrics.PUSH_RECEIVED.labels("writer")._value.get(),
         "produced": metrics.PUSH_PRODUCED.labels("writer")._value.get(),
     }
@@ -179,12 +182,14 @@ async def notify(client: httpx.AsyncClient, url: str, n: int) -> tuple[bool, flo
         attempts += 1
         try:
             answer = await client.post(push.url(url, route), content=BODY, headers=headers)
-        except httpx.TransportError:
+        except httpx.TransportError as exc:
+            RETRIED[type(exc).__name__] += 1
             await asyncio.sleep(0.05 + random.random() * 0.05)
             continue
         if answer.status_code == 200:
             took = time.monotonic() - started
             return took <= DEADLINE, took, attempts
+        RETRIED[f"HTTP {answer.status_code}"] += 1
         await asyncio.sleep(0.1 + random.random() * 0.1)
     return False, time.monotonic() - started, attempts
 
@@ -213,7 +218,7 @@ async def agents(url: str, trust: ssl.SSLContext | bool, seconds: float, source:
         await asyncio.gather(fresh_sender(), fresh_sender(), kept_sender())
     finally:
         await kept.aclose()
-    return {style: summary(got) for style, got in results.items()}
+    return {**{style: summary(got) for style, got in results.items()}, "retried_after": dict(RETRIED)}
 
 
 def summary(got: list[tuple[bool, float, int]]) -> dict[str, Any]:
