@@ -96,6 +96,9 @@ async def decoded(response: httpx.Response) -> AsyncIterator[bytes]:
     transport (bridge/agents/transport.py) has inflated its bodies already; httpx's
     own transport has not. Read raw: httpx's decoders would inflate a gzip beside a
     coding they do not know ("gzip, br") whole; such a body is given as it came."""
+    if response.is_stream_consumed:  # made with its content (httpx.MockTransport): read and decoded already
+        yield response.content
+        return
     inflate = inflater(response.headers)
     async for data in response.aiter_raw():
         for piece in inflate.pieces(data) if inflate is not None else (data,):
@@ -108,6 +111,10 @@ async def read(response: httpx.Response, cap: int) -> bytes:
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > cap:
         raise Oversize(f"response of {declared} bytes is over the {cap}-byte cap")
+    if response.is_stream_consumed:  # made with its content, as in decoded()
+        if len(response.content) > cap:
+            raise Oversize(f"response is over the {cap}-byte cap")
+        return response.content
     inflate = inflater(response.headers)
     chunks: list[bytes] = []
     size = 0
