@@ -252,7 +252,7 @@ class AgentClient:
     async def _fetch_card(self) -> tuple[dict[str, Any], float]:
         url = httpx.URL(self.config.url.rstrip("/") + "/.well-known/agent-card.json")
         accept = {"Accept": "application/json"}
-        unavailable: AgentUnavailable | None = None
+        error: AgentFault | None = None
         try:
             exchange = self._exchange(
                 "GET", url, op="card", method="agent card", headers=accept, content=None, timeout=self._timeout
@@ -260,16 +260,15 @@ class AgentClient:
             async with bounded.within(self.config.request_timeout_seconds), exchange as response:
                 card = orjson.loads(await self._read(response, CARD_BYTES, "agent card"))
         except httpx.TransportError as exc:
-            unavailable = AgentUnavailable(self.name, "agent card", _unavailable(exc))
+            error = AgentUnavailable(self.name, "agent card", _unavailable(exc))
         except orjson.JSONDecodeError:
-            card = None
+            error = AgentProtocolError(self.name, "agent card", "not JSON")
         except (AgentFault, CredentialsUnavailable) as exc:
             raise Failed(str(exc), error=exc) from None
-        if unavailable is not None:
-            raise Failed(unavailable.detail, error=unavailable)  # see call(): nothing links it to httpx's error
-        if not isinstance(card, dict):
-            what = "not JSON" if card is None else "not a JSON object"
-            raise Failed(what, error=AgentProtocolError(self.name, "agent card", what))
+        if error is None and not isinstance(card, dict):
+            error = AgentProtocolError(self.name, "agent card", "not a JSON object")
+        if error is not None:
+            raise Failed(error.detail, error=error)  # outside the handler: nothing links it to httpx's error
         return card, CARD_MAX_AGE_SECONDS
 
     def _headers(self, req: Request, accept: str) -> dict[str, str]:

@@ -28,7 +28,7 @@ from bridge.agents import transport
 from bridge.agents.client import AgentClient
 from bridge.agents.credentials import Credentials
 from bridge.config.model import AgentConfig, Secret
-from bridge.errors import AgentOversize, AgentUnavailable
+from bridge.errors import AgentOversize, AgentProtocolError, AgentUnavailable
 from bridge.http import bounded
 from bridge.identity import FixedSecret, bearer
 from tests.servers.raw import (
@@ -239,6 +239,21 @@ async def test_a_gzip_bomb_is_refused_at_the_cap_without_inflating_past_it(kind:
         with memory_peak() as peak, pytest.raises(AgentOversize):
             await agent_api.task(agent_api.dialect.get("rpc-1", "t1"))
     assert peak[0] < bomb_peak_bound(bomb), f"peak {peak[0] / (1 << 20):.1f} MiB"
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"), [(b"{", "not JSON"), (b"[1]", "not a JSON object"), (b"null", "not a JSON object")]
+)
+async def test_an_agent_card_that_is_no_json_object_is_a_protocol_error_for_every_caller(
+    body: bytes, problem: str
+) -> None:
+    answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+    async with serve(answering(answer)) as (url, connections), client() as http:
+        agent_api = AgentClient(agent(url), http)
+        for _ in range(3):  # one fetch: the failure is shared until its backoff passed
+            with pytest.raises(AgentProtocolError, match=f"agent card: {problem}$"):
+                await agent_api.card()
+        assert len(connections) == 1
 
 
 @pytest.mark.parametrize("kind", TRANSPORTS)
