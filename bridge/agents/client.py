@@ -36,8 +36,10 @@ from bridge.errors import (
     AgentUnavailable,
     CredentialsUnavailable,
 )
+from bridge.http import bounded
+from bridge.identity.shared import Failed, Shared
 from bridge.observe import metrics, tracing
-from bridge.wire import sse
+from bridge.wire import nesting, sse
 from bridge.wire.dialects import Dialect, Request, for_agent, unwrap
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,8 @@ _rpc_ids = itertools.count(1)
 _metric_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 # An agent card is a small JSON document; anything larger is not one.
 CARD_BYTES = 1024 * 1024
+# A card read is kept this long (fetched again in the background ahead of it).
+CARD_MAX_AGE_SECONDS = 24 * 3600.0
 
 
 def rpc_id(op: str) -> str:
@@ -64,8 +68,8 @@ def pool(limits: httpx.Limits, tls: ssl.SSLContext) -> httpx.AsyncClient:
         cookies=http.cookiejar.CookieJar(policy=refuse_all),
         # httpx asks for gzip by default: a few KiB on the wire may inflate to GiB, and
         # agents' JSON is not worth the CPU. One that compresses anyway is inflated
-        # piece by piece under the caps (transport.decoded).
-        headers={"Accept-Encoding": "identity"},
+        # piece by piece under the caps (bridge.http.bounded).
+        headers=bounded.IDENTITY,
     )
 
 
@@ -126,21 +130,6 @@ def _source_seq(event_id: str | None) -> int | None:
     return int(event_id)
 
 
-@contextlib.asynccontextmanager
-async def _whole_exchange(seconds: float) -> AsyncIterator[None]:
-    """A non-streaming exchange done within ``seconds`` in all, else
-    :class:`httpx.ReadTimeout`: httpx's timeouts bound each read, so an agent
-    trickling a byte a second would hold the call for ever."""
-    deadline = asyncio.timeout(seconds)
-    try:
-        async with deadline:
-            yield
-    except TimeoutError:
-        if deadline.expired():
-            raise httpx.ReadTimeout(f"no whole answer within {seconds:g} s") from None
-        raise
-
-
 class AgentClient:
     """One configured agent: its dialect, URL, token and timeouts.
 
@@ -166,7 +155,8 @@ class AgentClient:
         self._root: AgentClient | None = None  # a shard's parent: one agent card answer for all
         self._streaming: bool | None = None
         self._pushes: bool | None = None
-        self._card: dict[str, Any] | None = None
+        # One fetch for every caller, and every pool (the shards ask the root's).
+        self._card: Shared[dict[str, Any]] = Shared(self._fetch_card, f"agents.{config.name}", None)
         # Asked on every request: a renewed or rotated credential is on the next one.
         self.credentials = creds if creds is not None else credentials(config)
         # Parsed once: httpx parses a URL given as a string on every request.
@@ -247,31 +237,39 @@ class AgentClient:
         return not (isinstance(capabilities, dict) and capabilities.get("streaming") is False)
 
     async def card(self) -> dict[str, Any]:
-        """The agent card (``/.well-known/agent-card.json``), asked once per agent and
-        kept; sent with the agent's credentials. :class:`AgentFault` when there is none
-        to read (an untrusted certificate says so), :class:`CredentialsUnavailable`
-        when the token endpoint gives no token."""
+        """The agent card (``/.well-known/agent-card.json``), asked once for every caller of
+        every pool and kept (a day at most); sent with the agent's credentials.
+        :class:`AgentFault` when there is none to read (an untrusted certificate says
+        so), :class:`CredentialsUnavailable` when the token endpoint gives no token: a
+        failure answers every caller until its backoff passed (bridge/identity/shared.py)."""
         root = self._root or self
-        if root._card is None:
-            url = httpx.URL(self.config.url.rstrip("/") + "/.well-known/agent-card.json")
-            accept = {"Accept": "application/json"}
-            unavailable: AgentUnavailable | None = None
-            try:
-                exchange = self._exchange(
-                    "GET", url, op="card", method="agent card", headers=accept, content=None, timeout=self._timeout
-                )
-                async with _whole_exchange(self.config.request_timeout_seconds), exchange as response:
-                    card = orjson.loads(await self._read(response, CARD_BYTES, "agent card"))
-            except httpx.TransportError as exc:
-                unavailable = AgentUnavailable(self.name, "agent card", _unavailable(exc))
-            except orjson.JSONDecodeError:
-                raise AgentProtocolError(self.name, "agent card", "not JSON") from None
-            if unavailable is not None:
-                raise unavailable  # see call()
-            if not isinstance(card, dict):
-                raise AgentProtocolError(self.name, "agent card", "not a JSON object")
-            root._card = card
-        return root._card
+        try:
+            return await root._card.get()
+        except Failed as exc:
+            assert exc.error is not None
+            raise exc.error.with_traceback(None) from None  # the same error for every caller, its traceback anew
+
+    async def _fetch_card(self) -> tuple[dict[str, Any], float]:
+        url = httpx.URL(self.config.url.rstrip("/") + "/.well-known/agent-card.json")
+        accept = {"Accept": "application/json"}
+        error: AgentFault | None = None
+        try:
+            exchange = self._exchange(
+                "GET", url, op="card", method="agent card", headers=accept, content=None, timeout=self._timeout
+            )
+            async with bounded.within(self.config.request_timeout_seconds), exchange as response:
+                card = orjson.loads(await self._read(response, CARD_BYTES, "agent card"))
+        except httpx.TransportError as exc:
+            error = AgentUnavailable(self.name, "agent card", _unavailable(exc))
+        except orjson.JSONDecodeError:
+            error = AgentProtocolError(self.name, "agent card", "not JSON")
+        except (AgentFault, CredentialsUnavailable) as exc:
+            raise Failed(str(exc), error=exc) from None
+        if error is None and not isinstance(card, dict):
+            error = AgentProtocolError(self.name, "agent card", "not a JSON object")
+        if error is not None:
+            raise Failed(error.detail, error=error)  # outside the handler: nothing links it to httpx's error
+        return card, CARD_MAX_AGE_SECONDS
 
     def _headers(self, req: Request, accept: str) -> dict[str, str]:
         return {"Accept": accept, "Content-Type": "application/json", **req.headers}
@@ -351,17 +349,10 @@ class AgentClient:
 
     async def _read(self, response: httpx.Response, cap: int, what: str) -> bytes:
         """The body, or :class:`AgentOversize` as soon as it passes ``cap`` bytes."""
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > cap:
-            raise AgentOversize(self.name, what, f"response of {declared} bytes is over the {cap}-byte cap")
-        chunks: list[bytes] = []
-        n = 0
-        async for chunk in transport.decoded(response):  # inflated piece by piece, counted as it grows
-            n += len(chunk)
-            if n > cap:
-                raise AgentOversize(self.name, what, f"response is over the {cap}-byte cap")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        try:
+            return await bounded.read(response, cap)
+        except bounded.Oversize as exc:
+            raise AgentOversize(self.name, what, str(exc)) from None
 
     def _result(self, req: Request, data: bytes | str, what: str) -> dict[str, Any]:
         """The JSON-RPC ``result`` in ``data`` (:class:`AgentProtocolError` if ``what`` is not JSON)."""
@@ -369,6 +360,9 @@ class AgentClient:
             doc = orjson.loads(data)
         except orjson.JSONDecodeError:
             raise AgentProtocolError(self.name, req.method, f"{what} is not JSON") from None
+        if nesting.too_deep(data, doc):
+            # Never written back into an event: the Task ends `unreadable`, as past a size cap.
+            raise AgentOversize(self.name, req.method, f"{what} {nesting.REASON}")
         return unwrap(doc, agent=self.name, method=req.method)
 
     async def call(self, req: Request, trace: str | None = None) -> dict[str, Any]:
@@ -378,7 +372,7 @@ class AgentClient:
         unavailable: AgentUnavailable | None = None
         try:
             async with (
-                _whole_exchange(self.config.request_timeout_seconds),
+                bounded.within(self.config.request_timeout_seconds),
                 self._rpc(req, "application/json", orjson.dumps(req.body), self._timeout, trace) as r,
             ):
                 body = await self._read(r, self.config.max_response_bytes, req.method)
@@ -433,7 +427,7 @@ class AgentClient:
                         yield update
                     return
                 parser = sse.Parser(self.config.max_event_bytes)
-                chunks = transport.decoded(response)  # behind a proxy too: inflated under the cap
+                chunks = bounded.decoded(response)  # behind a proxy too: inflated under the cap
                 chunk: bytes | None = b""
                 while chunk is not None:
                     chunk = await anext(chunks, None)

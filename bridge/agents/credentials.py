@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from bridge.config.model import AgentConfig, ConfigError, Secret
+from bridge.config.model import AgentConfig, ConfigError, EncryptedKey, Secret, load_cert_chain
 from bridge.core.security import Held
 from bridge.identity import Grant, SecretSource, TokenSource, bearer, client_credentials, secret_from
 
@@ -113,11 +113,11 @@ def credentials(config: AgentConfig) -> Credentials:
             ca_file=config.oauth2_ca_file,
         )
         token = client_credentials(grant, where)
-    elif source := secret_from(where, "token", config.token_file, config.token_env):
+    elif source := secret_from(where, "token", config.token_file, config.token_env, header=True):
         token = bearer(source, where)
     return Credentials(
         token=token,
-        api_key=secret_from(where, "api_key", config.api_key_file, config.api_key_env),
+        api_key=secret_from(where, "api_key", config.api_key_file, config.api_key_env, header=True),
         api_key_header=config.api_key_header,
         api_key_query=config.api_key_query,
     )
@@ -138,7 +138,9 @@ def tls_context(config: AgentConfig) -> ssl.SSLContext | None:
         raise ConfigError(f"{where}.tls_ca_file: cannot load the CA {config.tls_ca_file!r} ({_why(exc)})") from None
     if config.tls_cert_file and config.tls_key_file:
         try:
-            ctx.load_cert_chain(config.tls_cert_file, config.tls_key_file)
+            load_cert_chain(ctx, config.tls_cert_file, config.tls_key_file)
+        except EncryptedKey as exc:
+            raise ConfigError(f"{where}.tls_key_file: {config.tls_key_file!r}: {exc}") from None
         except (OSError, ssl.SSLError) as exc:
             message = f"cannot load the client certificate {config.tls_cert_file!r} and its key ({_why(exc)})"
             raise ConfigError(f"{where}.tls_cert_file: {message}") from None

@@ -30,9 +30,9 @@ Transfer-Encoding) aborts it: its socket is released at once, never after a
 wait on a peer that stopped reading or a TLS peer that never answers close_notify.
 
 A body in gzip or deflate (the bridge asks for ``identity``; an agent may compress
-anyway) is inflated here in pieces of at most ``_READ_BYTES``, so a reader's cap
-on the sum holds against a few KiB that inflate to GiB; httpx's decoders inflate
-a whole read at once.
+anyway) is inflated here in pieces of at most :data:`~bridge.http.bounded.PIECE_BYTES`
+(:class:`~bridge.http.bounded.Inflater`), so a reader's cap on the sum holds against
+a few KiB that inflate to GiB; httpx's decoders inflate a whole read at once.
 
 httpx honours ``HTTP(S)_PROXY`` / ``ALL_PROXY`` (and, with them, ``NO_PROXY``) only
 when it builds its own transport: :func:`unless_proxied` keeps httpx's own when one
@@ -54,12 +54,12 @@ import ssl
 import threading
 import time
 import urllib.request
-import zlib
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import h11
 import httpx
 
+from bridge.http.bounded import Inflater, inflater
 from bridge.wire import chunked
 
 # Past this many unread bytes a socket stops reading until its reader catches up, so
@@ -343,75 +343,6 @@ def _request_error(request: httpx.Request) -> httpx.LocalProtocolError:
     return httpx.LocalProtocolError("the request's method, target or headers are not valid HTTP/1.1")
 
 
-# The content codings inflated here (those httpx decodes without optional packages),
-# and zlib's window bits for each.
-_WBITS = {b"gzip": zlib.MAX_WBITS | 16, b"deflate": zlib.MAX_WBITS}
-
-
-class _Inflater:
-    """A body's content codings undone, each piece out at most ``_READ_BYTES``
-    whatever one piece in inflates to."""
-
-    def __init__(self, codings: list[bytes]) -> None:
-        self._codings = codings[::-1]  # the last applied is undone first
-        self._stages = [zlib.decompressobj(_WBITS[c]) for c in self._codings]
-        self._fresh = [True] * len(self._stages)
-
-    def pieces(self, data: bytes, stage: int = 0) -> Iterator[bytes]:
-        if stage == len(self._stages):
-            if data:
-                yield data
-            return
-        while True:
-            out = self._inflate(stage, data)
-            data = self._stages[stage].unconsumed_tail
-            yield from self.pieces(out, stage + 1)
-            if not data and len(out) < _READ_BYTES:
-                return
-
-    def _inflate(self, stage: int, data: bytes) -> bytes:
-        fresh, self._fresh[stage] = self._fresh[stage], False
-        try:
-            return self._stages[stage].decompress(data, _READ_BYTES)
-        except zlib.error:
-            if fresh and self._codings[stage] == b"deflate":
-                # Some servers send raw deflate, without its zlib wrapper (httpx reads both).
-                self._stages[stage] = zlib.decompressobj(-zlib.MAX_WBITS)
-                return self._inflate(stage, data)
-            coding = self._codings[stage].decode()
-            raise httpx.RemoteProtocolError(f"the body is not valid {coding}") from None
-
-
-def inflater(headers: httpx.Headers | Sequence[tuple[bytes, bytes]]) -> _Inflater | None:
-    """An :class:`_Inflater` for a body with these headers, if it is in codings
-    inflated here (and only those); None for any other body."""
-    raw = headers.raw if isinstance(headers, httpx.Headers) else headers
-    codings = [
-        coding
-        for name, value in raw
-        if name.lower() == b"content-encoding"
-        for part in value.split(b",")
-        if (coding := part.strip().lower()) not in (b"", b"identity")
-    ]
-    if not codings or any(c not in _WBITS for c in codings):
-        return None
-    return _Inflater(codings)
-
-
-async def decoded(response: httpx.Response) -> AsyncIterator[bytes]:
-    """``response``'s body in pieces of at most ``_READ_BYTES`` once inflated: a cap
-    on their sum holds however much the body inflates. :class:`Transport` has
-    inflated its bodies already; httpx's own transport (behind a proxy) has not."""
-    inflate = inflater(response.headers)
-    if inflate is None:
-        async for data in response.aiter_bytes():
-            yield data
-        return
-    async for data in response.aiter_raw():
-        for piece in inflate.pieces(data):
-            yield piece
-
-
 class _Connection:
     """One HTTP/1.1 connection to an origin: its socket and its h11 state."""
 
@@ -559,10 +490,10 @@ class _Body(httpx.AsyncByteStream):
 
 
 class _InflatedBody(_Body):
-    """A :class:`_Body` in gzip or deflate, inflated piece by piece (see :class:`_Inflater`)."""
+    """A :class:`_Body` in gzip or deflate, inflated piece by piece (see :class:`Inflater`)."""
 
     def __init__(
-        self, pool: Transport, conn: _Connection, timeout: float | None, is_chunked: bool, inflate: _Inflater
+        self, pool: Transport, conn: _Connection, timeout: float | None, is_chunked: bool, inflate: Inflater
     ) -> None:
         super().__init__(pool, conn, timeout, is_chunked)
         self._inflate = inflate

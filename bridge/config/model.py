@@ -76,22 +76,28 @@ class Secret:
 
 
 def read_secret(
-    where: str, key: str, file: str | None, env: str | None, environ: Mapping[str, str] | None = None
+    where: str,
+    key: str,
+    file: str | None,
+    env: str | None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    header: bool = False,
 ) -> Secret | None:
     """The secret ``<key>_file`` or ``<key>_env`` of section ``where`` names, or
     :class:`ConfigError` naming the key (``environ``: the variables to read, the
-    process's own by default)."""
+    process's own by default; ``header``: see :func:`secret_text`)."""
     if file:
-        return secret_file(f"{where}.{key}_file", file)
+        return secret_file(f"{where}.{key}_file", file, header=header)
     if env:
         value = (os.environ if environ is None else environ).get(env)
         if value is None:
             raise ConfigError(f"{where}.{key}_env: environment variable {env!r} is not set")
-        return secret_text(f"{where}.{key}_env", value)
+        return secret_text(f"{where}.{key}_env", value, header=header)
     return None
 
 
-def secret_file(at: str, path: str) -> Secret:
+def secret_file(at: str, path: str, *, header: bool = False) -> Secret:
     """The secret in file ``path`` (which key ``at`` names), surrounding white space stripped."""
     try:
         text = Path(path).read_text(encoding="utf-8").strip()
@@ -99,19 +105,46 @@ def secret_file(at: str, path: str) -> Secret:
         raise ConfigError(f"{at}: cannot read the secret file {path!r} ({exc.strerror})") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{at}: the secret file {path!r} is not UTF-8 text") from None
-    return secret_text(at, text)
+    return secret_text(at, text, header=header)
 
 
-def secret_text(where: str, text: str) -> Secret:
+def secret_text(where: str, text: str, *, header: bool = False) -> Secret:
     """``text`` as a secret, refused when it holds a control character: it would end
-    up in a header, where it breaks the request (and an error message could echo it)."""
+    up in a header, where it breaks the request (and an error message could echo it).
+
+    ``header``: the secret is sent as an HTTP header value (a token, an API key), which
+    httpx writes as ASCII: any other character would fail every request, so it is
+    refused here, where the message can name the key. A password may hold any."""
     if _CONTROL.search(text):
         raise ConfigError(f"{where}: the secret holds a control character (a stray newline?); it is not used")
+    if header and not (text.isascii() and text.isprintable()):
+        message = "the secret holds a character an HTTP header cannot carry (only printable ASCII); it is not used"
+        raise ConfigError(f"{where}: {message}")
     return Secret(text)
 
 
 # C0 controls and DEL: never part of a token, a key or a password.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class EncryptedKey(ValueError):
+    """A private key file that is encrypted: the bridge takes no passphrase."""
+
+
+ENCRYPTED_KEY = (
+    "the key is encrypted, and the bridge takes no passphrase: write it decrypted (openssl pkey -in KEY -out KEY.plain)"
+)
+
+
+def _no_passphrase() -> bytes:
+    raise EncryptedKey(ENCRYPTED_KEY)
+
+
+def load_cert_chain(ctx: ssl.SSLContext, cert: str, key: str) -> None:
+    """``ctx.load_cert_chain(cert, key)``, never letting OpenSSL ask for a passphrase (with
+    none given, it prompts on the terminal, twice, then fails with "Invalid
+    argument"): :class:`EncryptedKey` for an encrypted key."""
+    ctx.load_cert_chain(cert, key, password=_no_passphrase)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,9 +230,15 @@ class KafkaConfig:
         if self.security_protocol in rules.TLS_PROTOCOLS:
             from aiokafka.helpers import create_ssl_context
 
-            opts["ssl_context"] = create_ssl_context(
-                cafile=self.ssl_cafile, certfile=self.ssl_certfile, keyfile=self.ssl_keyfile
-            )
+            try:
+                opts["ssl_context"] = create_ssl_context(
+                    cafile=self.ssl_cafile,
+                    certfile=self.ssl_certfile,
+                    keyfile=self.ssl_keyfile,
+                    password=_no_passphrase,
+                )
+            except EncryptedKey:
+                raise ConfigError(f"kafka.ssl_keyfile: {self.ssl_keyfile!r}: {ENCRYPTED_KEY}") from None
         return opts
 
 
@@ -300,7 +339,7 @@ class AgentConfig:
     push_jwks_url: str | None = field(default=None, metadata={"rule": rules.http_url})
 
     def token(self) -> Secret | None:
-        return read_secret(f"agents.{self.name}", "token", self.token_file, self.token_env)
+        return read_secret(f"agents.{self.name}", "token", self.token_file, self.token_env, header=True)
 
     @property
     def own_tls(self) -> bool:
@@ -326,6 +365,12 @@ class PushConfig:
     token_secret_file: str | None = field(default=None, metadata=SECRET_FILE)
     token_secret_env: str | None = field(default=None, metadata=SECRET_ENV)
     max_body_bytes: int = field(default=1_048_576, metadata=POSITIVE)
+    # Sockets the webhook holds at once, a TLS handshake included, and from one client
+    # address (0: no such bound; behind an ingress every connection comes from its few
+    # addresses). Past either, a connection with nothing authenticated on it gives way
+    # first (bridge/push/admission.py; docs/threat-model.md).
+    max_connections: int = field(default=512, metadata=POSITIVE)
+    max_connections_per_peer: int = field(default=128, metadata=NON_NEGATIVE)
     # A push-followed Task asks the agent with tasks/get this often (jittered), in
     # case notifications were lost on the agent's side.
     backstop_poll_seconds: float = field(default=300.0, metadata=POSITIVE)
@@ -391,6 +436,8 @@ class Config:
 
 # An agent's secrets (``<key>_file`` / ``<key>_env``) and the other files it names.
 AGENT_SECRETS = ("token", "oauth2_client_secret", "api_key")
+# Those sent as an HTTP header value (the client secret is form- and base64-encoded first).
+HEADER_SECRETS = ("token", "api_key")
 AGENT_FILES = ("tls_cert_file", "tls_key_file", "tls_ca_file", "oauth2_ca_file")
 
 
@@ -408,14 +455,21 @@ def _tls_files(where: str, a: Mapping[str, Any]) -> list[Problem]:
                     Problem(f"{where}.{key}", f"{a[key]!r} does not load as PEM CA certificates ({_reason(exc)})")
                 )
     if a.get("tls_cert_file") and a.get("tls_key_file"):
-        try:
-            ssl.create_default_context().load_cert_chain(a["tls_cert_file"], a["tls_key_file"])
-        except (OSError, ssl.SSLError) as exc:
-            message = (
-                f"{a['tls_cert_file']!r} and tls_key_file do not load as a certificate and its key ({_reason(exc)})"
-            )
-            out.append(Problem(f"{where}.tls_cert_file", message))
+        out += _key_pair(where, a, "tls_cert_file", "tls_key_file", ssl.create_default_context())
     return out
+
+
+def _key_pair(where: str, values: Mapping[str, Any], cert: str, key: str, ctx: ssl.SSLContext) -> list[Problem]:
+    """The certificate and key files ``values`` names load together as ``bridge run``
+    loads them; what is wrong is the TLS library's reason, never the files' bytes."""
+    try:
+        load_cert_chain(ctx, values[cert], values[key])
+    except EncryptedKey:
+        return [Problem(f"{where}.{key}", f"{values[key]!r}: {ENCRYPTED_KEY}")]
+    except (OSError, ssl.SSLError) as exc:
+        message = f"{values[cert]!r} and {key} do not load as a certificate and its key ({_reason(exc)})"
+        return [Problem(f"{where}.{cert}", message)]
+    return []
 
 
 def _reason(exc: OSError) -> str:
@@ -703,7 +757,7 @@ class _Reader:
             ("kafka", k, "sasl_password"),
             ("kafka", k, "sasl_oauth_client_secret"),
         ]:
-            out += self.secret_here(where, values, key)
+            out += self.secret_here(where, values, key, header=key in HEADER_SECRETS)
         for name, a in agents.items():
             missing = [key for key in AGENT_FILES if a.get(key) and not os.path.isfile(a[key])]
             out += [Problem(f"agents.{name}.{key}", f"{a[key]!r} is not a file here") for key in missing]
@@ -712,9 +766,10 @@ class _Reader:
         files = ["sasl_oauth_ca_file"]
         if k["security_protocol"] in rules.TLS_PROTOCOLS:
             files += ["ssl_cafile", "ssl_certfile", "ssl_keyfile"]
-        for key in files:
-            if k[key] and not os.path.isfile(k[key]):
-                out.append(Problem(f"kafka.{key}", f"{k[key]!r} is not a file here"))
+        missing = [key for key in files if k[key] and not os.path.isfile(k[key])]
+        out += [Problem(f"kafka.{key}", f"{k[key]!r} is not a file here") for key in missing]
+        if "ssl_certfile" in files and k["ssl_certfile"] and k["ssl_keyfile"] and not missing:
+            out += _key_pair("kafka", k, "ssl_certfile", "ssl_keyfile", ssl.create_default_context())
         return out
 
     def push_here(self, p: Mapping[str, Any]) -> list[Problem]:
@@ -733,18 +788,12 @@ class _Reader:
         missing = [key for key in ("tls_cert_file", "tls_key_file") if p[key] and not os.path.isfile(p[key])]
         out += [Problem(f"push.{key}", f"{p[key]!r} is not a file here") for key in missing]
         if not missing and p["tls_cert_file"] and p["tls_key_file"]:
-            try:
-                ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
-                    p["tls_cert_file"], p["tls_key_file"]
-                )
-            except (OSError, ssl.SSLError) as exc:
-                message = (
-                    f"{p['tls_cert_file']!r} and tls_key_file do not load as a certificate and its key ({_reason(exc)})"
-                )
-                out.append(Problem("push.tls_cert_file", message))
+            out += _key_pair(
+                "push", p, "tls_cert_file", "tls_key_file", ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            )
         return out
 
-    def secret_here(self, where: str, values: Mapping[str, Any], key: str) -> list[Problem]:
+    def secret_here(self, where: str, values: Mapping[str, Any], key: str, *, header: bool = False) -> list[Problem]:
         file, var = values.get(f"{key}_file"), values.get(f"{key}_env")
         out: list[Problem] = []
         if file and not (os.path.isfile(file) and os.access(file, os.R_OK)):
@@ -754,7 +803,7 @@ class _Reader:
         if out or (file and var):
             return out  # two places are their own problem (rules.secret_source)
         try:
-            read_secret(where, key, file, var, self.env)
+            read_secret(where, key, file, var, self.env, header=header)
         except ConfigError as exc:
             at, _, message = str(exc).partition(": ")
             return [Problem(at, message)]

@@ -411,9 +411,7 @@ def push(p: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]], b: Mappi
         if agents[name].get("dialect") == "gateway":
             message = "the gateway protocol has no push notifications (docs/gateway-protocol.md); use stream or poll"
             out.append(Problem(f"agents.{name}.push", message))
-    for name, a in agents.items():
-        if a.get("push_jwks_url") and not a.get("push"):
-            out.append(Problem(f"agents.{name}.push_jwks_url", "ignored: the agent does not push", warning=True))
+    out += _push_jwks(agents)
     if pushing:
         users = ", ".join(pushing)
         if not p["base_url"]:
@@ -430,7 +428,26 @@ def push(p: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]], b: Mappi
     if bool(p["tls_cert_file"]) != bool(p["tls_key_file"]):
         message = "tls_cert_file and tls_key_file go together (the webhook's certificate and its key)"
         out.append(Problem("[push]", message))
+    per_peer, most = p["max_connections_per_peer"], p["max_connections"]
+    if per_peer > most > 0:
+        message = f"{per_peer} is above max_connections {most}, so it bounds nothing (0 says so)"
+        out.append(Problem("push.max_connections_per_peer", message, warning=True))
     if p["listen_port"] and p["listen_port"] == b["http_port"]:
         message = f"{p['listen_port']} is bridge.http_port too; the webhook has a port of its own"
         out.append(Problem("push.listen_port", message))
+    return out
+
+
+def _push_jwks(agents: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+    """A JWKS of an agent that does not push does nothing; a pushing agent's JWKS in
+    clear off this machine lets whoever is on the way serve keys of their own and sign
+    notifications (as a token endpoint's or base_url in clear would)."""
+    out: list[Problem] = []
+    for name, a in agents.items():
+        url = a.get("push_jwks_url")
+        if url and not a.get("push"):
+            out.append(Problem(f"agents.{name}.push_jwks_url", "ignored: the agent does not push", warning=True))
+        elif isinstance(url, str) and url.startswith("http://") and not loopback(url):
+            message = "http:// lets anyone on the way replace the agent's signing keys; use https://"
+            out.append(Problem(f"agents.{name}.push_jwks_url", message, warning=True))
     return out

@@ -51,6 +51,7 @@ Refusal = Literal[
     "media-type",
     "too-large",
     "malformed",
+    "too-deep",  # a JSON object nested deeper than the bridge could write it back (bridge/wire/nesting.py)
     "kafka-unavailable",
     "unverifiable",  # the agent's JWKS could not be read: the signature cannot be checked now
     "busy",  # too many connections at once
@@ -62,6 +63,7 @@ STATUS: dict[Refusal, int] = {
     "media-type": 415,
     "too-large": 413,
     "malformed": 400,
+    "too-deep": 400,
     "kafka-unavailable": 503,
     "unverifiable": 503,
     "busy": 503,

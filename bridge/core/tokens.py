@@ -16,7 +16,12 @@ rules below decide for all of them at once:
   down sees one request per backoff step, not one per Task;
 - a token the agent refused (HTTP 401) is dropped, once: the next caller
   fetches a fresh one, and callers still holding the refused one do not make
-  a second fetch for it.
+  a second fetch for it;
+- every token has a finite life (:func:`lifetime`: ``expires_in`` up to a cap, or
+  :data:`UNSTATED_LIFETIME`; one stated as spent, 0 or less, is no token): while
+  renewals fail it is handed out until then, never after, so callers learn there
+  is no token (their Tasks wait, and end at their deadline) instead of sending a
+  spent one for ever.
 
 The clock is the caller's (``now``: monotonic seconds).
 """
@@ -24,6 +29,7 @@ The clock is the caller's (``now``: monotonic seconds).
 from __future__ import annotations
 
 import enum
+import math
 import random
 from dataclasses import dataclass
 
@@ -32,9 +38,14 @@ from bridge.core.backoff import Backoff, Draw
 # A token endpoint that fails: 0.5 s doubling to 30 s, at least half of each
 # step, so that a provider that is down is never hammered.
 TOKEN_RETRY = Backoff(base=0.5, cap=30.0, floor=0.5)
-# A token without ``expires_in`` is renewed after this long (RFC 6749 §5.1 makes
-# it optional; a provider that leaves it out usually means "a long time").
+# A token without ``expires_in`` lives this long here (RFC 6749 §5.1 makes it
+# optional; a provider that leaves it out usually means "a long time", which the
+# bridge cannot check: it renews as often as for Keycloak's default lifespan).
 UNSTATED_LIFETIME = 300.0
+# The most life a token is given: one stated to live longer (or a lifetime in
+# milliseconds taken for seconds) is renewed within a day all the same, so a revoked
+# client is noticed.
+MAX_LIFETIME = 24 * 3600.0
 # Renewal starts this far ahead of the expiry at least (or half the lifetime of
 # a shorter-lived token), so that a slow token endpoint still answers in time.
 RENEW_AHEAD = 30.0
@@ -52,31 +63,32 @@ class Lease:
     """One token's lifetime as the token endpoint stated it."""
 
     obtained: float
-    lifetime: float | None  # expires_in; None when the endpoint did not say
+    lifetime: float  # seconds, as :func:`lifetime` reads expires_in
 
     @property
     def renew_at(self) -> float:
-        if self.lifetime is None:
-            return self.obtained + UNSTATED_LIFETIME
         ahead = min(max(self.lifetime * 0.2, RENEW_AHEAD), self.lifetime * 0.5)
         return self.obtained + self.lifetime - ahead
 
     @property
     def usable_until(self) -> float:
-        if self.lifetime is None:
-            return float("inf")
         return self.obtained + self.lifetime - min(IN_FLIGHT, self.lifetime * 0.1)
 
 
 def lifetime(expires_in: object) -> float | None:
-    """``expires_in`` as seconds, or None when it is missing or not a positive number."""
+    """``expires_in`` as seconds, at most :data:`MAX_LIFETIME`; :data:`UNSTATED_LIFETIME`
+    when it is missing or not a number; None when it is 0 or less: the endpoint says
+    the token is spent (a token is never used longer than stated: the agent would
+    refuse it)."""
     if isinstance(expires_in, bool) or not isinstance(expires_in, int | float | str):
-        return None
+        return UNSTATED_LIFETIME
     try:
         seconds = float(expires_in)
     except ValueError:
-        return None
-    return seconds if 0 < seconds < float("inf") else None
+        return UNSTATED_LIFETIME
+    if math.isnan(seconds):
+        return UNSTATED_LIFETIME
+    return min(seconds, MAX_LIFETIME) if seconds > 0 else None
 
 
 def refused(status: int, error: object) -> bool:

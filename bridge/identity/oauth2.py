@@ -3,8 +3,10 @@
 One :class:`ClientCredentials` per (token endpoint, client, scopes, audience) in
 the process (:func:`client_credentials`), shared by every agent and Kafka client
 configured with it. When it renews, how failures are paced and which answers
-refuse the client are the rules of :mod:`bridge.core.tokens`; this module does
-the HTTP and keeps one fetch in flight at a time.
+refuse the client are the rules of :mod:`bridge.core.tokens`, which
+:mod:`bridge.identity.shared` drives (one fetch in flight at a time, its failure
+shared); this module does the HTTP, each request within :data:`DEADLINE_SECONDS`
+and its answer read under :data:`RESPONSE_BYTES` (:mod:`bridge.http.bounded`).
 
 What leaves this module in a log line, a metric or an exception is the source's
 configured name, an HTTP status and an RFC 6749 §5.2 error code from a closed
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import ssl
 import time
@@ -27,8 +30,9 @@ import orjson
 
 from bridge.config.model import ConfigError, Secret, secret_text
 from bridge.core import tokens
-from bridge.core.tokens import Lease, Plan, TokenState
 from bridge.errors import CredentialsUnavailable
+from bridge.http import bounded
+from bridge.identity.shared import Failed, Shared
 from bridge.identity.sources import SecretSource
 from bridge.observe import metrics
 
@@ -38,6 +42,10 @@ AuthMethod = Literal["client_secret_basic", "client_secret_post"]
 # A token response is a small JSON object; anything larger is not one.
 RESPONSE_BYTES = 64 * 1024
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+# A whole token request, from the connection to the answer's last byte: each read
+# within TIMEOUT is not enough, a trickling endpoint would hold the one fetch every
+# waiting Task shares (and `config check --live`) for ever.
+DEADLINE_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,7 @@ class Grant:
             form["scope"] = " ".join(self.scopes)
         if self.audience:
             form["audience"] = self.audience
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **bounded.IDENTITY}
         if self.auth_method == "client_secret_post":
             form.update(client_id=self.client_id, client_secret=secret)
         else:
@@ -78,15 +86,6 @@ def _form(value: str) -> str:
     return urllib.parse.quote_plus(value, safe="")
 
 
-class _Refused(Exception):
-    """The endpoint answered, but with no token; ``detail`` is safe to show."""
-
-    def __init__(self, detail: str, refused: bool) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.refused = refused
-
-
 class ClientCredentials:
     """The token of one :class:`Grant`, shared: see :mod:`bridge.core.tokens` for its rules."""
 
@@ -94,90 +93,62 @@ class ClientCredentials:
         self.grant = grant
         self.name = name
         self._http = http
-        self._state = TokenState()
-        self._token: Secret | None = None
-        self._fetch: asyncio.Task[None] | None = None
-        self._last_error: CredentialsUnavailable | None = None
+        self._shared: Shared[Secret] = Shared(self._fetch, name, "the token endpoint gave no token")
         self._label = metrics.TOKEN_REQUESTS.labels  # bound once; children looked up per result
 
     async def token(self) -> Secret:
-        plan = self._state.plan(time.monotonic())
-        if plan is Plan.USE_AND_RENEW:
-            self._start_fetch()
-        if plan in (Plan.USE, Plan.USE_AND_RENEW):
-            assert self._token is not None
-            return self._token
-        if plan is Plan.BACKED_OFF:
-            raise self._backed_off()
-        fetch = self._start_fetch()
-        await asyncio.shield(fetch)
-        if self._token is not None and self._state.plan(time.monotonic()) in (Plan.USE, Plan.USE_AND_RENEW):
-            return self._token
-        raise self._backed_off()
+        try:
+            return await self._shared.get()
+        except Failed as exc:
+            raise CredentialsUnavailable(
+                self.name, exc.detail, refused=exc.refused, retry_after=exc.retry_after
+            ) from None
 
     def refused(self, token: Secret) -> None:
-        current = self._token
+        current = self._shared.value
         # Only the current token's refusal drops it: a Task still holding an older
         # one must not throw away the fresh token another Task already fetched.
-        if current is not None and token.get() == current.get() and self._state.refused(self._state.generation):
+        if current is not None and token.get() == current.get() and self._shared.drop():
             log.info("%s: the agent refused the current token; fetching a fresh one", self.name)
 
-    def _backed_off(self) -> CredentialsUnavailable:
-        last = self._last_error
-        retry = max(0.0, self._state.retry_at - time.monotonic())
-        detail = last.detail if last else "no token yet"
-        return CredentialsUnavailable(self.name, detail, refused=bool(last and last.refused), retry_after=retry)
-
-    def _start_fetch(self) -> asyncio.Task[None]:
-        """The fetch in flight, or a new one: never two at once."""
-        loop = asyncio.get_running_loop()
-        if self._fetch is None or self._fetch.done() or self._fetch.get_loop() is not loop:
-            self._fetch = loop.create_task(self._fetch_once(), name=f"token:{self.name}")
-        return self._fetch
-
-    async def _fetch_once(self) -> None:
+    async def _fetch(self) -> tuple[Secret, float]:
         started = time.monotonic()
         try:
             token, lifetime = await self._request()
-        except _Refused as exc:
-            delay = self._state.failed(time.monotonic())
-            result = "refused" if exc.refused else "error"
-            self._observe(result, started)
-            self._last_error = CredentialsUnavailable(self.name, exc.detail, refused=exc.refused, retry_after=delay)
-            log.warning("%s: the token endpoint gave no token (%s); next try in %.1f s", self.name, exc.detail, delay)
-            return
-        except asyncio.CancelledError:
+        except Failed as exc:
+            self._observe("refused" if exc.refused else "error", started)
             raise
         self._observe("ok", started)
-        self._token = token
-        self._state.obtained(Lease(time.monotonic(), lifetime))
-        self._last_error = None
+        return token, lifetime
 
     def _observe(self, result: str, started: float) -> None:
         self._label(self.name, result).inc()
         metrics.TOKEN_SECONDS.labels(self.name).observe(time.monotonic() - started)
 
-    async def _request(self) -> tuple[Secret, float | None]:
+    async def _request(self) -> tuple[Secret, float]:
         try:
             form, headers = self.grant.request()
         except ConfigError as exc:  # the secret file went unreadable
-            raise _Refused(f"the client secret cannot be read ({exc})", refused=True) from None
+            raise Failed(f"the client secret cannot be read ({exc})", refused=True) from None
         try:
             http = self._http or _client(self.grant.ca_file)
         except OSError as exc:  # ssl.SSLError too: the CA file went missing or bad since the start
-            raise _Refused(
-                f"the token endpoint's CA file cannot be used ({type(exc).__name__})", refused=False
-            ) from None
+            raise Failed(f"the token endpoint's CA file cannot be used ({type(exc).__name__})") from None
+        body: bytes | None = None
         try:
-            async with http.stream("POST", self.grant.token_url, data=form, headers=headers, timeout=TIMEOUT) as r:
-                body = await _body(r)
+            async with (
+                bounded.within(DEADLINE_SECONDS),
+                http.stream("POST", self.grant.token_url, data=form, headers=headers, timeout=TIMEOUT) as r,
+            ):
                 status = r.status_code
+                with contextlib.suppress(bounded.Oversize):  # then it is no token answer
+                    body = await bounded.read(r, RESPONSE_BYTES)
         except httpx.HTTPError as exc:
-            raise _Refused(f"the token endpoint is unreachable ({type(exc).__name__})", refused=False) from None
+            raise Failed(f"the token endpoint is unreachable ({type(exc).__name__})") from None
         return _answer(status, body)
 
 
-def _answer(status: int, body: bytes | None) -> tuple[Secret, float | None]:
+def _answer(status: int, body: bytes | None) -> tuple[Secret, float]:
     """The token and its lifetime from a token endpoint's answer (RFC 6749 §5.1, §5.2)."""
     doc: Any = None
     if body is not None:
@@ -186,31 +157,23 @@ def _answer(status: int, body: bytes | None) -> tuple[Secret, float | None]:
         except orjson.JSONDecodeError:
             doc = None
     if not isinstance(doc, dict):
-        raise _Refused(f"HTTP {status} without a JSON object", refused=tokens.refused(status, None))
+        raise Failed(f"HTTP {status} without a JSON object", refused=tokens.refused(status, None))
     if status != 200:
         error = doc.get("error")
         code = error if isinstance(error, str) and error in tokens.REFUSALS | {"unsupported_grant_type"} else None
         said = f", {code}" if code else ""
-        raise _Refused(f"HTTP {status}{said}", refused=tokens.refused(status, error))
+        raise Failed(f"HTTP {status}{said}", refused=tokens.refused(status, error))
     access, kind = doc.get("access_token"), doc.get("token_type", "bearer")
     if not isinstance(access, str) or not access or not isinstance(kind, str) or kind.lower() != "bearer":
-        raise _Refused("HTTP 200 without a bearer access_token", refused=False)
+        raise Failed("HTTP 200 without a bearer access_token")
     try:
-        token = secret_text("access_token", access)
+        token = secret_text("access_token", access, header=True)
     except ConfigError:
-        raise _Refused("HTTP 200 with an access_token that is not a header value", refused=False) from None
-    return token, tokens.lifetime(doc.get("expires_in"))
-
-
-async def _body(response: httpx.Response) -> bytes | None:
-    chunks: list[bytes] = []
-    n = 0
-    async for chunk in response.aiter_bytes():
-        n += len(chunk)
-        if n > RESPONSE_BYTES:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+        raise Failed("HTTP 200 with an access_token that is not a header value") from None
+    life = tokens.lifetime(doc.get("expires_in"))
+    if life is None:  # the endpoint calls it spent: a failure, paced by the backoff like any other
+        raise Failed("HTTP 200 with a token already expired (expires_in 0 or less)")
+    return token, life
 
 
 _clients: dict[tuple[str | None, int], httpx.AsyncClient] = {}

@@ -59,9 +59,12 @@ class FixedSecret:
 class FileSecret:
     """A secret in a file, read again when the file changes."""
 
-    def __init__(self, where: str, path: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, where: str, path: str, clock: Callable[[], float] = time.monotonic, *, header: bool = False
+    ) -> None:
         self._where = where
         self._path = path
+        self._header = header  # sent as an HTTP header value: held to what one can carry, each read
         self._clock = clock
         self._seen: tuple[int, int, int, int] | None = None
         self._checked = float("-inf")
@@ -77,7 +80,7 @@ class FileSecret:
     def _read(self) -> Secret:
         self._seen = self._stat()
         self._checked = self._clock()
-        return secret_file(self._where, self._path)
+        return secret_file(self._where, self._path, header=self._header)
 
     def get(self) -> Secret:
         now = self._clock()
@@ -99,12 +102,15 @@ class FileSecret:
         self._checked = float("-inf")
 
 
-def secret_from(where: str, key: str, file: str | None, env: str | None) -> SecretSource | None:
+def secret_from(
+    where: str, key: str, file: str | None, env: str | None, *, header: bool = False
+) -> SecretSource | None:
     """The secret ``<key>_file`` or ``<key>_env`` of ``where`` names, as a source
-    (a file is followed through rotations); :class:`ConfigError` if it cannot be read."""
+    (a file is followed through rotations); :class:`ConfigError` if it cannot be read.
+    ``header``: it is sent as an HTTP header value (:func:`bridge.config.model.secret_text`)."""
     if file:
-        return FileSecret(f"{where}.{key}_file", file)
-    secret = read_secret(where, key, None, env)
+        return FileSecret(f"{where}.{key}_file", file, header=header)
+    secret = read_secret(where, key, None, env, header=header)
     return FixedSecret(secret) if secret is not None else None
 
 

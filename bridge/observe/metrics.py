@@ -220,13 +220,24 @@ TOKEN_SECONDS = Histogram(
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 
-# Push notifications at the webhook (bridge/push/webhook.py). A request is counted as
-# received once it names a configured agent; every refused one under its reason
+# Push notifications at the webhook (bridge/push/webhook.py). A notification is counted
+# as received once it is authenticated (the Task's token, and the agent's JWT where it
+# signs), so no one without a token moves it; every refused request under its reason
 # (bridge/core/push.py Refusal), and nothing refused is ever produced.
 PUSH_RECEIVED = Counter(
     "bridge_push_notifications_received_total",
-    "Webhook requests to a push path of a configured agent, by agent.",
+    "Push notifications the webhook authenticated (the Task's token, and the JWT where the agent signs), by agent.",
     ["agent"],
+)
+PUSH_CONNECTIONS = Gauge(
+    "bridge_push_connections",
+    "Sockets the webhook holds (TLS handshakes included), at most push.max_connections.",
+)
+PUSH_EVICTED = Counter(
+    "bridge_push_connections_evicted_total",
+    "Webhook connections closed to make room for a new one, by what they were doing: closing (after a"
+    " refusal), unauthenticated (nothing authenticated on them yet), idle (between notifications).",
+    ["held"],
 )
 PUSH_REFUSED = Counter(
     "bridge_push_notifications_refused_total",

@@ -2,23 +2,33 @@
 Service picks, and this replica relays each one it can verify to the notifications
 topic, at the partition its URL names; the owner of that partition applies it.
 
-Its own HTTP/1.1 server (h11 for the framing, asyncio streams), on a port of its own
-(``push.listen_port``; never the ops port), TLS when ``push.tls_cert_file`` is set.
-Heads and bodies are bounded in size and time, and so is the number of connections.
-A request is answered, in this order:
+Its own HTTP/1.1 server (h11 for the framing, bridge/push/framing.py; asyncio), on a
+port of its own (``push.listen_port``; never the ops port), TLS when
+``push.tls_cert_file`` is set. Every accepted socket is held to its place in a table
+(bridge/push/admission.py) from the moment it is accepted, its TLS handshake
+included: at most ``push.max_connections``, ``push.max_connections_per_peer`` from one
+address, and past either a connection with nothing authenticated on it gives way
+first, so no client without a Task's token can shut the webhook to agents. The TLS
+handshake and the first request's head must come within :data:`FIRST_HEAD_SECONDS`
+of the accept; a kept-alive connection's next head, and a body, within
+:data:`READ_SECONDS`. A request is answered, in this order:
 
+- 400 a head h11 or bridge/push/framing.py refuses (among them both Content-Length
+  and Transfer-Encoding), 431 a head larger than :data:`MAX_HEAD_BYTES`, each closing
+  the connection;
 - 404 not a push path; 405 not POST; 401 a missing or wrong ``X-A2A-Notification-Token``;
   404 an agent that is not configured or does not push; 415 not ``application/json``
   (nor ``application/a2a+json``);
-  413 larger than ``push.max_body_bytes`` (by Content-Length, or once read), 431 a
-  head larger than :data:`MAX_HEAD_BYTES`;
-- 400 a body that is not a JSON object; 401 a JWT that does not verify, where the agent
+  413 larger than ``push.max_body_bytes`` (by Content-Length, or once read);
+- 400 a body that is not a JSON object, or one nested deeper than the bridge could write
+  back (bridge/wire/nesting.py); 401 a JWT that does not verify, where the agent
   has ``push_jwks_url`` (503 while its JWKS cannot be read);
 - 404 a partition the notifications topic does not have;
 - 200 once Kafka has acknowledged the record (bridge/push/relay.py); 503 with
   Retry-After when it did not within ``push.produce_timeout_seconds``.
 
-Every refusal is counted by reason, and nothing refused is produced.
+Every refusal is counted by reason, and nothing refused is produced; a notification
+is counted as received once authenticated.
 """
 
 from __future__ import annotations
@@ -26,33 +36,50 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 import time
-from http import HTTPStatus
 from typing import Any, get_args
 
 import h11
 import httpx
 
-from bridge.config.model import AgentConfig, Config
+from bridge.config.model import AgentConfig, Config, load_cert_chain
 from bridge.core import push
 from bridge.core.push import Refusal, Route
 from bridge.errors import KafkaUnreachable
 from bridge.observe import metrics
 from bridge.push import signatures
+from bridge.push.admission import Held, Table
+from bridge.push.framing import Reader, Refused
 from bridge.push.relay import Relay, TooLarge
+from bridge.wire import nesting
 from bridge.wire.notifications import json_object
 
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 16 * 1024
-# A request's head (from the first byte a kept-alive connection waits for) and then
-# its body must each arrive within this: a slow sender cannot hold a connection.
+# From the accept, a connection's TLS handshake and its first request's head: a client
+# that connects and says nothing (or trickles) is closed then, if nobody needed its
+# place before (an agent's sender writes its request at once).
+FIRST_HEAD_SECONDS = 10.0
+# A new connection is not closed to make room for another before it had this long to
+# send its first head (bridge/push/admission.py): under a burst of connections the
+# webhook may not read an agent's request at once.
+FRESH_SECONDS = 1.0
+# A kept-alive connection's next head (from the last answer), and a body (from its
+# head), must each arrive within this: a slow sender cannot hold a connection.
 READ_SECONDS = 30.0
 WRITE_SECONDS = 10.0
 LINGER_SECONDS = 2.0
-MAX_CONNECTIONS = 512
 RETRY_AFTER_SECONDS = 5
+# Sockets accepted per wake of the listening socket, each given its place at once: the
+# webhook holds at most max_connections plus these (those given way are closed on the
+# loop's next turn). The kernel keeps the rest in the listen queue, of BACKLOG.
+ACCEPT_BATCH = 32
+BACKLOG = 512
+# After an accept failed (no file descriptor left), the pause before the next.
+ACCEPT_PAUSE_SECONDS = 0.5
 READ_CHUNK = 64 * 1024
 TOKEN_HEADER = b"x-a2a-notification-token"
 # What an operator reads in the response body (the reason is in the status already).
@@ -64,6 +91,7 @@ TEXT: dict[Refusal | None, bytes] = {
     "media-type": b"a notification is application/json\n",
     "too-large": b"the notification is too large\n",
     "malformed": b"a notification is a JSON object\n",
+    "too-deep": b"a notification nests at most %d levels\n" % nesting.MAX_DEPTH,
     "kafka-unavailable": b"the notification could not be stored now; retry\n",
     "unverifiable": b"the notification's signature cannot be checked now; retry\n",
     "busy": b"too many connections; retry\n",
@@ -74,8 +102,25 @@ BUSY = (
 )
 
 
-class _TooLarge(Exception):
-    pass
+class _Accepted:
+    """An admitted connection: its socket, the task serving it, and its transport once
+    made, to close it when its place is taken."""
+
+    __slots__ = ("sock", "started", "task", "transport")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.started = False  # the task ran: from then on it closes what it made
+        self.task: asyncio.Task[None] | None = None
+        self.transport: asyncio.Transport | None = None
+
+    def evict(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+        elif not self.started:
+            self.sock.close()
+        if self.task is not None:
+            self.task.cancel()
 
 
 class Webhook:
@@ -84,75 +129,126 @@ class Webhook:
         self.port = config.push.listen_port
         self._relay = Relay(config, producer=producer)
         self._key = b""
-        self._server: asyncio.Server | None = None
+        self._tls: ssl.SSLContext | None = None
+        self._listener: socket.socket | None = None
         self._handlers: set[asyncio.Task[None]] = set()
+        self._table = Table(config.push.max_connections, config.push.max_connections_per_peer, FRESH_SECONDS)
+        self._held: dict[int, _Accepted] = {}
         self._http: httpx.AsyncClient | None = None
         self._jwks: dict[str, signatures.Jwks] = {}
 
     async def start(self) -> None:
         p = self.config.push
         self._key = p.token_key()
-        tls = None
         if p.tls_cert_file and p.tls_key_file:
-            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            tls.load_cert_chain(p.tls_cert_file, p.tls_key_file)
+            self._tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            load_cert_chain(self._tls, p.tls_cert_file, p.tls_key_file)  # `bridge run` checked it at load
         signed = {n: a.push_jwks_url for n, a in self.config.agents.items() if a.push and a.push_jwks_url}
         if signed:
             self._http = httpx.AsyncClient(follow_redirects=False)
             self._jwks = {name: signatures.Jwks(url, self._http) for name, url in signed.items()}
         for reason in get_args(Refusal):
             metrics.PUSH_REFUSED.labels(reason)
+        for held in Held:
+            if held is not Held.BUSY:
+                metrics.PUSH_EVICTED.labels(held.value)
         for agent in self.config.push_agents():
             metrics.PUSH_RECEIVED.labels(agent)
             metrics.PUSH_PRODUCED.labels(agent)
         await self._relay.start()
-        self._server = await asyncio.start_server(
-            self._connection, p.listen_host, p.listen_port, ssl=tls, ssl_handshake_timeout=READ_SECONDS if tls else None
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        log.info("push webhook on %s:%d (%s)", p.listen_host, self.port, "TLS" if tls else "plain HTTP")
+        family = socket.AF_INET6 if ":" in p.listen_host else socket.AF_INET
+        self._listener = socket.create_server((p.listen_host, p.listen_port), family=family, backlog=BACKLOG)
+        self._listener.setblocking(False)
+        asyncio.get_running_loop().add_reader(self._listener.fileno(), self._accept)
+        self.port = self._listener.getsockname()[1]
+        log.info("push webhook on %s:%d (%s)", p.listen_host, self.port, "TLS" if self._tls else "plain HTTP")
 
     async def stop(self) -> None:
         """Stop accepting; requests under way get the produce timeout to finish, then
         are cut (their agents get no answer and retry)."""
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            asyncio.get_running_loop().remove_reader(self._listener.fileno())
+            self._listener.close()
+            self._listener = None
         if self._handlers:
             _, pending = await asyncio.wait(set(self._handlers), timeout=self.config.push.produce_timeout_seconds)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
         if self._http is not None:
             await self._http.aclose()
         await self._relay.stop()
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
-        try:
-            if len(self._handlers) > MAX_CONNECTIONS:
-                metrics.PUSH_REFUSED.labels("busy").inc()
-                writer.write(BUSY)
-                await asyncio.wait_for(writer.drain(), WRITE_SECONDS)
-                await _linger(reader, writer)
-                return
-            conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+    def _accept(self) -> None:
+        """Sockets accepted, each given its place at once (closing what it displaces), or
+        closed at once: the webhook's file descriptors stay within its bound, plus one
+        batch (the places given way are released on the loop's next turn)."""
+        assert self._listener is not None
+        loop = asyncio.get_running_loop()
+        for _ in range(ACCEPT_BATCH):
             try:
-                while await self._exchange(conn, reader, writer):
-                    conn.start_next_cycle()
-            except h11.RemoteProtocolError as exc:
-                # Not HTTP/1.1, or a head larger than MAX_HEAD_BYTES (431).
-                if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                    refusal: Refusal = "too-large" if exc.error_status_hint == 431 else "malformed"
-                    await self._answer(conn, writer, refusal, close=True, status=exc.error_status_hint)
+                sock, peer = self._listener.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                break
+            except OSError as exc:  # out of file descriptors (EMFILE): the kernel keeps the queue meanwhile
+                log.warning("push webhook: cannot accept a connection now: %s", exc.strerror or exc)
+                loop.remove_reader(self._listener.fileno())
+                loop.call_later(ACCEPT_PAUSE_SECONDS, self._resume_accepting)
+                break
+            admission = self._table.admit(str(peer[0]), loop.time())
+            for entry in admission.evicted:
+                metrics.PUSH_EVICTED.labels(entry.held.value).inc()
+                self._held.pop(entry.id).evict()
+            if admission.id is None:
+                metrics.PUSH_REFUSED.labels("busy").inc()
+                sock.close()
+                continue
+            sock.setblocking(False)
+            held = self._held[admission.id] = _Accepted(sock)
+            held.task = loop.create_task(self._connection(admission.id, held, busy=admission.answer))
+            self._handlers.add(held.task)
+            # Not in the task's own finally: a task whose place is taken before it ran never runs it.
+            held.task.add_done_callback(self._handlers.discard)
+        metrics.PUSH_CONNECTIONS.set(len(self._table))
+
+    def _resume_accepting(self) -> None:
+        if self._listener is not None:
+            asyncio.get_running_loop().add_reader(self._listener.fileno(), self._accept)
+
+    async def _streams(self, held: _Accepted) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The connection as asyncio streams, after its TLS handshake if it has one."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=2 * READ_CHUNK)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        transport, _ = await loop.connect_accepted_socket(lambda: protocol, held.sock, ssl=self._tls)
+        assert isinstance(transport, asyncio.Transport)
+        held.transport = transport
+        return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+    async def _connection(self, cid: int, held: _Accepted, *, busy: bool) -> None:
+        held.started = True
+        loop = asyncio.get_running_loop()
+        writer: asyncio.StreamWriter | None = None
+        try:
+            async with asyncio.timeout(FIRST_HEAD_SECONDS) as first:
+                reader, writer = await self._streams(held)
+                if busy:
+                    metrics.PUSH_REFUSED.labels("busy").inc()
+                    writer.write(BUSY)
+                    await asyncio.wait_for(writer.drain(), WRITE_SECONDS)
+                    await _linger(reader, writer)
+                    return
+                framing = Reader(MAX_HEAD_BYTES, self.config.push.max_body_bytes)
+                try:
+                    while await self._exchange(cid, framing, reader, writer, first):
+                        first.reschedule(loop.time() + READ_SECONDS)
+                except Refused as exc:
+                    if framing.can_answer:
+                        await self._refuse(cid, framing, reader, writer, refusal=exc.refusal, status=exc.status)
         except asyncio.CancelledError:
-            # stop() cut it (its agent gets no answer and retries). Not raised on:
-            # asyncio's stream server asks a cancelled handler for its exception and
-            # logs the CancelledError as an error, one per connection open at shutdown.
+            # stop() cut it, or a newcomer took its place (its agent gets no answer and
+            # retries). Not raised on: nobody awaits this task but stop(), which
+            # gathers it with return_exceptions.
             pass
         except (TimeoutError, ConnectionError, ssl.SSLError, h11.LocalProtocolError):
             pass  # a caller that went silent or away: nothing was produced for it
@@ -160,28 +256,36 @@ class Webhook:
             # The agent gets no answer and retries; the connection is closed.
             log.exception("push webhook: a request failed")
         finally:
-            self._handlers.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), 1)
+            self._table.closed(cid)
+            self._held.pop(cid, None)
+            metrics.PUSH_CONNECTIONS.set(len(self._table))
+            if held.transport is None:
+                held.sock.close()  # no transport made (cancelled, or its TLS handshake failed)
+            elif writer is None:
+                held.transport.abort()
+            else:
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(writer.wait_closed(), 1)
 
-    async def _exchange(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        """One request and its answer; whether the connection may carry another."""
-        async with asyncio.timeout(READ_SECONDS):
-            request = await _next(conn, reader)
-        if not isinstance(request, h11.Request):
+    async def _exchange(
+        self,
+        cid: int,
+        framing: Reader,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        head_deadline: asyncio.Timeout,
+    ) -> bool:
+        """One request and its answer (``head_deadline``: the head's, already running);
+        whether the connection may carry another. :class:`Refused` for one it cannot read."""
+        request = await _head(framing, reader)
+        if isinstance(request, h11.ConnectionClosed):
             return False
+        head_deadline.reschedule(None)
         received_at = time.time()
-        if len(request.target) + sum(len(n) + len(v) + 4 for n, v in request.headers) > MAX_HEAD_BYTES:
-            # h11 bounds a head that arrives slowly; one that came whole is bounded here.
-            await self._answer(conn, writer, "too-large", close=True, status=431)
-            await _linger(reader, writer)
-            return False
         headers = {name: value for name, value in request.headers}
         route = push.parse(request.target.decode("ascii", "replace").split("?", 1)[0])
         agent = self.config.agents.get(route.agent) if route else None
-        if route is not None and agent is not None:
-            metrics.PUSH_RECEIVED.labels(route.agent).inc()
         token = headers.get(TOKEN_HEADER)
         length = headers.get(b"content-length")
         refusal = push.refuse_head(
@@ -194,32 +298,50 @@ class Webhook:
             max_body_bytes=self.config.push.max_body_bytes,
         )
         if refusal is not None:
-            await self._answer(conn, writer, refusal, close=True)
-            await _linger(reader, writer)
+            await self._refuse(cid, framing, reader, writer, refusal=refusal)
             return False
         assert route is not None and agent is not None
-        if conn.they_are_waiting_for_100_continue:
-            writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
-        try:
-            async with asyncio.timeout(READ_SECONDS):
-                body = await _body(conn, reader, self.config.push.max_body_bytes)
-        except _TooLarge:
-            await self._answer(conn, writer, "too-large", close=True)
-            await _linger(reader, writer)
-            return False
+        # The Task's token verified: this connection is an agent's now (it gives way last).
+        self._table.mark(cid, Held.BUSY, asyncio.get_running_loop().time())
+        if agent.name not in self._jwks:
+            metrics.PUSH_RECEIVED.labels(route.agent).inc()  # authenticated, by its token alone
+        if framing.expects_continue:
+            writer.write(framing.informational(100))
+        async with asyncio.timeout(READ_SECONDS):
+            body = await _body(framing, reader)
         refusal = await self._admit(route, agent, headers.get(b"authorization"), body)
         if refusal is None:
             refusal = await self._produce(route, body, received_at)
-        await self._answer(conn, writer, refusal)
-        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+        again = await self._answer(framing, writer, refusal)
+        self._table.mark(cid, Held.IDLE, asyncio.get_running_loop().time())
+        return again
+
+    async def _refuse(
+        self,
+        cid: int,
+        framing: Reader,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        refusal: Refusal,
+        status: int | None = None,
+    ) -> None:
+        """Answer a request refused before its body was read, and let the connection go
+        (it is the first to give way meanwhile)."""
+        self._table.mark(cid, Held.CLOSING, asyncio.get_running_loop().time())
+        await self._answer(framing, writer, refusal, close=True, status=status)
+        await _linger(reader, writer)
 
     async def _admit(
         self, route: Route, agent: AgentConfig, authorization: bytes | None, body: bytes
     ) -> Refusal | None:
-        """A JSON object, and where the agent signs, a JWT that verifies."""
+        """A JSON object, not nested deeper than the bridge writes back, and where the
+        agent signs, a JWT that verifies."""
         doc = json_object(body)
         if doc is None:
             return "malformed"
+        if nesting.too_deep(body, doc):
+            return "too-deep"
         jwks = self._jwks.get(agent.name)
         if jwks is None:
             return None
@@ -228,11 +350,13 @@ class Webhook:
             audience = push.url(self.config.push.base_url or "", route)
             problem = await signatures.verify(jwks, presented, body, doc, audience)
         except signatures.Unverifiable as exc:
-            log.warning("push: a notification for agent %s cannot be verified now: %s", agent.name, exc)
+            # The JWKS's failure is logged once per fetch (bridge/identity/shared.py), not per notification.
+            log.debug("push: a notification for agent %s cannot be verified now: %s", agent.name, exc)
             return "unverifiable"
         if problem is not None:
             log.info("push: a notification for agent %s is refused: %s", agent.name, problem)
             return "unauthenticated"
+        metrics.PUSH_RECEIVED.labels(route.agent).inc()  # authenticated: its token and its JWT
         return None
 
     async def _produce(self, route: Route, body: bytes, received_at: float) -> Refusal | None:
@@ -253,13 +377,14 @@ class Webhook:
 
     async def _answer(
         self,
-        conn: h11.Connection,
+        framing: Reader,
         writer: asyncio.StreamWriter,
         refusal: Refusal | None,
         *,
         close: bool = False,
         status: int | None = None,
-    ) -> None:
+    ) -> bool:
+        """Write the answer; whether the connection may carry another request."""
         if refusal is not None:
             metrics.PUSH_REFUSED.labels(refusal).inc()
         text = TEXT[refusal]
@@ -271,10 +396,10 @@ class Webhook:
             headers.append(("retry-after", str(RETRY_AFTER_SECONDS)))
         elif code == 405:
             headers.append(("allow", "POST"))
-        writer.write(conn.send(h11.Response(status_code=code, headers=headers, reason=HTTPStatus(code).phrase)))
-        writer.write(conn.send(h11.Data(data=text)))
-        writer.write(conn.send(h11.EndOfMessage()))
+        data, again = framing.answer(code, headers, text)
+        writer.write(data)
         await asyncio.wait_for(writer.drain(), WRITE_SECONDS)
+        return again
 
 
 async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -289,27 +414,15 @@ async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
                 pass
 
 
-async def _next(conn: h11.Connection, reader: asyncio.StreamReader) -> Any:
-    """The next h11 event, reading as much as it needs."""
-    while True:
-        event = conn.next_event()
-        if event is not h11.NEED_DATA:
-            return event
-        conn.receive_data(await reader.read(READ_CHUNK))
+async def _head(framing: Reader, reader: asyncio.StreamReader) -> h11.Request | h11.ConnectionClosed:
+    """The next request's head (or the peer's close), reading as much as it needs."""
+    while (head := framing.head()) is None:
+        framing.feed(await reader.read(READ_CHUNK))
+    return head
 
 
-async def _body(conn: h11.Connection, reader: asyncio.StreamReader, limit: int) -> bytes:
-    """The request's body (Content-Length or chunked), :class:`_TooLarge` past ``limit``."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        event = await _next(conn, reader)
-        if isinstance(event, h11.Data):
-            size += len(event.data)
-            if size > limit:
-                raise _TooLarge
-            chunks.append(event.data)
-        elif isinstance(event, h11.EndOfMessage):
-            return b"".join(chunks)
-        else:
-            raise ConnectionError("the request ended before its body")
+async def _body(framing: Reader, reader: asyncio.StreamReader) -> bytes:
+    """The request's whole body, reading as much as it needs."""
+    while (body := framing.body()) is None:
+        framing.feed(await reader.read(READ_CHUNK))
+    return body

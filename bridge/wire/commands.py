@@ -15,6 +15,7 @@ import orjson
 from jsonschema.exceptions import ValidationError, best_match
 
 from bridge.core.commands import Command, DlqReason
+from bridge.wire import nesting
 from bridge.wire.schemas import check, validator
 
 
@@ -50,6 +51,9 @@ def decode(value: bytes | None, key: bytes | None, *, max_bytes: int) -> Command
     # Only a start names its agent: an "agent" on another command (the schema lets
     # unknown fields by) names nothing, so it can never pick where the command goes.
     agent = doc.get("agent") if doc.get("type") == "start" and isinstance(doc.get("agent"), str) else None
+    if nesting.too_deep(value or b"", doc):
+        # orjson could not write it into a request or an event (bridge/wire/nesting.py).
+        return Invalid("oversize", f"command {nesting.REASON}", command_id, agent)
     if not check("command")(doc):  # the fast verdict; why it fails is jsonschema's to say
         error = best_match(validator("command").iter_errors(doc))
         if error is not None:

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from bridge.core.push import Route
+from bridge.wire import nesting
 
 CONTENT_TYPE = b"application/json"
 # Header names, as encode writes them.
@@ -98,4 +99,6 @@ def decode(
         raise Unreadable("record value is not JSON") from None
     if not isinstance(body, dict):
         raise Unreadable(f"record value is a JSON {type(body).__name__}, not an object")
+    if nesting.too_deep(value, body):
+        raise Unreadable(f"record value {nesting.REASON}")
     return Notification(Route(agent, partition, task_key, command_id), body, received_at)

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import os
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+import tracemalloc
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import orjson
@@ -76,6 +80,24 @@ def answering(response: bytes, linger: float = 0.0, abort: bool = False) -> Hand
 
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+JSON_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n"
+
+
+def trickling(head: bytes = JSON_HEAD, every: float = 0.05) -> Handler:
+    """Answers with ``head``, then one byte of body every ``every`` seconds, for ever:
+    each read comes within any read timeout, the answer never ends."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(head)
+        while True:
+            writer.write(b" ")
+            await writer.drain()
+            await asyncio.sleep(every)
+
+    return handler
+
+
 SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
@@ -129,6 +151,52 @@ def tls_contexts(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(keystore)
     return server_ctx, ssl.create_default_context(cadata=ca.pem().decode())
+
+
+def sockets(port: int, end: Literal["local", "remote"]) -> int:
+    """This process's open TCP sockets whose ``end`` is on ``port``, listening ones aside
+    (Linux: /proc): with ``"local"``, a server's accepted connections."""
+    field_index = 1 if end == "local" else 2
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError):
+            for row in Path(table).read_text().splitlines()[1:]:
+                fields = row.split()
+                if int(fields[field_index].rsplit(":", 1)[1], 16) == port and fields[3] != "0A":  # 0A: LISTEN
+                    inodes.add(fields[9])
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            count += link.startswith("socket:[") and link[8:-1] in inodes
+    return count
+
+
+@contextlib.contextmanager
+def memory_peak() -> Iterator[list[int]]:
+    """The most memory Python held at once inside the block (tracemalloc), in bytes:
+    the one item of the list it yields, once the block ended."""
+    peak: list[int] = []
+    tracemalloc.start()
+    try:
+        yield peak
+    finally:
+        peak.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+
+
+def bomb_peak_bound(bomb: bytes, cap: int = 1 << 20) -> int:
+    """What reading ``bomb`` under a ``cap`` may hold at most: the cap and a piece past
+    it, and the bomb itself (the server's copy and the reads)."""
+    return 4 * cap + 2 * len(bomb)
+
+
+@functools.cache
+def gzip_bomb() -> bytes:
+    """200 MiB of spaces in gzip: about 200 KiB."""
+    z = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    block = b" " * (1 << 20)
+    return b"".join([*(z.compress(block) for _ in range(200)), z.flush()])
 
 
 @dataclass

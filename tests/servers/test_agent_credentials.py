@@ -22,9 +22,10 @@ import pytest
 
 from bridge.agents import client as client_mod
 from bridge.agents.client import AgentClient, clients, close_stream, rpc_id
-from bridge.agents.credentials import credentials
+from bridge.agents.credentials import credentials, tls_context
 from bridge.config.model import AgentConfig, Config, ConfigError
-from bridge.errors import AgentAuthError, AgentUnavailable, CredentialsUnavailable
+from bridge.core.tokens import TOKEN_RETRY
+from bridge.errors import AgentAuthError, AgentHTTPError, AgentUnavailable, CredentialsUnavailable
 from bridge.observe import metrics
 from tests.servers.raw import LIMITS, serve
 from tests.support import tls
@@ -173,6 +174,28 @@ async def test_a_failure_with_the_api_key_in_the_query_never_shows_it(
     assert caught.value.__context__ is None and caught.value.__cause__ is None
 
 
+async def test_callers_at_once_ask_the_agent_card_once_and_share_its_failure_until_the_backoff_passed() -> None:
+    """1,000 Tasks of an agent starting together each want its card (is it streaming?
+    does it push?): one request, and a card that cannot be read is not asked again by
+    each of them, nor by the next until its backoff passed."""
+    agent = Agent()  # no card yet: 404
+    async with running(agent) as (_, w):
+
+        def asked() -> int:
+            return sum(1 for seen in agent.seen if seen.method == "GET")
+
+        failed = await asyncio.gather(*(w.card() for _ in range(50)), return_exceptions=True)
+        assert all(isinstance(r, AgentHTTPError) and r.status == 404 for r in failed), failed
+        assert asked() == 1
+        with pytest.raises(AgentHTTPError):
+            await w.for_task("another-pool").card()
+        assert asked() == 1
+        agent.card = {"name": "w", "capabilities": {"streaming": False}}
+        await asyncio.sleep(TOKEN_RETRY.ceiling(0))
+        cards = await asyncio.gather(*(w.card() for _ in range(50)))
+        assert {c["name"] for c in cards} == {"w"} and asked() == 2
+
+
 # ------------------------------------------------------------------- 401 --
 
 
@@ -249,6 +272,45 @@ def test_a_token_with_a_newline_is_refused_at_load(monkeypatch: pytest.MonkeyPat
     assert str(caught.value) == (
         "agents.w.token_env: the secret holds a control character (a stray newline?); it is not used"
     )
+
+
+@pytest.mark.parametrize("key", ["token_env", "api_key_env", "token_file", "api_key_file"])
+def test_a_secret_an_http_header_cannot_carry_is_refused_at_load_naming_the_key(
+    key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """httpx writes header values as ASCII: a token or an API key with any other character
+    would fail every request of the agent, each Task ending ``lost``."""
+    value = "tok-\u00e9t\u00e9-" + TOKEN
+    keys: dict[str, Any] = {"api_key_header": "X-Api-Key"} if key.startswith("api_key") else {}
+    if key.endswith("_env"):
+        monkeypatch.setenv("W_SECRET", value)
+        keys[key] = "W_SECRET"
+    else:
+        (tmp_path / "secret").write_text(value + "\n")
+        keys[key] = str(tmp_path / "secret")
+    with pytest.raises(ConfigError) as caught:
+        credentials(AgentConfig(name="w", url="http://127.0.0.1:9/a2a", **keys))
+    assert str(caught.value) == (
+        f"agents.w.{key}: the secret holds a character an HTTP header cannot carry (only printable ASCII); "
+        "it is not used"
+    )
+    assert TOKEN not in repr(caught.value)
+
+
+async def test_a_token_file_rotated_to_what_a_header_cannot_carry_keeps_the_last_good_token(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("bridge.identity.sources.RECHECK_SECONDS", 0.0)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    agent = Agent()
+    async with running(agent, token_file=str(token_file)) as (_, w):
+        await get(w)
+        token_file.write_text("r\u00f6tated-" + ROTATED)
+        assert await get(w) == "working"  # no request fails for it
+    assert [bearer(s) for s in agent.seen] == [TOKEN, TOKEN]
+    assert "agents.w.token_file: the secret holds a character an HTTP header cannot carry" in caplog.text
+    assert ROTATED not in caplog.text
 
 
 # ------------------------------------------------------------ mutual TLS --
@@ -339,6 +401,21 @@ async def test_a_key_that_is_not_the_certificates_is_refused_naming_the_key(pki:
             await clients(config, stack, LIMITS, 1)
     assert str(caught.value).startswith(f"agents.m.tls_cert_file: cannot load the client certificate '{pki.cert}'")
     assert "PRIVATE KEY" not in str(caught.value)
+
+
+def test_an_encrypted_client_key_is_refused_at_load_in_one_line_without_asking_a_passphrase(
+    pki: Pki, tmp_path: Path
+) -> None:
+    encrypted = tls.write_private(tmp_path / "encrypted.key", tls.encrypted(pki.key.read_bytes(), b"a passphrase"))
+    config = AgentConfig(
+        name="w", url="https://127.0.0.1:9/a2a", tls_cert_file=str(pki.cert), tls_key_file=str(encrypted)
+    )
+    with pytest.raises(ConfigError) as caught:
+        tls_context(config)
+    assert str(caught.value) == (
+        f"agents.w.tls_key_file: {str(encrypted)!r}: the key is encrypted, and the bridge takes no passphrase: "
+        "write it decrypted (openssl pkey -in KEY -out KEY.plain)"
+    )
 
 
 def test_the_default_tls_is_one_context() -> None:

@@ -161,6 +161,21 @@ async def test_live_check_with_a_client_secret_the_endpoint_refuses_is_one_line(
     assert agent.seen == []  # the agent was not asked
 
 
+async def test_live_check_with_a_token_a_header_cannot_carry_is_one_line(tmp_path: Path) -> None:
+    token = "t\u00f6ken-" + TOKEN
+    issuing = Endpoint(lambda n: json_answer(200, {"access_token": token, "token_type": "Bearer"}))
+    agent = Agent(card=BEARER_CARD)
+    async with serve(issuing) as (idp, _), serve(agent.handler) as (url, _):
+        config = write(tmp_path / "bridge.toml", url, **oauth2(f"{idp}/token", tmp_path / "secret"))
+        code, out, err = await check_live(config)
+    assert (code, out) == (2, "")
+    assert err == (
+        "bridge config: agents.w: the token endpoint gave no token: "
+        "HTTP 200 with an access_token that is not a header value\n"
+    )
+    assert agent.seen == []
+
+
 async def test_live_check_with_an_untrusted_agent_certificate_is_one_line(pki: Pki, tmp_path: Path) -> None:  # noqa: F811
     keys = {"tls_cert_file": pki.cert, "tls_key_file": pki.key, "tls_ca_file": pki.stranger, "token_env": "W_TOKEN"}
     async with serve(Agent(card=BEARER_CARD).handler, pki.server) as (url, _):

@@ -14,11 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import gzip
-import os
 import traceback
-import tracemalloc
 import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -31,21 +28,28 @@ from bridge.agents import transport
 from bridge.agents.client import AgentClient
 from bridge.agents.credentials import Credentials
 from bridge.config.model import AgentConfig, Secret
-from bridge.errors import AgentOversize, AgentUnavailable
+from bridge.errors import AgentOversize, AgentProtocolError, AgentUnavailable
+from bridge.http import bounded
 from bridge.identity import FixedSecret, bearer
 from tests.servers.raw import (
+    JSON_HEAD,
     LIMITS,
     OK,
     SSE_HEAD,
     Handler,
     answering,
+    bomb_peak_bound,
     chunk,
     client,
     first_answer,
+    gzip_bomb,
     keep_alive_server,
+    memory_peak,
     read_request,
     serve,
+    sockets,
     tls_contexts,
+    trickling,
 )
 from tests.support.waiting import until
 
@@ -57,23 +61,6 @@ TASK = b'{"jsonrpc": "2.0", "id": "r", "result": {"kind": "task", "id": "t1", "c
 
 def port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
-
-
-def sockets_to(port: int) -> int:
-    """This process's open sockets whose peer is on ``port`` (Linux: /proc)."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(FileNotFoundError):
-            for row in Path(table).read_text().splitlines()[1:]:
-                fields = row.split()
-                if int(fields[2].rsplit(":", 1)[1], 16) == port:
-                    inodes.add(fields[9])
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            link = os.readlink(f"/proc/self/fd/{fd}")
-            count += link.startswith("socket:[") and link[8:-1] in inodes
-    return count
 
 
 def agent(url: str, **kw: float) -> AgentConfig:
@@ -119,7 +106,7 @@ async def test_a_connection_to_a_peer_that_stopped_reading_releases_its_socket_a
     async with serve(handler) as (url, _), client() as http:
         with pytest.raises(httpx.WriteTimeout):
             await http.post(url, content=b"x" * (32 << 20), timeout=httpx.Timeout(5.0, write=0.3))
-        await until(lambda: sockets_to(port_of(url)) == 0, 1.0, "the socket closed")
+        await until(lambda: sockets(port_of(url), end="remote") == 0, 1.0, "the socket closed")
         release.set()
 
 
@@ -143,29 +130,12 @@ async def test_a_tls_connection_left_mid_stream_releases_its_socket_without_the_
                 async for c in response.aiter_bytes():
                     assert c == b"data: 1\n\n"
                     break  # a reader that leaves: the stream is closed, its connection with it
-            await until(lambda: sockets_to(port_of(url)) == 0, 2.0, "the TLS socket closed")
+            await until(lambda: sockets(port_of(url), end="remote") == 0, 2.0, "the TLS socket closed")
         finally:
             release.set()
 
 
 # -------------------------------------------- 3: a whole non-streaming exchange --
-
-
-def trickling(head: bytes) -> Handler:
-    """Answers with ``head``, then one byte of body every 50 ms, for ever."""
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(head)
-        while True:
-            writer.write(b" ")
-            await writer.drain()
-            await asyncio.sleep(0.05)
-
-    return handler
-
-
-JSON_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n"
 
 
 async def test_a_trickled_answer_to_a_call_ends_at_the_request_timeout() -> None:
@@ -207,15 +177,31 @@ async def test_a_few_informational_responses_are_still_skipped() -> None:
         assert (await http.post(url, content=b"{}")).text == "ok"
 
 
+# --------------------------------------------------------------- 4b: nesting --
+
+# A JSON-RPC answer whose result nests 300 levels: orjson reads it (1,024), but could
+# never write it back into an event (254).
+DEEP = b'{"jsonrpc": "2.0", "id": "r", "result": ' + b'{"a":' * 300 + b"1" + b"}" * 300 + b"}"
+
+
+async def test_an_answer_nested_past_what_the_bridge_writes_is_oversize_not_a_crash() -> None:
+    answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(DEEP), DEEP)
+    async with serve(answering(answer)) as (url, _), client() as http:
+        agent_api = AgentClient(agent(url), http)
+        with pytest.raises(AgentOversize, match="nests deeper than 200 levels"):
+            await agent_api.task(agent_api.dialect.get("rpc-1", "t1"))
+
+
+async def test_an_event_nested_past_what_the_bridge_writes_is_oversize_not_a_crash() -> None:
+    answer = SSE_HEAD + chunk(b"data: " + DEEP + b"\n\n") + b"0\r\n\r\n"
+    async with serve(answering(answer)) as (url, _), client() as http:
+        agent_api = AgentClient(agent(url), http)
+        with pytest.raises(AgentOversize, match="nests deeper than 200 levels"):
+            async for _ in agent_api.stream(agent_api.dialect.send("stream", "rpc-1", {"messageId": "m"})):
+                pass
+
+
 # ------------------------------------------------------------ 5: compression --
-
-
-@functools.cache
-def gzip_bomb() -> bytes:
-    """200 MiB of spaces in gzip: about 200 KiB."""
-    z = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
-    block = b" " * (1 << 20)
-    return b"".join([*(z.compress(block) for _ in range(200)), z.flush()])
 
 
 def compressed(body: bytes, coding: bytes = b"gzip", ctype: bytes = b"application/json") -> Handler:
@@ -250,15 +236,34 @@ async def test_a_gzip_bomb_is_refused_at_the_cap_without_inflating_past_it(kind:
     bomb = gzip_bomb()
     async with serve(compressed(bomb)) as (url, _), httpx.AsyncClient(transport=TRANSPORTS[kind]()) as http:
         agent_api = AgentClient(agent(url, timeout=10), http)
-        tracemalloc.start()
-        try:
-            with pytest.raises(AgentOversize):
-                await agent_api.task(agent_api.dialect.get("rpc-1", "t1"))
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-    # The cap (1 MiB), a piece past it, the bomb itself (the server's copy and the reads).
-    assert peak < 4 * (1 << 20) + 2 * len(bomb), f"peak {peak / (1 << 20):.1f} MiB"
+        with memory_peak() as peak, pytest.raises(AgentOversize):
+            await agent_api.task(agent_api.dialect.get("rpc-1", "t1"))
+    assert peak[0] < bomb_peak_bound(bomb), f"peak {peak[0] / (1 << 20):.1f} MiB"
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"), [(b"{", "not JSON"), (b"[1]", "not a JSON object"), (b"null", "not a JSON object")]
+)
+async def test_an_agent_card_that_is_no_json_object_is_a_protocol_error_for_every_caller(
+    body: bytes, problem: str
+) -> None:
+    answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+    async with serve(answering(answer)) as (url, connections), client() as http:
+        agent_api = AgentClient(agent(url), http)
+        for _ in range(3):  # one fetch: the failure is shared until its backoff passed
+            with pytest.raises(AgentProtocolError, match=f"agent card: {problem}$"):
+                await agent_api.card()
+        assert len(connections) == 1
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_a_gzip_bomb_for_an_agent_card_is_refused_at_the_cap_without_inflating_past_it(kind: str) -> None:
+    bomb = gzip_bomb()
+    async with serve(compressed(bomb)) as (url, _), httpx.AsyncClient(transport=TRANSPORTS[kind]()) as http:
+        agent_api = AgentClient(agent(url, timeout=10), http)
+        with memory_peak() as peak, pytest.raises(AgentOversize, match="agent card"):
+            await agent_api.card()
+    assert peak[0] < bomb_peak_bound(bomb, agent_client.CARD_BYTES), f"peak {peak[0] / (1 << 20):.1f} MiB"
 
 
 @pytest.mark.parametrize("kind", TRANSPORTS)
@@ -268,15 +273,10 @@ async def test_a_gzip_bomb_on_an_event_stream_is_refused_at_the_event_cap(kind: 
     handler = compressed(bomb, ctype=b"text/event-stream")
     async with serve(handler) as (url, _), httpx.AsyncClient(transport=TRANSPORTS[kind]()) as http:
         agent_api = AgentClient(dataclasses.replace(config, url=url), http)
-        tracemalloc.start()
-        try:
-            with pytest.raises(AgentOversize):
-                async for _ in agent_api.stream(agent_api.dialect.send("stream", "rpc-1", {"messageId": "m"})):
-                    pass
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-    assert peak < 4 * (1 << 20) + 2 * len(bomb), f"peak {peak / (1 << 20):.1f} MiB"
+        with memory_peak() as peak, pytest.raises(AgentOversize):
+            async for _ in agent_api.stream(agent_api.dialect.send("stream", "rpc-1", {"messageId": "m"})):
+                pass
+    assert peak[0] < bomb_peak_bound(bomb), f"peak {peak[0] / (1 << 20):.1f} MiB"
 
 
 @pytest.mark.parametrize("kind", TRANSPORTS)
@@ -306,7 +306,7 @@ async def test_a_compressed_event_stream_comes_in_pieces_no_larger_than_a_read()
         assert "content-encoding" not in response.headers  # inflated: httpx must not again
         pieces = [c async for c in response.aiter_bytes()]
     assert b"".join(pieces) == frames
-    assert max(map(len, pieces)) <= transport._READ_BYTES
+    assert max(map(len, pieces)) <= bounded.PIECE_BYTES
 
 
 async def test_a_body_that_is_not_the_gzip_it_claims_is_a_remote_protocol_error() -> None:

@@ -5,6 +5,7 @@ Unverifiable (retry), never a pass."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import AsyncIterator, Callable
@@ -19,9 +20,10 @@ from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
 from bridge.core import push
 from bridge.core.push import Route
+from bridge.core.tokens import TOKEN_RETRY
 from bridge.push import signatures
 from bridge.push.signatures import Jwks, Unverifiable
-from tests.servers.raw import Published, serve
+from tests.servers.raw import Published, bomb_peak_bound, gzip_bomb, memory_peak, read_request, serve, trickling
 
 URL = push.url("https://bridge-push.a2a.svc:8443", Route("writer", 1, "order-1", "c-1"))
 BODY = orjson.dumps({"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_WORKING"}}})
@@ -150,3 +152,68 @@ async def test_a_jwks_that_cannot_be_read_is_unverifiable(published: tuple[Publi
         nowhere = Jwks("http://127.0.0.1:1/jwks.json", client)
         with pytest.raises(Unverifiable, match="cannot be read"):
             await check(nowhere, signed(RSA_KEY, "RS256"))
+
+
+# ------------------------------------------------ a JWKS server that misbehaves --
+
+
+@pytest.mark.parametrize(
+    ("coding", "problem"),
+    [
+        (b"gzip", f"is larger than {signatures.MAX_JWKS_BYTES} bytes"),
+        # A coding the bridge does not undo beside it: httpx would inflate the gzip whole.
+        (b"gzip, br", "is not JSON"),
+    ],
+)
+async def test_a_compressed_jwks_is_refused_at_the_cap_without_inflating_past_it(coding: bytes, problem: str) -> None:
+    bomb = gzip_bomb()  # 200 MiB of spaces once inflated, about 200 KiB on the wire
+    heads: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head, _ = await read_request(reader)
+        heads.append(head.lower())
+        answer = b"HTTP/1.1 200 OK\r\ncontent-encoding: %s\r\ncontent-length: %d\r\n\r\n" % (coding, len(bomb))
+        writer.write(answer + bomb)
+        await writer.drain()
+
+    async with serve(handler) as (url, _), httpx.AsyncClient() as client:
+        jwks = Jwks(f"{url}/jwks.json", client)
+        with memory_peak() as peak, pytest.raises(Unverifiable, match=problem):
+            await check(jwks, signed(RSA_KEY, "RS256"))
+    assert peak[0] < bomb_peak_bound(bomb), f"peak {peak[0] / (1 << 20):.1f} MiB"
+    assert b"\r\naccept-encoding: identity\r\n" in heads[0]
+
+
+async def test_a_trickling_jwks_is_given_up_at_the_deadline_of_the_whole_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A byte every 0.2 s is within every per-read timeout: only the deadline of the
+    whole fetch ends it, and the waiting notifications are answered 503 then."""
+    monkeypatch.setattr(signatures, "JWKS_DEADLINE_SECONDS", 1.0)
+
+    loop = asyncio.get_running_loop()
+    async with serve(trickling(every=0.2)) as (url, connections), httpx.AsyncClient() as client:
+        jwks = Jwks(f"{url}/jwks.json", client)
+        started = loop.time()
+        waiting = [check(jwks, signed(RSA_KEY, "RS256")) for _ in range(5)]
+        results = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), 10)
+        assert loop.time() - started < 3
+        assert all(isinstance(r, Unverifiable) and "ReadTimeout" in str(r) for r in results), results
+        assert len(connections) == 1  # one fetch for the five
+
+
+async def test_waiters_share_one_fetch_and_its_failure_then_back_off() -> None:
+    server = Published([jwk(RSA_KEY, "k1")], status=503)
+    async with serve(server) as (url, _), httpx.AsyncClient() as client:
+        jwks = Jwks(f"{url}/jwks.json", client)
+        first = await asyncio.gather(*(check(jwks, signed(RSA_KEY, "RS256")) for _ in range(5)), return_exceptions=True)
+        assert all(isinstance(r, Unverifiable) and "HTTP 503" in str(r) for r in first), first
+        assert server.asked == 1
+        for _ in range(20):  # inside the backoff: told at once, the JWKS server not asked
+            with pytest.raises(Unverifiable, match="HTTP 503"):
+                await check(jwks, signed(RSA_KEY, "RS256"))
+        assert server.asked == 1
+        server.status = 200
+        await asyncio.sleep(TOKEN_RETRY.ceiling(0))
+        assert await check(jwks, signed(RSA_KEY, "RS256")) is None
+        assert server.asked == 2

@@ -21,10 +21,11 @@ import orjson
 import pytest
 
 from bridge.config.model import Secret
+from bridge.core import tokens
 from bridge.errors import CredentialsUnavailable
-from bridge.identity import ClientCredentials, FixedSecret, Grant
+from bridge.identity import ClientCredentials, FixedSecret, Grant, oauth2
 from bridge.identity.oauth2 import RESPONSE_BYTES
-from tests.servers.raw import read_request, serve
+from tests.servers.raw import bomb_peak_bound, gzip_bomb, memory_peak, read_request, serve, trickling
 
 SECRET = "s3cr3t+/=&value"  # characters that form- and Basic-encoding must carry
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.issued-token.sig"
@@ -127,6 +128,7 @@ async def test_client_secret_post_sends_the_credentials_in_the_form_only() -> No
         (json_answer(200, {"token_type": "Bearer"}), False, "without a bearer access_token"),
         (json_answer(200, {"access_token": "x", "token_type": "mac"}), False, "without a bearer access_token"),
         (json_answer(200, {"access_token": "line\nbreak", "token_type": "Bearer"}), False, "not a header value"),
+        (json_answer(200, {"access_token": "t\u00f6ken", "token_type": "Bearer"}), False, "not a header value"),
         (json_answer(200, {"access_token": "x" * RESPONSE_BYTES, "token_type": "Bearer"}), False, "without a JSON"),
     ],
 )
@@ -157,6 +159,76 @@ async def test_after_a_failure_callers_fail_at_once_until_the_backoff_passed() -
         assert 0 < again.value.retry_after <= first.value.retry_after
         await asyncio.sleep(first.value.retry_after)
         assert (await source.token()).get() == f"{TOKEN}-2"
+
+
+@pytest.mark.parametrize("expires_in", [1, None])
+async def test_a_token_is_not_used_past_its_life_while_the_endpoint_fails(
+    expires_in: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stated or an unstated lifetime ends: with the endpoint failing, callers are then
+    told there is no token (their Tasks wait, and end at their deadline) instead of
+    being handed the old one for ever."""
+    monkeypatch.setattr(tokens, "UNSTATED_LIFETIME", 1.0)
+    doc = {"access_token": TOKEN, "token_type": "Bearer", "expires_in": expires_in}
+    endpoint = Endpoint(
+        lambda n: (
+            json_answer(200, {k: v for k, v in doc.items() if v is not None})
+            if n == 1
+            else json_answer(503, {"error": "temporarily_unavailable"})
+        )
+    )
+    async for source, _ in source_at(endpoint):
+        assert (await source.token()).get() == TOKEN
+        await asyncio.sleep(1.0)
+        with pytest.raises(CredentialsUnavailable, match="HTTP 503"):
+            await source.token()
+        assert len(endpoint.requests) >= 2
+
+
+@pytest.mark.parametrize("expires_in", [0, -60])
+async def test_a_token_stated_as_spent_is_no_token_and_the_endpoint_is_asked_again_after_a_backoff(
+    expires_in: int,
+) -> None:
+    """It was read as "not stated": 300 s, then for ever while renewals failed."""
+    spent = json_answer(200, {"access_token": TOKEN, "token_type": "Bearer", "expires_in": expires_in})
+    endpoint = Endpoint(lambda n: spent if n == 1 else issued(n))
+    async for source, _ in source_at(endpoint):
+        with pytest.raises(CredentialsUnavailable, match=r"already expired \(expires_in 0 or less\)") as first:
+            await source.token()
+        for _ in range(20):
+            with pytest.raises(CredentialsUnavailable):
+                await source.token()
+        assert len(endpoint.requests) == 1
+        await asyncio.sleep(first.value.retry_after)
+        assert (await source.token()).get() == f"{TOKEN}-2"
+
+
+async def test_a_trickling_endpoint_is_given_up_at_the_deadline_of_the_whole_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each byte comes within the read timeout, so only a deadline on the whole request
+    ends it: else the one shared fetch, and every Task waiting for it, is held."""
+    monkeypatch.setattr(oauth2, "DEADLINE_SECONDS", 1.0)
+
+    loop = asyncio.get_running_loop()
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n"  # under the cap
+    async with serve(trickling(head, every=0.2)) as (url, _):
+        g = Grant(token_url=f"{url}/token", client_id="c", client_secret=FixedSecret(Secret(SECRET)))
+        started = loop.time()
+        with pytest.raises(CredentialsUnavailable, match=r"unreachable \(ReadTimeout\)"):
+            await asyncio.wait_for(ClientCredentials(g, "agents.writer").token(), 10)
+        assert loop.time() - started < 3
+
+
+async def test_a_compressed_answer_is_refused_at_the_cap_without_inflating_past_it() -> None:
+    bomb = gzip_bomb()
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n"
+    endpoint = Endpoint(lambda n: head % len(bomb) + bomb)
+    async for source, _ in source_at(endpoint):
+        with memory_peak() as peak, pytest.raises(CredentialsUnavailable, match="HTTP 200 without a JSON object"):
+            await source.token()
+    assert peak[0] < bomb_peak_bound(bomb), f"peak {peak[0] / (1 << 20):.1f} MiB"
+    assert b"\r\naccept-encoding: identity\r\n" in endpoint.requests[0][0].lower()
 
 
 async def test_an_unreachable_endpoint_is_transient_and_names_no_url_secret() -> None:

@@ -29,14 +29,16 @@ from bridge.config import model as config_mod
 from bridge.config.model import Config
 from bridge.core import push
 from bridge.core.push import Route
+from bridge.core.tokens import TOKEN_RETRY
 from bridge.errors import StartupError
 from bridge.kafka import topics
 from bridge.observe import metrics
+from bridge.push import signatures
 from bridge.push import webhook as webhook_mod
 from bridge.push.webhook import Webhook
 from bridge.wire import notifications
 from bridge.wire.notifications import Notification
-from tests.servers.raw import Published, serve
+from tests.servers.raw import Published, serve, trickling
 from tests.support.services import create_topics, kafka_script, single_broker
 from tests.support.tls import key_pair, make_ca
 from tests.support.waiting import until
@@ -167,6 +169,7 @@ async def test_every_refusal_has_its_status_is_counted_and_is_never_produced(web
     forged = {"X-A2A-Notification-Token": push.token(b"another secret, another bridge!!", route)}
     other = push.token(SECRET.encode(), Route("writer", 1, "order-8", "cmd-9"))
     big = orjson.dumps({"blob": "x" * 5000})
+    json_type = {"Content-Type": "application/json"}
 
     async def chunked() -> AsyncIterator[bytes]:
         for _ in range(10):
@@ -222,6 +225,12 @@ async def test_every_refusal_has_its_status_is_counted_and_is_never_produced(web
             {"url": good, "content": chunked(), "headers": headers(route, **{"Content-Type": "application/json"})},
         ),
         ("a JSON array", 400, "malformed", {"url": good, "json": [BODY], "headers": headers(route)}),
+        (
+            "nested past what the bridge writes back",
+            400,
+            "too-deep",
+            {"url": good, "content": b'{"a":' * 300 + b"1" + b"}" * 300, "headers": headers(route, **json_type)},
+        ),
         (
             "not JSON",
             400,
@@ -283,7 +292,7 @@ async def test_stopping_cuts_open_connections_without_an_error(config: Config) -
 
 
 async def test_a_slow_head_is_cut_off(webhook: Webhook, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(webhook_mod, "READ_SECONDS", 0.5)
+    monkeypatch.setattr(webhook_mod, "FIRST_HEAD_SECONDS", 0.5)
     reader, writer = await asyncio.open_connection("127.0.0.1", webhook.port)
     writer.write(b"POST /push/v1/writer/0/aw/Yw HTTP/1.1\r\nHost: x\r\n")  # and then nothing
     started = time.monotonic()
@@ -292,20 +301,51 @@ async def test_a_slow_head_is_cut_off(webhook: Webhook, config: Config, monkeypa
     writer.close()
 
 
-async def test_connections_past_the_bound_are_told_to_come_back(
-    webhook: Webhook, config: Config, monkeypatch: pytest.MonkeyPatch
+async def test_a_request_framed_twice_is_refused_and_the_request_hidden_in_its_body_never_answered(
+    webhook: Webhook, config: Config
 ) -> None:
-    monkeypatch.setattr(webhook_mod, "MAX_CONNECTIONS", 1)
-    idle = await asyncio.open_connection("127.0.0.1", webhook.port)
-    await until(lambda: len(webhook._handlers) == 1, 5, "the first connection is being served")
-    busy = counted(metrics.PUSH_REFUSED, "busy")
-    route = Route("writer", 0, "k", "c")
+    """Content-Length and Transfer-Encoding both: a proxy in front may read the body by
+    its length, the webhook by its chunks; what follows the chunks would be a second,
+    smuggled request. RFC 9112 6.1: the server answers and closes the connection."""
+    route = Route("writer", 0, "smuggled", "c")
+    token = headers(route)["X-A2A-Notification-Token"]
+    hidden = orjson.dumps(BODY)
+    inner = (
+        f"POST {push.url('', route)} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"X-A2A-Notification-Token: {token}\r\nContent-Length: {len(hidden)}\r\n\r\n"
+    ).encode() + hidden
+    outer = (
+        f"POST {push.url('', route)} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"X-A2A-Notification-Token: {token}\r\nContent-Length: {len(inner) + 5}\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    ).encode() + inner
+    malformed = counted(metrics.PUSH_REFUSED, "malformed")
+    reader, writer = await asyncio.open_connection("127.0.0.1", webhook.port)
+    writer.write(outer)
+    await writer.drain()
+    answered = await asyncio.wait_for(reader.read(), 10)  # to the close
+    writer.close()
+    assert answered.startswith(b"HTTP/1.1 400 ") and answered.count(b"HTTP/1.1 ") == 1, answered
+    assert b"connection: close" in answered.lower()
+    assert counted(metrics.PUSH_REFUSED, "malformed") == malformed + 1
+    assert await on_topic(config) == []
+
+
+async def test_only_authenticated_notifications_are_counted_as_received(webhook: Webhook, config: Config) -> None:
+    """Anyone could move `received` by POSTing to an agent's push path; now only a
+    notification with the Task's token is, and the others are counted as refused."""
+    route = Route("writer", 1, "counted", "c")
+    forged = {"X-A2A-Notification-Token": push.token(b"another secret, another bridge!!", route)}
+    received, refused = counted(metrics.PUSH_RECEIVED, "writer"), counted(metrics.PUSH_REFUSED, "unauthenticated")
     async with httpx.AsyncClient() as client:
+        for _ in range(3):
+            answer = await client.post(target(webhook, route), json=BODY, headers=forged)
+            assert answer.status_code == 401
+        assert counted(metrics.PUSH_RECEIVED, "writer") == received
+        assert counted(metrics.PUSH_REFUSED, "unauthenticated") == refused + 3
         answer = await client.post(target(webhook, route), json=BODY, headers=headers(route))
-    assert answer.status_code == 503 and answer.headers["retry-after"]
-    assert counted(metrics.PUSH_REFUSED, "busy") == busy + 1
-    idle[1].close()
-    assert await on_topic(config, settle=0.2) == []
+        assert answer.status_code == 200
+    assert counted(metrics.PUSH_RECEIVED, "writer") == received + 1
 
 
 async def test_a_webhook_started_while_kafka_is_away_answers_503(tmp_path: Path) -> None:
@@ -344,6 +384,16 @@ async def test_tls(tmp_path: Path, bootstrap: str) -> None:
     assert [(n.route, n.body) for n in await on_topic(cfg)] == [(route, BODY)]
 
 
+def jwt_for(key: ec.EllipticCurvePrivateKey, cfg: Config, route: Route, body: bytes) -> str:
+    """The Authorization of a notification ``key`` signed for ``route`` and ``body``."""
+    claims = {
+        "iat": int(time.time()),
+        "aud": push.url(cfg.push.base_url or "", route),
+        "request_body_sha256": hashlib.sha256(body).hexdigest(),
+    }
+    return "Bearer " + jwt.encode(claims, key, algorithm="ES256", headers={"kid": "k1"})
+
+
 async def test_a_signing_agents_notifications_need_its_jwt(tmp_path: Path, bootstrap: str) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     public = ECAlgorithm.to_jwk(key.public_key(), as_dict=True)
@@ -357,12 +407,7 @@ async def test_a_signing_agents_notifications_need_its_jwt(tmp_path: Path, boots
         raw = orjson.dumps(BODY)
 
         def signature(body: bytes) -> str:
-            claims = {
-                "iat": int(time.time()),
-                "aud": push.url(cfg.push.base_url or "", route),
-                "request_body_sha256": hashlib.sha256(body).hexdigest(),
-            }
-            return "Bearer " + jwt.encode(claims, key, algorithm="ES256", headers={"kid": "k1"})
+            return jwt_for(key, cfg, route, body)
 
         def signed_with(authorization: str | None) -> dict[str, str]:
             more = {"Authorization": authorization} if authorization else {}
@@ -376,6 +421,10 @@ async def test_a_signing_agents_notifications_need_its_jwt(tmp_path: Path, boots
                 assert down.status_code == 503 and down.headers["retry-after"], down.text
                 assert counted(metrics.PUSH_REFUSED, "unverifiable") == unverifiable + 1
                 jwks.status = 200
+                # The failure is shared until its backoff passed: the JWKS is not asked again before.
+                again = await client.post(target(hook, route), content=raw, headers=signed_with(signature(raw)))
+                assert again.status_code == 503 and jwks.asked == 1, again.text
+                await asyncio.sleep(TOKEN_RETRY.ceiling(0))
                 good = await client.post(target(hook, route), content=raw, headers=signed_with(signature(raw)))
                 assert good.status_code == 200, good.text
                 for authorization in (None, signature(b"{}")):
@@ -384,6 +433,37 @@ async def test_a_signing_agents_notifications_need_its_jwt(tmp_path: Path, boots
         finally:
             await hook.stop()
     assert [(n.route, n.body) for n in await on_topic(cfg)] == [(route, BODY)]
+
+
+async def test_a_trickling_jwks_holds_no_notification_past_its_deadline(
+    tmp_path: Path, bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A JWKS server sending a byte at a time, each within the read timeout: the five
+    notifications waiting for it share one fetch and are answered 503 at its deadline,
+    and their connections are free again."""
+    monkeypatch.setattr(signatures, "JWKS_DEADLINE_SECONDS", 1.0)
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    async with serve(trickling(every=0.2)) as (url, fetches):
+        cfg = write_config(tmp_path, bootstrap, jwks_url=f"{url}/jwks.json")
+        hook = Webhook(cfg)
+        await hook.start()
+        route = Route("signer", 0, "slow-jwks", "c")
+        raw = orjson.dumps(BODY)
+        sent = headers(route, **{"Content-Type": "application/json", "Authorization": jwt_for(key, cfg, route, raw)})
+        try:
+            async with httpx.AsyncClient(timeout=30) as client:
+                started = time.monotonic()
+                answers = await asyncio.gather(
+                    *(client.post(target(hook, route), content=raw, headers=sent) for _ in range(5))
+                )
+                took = time.monotonic() - started
+            assert [a.status_code for a in answers] == [503] * 5
+            assert took < 4, took
+            assert len(fetches) == 1
+            await until(lambda: not hook._handlers, 5, "the notifications' connections are closed")
+        finally:
+            await hook.stop()
 
 
 async def test_bridge_topics_creates_the_notifications_topic_co_partitioned(tmp_path: Path, bootstrap: str) -> None:

@@ -116,6 +116,14 @@ def write_private(path: Path, data: bytes) -> Path:
     return path
 
 
+def encrypted(key_pem: bytes, passphrase: bytes) -> bytes:
+    """``key_pem`` encrypted under ``passphrase`` (PKCS#8 PEM, as `openssl pkey -aes256` writes)."""
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.BestAvailableEncryption(passphrase)
+    )
+
+
 @dataclass(frozen=True)
 class KeyPair:
     """A certificate (with its chain) and its key, as files: what ``tls_cert_file``/``tls_key_file`` name."""

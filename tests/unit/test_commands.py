@@ -153,6 +153,16 @@ def test_schema_violations_keep_command_id_and_agent_when_readable(doc: dict[str
     assert out.agent == (doc.get("agent") if named else None)
 
 
+def test_a_command_nested_deeper_than_the_bridge_writes_is_oversize() -> None:
+    """orjson writes 254 levels: a message or metadata nested past what the bridge
+    reads could never be sent to the agent nor written into an event."""
+    deep: Any = "x"
+    for _ in range(250):
+        deep = {"a": deep}
+    bad = decode(json.dumps(start(metadata=deep)).encode(), b"order-1", max_bytes=LIMIT)
+    assert bad == Invalid("oversize", "command nests deeper than 200 levels", "c1", "writer")
+
+
 def test_key_mismatch() -> None:
     out = dec(start(), key=b"order-2")
     assert isinstance(out, Invalid) and out.reason == "key-mismatch" and out.command_id == "c1"

@@ -186,6 +186,20 @@ def test_a_file_with_a_control_character_inside_is_refused(tmp_path: Path) -> No
     assert SECRET not in str(caught.value)
 
 
+def test_check_refuses_a_token_or_api_key_a_header_cannot_carry_but_not_a_password(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text(f"{SECRET}\u00e9\n")
+    config = tmp_path / "bridge.toml"
+    config.write_text(
+        f'[kafka]\nsecurity_protocol = "SASL_PLAINTEXT"\nsasl_mechanism = "PLAIN"\nsasl_username = "u"\n'
+        f'sasl_password_env = "PASSWORD"\n\n[agents.w]\nurl = "https://w.example/a2a"\n'
+        f'token_file = "{tmp_path / "token"}"\napi_key_env = "W_API_KEY"\napi_key_query = "key"\n'
+    )
+    report = check(str(config), {"W_API_KEY": f"\u00fc{SECRET}", "PASSWORD": f"p\u00e4ss{SECRET}"})
+    reason = "the secret holds a character an HTTP header cannot carry (only printable ASCII); it is not used"
+    assert report.errors == [f"agents.w.token_file: {reason}", f"agents.w.api_key_env: {reason}"]
+    assert SECRET not in "\n".join(report.errors)
+
+
 def test_a_variable_keeps_its_spaces() -> None:
     secret = read_secret("agents.a", "token", None, "T", {"T": " a b "})
     assert secret is not None and secret.get() == " a b "
@@ -264,3 +278,28 @@ def test_check_loads_the_certificate_key_and_ca_as_run_does(tmp_path: Path) -> N
         f"agents.w.tls_cert_file: '{files['cert']}' and tls_key_file do not load as a certificate and its key",
     ]
     assert "PRIVATE KEY" not in "\n".join(errors)
+
+
+ENCRYPTED = (
+    "the key is encrypted, and the bridge takes no passphrase: write it decrypted (openssl pkey -in KEY -out KEY.plain)"
+)
+
+
+@pytest.mark.parametrize("where", ["agents.w", "push", "kafka"])
+def test_check_refuses_an_encrypted_key_in_one_line_naming_it_without_asking_a_passphrase(
+    tmp_path: Path, where: str
+) -> None:
+    """OpenSSL, given no passphrase, asks for one on the terminal (twice), then fails
+    with "Invalid argument"; the bridge never lets it ask."""
+    files = tls_files(tmp_path)
+    tls.write_private(files["key"], tls.encrypted(files["key"].read_bytes(), b"a passphrase"))
+    cert, key = files["cert"], files["key"]
+    sections = {
+        "agents.w": f'[agents.w]\nurl = "https://w.example/a2a"\ntls_cert_file = "{cert}"\ntls_key_file = "{key}"\n',
+        "push": f'[push]\ntls_cert_file = "{cert}"\ntls_key_file = "{key}"\n',
+        "kafka": f'[kafka]\nsecurity_protocol = "SSL"\nssl_certfile = "{cert}"\nssl_keyfile = "{key}"\n',
+    }
+    config = tmp_path / "bridge.toml"
+    config.write_text(sections[where])
+    key_name = "ssl_keyfile" if where == "kafka" else "tls_key_file"
+    assert check(str(config), {}).errors == [f"{where}.{key_name}: {str(key)!r}: {ENCRYPTED}"]

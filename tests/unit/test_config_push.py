@@ -53,7 +53,20 @@ def test_defaults() -> None:
         300.0,
         5.0,
     )
+    assert (cfg.push.max_connections, cfg.push.max_connections_per_peer) == (512, 128)
     assert cfg.push_agents() == []
+
+
+def test_a_share_per_address_above_the_total_bounds_nothing(tmp_path: Path) -> None:
+    report = check(write(tmp_path, FILE + "max_connections = 64\nmax_connections_per_peer = 100\n"), ENV)
+    assert report.ok and report.warnings == [
+        "push.max_connections_per_peer: 100 is above max_connections 64, so it bounds nothing (0 says so)"
+    ]
+    refused = check(write(tmp_path, FILE + "max_connections = 0\nmax_connections_per_peer = -1\n"), ENV)
+    assert refused.errors == [
+        "push.max_connections: must be above 0, got 0",
+        "push.max_connections_per_peer: must be 0 (none) or more, got -1",
+    ]
 
 
 def test_agents_that_push(tmp_path: Path) -> None:
@@ -125,6 +138,16 @@ def test_base_url_warnings_and_errors(tmp_path: Path) -> None:
         report = check(write(tmp_path, FILE.replace("https://bridge-push.a2a.svc:8443", base)), ENV)
         assert problem in report.errors + report.warnings, (report.errors, report.warnings)
     loopback = check(write(tmp_path, FILE.replace("https://bridge-push.a2a.svc:8443", "http://127.0.0.1:1")), ENV)
+    assert loopback.ok and not loopback.warnings
+
+
+def test_a_plain_http_jwks_off_loopback_warns_as_the_token_endpoint_and_base_url_do(tmp_path: Path) -> None:
+    jwks = "https://writer/.well-known/jwks.json"
+    plain = check(write(tmp_path, FILE.replace(jwks, "http://writer/.well-known/jwks.json")), ENV)
+    assert plain.ok and plain.warnings == [
+        "agents.writer.push_jwks_url: http:// lets anyone on the way replace the agent's signing keys; use https://"
+    ]
+    loopback = check(write(tmp_path, FILE.replace(jwks, "http://127.0.0.1:9/jwks.json")), ENV)
     assert loopback.ok and not loopback.warnings
 
 

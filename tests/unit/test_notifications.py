@@ -69,6 +69,7 @@ def replaced(name: str, value: bytes) -> list[tuple[str, bytes]]:
         (GOOD[0], None, GOOD[2], "record has no value"),
         (GOOD[0], b"{", GOOD[2], "record value is not JSON"),
         (GOOD[0], b"[1]", GOOD[2], "record value is a JSON list, not an object"),
+        (GOOD[0], b'{"a":' * 201 + b"1" + b"}" * 201, GOOD[2], "record value nests deeper than 200 levels"),
     ],
 )
 def test_what_encode_never_writes_is_unreadable(

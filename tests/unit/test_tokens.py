@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from bridge.core.tokens import (
     IN_FLIGHT,
+    MAX_LIFETIME,
     RENEW_AHEAD,
     TOKEN_RETRY,
     UNSTATED_LIFETIME,
@@ -55,10 +56,23 @@ def test_a_short_lived_token_is_renewed_half_way_not_at_once() -> None:
     assert Lease(0.0, 10.0).usable_until == 9.0
 
 
-def test_a_token_without_a_stated_lifetime_is_renewed_after_a_while_and_never_expires_here() -> None:
-    lease = Lease(0.0, None)
-    assert lease.renew_at == UNSTATED_LIFETIME
-    assert lease.usable_until == float("inf")
+def test_a_token_without_a_stated_lifetime_lives_as_long_as_one_stated_unstated_lifetime() -> None:
+    """Not for ever: a token endpoint that stops answering must not leave an expired
+    token in use while renewals fail; the Tasks wait for a fresh one instead."""
+    assert lifetime(None) == UNSTATED_LIFETIME
+    assert Lease(0.0, UNSTATED_LIFETIME).usable_until < UNSTATED_LIFETIME
+
+
+def test_a_token_whose_renewals_keep_failing_is_handed_out_no_longer_than_its_life() -> None:
+    s = TokenState()
+    s.obtained(Lease(0.0, UNSTATED_LIFETIME))
+    now = Lease(0.0, UNSTATED_LIFETIME).renew_at
+    while (plan := s.plan(now)) in (Plan.USE, Plan.USE_AND_RENEW):
+        if plan is Plan.USE_AND_RENEW:
+            s.failed(now)
+        now += 1.0
+    assert now <= UNSTATED_LIFETIME
+    assert plan in (Plan.FETCH, Plan.BACKED_OFF)  # no token: a fetch, or a failure at once
 
 
 @given(st.floats(0.0, 1e6), st.floats(0.001, 1e7))
@@ -133,15 +147,19 @@ def test_many_refusals_of_the_same_token_drop_it_once() -> None:
         ("3600", 3600.0),
         (0, None),
         (-5, None),
-        (True, None),
-        ("soon", None),
-        (None, None),
-        (float("inf"), None),
-        (float("nan"), None),
-        ([60], None),
+        (1, 1.0),
+        (10**12, MAX_LIFETIME),
+        (float("inf"), MAX_LIFETIME),
+        (True, UNSTATED_LIFETIME),
+        ("soon", UNSTATED_LIFETIME),
+        (None, UNSTATED_LIFETIME),
+        (float("nan"), UNSTATED_LIFETIME),
+        ([60], UNSTATED_LIFETIME),
     ],
 )
-def test_expires_in_is_a_positive_number_or_unstated(given_: object, seconds: float | None) -> None:
+def test_expires_in_is_followed_up_to_a_cap_and_a_spent_token_is_none(given_: object, seconds: float | None) -> None:
+    """0 or less (the endpoint says the token is spent) is no token, not "unstated":
+    it was read as 300 s, then handed out for ever while renewals failed."""
     assert lifetime(given_) == seconds
 
 
