@@ -1,7 +1,7 @@
 """What each request to one agent carries to prove who the bridge is.
 
 Built once per agent from its configuration (bridge/config/model.py, the keys of
-"Configuration" in README.md) and asked on every request, so a renewed OAuth2
+"Agent credentials" in docs/configuration.md) and asked on every request, so a renewed OAuth2
 token or a rotated Secret file is on the next request without a restart:
 
 - ``Authorization: Bearer``: from the agent's :class:`~bridge.identity.TokenSource`

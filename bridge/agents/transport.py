@@ -5,7 +5,8 @@ read: httpcore (a pool byte stream, a connection byte stream, an exception
 map and a timeout object on every read), then anyio (a cancel scope, a sniffio
 lookup, a resume of the transport's reading). An agent that streams tokens
 sends one small SSE frame per read, so all of that is paid per event: it was
-the largest cost of a bridge following trickling streams (bench/README.md).
+the largest cost of a bridge following trickling streams
+(bench/results/2026-12-01-transport-3d90104.json).
 
 :class:`Transport` keeps httpx (requests, headers, timeouts, the Response API
 :mod:`bridge.agents.client` uses) and h11 (HTTP/1.1 framing: chunked, length- and
@@ -64,10 +65,10 @@ from bridge.wire import chunked
 
 # Past this many unread bytes a socket stops reading until its reader catches up, so
 # a Task whose reader waits (a full outbox) leaves the rest in the kernel's buffer,
-# not in this process. A plain asyncio protocol receives up to 256 KiB at a time;
-# anyio held one such read per connection. 64 KiB cost 8 % of throughput on 20 KB
-# events (bench case 2: a reader suspended every three events); 1 MiB let 10,000
-# waiting streams hold 10 GB.
+# not in this process. A plain asyncio protocol receives up to this much at a time;
+# anyio held one such read per connection. A quarter of it cost throughput on large
+# events (a reader suspended every few events), four times it let ten thousand waiting
+# streams hold gigabytes (bench/results/tuned-receive-buffers.json).
 _HIGH_WATER = 256 * 1024
 # Bytes the kernel may hand over per receive. The receive buffer is one per thread,
 # shared by its connections (see _Socket.get_buffer).
@@ -79,12 +80,12 @@ class _Socket(asyncio.BufferedProtocol):
     """Received bytes and the socket's state, for one :class:`_Stream`.
 
     Buffered, so the kernel copies into a buffer that is reused. A plain
-    protocol's transport allocates 256 KiB per receive; until glibc's dynamic
-    mmap threshold has risen past that, each is an mmap and munmap, system calls
-    costing several times the receive itself for every trickled SSE frame
-    (measured: bench/README.md, "Receive buffers"). Whether the threshold has
-    risen depends on the allocator's history; a reused buffer costs the same
-    in every process.
+    protocol's transport allocates a large buffer per receive; until glibc's
+    dynamic mmap threshold has risen past it, each is an mmap and munmap, system
+    calls costing more than the receive itself for every trickled SSE frame
+    (bench/results/tuned-receive-buffers.json). Whether the threshold has risen
+    depends on the allocator's history; a reused buffer costs the same in every
+    process.
     """
 
     transport: asyncio.Transport  # set by connection_made, before any other callback

@@ -181,7 +181,7 @@ class KafkaConfig:
     # the transaction coordinator's CONCURRENT_TRANSACTIONS while the last commit's
     # markers are written, a group coordinator's COORDINATOR_NOT_AVAILABLE to a
     # TxnOffsetCommit it could not verify yet. aiokafka's default, 100 ms, is a whole
-    # tick (measured: bench/README.md, "A retried request costs a fifth of a tick").
+    # tick (bench/results/tuned-transaction-retry-backoff.json).
     transaction_retry_backoff_ms: int = field(default=20, metadata=POSITIVE)
     # A transaction never begins at an epoch that saw a request whose outcome is not
     # known (a delayed copy could act on it): "after-doubt" moves the epoch on then,
@@ -251,7 +251,7 @@ class BridgeConfig:
     http_port: int = field(default=8080, metadata={"rule": rules.port})
     # Events waiting for the next commit, per partition: at the bound the committer
     # commits at once and readers wait for it (a larger bound stretches a tick's
-    # transaction under bursts; measured: bench/README.md).
+    # transaction under bursts: bench/results/tuned-config-buffers-pools.json).
     max_buffered_events: int = field(default=2_000, metadata=POSITIVE)
     # The same bound in bytes of record values: large artifacts fill it first.
     max_buffered_bytes: int = field(default=16 * 1024 * 1024, metadata=POSITIVE)
@@ -279,7 +279,7 @@ class BridgeConfig:
     # HTTP connection pools to agents; a Task keeps to one. bridge/agents/transport.py's
     # pool costs the same per request at any size; httpx's own (used behind a proxy)
     # scans every connection per request, so many streams share it badly
-    # (measured: bench/README.md).
+    # (bench/results/tuned-config-buffers-pools.json).
     http_pools: int = field(default=32, metadata=POSITIVE)
     # Restored Tasks reconnect at most this many a second per process, and not while
     # the event loop lags: not all at once. 1,000 resumes 2,000 Tasks of a restarted

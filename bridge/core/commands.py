@@ -2,8 +2,8 @@
 
 A command arrives decoded (:func:`bridge.wire.commands.decode`); whether it
 acts, is a repeat with no second effect, or is refused with a DLQ reason
-depends only on the record its taskKey has now ("Wire contract" and "DLQ" in
-README.md; the reasons are ``dlq_reason`` in ``schemas/asyncapi.yaml``).
+depends only on the record its taskKey has now (docs/consuming.md, "Writing
+commands"; the reasons are ``dlq_reason`` in ``schemas/asyncapi.yaml``).
 """
 
 from __future__ import annotations

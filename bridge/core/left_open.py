@@ -1,5 +1,5 @@
 """What a partition's open does with records its producer's transactions left open
-in its checkpoints partition. Pure: bridge/engine/partition.py reads Kafka and
+in its checkpoints partition. Pure: bridge/engine/restore.py reads Kafka and
 closes them as this says.
 
 A transaction coordinator that finds no leader for a partition while it writes a

@@ -47,8 +47,8 @@ def keep_freed_memory() -> bool:
 
     By default glibc returns freed memory at the heap's top once it passes twice
     the largest mmap'd block freed so far, and the next tick's record batches fault
-    every page in again, one fault per 4 KiB (measured: bench/README.md, "C's
-    events topic shared, malloc keeps a tick's memory"). Returns whether both
+    every page in again, one fault per page
+    (bench/results/2026-12-01-events-topic-shared-malloc.json). Returns whether both
     were set (glibc only)."""
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
@@ -66,7 +66,7 @@ def settle_heap() -> None:
 
     The young generation is collected less often: per event the bridge allocates
     and frees many objects, and a young collection costs about the same whatever
-    its size (measured: bench/README.md, "The service's heap")."""
+    its size (bench/results/tuned-service-heap.json)."""
     gc.collect()
     gc.freeze()
     _, older, oldest = gc.get_threshold()

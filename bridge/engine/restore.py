@@ -33,8 +33,8 @@ Raw: TypeAlias = "ConsumerRecord[bytes, bytes]"
 # Checkpoint records taken from the consumer at a time while restoring. aiokafka hands
 # over all it fetched (up to 1 MiB per partition) at once by default, thousands of
 # records alive together beside the ClosedTasks made from them; those ClosedTasks then
-# pin the freed records' pages, which no heap trim gives back (pymalloc's arenas).
-# (Measured: bench/README.md, "A restore reads its checkpoints in small batches".)
+# pin the freed records' pages, which no heap trim gives back (pymalloc's arenas):
+# bench/results/2026-12-03-restore-batches.json.
 RESTORE_BATCH = 256
 
 

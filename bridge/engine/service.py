@@ -71,9 +71,8 @@ from bridge.push.webhook import Webhook
 
 log = logging.getLogger(__name__)
 
-# Freed heap pages go back to the OS every this many lag samples (10 s): a few ms
-# of work, and the RSS per live Task falls back after a burst (measured:
-# bench/README.md, "The service's heap").
+# Freed heap pages go back to the OS every this many lag samples (10 s): little work,
+# and the RSS per live Task falls back after a burst (bench/results/tuned-service-heap.json).
 _TRIM_EVERY = 40
 # The command poll's timeout; shorter while starts wait for room.
 _POLL_MS = 100

@@ -137,8 +137,9 @@ def error_names(exc: BaseException | None) -> tuple[str, ...]:
 
 
 # Slotted, not frozen: one is made per record published, and a frozen dataclass's
-# __init__ sets each field through object.__setattr__ (measured: bench/README.md,
-# "slotted, not frozen"). Nothing changes a record once it is in an outbox.
+# __init__ sets each field through object.__setattr__
+# (bench/results/2026-12-01-throughput-3d90104.json). Nothing changes a record once it
+# is in an outbox.
 @dataclass(slots=True)
 class OutRecord:
     topic: str
@@ -190,9 +191,9 @@ class ProducerLoop:
     @classmethod
     def threaded(cls) -> ProducerLoop:
         # A thread waiting for the GIL gets it at the holder's next system call or
-        # after the switch interval: 5 ms by default, several times per transaction,
-        # and the readers wait the same way for the producer thread (measured:
-        # bench/README.md, "The producer thread's switch interval").
+        # after the switch interval (5 ms by default), several times per transaction,
+        # and the readers wait the same way for the producer thread
+        # (bench/results/tuned-producer-thread-switch-interval.json).
         sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_INTERVAL_S))
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name="kafka-producers", daemon=True)
@@ -307,8 +308,7 @@ class PartitionTransactions:
             acks="all",
             # Every batch handed over is whole (see batches), and all of a transaction's
             # are queued before its AddPartitionsToTxn answers: a linger only delays
-            # the Produce after that answer (measured: bench/README.md, "linger_ms=0
-            # for the partition producers").
+            # the Produce after that answer (bench/results/2026-12-01-half-speed-host.json).
             linger_ms=0,
             # A batch never exceeds the smallest record budget, so no topic's
             # max.message.bytes can refuse a batch of records that each fit.
@@ -577,8 +577,7 @@ class PartitionTransactions:
         # Record batches are filled here, on the main loop, when every record's partition
         # is known (as it is unless a topic's partition count was not learnt at start):
         # filled on the producer thread, the two threads would trade the GIL every switch
-        # interval while it ran (measured: bench/README.md, "Record batches are filled
-        # on the main loop at the tick").
+        # interval while it ran (bench/results/2026-12-01-batches-on-main-loop.json).
         built: Batches | None = None
         if all(r.partition is not None for r in records):
             try:

@@ -323,8 +323,8 @@ class Restorer:
     :class:`ClosedTask` the restore keeps (and :meth:`tasks` gives it as read). Kept
     raw until every record was read, the checkpoints of a dedupe window were all in
     memory at once beside the ClosedTasks made from them, and a restored process kept
-    those pages: 679 B per closed Task against 376 B in the process that closed them
-    (bench/README.md, "The contract against the leanest pipeline, B0")."""
+    those pages, nearly twice what the process that closed them held
+    (bench/results/2026-12-02-contract-against-b0.json)."""
 
     slim_closed: bool = False
     _latest: dict[bytes, bytes | ClosedTask | TaskRecord | CheckpointError] = field(default_factory=dict)

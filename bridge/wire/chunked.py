@@ -2,7 +2,7 @@
 
 An agent that streams tokens sends one chunk per SSE frame. h11 turns each
 chunk into a ``Data`` event and a step of its state machine, several times
-the cost of decoding it here (measured: bench/README.md, "Chunked bodies").
+the cost of decoding it here (bench/results/tuned-chunked-bodies.json).
 :class:`Decoder` returns all the body bytes in what has arrived at once,
 however many chunks that is.
 

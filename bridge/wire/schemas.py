@@ -59,8 +59,7 @@ def check(name: str) -> Check:
 
     jsonschema walks its general machinery for every document (a validator
     object per subschema, ``$ref`` resolution), a large share of the bridge's CPU
-    when many Tasks start at once (measured: bench/README.md, "Command
-    validation"). The keywords the schemas in
+    when many Tasks start at once (bench/results/tuned-command-validation.json). The keywords the schemas in
     ``schemas/`` use are compiled once into plain checks, by the 2020-12 rules
     (tests/unit/test_schemas.py holds them to jsonschema's verdicts on generated
     documents). A schema with any other keyword is left to jsonschema whole. Only
