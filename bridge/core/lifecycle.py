@@ -646,10 +646,11 @@ def notification_result(results: list[Event | Dropped]) -> NotificationResult:
 
 # What a ClosedTask packs after its key, in one bytes object: when it closed (whole
 # seconds), its route (agent and DLQ) and how it ended (indexes into the tables below),
-# then the digests of its commandIds. Five slots, a float and a separate bytes cost more
+# then the digests of its commandIds: five slots, a float and a separate bytes cost more
 # per closed Task held (bench/closed_tasks.py;
-# bench/results/2026-12-02-transaction-steps-closed-packed.json). The agent and its DLQ share one index: a separate one would put a closed
-# Task with one commandId in pymalloc's next size class, 16 B more each.
+# bench/results/2026-12-02-transaction-steps-closed-packed.json). The agent and its DLQ
+# share one index: a separate one would put a closed Task with one commandId in
+# pymalloc's next size class.
 _PACKED = struct.Struct("<IHB")
 
 _N = TypeVar("_N", bound=Hashable)
