@@ -17,8 +17,8 @@ import tracemalloc
 
 import orjson
 
-from bridge.core.lifecycle import ClosedTask, command_digest
-from bridge.core.retention import Retention
+from bridge.core.partition.retention import Retention
+from bridge.core.task.lifecycle import ClosedTask, command_digest
 
 
 def measure(n: int) -> dict[str, float | int]:

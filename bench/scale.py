@@ -209,7 +209,7 @@ async def rss_settled(pid: int, seconds: float = 3.0, samples: int = 6) -> int:
 
 
 # The bridge hands its freed heap pages back to the OS every 40 loop-lag samples of
-# 0.25 s (bridge/engine/service.py, _TRIM_EVERY; bridge/core/capacity.py, LAG_SAMPLE_S):
+# 0.25 s (bridge/engine/service.py, _TRIM_EVERY; bridge/core/process/capacity.py, LAG_SAMPLE_S):
 # 10 s and the loop's lag. Until then malloc keeps up to 8 MiB of them for reuse
 # (_TRIM_THRESHOLD), whatever the number of Tasks. Waited after rss_settled's 3 s, so a
 # quiet process (lag under a few ms) has trimmed before the first sample.

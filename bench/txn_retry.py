@@ -27,9 +27,9 @@ import orjson
 
 from bench.services import Broker, delete_topics, one_partition_config
 from bridge.config.model import Config
-from bridge.core.lifecycle import TaskRecord
-from bridge.core.limits import RecordLimits
-from bridge.core.offsets import Position
+from bridge.core.partition.budgets import RecordBudgets
+from bridge.core.partition.offsets import Position
+from bridge.core.task.lifecycle import TaskRecord
 from bridge.kafka import topics
 from bridge.kafka.transaction import PartitionTransactions
 
@@ -44,7 +44,7 @@ async def transactions(config: Config, n: int, gap: float) -> list[float]:
     the producer's first transactions also look up the coordinators)."""
     offset = 0
     txn = PartitionTransactions(
-        config, 0, lambda: Position(offset, (), ()), lambda: RecordLimits(1_000_000), notified=lambda: None
+        config, 0, lambda: Position(offset, (), ()), lambda: RecordBudgets(1_000_000), notified=lambda: None
     )
     await txn.start()
     took: list[float] = []

@@ -52,8 +52,8 @@ from cryptography.x509.oid import NameOID
 
 from bench.services import ROOT, Broker, delete_topics
 from bridge.config import model as config_mod
-from bridge.core import push
-from bridge.core.push import Route
+from bridge.core.task import push
+from bridge.core.task.push import Route
 from bridge.kafka import topics
 
 SECRET = "bench-webhook-flood-secret-0123456789abcdef"

@@ -170,10 +170,13 @@ def validate_command(config: Config, cmd: dict[str, Any]) -> bytes:
     """The record value of ``cmd``, refused (:class:`UsageError`) unless the bridge
     would act on it: the command schema, as :func:`bridge.wire.commands.decode` applies
     it, and an agent this config's registry has."""
+    from bridge.config import schemas
     from bridge.wire.commands import Invalid, decode
 
     value = orjson.dumps(cmd)
-    decoded = decode(value, cmd["taskKey"].encode(), max_bytes=config.kafka.max_command_bytes)
+    decoded = decode(
+        value, cmd["taskKey"].encode(), max_bytes=config.kafka.max_command_bytes, schema=schemas.schema("command")
+    )
     if isinstance(decoded, Invalid):
         raise UsageError(f"the {cmd['type']} command is not valid ({decoded.reason}): {decoded.detail}")
     agent = cmd.get("agent")

@@ -13,7 +13,7 @@ from typing import Any
 
 from aiokafka.structs import ConsumerRecord
 
-from bridge.core.lifecycle import ClosedTask, TaskRecord, new_task
+from bridge.core.task.lifecycle import ClosedTask, TaskRecord, new_task
 
 COMMANDS = "cmds"
 

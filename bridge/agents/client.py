@@ -25,7 +25,7 @@ import orjson
 from bridge.agents import transport
 from bridge.agents.credentials import Credentials, credentials, tls_context
 from bridge.config.model import AgentConfig, Config
-from bridge.core.lifecycle import MessageUpdate, TaskSnapshot, Update
+from bridge.core.task.lifecycle import MessageUpdate, TaskSnapshot, Update
 from bridge.errors import (
     AgentAuthError,
     AgentFault,

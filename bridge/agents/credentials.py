@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from bridge.agents.security import Held
 from bridge.config.model import AgentConfig, ConfigError, EncryptedKey, Secret, load_cert_chain
-from bridge.core.security import Held
 from bridge.identity import Grant, SecretSource, TokenSource, bearer, client_credentials, secret_from
 
 
@@ -83,7 +83,7 @@ class Credentials:
             self.api_key.stale()
 
     def held(self, config: AgentConfig) -> Held:
-        """What these credentials can meet of an agent card's requirements (bridge.core.security)."""
+        """What these credentials can meet of an agent card's requirements (bridge.agents.security)."""
         return Held(
             bearer=bool(config.token_file or config.token_env),
             client_credentials=bool(config.oauth2_token_url),

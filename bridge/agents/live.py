@@ -9,16 +9,16 @@ import contextlib
 
 import httpx
 
+from bridge.agents import security
 from bridge.agents.client import AgentClient, clients, tls_failure
 from bridge.config.model import Config
 from bridge.config.rules import Problem
-from bridge.core import security
 from bridge.errors import AgentAuthError, AgentFault, AgentUnavailable, CredentialsUnavailable
 
 
 async def card_problem(agent: AgentClient) -> Problem | None:
     """A warning when the agent's card requires credentials its configuration does not
-    present (bridge/core/security.py); None too when there is no card to read."""
+    present (bridge/agents/security.py); None too when there is no card to read."""
     try:
         card = await agent.card()
     except (AgentFault, CredentialsUnavailable):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.wire.schemas import load as load_schema
+from bridge.config.schemas import load as load_schema
 
 # What a value rule says about a value: None when it fits.
 Rule = Callable[[Any], "str | None"]

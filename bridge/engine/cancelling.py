@@ -12,8 +12,8 @@ import asyncio
 import logging
 
 from bridge.agents.client import rpc_id
-from bridge.core import policy
-from bridge.core.lifecycle import TaskSnapshot, is_terminal
+from bridge.core.task import policy
+from bridge.core.task.lifecycle import TaskSnapshot, is_terminal
 from bridge.engine.following import Following
 from bridge.errors import AgentError, CredentialsUnavailable, RpcError
 

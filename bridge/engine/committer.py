@@ -1,5 +1,5 @@
 """A partition's commit ticks: one transaction at a time, on the tick grid of
-:mod:`bridge.core.ticks`, cut by the committer at its deadline or by a stream reader
+:mod:`bridge.core.partition.ticks`, cut by the committer at its deadline or by a stream reader
 that finds the deadline passed between two events (:meth:`Committer.space`).
 
 The committer is never cancelled mid-transaction (its swapped-out outbox would be
@@ -16,7 +16,7 @@ import math
 import time
 from typing import Protocol
 
-from bridge.core.ticks import first_tick, next_tick
+from bridge.core.partition.ticks import first_tick, next_tick
 from bridge.kafka.transaction import PartitionTransactions, TransactionFailed
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@ steps between followers. The bottom layer of the runner's house:
 :mod:`bridge.engine.runner` runs one follower at a time (:mod:`~bridge.engine.sending`,
 :mod:`~bridge.engine.streaming`, :mod:`~bridge.engine.polling`,
 :mod:`~bridge.engine.pushing`; :mod:`~bridge.engine.cancelling` beside them), each
-returns the :class:`Step` that follows it (the mode from :mod:`bridge.core.follow`'s
+returns the :class:`Step` that follows it (the mode from :mod:`bridge.core.task.follow`'s
 table and what that mode needs), and none calls another.
 
 The partition is seen through two ports, by concern: :class:`Outputs` (what a Task
@@ -25,12 +25,21 @@ from aiokafka.structs import ConsumerRecord
 
 from bridge.agents.client import close_stream, rpc_id
 from bridge.config.model import AgentConfig, Config
-from bridge.core import follow, policy
 from bridge.core.backoff import AGENT_RETRY, Backoff
-from bridge.core.commands import Command, message_id
-from bridge.core.follow import AUTH_WATCH, IDLE, PUSH, RESUBSCRIBING, Follow, Mode
-from bridge.core.lifecycle import JSON, BridgeOutcome, Dropped, Event, StatusUpdate, TaskRecord, TaskSnapshot, Update
-from bridge.core.resume import Backstop, Lost, Poll, reconcile_first, replay_would_repeat, settled
+from bridge.core.task import follow, policy
+from bridge.core.task.commands import Command, message_id
+from bridge.core.task.follow import AUTH_WATCH, IDLE, PUSH, RESUBSCRIBING, Follow, Mode
+from bridge.core.task.lifecycle import (
+    JSON,
+    BridgeOutcome,
+    Dropped,
+    Event,
+    StatusUpdate,
+    TaskRecord,
+    TaskSnapshot,
+    Update,
+)
+from bridge.core.task.resume import Backstop, Lost, Poll, reconcile_first, replay_would_repeat, settled
 from bridge.errors import AgentError, CredentialsUnavailable
 from bridge.observe import metrics
 from bridge.wire.dialects import Dialect, Push, Request
@@ -88,7 +97,7 @@ class Sources(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """What follows a follower: a mode (:class:`bridge.core.follow.Mode`) and what it
+    """What follows a follower: a mode (:class:`bridge.core.task.follow.Mode`) and what it
     needs. ``idle``: none follows (the Task paused, or ended)."""
 
     mode: Mode
@@ -135,7 +144,7 @@ class Following:
         self.follow = Follow()
         # The start or reply sent to the agent and not yet answered.
         self.sending: Incoming | None = None
-        # Held for a token (bridge.core.policy.credentials_wait): the last answer of the
+        # Held for a token (bridge.core.task.policy.credentials_wait): the last answer of the
         # token source while held, how many waits in a row, and the seconds held in all
         # (the resume budgets do not run meanwhile: see clock).
         self.held: CredentialsUnavailable | None = None
@@ -169,7 +178,7 @@ class Following:
         return now - self._held_seconds - (now - self._held_since if self._holding else 0.0)
 
     async def hold(self, exc: CredentialsUnavailable) -> None:
-        """No token for the agent yet: wait as :func:`bridge.core.policy.credentials_wait` says."""
+        """No token for the agent yet: wait as :func:`bridge.core.task.policy.credentials_wait` says."""
         if self.held is None:
             # Debug only: the token source logs each failed fetch once for all its Tasks.
             log.debug("waiting for a token to send to %s: %s", self.client.name, exc.detail)
@@ -226,7 +235,7 @@ class Following:
     def instead_of_replay(self, snap: TaskSnapshot, sequenced: bool) -> None:
         """``snap`` applied where a replay brought nothing: the Task is followed by
         snapshots from then on if it published what a replay would repeat
-        (:func:`bridge.core.resume.replay_would_repeat`)."""
+        (:func:`bridge.core.task.resume.replay_would_repeat`)."""
         seq = self.record.seq
         self.apply(snap)
         repeat = replay_would_repeat(sequenced=sequenced, published=self.record.seq != seq)
@@ -251,7 +260,7 @@ class Following:
             self.out.dead_letter(raw, reason, failure, command)
 
     def publish_held(self, snap: TaskSnapshot | None) -> None:
-        """The held status, or what ``snap`` shows instead (bridge.core.resume.settled)."""
+        """The held status, or what ``snap`` shows instead (bridge.core.task.resume.settled)."""
         held, self.ending = self.ending, None
         if held is not None and not self.record.closed:
             self.apply(settled(held, snap))
@@ -352,7 +361,7 @@ class Following:
     # ------------------------------------------------------- what follows --
 
     def next_mode(self) -> Mode:
-        """What follows the Task now that nothing does (bridge.core.follow.next_mode)."""
+        """What follows the Task now that nothing does (bridge.core.task.follow.next_mode)."""
         return follow.next_mode(
             self.record.closed, self.record.state, push=self.push_followed(), watched=self.record.watched
         )

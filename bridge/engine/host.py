@@ -15,8 +15,8 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bridge.core.left_open import Described
-from bridge.core.limits import RecordLimits
+from bridge.core.partition.budgets import RecordBudgets
+from bridge.core.partition.left_open import Described
 from bridge.kafka.transaction import ProducerLoop
 
 
@@ -25,7 +25,7 @@ class Host(Protocol):
 
     @property
     def producers(self) -> ProducerLoop: ...
-    def limits(self) -> RecordLimits: ...
+    def budgets(self) -> RecordBudgets: ...
     def admit(self) -> bool: ...
     def partitions(self, topic: str) -> int | None: ...
     def resume_turn(self) -> Awaitable[None]: ...
@@ -40,7 +40,7 @@ class PartitionMemory:
     # after a rebuild, they are written as stand-ins instead.
     refused: set[str] = field(default_factory=set)
     # What a failed open found the coordinator's answer worth after its init, for
-    # the retry (bridge/core/left_open.py); cleared once an open went through.
+    # the retry (bridge/core/partition/left_open.py); cleared once an open went through.
     described: Described | None = None
 
 
@@ -48,16 +48,16 @@ class StandAlone:
     """A :class:`Host` for a partition owner outside a service (tools, benches,
     tests): every start admitted, partition counts looked up at commit, no pacing."""
 
-    def __init__(self, limits: RecordLimits, producers: ProducerLoop | None = None) -> None:
-        self._limits = limits
+    def __init__(self, budgets: RecordBudgets, producers: ProducerLoop | None = None) -> None:
+        self._budgets = budgets
         self._producers = producers or ProducerLoop.inline()
 
     @property
     def producers(self) -> ProducerLoop:
         return self._producers
 
-    def limits(self) -> RecordLimits:
-        return self._limits
+    def budgets(self) -> RecordBudgets:
+        return self._budgets
 
     def admit(self) -> bool:
         return True

@@ -16,7 +16,7 @@ from typing import Protocol, TypeAlias
 
 from aiokafka.structs import ConsumerRecord
 
-from bridge.core.lifecycle import ClosedTask, NotificationResult, TaskRecord
+from bridge.core.task.lifecycle import ClosedTask, NotificationResult, TaskRecord
 from bridge.observe import metrics
 from bridge.wire import notifications
 

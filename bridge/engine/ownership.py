@@ -11,9 +11,9 @@
    only a permanent one (authorization) ends the process.
 3. A failed transaction (the owner sets ``failed``): the partition is paused
    and rebuilt from Kafka by a new opener, dropped, or the process ends, as
-   :mod:`bridge.core.txn_failure` classifies the failure. A fenced producer is
+   :mod:`bridge.core.partition.txn_failure` classifies the failure. A fenced producer is
    diagnosed by the group coordinator's word on who holds the partition
-   (:mod:`bridge.core.fencing`): still this member (a late request of this
+   (:mod:`bridge.core.process.fencing`): still this member (a late request of this
    process's own bumped the epoch), it is re-initialised (rebuilt); another
    member (this process was frozen past its session timeout and the group gave
    the partition away), it is dropped with all it held while the consumer
@@ -48,8 +48,9 @@ from aiokafka.errors import (
 
 from bridge.agents.client import AgentClient
 from bridge.config.model import Config
-from bridge.core import fencing, txn_failure
 from bridge.core.backoff import KAFKA_RETRY
+from bridge.core.partition import txn_failure
+from bridge.core.process import fencing
 from bridge.engine.heap import trim_heap
 from bridge.engine.host import Host, PartitionMemory
 from bridge.engine.partition import PartitionOwner
@@ -69,7 +70,7 @@ _FORBIDDEN = (
 
 
 class Fenced(BridgeError):
-    """Partitions were taken over, as Kafka shows (bridge/core/fencing.py): exit 3."""
+    """Partitions were taken over, as Kafka shows (bridge/core/process/fencing.py): exit 3."""
 
 
 class Member(Host, Protocol):
@@ -85,7 +86,7 @@ class Member(Host, Protocol):
     @property
     def stopping(self) -> bool: ...
     def fail(self, exc: BaseException) -> None: ...
-    async def reread_limits(self) -> None: ...
+    async def reread_budgets(self) -> None: ...
 
 
 class Ownership:
@@ -101,14 +102,14 @@ class Ownership:
         # Per partition, what its ownership keeps across its owners (bridge/engine/host.py).
         self.memory: defaultdict[int, PartitionMemory] = defaultdict(PartitionMemory)
         # Record budgets are read again before the next open: a record was refused.
-        self._refresh_limits = False
+        self._refresh_budgets = False
         # Per partition, how many times it was assigned or revoked: a diagnosis that
         # took a while tells that the group moved on meanwhile.
         self._moves: defaultdict[int, int] = defaultdict(int)
         self.opening: dict[int, asyncio.Task[None]] = {}
         # Owners whose failure ends the process (fatal): closed on the way out.
         self.dying: list[PartitionOwner] = []
-        # A fenced producer (bridge/core/fencing.py): re-initialised, or its partition
+        # A fenced producer (bridge/core/process/fencing.py): re-initialised, or its partition
         # dropped until the group moves; the owners being closed meanwhile; per dropped
         # partition, its transactional id as the coordinator described it at the drop.
         self.fencing = fencing.Fencing(fencing.deadline(config.kafka.session_timeout_ms / 1000))
@@ -249,9 +250,9 @@ class Ownership:
                     return
                 owner: PartitionOwner | None = None
                 try:
-                    if self._refresh_limits:
-                        await self.member.reread_limits()
-                        self._refresh_limits = False
+                    if self._refresh_budgets:
+                        await self.member.reread_budgets()
+                        self._refresh_budgets = False
                     owner = PartitionOwner(self.member.config, p, self.member.clients, self.member, self.memory[p])
                     await owner.open()
                     await self._seek(self.tp(p), owner.restored_offset)
@@ -310,7 +311,7 @@ class Ownership:
         return txn_failure.classify(described, self.member.config.kafka.heartbeat_interval_ms / 1000)
 
     def _rebuild(self, p: int, owner: PartitionOwner) -> None:
-        """Step 3: a failed transaction: pause, classify (bridge/core/txn_failure.py),
+        """Step 3: a failed transaction: pause, classify (bridge/core/partition/txn_failure.py),
         stop or rebuild."""
         self.owners.pop(p, None)
         self._pause(p, True)
@@ -331,7 +332,7 @@ class Ownership:
         if verdict.delay:
             log.warning("partition %d: the coordinator timed out the open transaction; rebuilding", p)
         if verdict.refused:  # the owner remembered them (PartitionMemory.refused)
-            self._refresh_limits = True
+            self._refresh_budgets = True
         metrics.PARTITION_REBUILDS.labels(verdict.cause).inc()
         self._spawn_open(p, broken=owner, delay=verdict.delay)
 
@@ -349,7 +350,7 @@ class Ownership:
 
     async def _fenced(self, p: int, owner: PartitionOwner) -> None:
         """Partition ``p``'s producer was fenced: who holds ``p`` now, as the group
-        coordinator says, decides (bridge/core/fencing.py) whether it is re-initialised
+        coordinator says, decides (bridge/core/process/fencing.py) whether it is re-initialised
         or dropped. Meanwhile ``p`` is neither owned nor opening (not ready)."""
         moves = self._moves[p]
         try:
@@ -390,7 +391,7 @@ class Ownership:
     async def _settle(self) -> None:
         """The fenced partitions' wait passed its deadline: what holds them now, and
         whether a transaction not of this process began with their ids, decides
-        (bridge/core/fencing.py): exit 3, re-open them, or wait on."""
+        (bridge/core/process/fencing.py): exit 3, re-open them, or wait on."""
         try:
             await self._settled()
         except Exception:

@@ -5,7 +5,7 @@ On assignment :meth:`PartitionOwner.open` starts the partition's producer
 end (``read_committed``; :mod:`bridge.engine.restore`), and resumes every live
 Task before the first new command is taken. Commands then flow through
 :meth:`PartitionOwner.on_command`; which of them are absorbed, and what offset to
-commit, is :mod:`bridge.core.offsets`. With push notifications on, the
+commit, is :mod:`bridge.core.partition.offsets`. With push notifications on, the
 notifications partition of the same number is this owner's too
 (:mod:`bridge.engine.notified`). Its transactions are cut on the tick grid by
 :mod:`bridge.engine.committer`.
@@ -15,13 +15,13 @@ itself for what they write (:class:`~bridge.engine.following.Outputs`), and
 :class:`TaskSources` for what they read.
 
 Everything written here is sized against its topic's record budget first
-(:mod:`bridge.core.limits`): events through :func:`bridge.wire.events.encode_within`,
+(:mod:`bridge.core.partition.budgets`): events through :func:`bridge.wire.events.encode_within`,
 DLQ copies through :func:`bridge.wire.deadletters.encode`.
 
 The rules this class applies are pure and live beside it: what a command does
-(:func:`bridge.core.commands.decide`, once per command), which commands wait for
-room (:mod:`bridge.core.intake`), how long a closed Task is remembered
-(:mod:`bridge.core.retention`).
+(:func:`bridge.core.task.commands.decide`, once per command), which commands wait for
+room (:mod:`bridge.core.partition.intake`), how long a closed Task is remembered
+(:mod:`bridge.core.partition.retention`).
 """
 
 from __future__ import annotations
@@ -37,13 +37,14 @@ from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from bridge.agents.client import AgentClient
+from bridge.config import schemas
 from bridge.config.model import Config
-from bridge.core import push
-from bridge.core.commands import Act, Command, Duplicate, Refuse, decide
-from bridge.core.intake import Intake
-from bridge.core.lifecycle import ClosedTask, Dropped, Event, TaskRecord, TaskRoute, new_task
-from bridge.core.offsets import PartitionOffsets, Position
-from bridge.core.retention import Retention
+from bridge.core.partition.intake import Intake
+from bridge.core.partition.offsets import PartitionOffsets, Position
+from bridge.core.partition.retention import Retention
+from bridge.core.task import push
+from bridge.core.task.commands import Act, Command, Duplicate, Refuse, decide
+from bridge.core.task.lifecycle import ClosedTask, Dropped, Event, TaskRecord, TaskRoute, new_task
 from bridge.engine import restore
 from bridge.engine.committer import Committer
 from bridge.engine.host import Host, PartitionMemory
@@ -86,7 +87,7 @@ class TaskSources:
 
     def artifact_cap(self, agent: str) -> int:
         """Artifact parts per record: the configured cap, within the events budget."""
-        budget = self._owner.host.limits().budget(self.config.events_topic(agent))
+        budget = self._owner.host.budgets().budget(self.config.events_topic(agent))
         return min(self.config.bridge.max_artifact_bytes, budget - events.ENVELOPE_RESERVE)
 
     def push_agent(self, agent: str) -> bool:
@@ -94,7 +95,7 @@ class TaskSources:
 
     def push_config(self, record: TaskRecord) -> Push:
         """The push config of ``record``'s Task: a URL naming its route (this partition,
-        its key and start) and the token any replica can check (bridge/core/push.py)."""
+        its key and start) and the token any replica can check (bridge/core/task/push.py)."""
         assert record.start_command_id is not None
         route = push.Route(record.agent, self.partition, record.task_key, record.start_command_id)
         cfg = self.config.push
@@ -149,9 +150,11 @@ class PartitionOwner:
             config.bridge.max_parked_starts, config.bridge.max_parked_bytes
         )
         self.notes = PartitionNotifications(partition, frozenset(clients))
+        # The command schema every command is judged by (schemas/command.schema.json).
+        self._commands = schemas.schema("command")
         self.sources = TaskSources(self)
         self.txn = PartitionTransactions(
-            config, partition, self._position, host.limits, host.producers, notified=lambda: self.notes.offset
+            config, partition, self._position, host.budgets, host.producers, notified=lambda: self.notes.offset
         )
         self.committer = Committer(partition, config.bridge.commit_interval_ms / 1000, self)
         # Between two events of a reader: the committer's (a call per event, so no
@@ -291,7 +294,7 @@ class PartitionOwner:
     def publish(self, record: TaskRecord, results: list[Event | Dropped]) -> None:
         now = time.time()
         topic = record.events_topic or self.config.events_topic(record.agent)
-        budget = self.host.limits().budget(topic)
+        budget = self.host.budgets().budget(topic)
         partition = record.events_partition
         counts = self._counts
         refused = self.memory.refused
@@ -339,7 +342,7 @@ class PartitionOwner:
             reason,
             detail,
             command,
-            budget=self.host.limits().budget(topic),
+            budget=self.host.budgets().budget(topic),
             refused=origin in self.memory.refused,
             now=time.time(),
         )
@@ -356,7 +359,7 @@ class PartitionOwner:
     def on_command(self, raw: Raw) -> None:
         if not self.offsets.take(raw.offset):
             return  # absorbed or in flight already: a re-read
-        cmd = decode(raw.value, raw.key, max_bytes=self.config.kafka.max_command_bytes)
+        cmd = decode(raw.value, raw.key, max_bytes=self.config.kafka.max_command_bytes, schema=self._commands)
         if isinstance(cmd, Invalid):
             self.dead_letter(raw, cmd.reason, cmd.detail, agent=cmd.agent)
             return
@@ -396,7 +399,7 @@ class PartitionOwner:
         else:
             assert isinstance(decision, Act) and cmd.type == "start"
             if not self.host.admit():
-                # No room: it waits (bridge.core.intake), parked or read again later; a
+                # No room: it waits (bridge.core.partition.intake), parked or read again later; a
                 # parked start is started as decided once there is (see release).
                 if self.intake.hold(cmd.task_key, (cmd, raw), size=len(raw.value or b"")) == "deferred":
                     self.offsets.defer(raw.offset)
@@ -435,7 +438,7 @@ class PartitionOwner:
     # ------------------------------------------------------------- intake --
     #
     # Which commands wait for room, and in what order they go on, is
-    # bridge.core.intake; a deferred one's offset holds the committed one back.
+    # bridge.core.partition.intake; a deferred one's offset holds the committed one back.
 
     def release(self, admit: Callable[[], bool]) -> None:
         """Take parked commands, oldest first, while ``admit`` lets starts in. A parked

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 
 from bridge.core.backoff import polling
-from bridge.core.follow import SNAPSHOTS
-from bridge.core.resume import Poll, moved_on
+from bridge.core.task.follow import SNAPSHOTS
+from bridge.core.task.resume import Poll, moved_on
 from bridge.engine.following import DONE, Following, Step
 from bridge.errors import AgentError
 from bridge.observe import metrics
@@ -18,7 +18,7 @@ from bridge.observe import metrics
 
 async def poll(f: Following, step: Step) -> Step:
     """tasks/get with backoff and jitter until the Task ends or pauses, or
-    :class:`bridge.core.resume.Poll` gives it up."""
+    :class:`bridge.core.task.resume.Poll` gives it up."""
     cfg = f.client.config
     plan = Poll(
         budget=f.config.bridge.resume_deadline_seconds, pace=polling(cfg.poll_initial_seconds, cfg.poll_max_seconds)
@@ -45,7 +45,7 @@ async def watch(f: Following, step: Step) -> Step:
     auth-required when the user signs in out of band, one whose reply the agent took
     but had not acted on (:func:`bridge.engine.sending._unanswered`). Watch it with
     tasks/get (backoff with jitter) until it moves
-    (:func:`bridge.core.resume.moved_on`: another state, or a new question); then
+    (:func:`bridge.core.task.resume.moved_on`: another state, or a new question); then
     what follows it. A reply, a cancel or the deadline end the watch too."""
     moved = await _watched_until_moved(f)
     if moved is not None:

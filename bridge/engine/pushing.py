@@ -3,9 +3,9 @@
 No stream: each notification reaches the partition owner from the notifications
 topic and is applied here (:func:`notified`) at once, in the partition's current
 transaction with its offset. The follower only asks ``tasks/get`` as
-:class:`bridge.core.resume.Backstop` says: at once after a restore or a rebalance,
+:class:`bridge.core.task.resume.Backstop` says: at once after a restore or a rebalance,
 then rarely. A notified status that ends the Task waits for a ``tasks/get``
-(:func:`bridge.core.resume.held_for_snapshot`) so that the chunks whose
+(:func:`bridge.core.task.resume.held_for_snapshot`) so that the chunks whose
 notifications never came are published first (:func:`_settle`).
 """
 
@@ -15,8 +15,8 @@ import asyncio
 import logging
 from typing import Any
 
-from bridge.core.lifecycle import NotificationResult, TaskSnapshot, notification_result
-from bridge.core.resume import Backstop, Poll, Retry, held_for_snapshot
+from bridge.core.task.lifecycle import NotificationResult, TaskSnapshot, notification_result
+from bridge.core.task.resume import Backstop, Poll, Retry, held_for_snapshot
 from bridge.engine.following import DONE, Following, Step, settled_within
 from bridge.errors import AgentError, AgentProtocolError
 from bridge.observe import metrics
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 async def follow(f: Following, step: Step) -> Step:
     """Follow a push-followed Task: its updates come as notifications (applied by
-    :func:`notified`), and ``tasks/get`` only as :class:`bridge.core.resume.Backstop`
+    :func:`notified`), and ``tasks/get`` only as :class:`bridge.core.task.resume.Backstop`
     says: at once when ``step.reconcile`` (a restore or a rebalance: what happened
     while nobody owned the Task is published first), then rarely, with jitter.
 
@@ -72,7 +72,7 @@ async def _backstop_wait(f: Following, seconds: float) -> None:
 
 def notified(f: Following, body: Any) -> NotificationResult:
     """A push notification of the Task (``body``: the JSON the agent POSTed), applied
-    now through the lifecycle (:meth:`bridge.core.lifecycle.TaskRecord.apply_notification`):
+    now through the lifecycle (:meth:`bridge.core.task.lifecycle.TaskRecord.apply_notification`):
     its events go into the partition's current transaction, with the notification's
     offset. Returns what became of it."""
     try:
@@ -101,9 +101,9 @@ def notified(f: Following, body: Any) -> NotificationResult:
 
 async def _settle(f: Following) -> None:
     """Publish the held status (:func:`notified`) after a ``tasks/get`` asked after it,
-    as :func:`bridge.core.resume.settled` says: what the lost notifications of its
+    as :func:`bridge.core.task.resume.settled` says: what the lost notifications of its
     chunks held is published first. ``tasks/get`` failing is retried as
-    :class:`bridge.core.resume.Poll` says; given up, the status goes as notified.
+    :class:`bridge.core.task.resume.Poll` says; given up, the status goes as notified.
 
     The hold is not checkpointed: the notification's offset may commit before this
     publishes. A crash then loses only the hold, as the next owner's reconcile asks

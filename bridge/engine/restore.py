@@ -5,7 +5,7 @@ checkpoints partition to its end.
 :mod:`bridge.engine.partition` calls these in order (``PartitionOwner.open``):
 :func:`describe_last` before the producer's init, :func:`close_left_open` right
 after it, then :meth:`PartitionLog.checkpoints`. The rules (commit or abort what
-was left open) are :mod:`bridge.core.left_open`.
+was left open) are :mod:`bridge.core.partition.left_open`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from bridge.config.model import Config
-from bridge.core.left_open import Described, LeftOpen, commit_left_open, remembered, verified
+from bridge.core.partition.left_open import Described, LeftOpen, commit_left_open, remembered, verified
 from bridge.engine.host import PartitionMemory
 from bridge.kafka import txn_state
 from bridge.kafka.auth import client_options
@@ -122,7 +122,7 @@ async def describe_last(log_: PartitionLog, memory: PartitionMemory) -> Describe
     """The coordinator's state of the partition's transactional id, if it says, with
     the checkpoints partition's end just before it was asked; or what an earlier
     attempt of this ownership found, if it still holds. Asked before the producer's
-    init, which makes the coordinator forget it (bridge/core/left_open.py)."""
+    init, which makes the coordinator forget it (bridge/core/partition/left_open.py)."""
     config = log_.config
     end = await log_.end(log_.checkpoints_tp(), "read_uncommitted")
     asked = await txn_state.last_state(config, transactional_id(config, log_.partition))
@@ -140,7 +140,7 @@ async def close_left_open(
 
     Records past the last stable offset of the checkpoints partition belong to
     transactions the coordinator completed without writing their marker there;
-    bridge/core/left_open.py says whether they are committed or aborted, in the
+    bridge/core/partition/left_open.py says whether they are committed or aborted, in the
     checkpoints partition and in every events and DLQ partition alike (the restore
     then reads the state after or before them). A clean checkpoints partition holds
     the last transaction's outcome as committed or aborted; open records it left in
@@ -156,7 +156,7 @@ async def close_left_open(
         (topic, None) for topic in sorted({*cfg.all_events_topics(), *cfg.all_dlq_topics()})
     ]
     stable, end = await log_.ends(tp)
-    # Kept for a retry, should this open fail from here on (bridge/core/left_open.py).
+    # Kept for a retry, should this open fail from here on (bridge/core/partition/left_open.py).
     last = memory.described = verified(last, txn.epoch, end)
     if stable >= end:
         await txn.close_left_open(outputs, commit=True)

@@ -4,7 +4,7 @@ A :class:`TaskRunner` lives while its Task is live. Its loop takes the Task's
 later commands (reply, cancel) in order, one at a time (a command is taken only
 when the previous one has been answered), and watches the Task's deadline. One
 *follower* at a time reads what the agent says about the Task, in the mode
-:mod:`bridge.core.follow` names, each in its own module:
+:mod:`bridge.core.task.follow` names, each in its own module:
 
 =================================  ============================================
 mode                               follower
@@ -41,10 +41,20 @@ from typing import Any, Protocol
 
 from aiokafka.structs import ConsumerRecord
 
-from bridge.core import policy
-from bridge.core.commands import Act, Command, Duplicate, Refuse, decide
-from bridge.core.follow import AUTH_WATCH, POLLING, PUSH, RESUBSCRIBING, SENDING, SNAPSHOTS, STREAMING, Follow, Mode
-from bridge.core.lifecycle import NotificationResult, TaskRecord
+from bridge.core.task import policy
+from bridge.core.task.commands import Act, Command, Duplicate, Refuse, decide
+from bridge.core.task.follow import (
+    AUTH_WATCH,
+    POLLING,
+    PUSH,
+    RESUBSCRIBING,
+    SENDING,
+    SNAPSHOTS,
+    STREAMING,
+    Follow,
+    Mode,
+)
+from bridge.core.task.lifecycle import NotificationResult, TaskRecord
 from bridge.engine import cancelling, polling, pushing, sending, streaming
 from bridge.engine.following import Following, Incoming, Outputs, Sources, Step, settled_within
 from bridge.errors import AgentError, CredentialsUnavailable
@@ -270,7 +280,7 @@ class TaskRunner:
 
     def _crashed(self, done: asyncio.Future[None]) -> None:
         """A follower that failed must not leave the Task or its command hanging:
-        close the Task as :func:`bridge.core.policy.crash` says and answer the
+        close the Task as :func:`bridge.core.task.policy.crash` says and answer the
         command in flight."""
         if done.cancelled() or done.exception() is None:
             return

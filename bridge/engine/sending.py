@@ -19,11 +19,11 @@ from typing import Any, Literal
 from aiokafka.structs import ConsumerRecord
 
 from bridge.agents.client import close_stream, rpc_id
-from bridge.core import policy
-from bridge.core.commands import Command, message_id
-from bridge.core.follow import AUTH_WATCH, POLLING, PUSH, STREAMING
-from bridge.core.lifecycle import JSON, MessageUpdate, TaskSnapshot, Update
-from bridge.core.resume import moved_on, reply_taken
+from bridge.core.task import policy
+from bridge.core.task.commands import Command, message_id
+from bridge.core.task.follow import AUTH_WATCH, POLLING, PUSH, STREAMING
+from bridge.core.task.lifecycle import JSON, MessageUpdate, TaskSnapshot, Update
+from bridge.core.task.resume import moved_on, reply_taken
 from bridge.engine.following import DONE, Following, Step, message_fields
 from bridge.errors import AgentError, AgentNoTask, CredentialsUnavailable
 from bridge.observe import metrics
@@ -39,7 +39,7 @@ Answer = AsyncIterator[Update] | Literal["poll", "push"]
 class Unanswered:
     """A reply that failed for good, and why (see :func:`_unanswered`); ``seq``: the
     record's when the reply was taken (a push notification may move it since);
-    ``refused``: the agent said no (what closes a start ``rejected``, bridge.core.policy)."""
+    ``refused``: the agent said no (what closes a start ``rejected``, bridge.core.task.policy)."""
 
     reason: str
     seq: int
@@ -119,7 +119,7 @@ async def _answer(f: Following, command: Command, raw: ConsumerRecord[bytes, byt
     Each attempt waits ``first_event_timeout_seconds`` for a first event; transient
     failures are re-sent with the same messageId (a gateway that de-duplicates
     attaches to the Task it already made) until ``resume_deadline_seconds`` pass.
-    Then a start is closed with the outcome :func:`bridge.core.policy.start_failure`
+    Then a start is closed with the outcome :func:`bridge.core.task.policy.start_failure`
     names; a reply is :class:`Unanswered` (see :func:`_unanswered`).
     """
     if command.type == "start" and f.src.start_resent(command.command_id):
@@ -242,7 +242,7 @@ async def _unanswered(f: Following, failed: Unanswered) -> Step:
     have taken the reply all the same (a timeout after the send, an answer lost on
     the way): the Task's history listing the reply's messageId says so, or, for an
     agent that keeps none, its Task going to work
-    (:func:`bridge.core.resume.reply_taken`); then the reply is absorbed with what
+    (:func:`bridge.core.task.resume.reply_taken`); then the reply is absorbed with what
     the agent has, else it goes to the DLQ for the user to retry.
 
     A taken reply whose Task shows no move yet stays in flight while the agent is
@@ -250,7 +250,7 @@ async def _unanswered(f: Following, failed: Unanswered) -> Step:
     it is absorbed all the same and the Task watched until it moves
     (``TaskRecord.watched``: after a restore too).
 
-    A Task that moved on (:func:`bridge.core.resume.moved_on`, or a notification
+    A Task that moved on (:func:`bridge.core.task.resume.moved_on`, or a notification
     applied meanwhile) is followed again either way, as after a dropped stream: a
     dialect with SSE ids replays what came after the pause (a taken reply is
     absorbed with its first new event); the snapshot is published only when the

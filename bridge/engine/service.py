@@ -50,12 +50,12 @@ from aiokafka.errors import (
 from bridge.agents import client, live
 from bridge.agents.client import AgentClient
 from bridge.config.model import Config, ConfigError
-from bridge.core import txn_failure
 from bridge.core.backoff import KAFKA_RETRY
-from bridge.core.capacity import LAG_SAMPLE_S, LIMITS, Admission, Limit, ResumeTurns
-from bridge.core.lifecycle import NotificationResult
-from bridge.core.limits import RecordLimits
-from bridge.core.offsets import commands_lag
+from bridge.core.partition import txn_failure
+from bridge.core.partition.budgets import RecordBudgets
+from bridge.core.partition.offsets import commands_lag
+from bridge.core.process.capacity import LAG_SAMPLE_S, LIMITS, Admission, Limit, ResumeTurns
+from bridge.core.task.lifecycle import NotificationResult
 from bridge.engine.heap import keep_freed_memory, resident_bytes, settle_heap, trim_heap
 from bridge.engine.ownership import Fenced, Ownership
 from bridge.engine.partition import PartitionOwner
@@ -123,7 +123,7 @@ class Service:
         # Said after the error that ends the process (the CLI's word on a missing config file).
         self.note = note
         self.clients: dict[str, AgentClient] = {}
-        self._limits = RecordLimits(config.kafka.max_request_size)
+        self._budgets = RecordBudgets(config.kafka.max_request_size)
         # The partition producers' own event loop (started by run()): see ProducerLoop.
         self._producers = ProducerLoop.inline()
         self._topic_partitions: dict[str, int] = {}
@@ -159,16 +159,16 @@ class Service:
     def producers(self) -> ProducerLoop:
         return self._producers
 
-    def limits(self) -> RecordLimits:
-        return self._limits
+    def budgets(self) -> RecordBudgets:
+        return self._budgets
 
     def partitions(self, topic: str) -> int | None:
         return self._topic_partitions.get(topic)
 
-    async def reread_limits(self) -> None:
+    async def reread_budgets(self) -> None:
         """The topics' record budgets, read again (a record was refused as too large)."""
         async with topics.kafka_errors(self.config):
-            self._limits = await topics.record_limits(self.config)
+            self._budgets = await topics.record_budgets(self.config)
 
     @property
     def consumer(self) -> AIOKafkaConsumer | None:
@@ -325,7 +325,7 @@ class Service:
 
     async def _check_cards(self) -> None:
         """One warning per agent whose card requires credentials its configuration
-        does not present (bridge/core/security.py): its Tasks will be refused."""
+        does not present (bridge/agents/security.py): its Tasks will be refused."""
         # A gateway is no A2A agent: it has no agent card (docs/gateway-protocol.md).
         agents = [c for c in self.clients.values() if c.config.dialect != "gateway"]
         found = await asyncio.gather(*(live.card_problem(c) for c in agents))
@@ -377,7 +377,7 @@ class Service:
         return 2 if isinstance(exc, StartupError | ConfigError) else 1
 
     async def _connect(self) -> AIOKafkaConsumer | None:
-        """Reach Kafka, check the topics, read their record limits, join the group.
+        """Reach Kafka, check the topics, read their record budgets, join the group.
         Waits (not ready) while Kafka is unreachable; None if stopped meanwhile."""
         cfg = self.config
         attempt = 0
@@ -389,7 +389,7 @@ class Service:
                 await check_kafka(cfg, PREFLIGHT_TIMEOUT_SECONDS)
                 async with topics.kafka_errors(cfg):
                     self._topic_partitions = await topics.ensure(cfg, create=False)
-                    self._limits = await topics.record_limits(cfg)
+                    self._budgets = await topics.record_budgets(cfg)
                     consumer = AIOKafkaConsumer(
                         group_id=cfg.kafka.group_id,
                         isolation_level="read_committed",

@@ -3,7 +3,7 @@ and a live Task resumed after a dropped stream or a restart.
 
 A resume resubscribes after ``afterSeq``, asks ``tasks/get`` when that brings
 nothing, and publishes the snapshot, follows by snapshots or gives the Task up,
-as :class:`bridge.core.resume.Resume` decides; each follower returns what follows.
+as :class:`bridge.core.task.resume.Resume` decides; each follower returns what follows.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import asyncio
 import contextlib
 import logging
 
-from bridge.core.follow import POLLING, SNAPSHOTS
-from bridge.core.resume import Lost, Publish, Resume, Snapshots
+from bridge.core.task.follow import POLLING, SNAPSHOTS
+from bridge.core.task.resume import Lost, Publish, Resume, Snapshots
 from bridge.engine.following import DONE, Following, Step
 from bridge.errors import AgentError
 
@@ -32,10 +32,10 @@ async def stream(f: Following, step: Step) -> Step:
 async def resume(f: Following, step: Step) -> Step:
     """Recover a live Task: resubscribe after afterSeq, ask tasks/get when that brings
     nothing, and publish the snapshot, follow by snapshots or give the Task up as
-    :class:`bridge.core.resume.Resume` decides."""
+    :class:`bridge.core.task.resume.Resume` decides."""
     record = f.record
     if record.snapshots_only:
-        # Replay would repeat what a snapshot published (bridge.core.resume), restored or not.
+        # Replay would repeat what a snapshot published (bridge.core.task.resume), restored or not.
         return Step(SNAPSHOTS)
     if not await f.client.streaming():
         return Step(POLLING)

@@ -2,7 +2,7 @@
 
 With a pace per partition, six partitions would reconnect at six times the rate,
 and the loop would stall past the member's session timeout. The pace is
-:class:`bridge.core.capacity.ResumeTurns` (a token bucket over the clock, slowed
+:class:`bridge.core.process.capacity.ResumeTurns` (a token bucket over the clock, slowed
 while the event loop lags).
 """
 
@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from bridge.core.capacity import ResumeTurns
+from bridge.core.process.capacity import ResumeTurns
 
 
 class Turns:

@@ -5,7 +5,7 @@ and the configuration they are built from: a :class:`TokenSource` gives the
 token to send now (a fixed or file-backed bearer, or an OAuth2 client
 credentials grant whose token is shared, renewed ahead of expiry and fetched
 once for every waiter), a :class:`SecretSource` a secret that may rotate.
-The rules of renewal and retry are pure, in :mod:`bridge.core.tokens`.
+The rules of renewal and retry are pure, in :mod:`bridge.identity.tokens`.
 """
 
 from bridge.identity.oauth2 import ClientCredentials, Grant, client_credentials

@@ -3,7 +3,7 @@
 One :class:`ClientCredentials` per (token endpoint, client, scopes, audience) in
 the process (:func:`client_credentials`), shared by every agent and Kafka client
 configured with it. When it renews, how failures are paced and which answers
-refuse the client are the rules of :mod:`bridge.core.tokens`, which
+refuse the client are the rules of :mod:`bridge.identity.tokens`, which
 :mod:`bridge.identity.shared` drives (one fetch in flight at a time, its failure
 shared); this module does the HTTP, each request within :data:`DEADLINE_SECONDS`
 and its answer read under :data:`RESPONSE_BYTES` (:mod:`bridge.http.bounded`).
@@ -29,9 +29,9 @@ import httpx
 import orjson
 
 from bridge.config.model import ConfigError, Secret, secret_text
-from bridge.core import tokens
 from bridge.errors import CredentialsUnavailable
 from bridge.http import bounded
+from bridge.identity import tokens
 from bridge.identity.shared import Failed, Shared
 from bridge.identity.sources import SecretSource
 from bridge.observe import metrics
@@ -87,7 +87,7 @@ def _form(value: str) -> str:
 
 
 class ClientCredentials:
-    """The token of one :class:`Grant`, shared: see :mod:`bridge.core.tokens` for its rules."""
+    """The token of one :class:`Grant`, shared: see :mod:`bridge.identity.tokens` for its rules."""
 
     def __init__(self, grant: Grant, name: str, http: httpx.AsyncClient | None = None) -> None:
         self.grant = grant

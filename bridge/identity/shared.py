@@ -1,4 +1,4 @@
-"""One value fetched for every waiter: the driver of :class:`bridge.core.tokens.TokenState`.
+"""One value fetched for every waiter: the driver of :class:`bridge.identity.tokens.TokenState`.
 
 A token from a token endpoint (bridge/identity/oauth2.py) and an agent's JWKS
 (bridge/push/signatures.py) are both documents many callers need at once from a
@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-from bridge.core.tokens import Lease, Plan, TokenState
+from bridge.identity.tokens import Lease, Plan, TokenState
 
 log = logging.getLogger(__name__)
 

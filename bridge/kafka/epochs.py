@@ -26,7 +26,7 @@ The first of a producer (aiokafka's, with no epoch to expect, as a new owner's
 must be, to fence the old one) bumps the epoch whenever it lands, and any
 ``InitProducerId`` landing in an open transaction makes the coordinator abort it.
 Either way the producer is fenced and nothing of it is visible; the service then
-asks the group who holds the partition (bridge/core/fencing.py).
+asks the group who holds the partition (bridge/core/process/fencing.py).
 
 With ``kafka.epoch_bump = "every-transaction"`` every transaction gets an epoch of
 its own, doubt or not (what transactions v2, KIP-890, do on the broker's side),

@@ -1,6 +1,6 @@
 """Who holds a commands partition, as the group coordinator says (DescribeGroups).
 
-A fenced partition producer is diagnosed by it (bridge/core/fencing.py): the
+A fenced partition producer is diagnosed by it (bridge/core/process/fencing.py): the
 coordinator's answer is the group's own word on the assignment, which this
 process's consumer may not have heard yet (it learns of an eviction at its next
 heartbeat). This member is told apart from the others by its consumer's client
@@ -22,7 +22,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 
 from bridge.config.model import Config
-from bridge.core.fencing import Holder
+from bridge.core.process.fencing import Holder
 from bridge.kafka.auth import client_options
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
 
 from bridge.config.model import Config
-from bridge.core.limits import MIN_RECORD_BYTES, RecordLimits, min_insync_replicas
-from bridge.core.push import record_bytes
+from bridge.core.partition.budgets import MIN_RECORD_BYTES, RecordBudgets, min_insync_replicas
+from bridge.core.task.push import record_bytes
 from bridge.errors import KafkaUnreachable, StartupError
 from bridge.kafka.auth import client_options
 
@@ -202,10 +202,10 @@ def written(config: Config) -> list[str]:
     return sorted({config.kafka.checkpoints_topic, *config.all_events_topics(), *config.all_dlq_topics()})
 
 
-async def record_limits(config: Config) -> RecordLimits:
+async def record_budgets(config: Config) -> RecordBudgets:
     """Each written topic's record budget: the smaller of its ``max.message.bytes``
     and the producer's ``max_request_size``. Refuses a budget below
-    :data:`~bridge.core.limits.MIN_RECORD_BYTES`: the bridge could not write its own records."""
+    :data:`~bridge.core.partition.budgets.MIN_RECORD_BYTES`: the bridge could not write its own records."""
     names = written(config)
     admin = AIOKafkaAdminClient(**client_options(config.kafka))
     await admin.start()
@@ -227,7 +227,7 @@ async def record_limits(config: Config) -> RecordLimits:
             f"topics {sorted(small)} take records of at most {min(small.values())} bytes "
             f"(max.message.bytes, or kafka.max_request_size); the bridge needs {MIN_RECORD_BYTES}"
         )
-    return RecordLimits(min([cap, *budgets.values()]), budgets)
+    return RecordBudgets(min([cap, *budgets.values()]), budgets)
 
 
 @contextlib.asynccontextmanager

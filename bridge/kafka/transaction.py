@@ -51,10 +51,10 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.structs import OffsetAndMetadata
 
 from bridge.config.model import Config
-from bridge.core import txn_failure
-from bridge.core.lifecycle import TaskRecord
-from bridge.core.limits import Headers, RecordLimits, record_size
-from bridge.core.offsets import Position
+from bridge.core.partition import txn_failure
+from bridge.core.partition.budgets import Headers, RecordBudgets, record_size
+from bridge.core.partition.offsets import Position
+from bridge.core.task.lifecycle import TaskRecord
 from bridge.errors import BridgeError
 from bridge.kafka.auth import client_options
 from bridge.kafka.epochs import Epochs
@@ -234,7 +234,7 @@ class PartitionTransactions:
         config: Config,
         partition: int,
         position: Callable[[], Position],
-        limits: Callable[[], RecordLimits],
+        budgets: Callable[[], RecordBudgets],
         producers: ProducerLoop | None = None,
         *,
         make_producer: Callable[..., AIOKafkaProducer] = AIOKafkaProducer,
@@ -252,7 +252,7 @@ class PartitionTransactions:
         self._make_producer = make_producer
         self._position = position
         self._notified = notified
-        self._limits = limits
+        self._budgets = budgets
         self._outbox = Outbox()
         self._space = asyncio.Event()
         self._space.set()
@@ -312,7 +312,7 @@ class PartitionTransactions:
             linger_ms=0,
             # A batch never exceeds the smallest record budget, so no topic's
             # max.message.bytes can refuse a batch of records that each fit.
-            max_batch_size=min(256 * 1024, self._limits().smallest),
+            max_batch_size=min(256 * 1024, self._budgets().smallest),
             max_request_size=self.config.kafka.max_request_size,
             # A transaction left open by a crash is aborted by the coordinator after
             # this: short, so a restarted owner is not blocked long by its predecessor's.
@@ -546,7 +546,7 @@ class PartitionTransactions:
             nothing.set_result(None)
             return _Cut(nothing, position, notified, 0, StepTimes(time.monotonic()))
         cp_topic = self.config.kafka.checkpoints_topic
-        budget = self._limits().budget(cp_topic)
+        budget = self._budgets().budget(cp_topic)
         p = self.partition
         staged = [OutRecord(cp_topic, key, None, [], "tombstone", p) for key in outbox.tombstones]
         staged += [
@@ -615,7 +615,7 @@ class PartitionTransactions:
         except Exception as exc:
             metrics.TRANSACTIONS.labels("failed").inc()
             # Records a broker refused as too large. A batch of several may have been
-            # refused as a whole (the topic's limit lowered meanwhile): the limits are
+            # refused as a whole (the topic's limit lowered meanwhile): the budgets are
             # read again then; only a record refused on its own is replaced when made again.
             refused = tuple(
                 o[0] if len(o) == 1 else "batch" for o, f in sent if f.done() and isinstance(_failure(f), _TOO_LARGE)
@@ -873,7 +873,7 @@ def _retrieve_failures(producer: AIOKafkaProducer) -> None:
     (``fail_all``, ``fatal_error``): each batch's drain waiter and the
     transaction's waiter hold the exception, and asyncio logs "Future exception
     was never retrieved" with a traceback for each when they are collected. The
-    fence is expected and handled (bridge/core/fencing.py): they are retrieved
+    fence is expected and handled (bridge/core/process/fencing.py): they are retrieved
     here, now or when they fail. Private attributes, read defensively: another
     aiokafka only brings the noise back.
     """

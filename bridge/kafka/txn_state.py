@@ -5,7 +5,7 @@ A partition's open asks it before its producer's init_transactions, the only
 moment the answer says how the last transaction of the partition's producer
 ended: the init starts a new epoch, and the coordinator forgets the rest. The
 answer decides what the open does with records that transaction left open
-(bridge/core/left_open.py). Any failure (an older broker, a coordinator moving,
+(bridge/core/partition/left_open.py). Any failure (an older broker, a coordinator moving,
 no answer in time) is ``None``: the open then does what it does without it.
 """
 

@@ -11,7 +11,7 @@ from typing import get_args
 import prometheus_client
 from prometheus_client import Counter, Gauge, Histogram
 
-from bridge.core.lifecycle import DropReason, EventKind
+from bridge.core.task.lifecycle import DropReason, EventKind
 
 # No `_created` series beside each counter and histogram: a second series per
 # label set that no dashboard or alert reads (Prometheus takes resets from the
@@ -100,7 +100,7 @@ TRANSACTION_ABORTS = Counter(
 )
 KAFKA_WRITE_FAILURES = Counter(
     "bridge_kafka_write_failures_total",
-    "Transactions Kafka took none of, by why (bridge/core/txn_failure.py Reason).",
+    "Transactions Kafka took none of, by why (bridge/core/partition/txn_failure.py Reason).",
     ["reason"],
 )
 KAFKA_STALLED = Gauge(
@@ -110,11 +110,11 @@ KAFKA_STALLED = Gauge(
 PARTITION_REBUILDS = Counter(
     "bridge_partition_rebuilds_total",
     "Partitions dropped and rebuilt from Kafka, by cause: a failed transaction or open, or taken-over "
-    "(fenced, and the partition dropped: bridge/core/fencing.py) or fenced (fenced while this member still "
+    "(fenced, and the partition dropped: bridge/core/process/fencing.py) or fenced (fenced while this member still "
     "holds it: re-initialised).",
     ["cause"],
 )
-# Kafka's old transaction protocol (bridge/kafka/epochs.py, bridge/core/fencing.py).
+# Kafka's old transaction protocol (bridge/kafka/epochs.py, bridge/core/process/fencing.py).
 TRANSACTIONAL_DOUBTS = Counter(
     "bridge_transactional_doubts_total",
     "Transactional requests whose outcome was not known (a lost connection, a timeout; aiokafka sent them"
@@ -223,7 +223,7 @@ TOKEN_SECONDS = Histogram(
 # Push notifications at the webhook (bridge/push/webhook.py). A notification is counted
 # as received once it is authenticated (the Task's token, and the agent's JWT where it
 # signs), so no one without a token moves it; every refused request under its reason
-# (bridge/core/push.py Refusal), and nothing refused is ever produced.
+# (bridge/core/task/push.py Refusal), and nothing refused is ever produced.
 PUSH_RECEIVED = Counter(
     "bridge_push_notifications_received_total",
     "Push notifications the webhook authenticated (the Task's token, and the JWT where the agent signs), by agent.",

@@ -25,7 +25,7 @@ import orjson
 from aiokafka import TopicPartition
 
 from bridge.config.model import AgentConfig, Config
-from bridge.core.lifecycle import TaskRecord
+from bridge.core.task.lifecycle import TaskRecord
 from bridge.errors import AgentFault
 from bridge.kafka import reading
 from bridge.kafka.transaction import partition_for

@@ -11,12 +11,12 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from bridge.config.model import Config
-from bridge.core.timeline import Merge
 from bridge.kafka import reading
 from bridge.kafka.auth import client_options
 from bridge.kafka.topics import partitions
 from bridge.ops import NothingFound
 from bridge.ops.display import escape
+from bridge.ops.timeline import Merge
 
 
 async def read_events(
@@ -30,7 +30,7 @@ async def read_events(
     """Decoded event values from ``topics``; stops after ``idle_exit`` quiet seconds if given.
 
     In each partition's order; with ``by_time``, ordered by the events' ``time``
-    across partitions as well (:class:`~bridge.core.timeline.Merge`)."""
+    across partitions as well (:class:`~bridge.ops.timeline.Merge`)."""
     consumer = AIOKafkaConsumer(
         isolation_level="read_committed", enable_auto_commit=False, **client_options(config.kafka)
     )

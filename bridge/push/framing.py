@@ -25,7 +25,7 @@ from http import HTTPStatus
 
 import h11
 
-from bridge.core.push import Refusal
+from bridge.core.task.push import Refusal
 
 
 class Refused(Exception):

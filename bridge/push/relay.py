@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
 from bridge.config.model import Config
-from bridge.core.push import Route, record_bytes
+from bridge.core.task.push import Route, record_bytes
 from bridge.errors import KafkaUnreachable
 from bridge.kafka.auth import client_options
 from bridge.wire import notifications

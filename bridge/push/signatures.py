@@ -30,7 +30,7 @@ import httpx
 import jwt
 import orjson
 
-from bridge.core.push import JWT_CLOCK_SKEW_SECONDS, jwt_claims_problem
+from bridge.core.task.push import JWT_CLOCK_SKEW_SECONDS, jwt_claims_problem
 from bridge.http import bounded
 from bridge.identity.shared import Failed, Shared
 

@@ -45,8 +45,8 @@ import h11
 import httpx
 
 from bridge.config.model import AgentConfig, Config, load_cert_chain
-from bridge.core import push
-from bridge.core.push import Refusal, Route
+from bridge.core.task import push
+from bridge.core.task.push import Refusal, Route
 from bridge.errors import KafkaUnreachable
 from bridge.observe import metrics
 from bridge.push import signatures

@@ -3,7 +3,7 @@
 Two kinds of record share the compacted checkpoints topic, each written to
 the same partition number as the commands it covers, in separate key spaces:
 
-- key = the ``taskKey`` (UTF-8): a :class:`~bridge.core.lifecycle.TaskRecord`
+- key = the ``taskKey`` (UTF-8): a :class:`~bridge.core.task.lifecycle.TaskRecord`
   (schema ``checkpoint.schema.json``, first branch);
 - key = :data:`PARTITION_KEY`: the partition record: the committed command
   offset and the offsets above it already absorbed, so a re-read after a crash
@@ -32,8 +32,8 @@ from typing import Any, get_args
 
 import orjson
 
-from bridge.core.lifecycle import ArtifactProgress, BridgeOutcome, ClosedTask, TaskRecord, command_digest
-from bridge.core.limits import record_size
+from bridge.core.partition.budgets import record_size
+from bridge.core.task.lifecycle import ArtifactProgress, BridgeOutcome, ClosedTask, TaskRecord, command_digest
 
 INTERNAL_PREFIX = b"\xff"
 PARTITION_KEY = INTERNAL_PREFIX + b"bridge/partition"

@@ -1,9 +1,9 @@
 """Commands from the commands topic: decoding and validation.
 
 Decoding never raises: every record becomes either a
-:class:`~bridge.core.commands.Command` or an :class:`Invalid` with a
+:class:`~bridge.core.task.commands.Command` or an :class:`Invalid` with a
 machine-readable reason for the DLQ. What a valid command then does is
-:func:`bridge.core.commands.decide`.
+:func:`bridge.core.task.commands.decide`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 from jsonschema.exceptions import ValidationError, best_match
 
-from bridge.core.commands import Command, DlqReason
+from bridge.core.task.commands import Command, DlqReason
 from bridge.wire import nesting
-from bridge.wire.schemas import check, validator
+from bridge.wire.schemas import Schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +42,9 @@ def _json_object(value: bytes | None, max_bytes: int) -> dict[str, Any] | Invali
     return doc
 
 
-def decode(value: bytes | None, key: bytes | None, *, max_bytes: int) -> Command | Invalid:
-    """Parse and validate one command record against ``schemas/command.schema.json``."""
+def decode(value: bytes | None, key: bytes | None, *, max_bytes: int, schema: Schema) -> Command | Invalid:
+    """Parse and validate one command record against ``schema`` (``schemas/command.schema.json``,
+    as :func:`bridge.config.schemas.schema` reads it)."""
     doc = _json_object(value, max_bytes)
     if isinstance(doc, Invalid):
         return doc
@@ -54,8 +55,8 @@ def decode(value: bytes | None, key: bytes | None, *, max_bytes: int) -> Command
     if nesting.too_deep(value or b"", doc):
         # orjson could not write it into a request or an event (bridge/wire/nesting.py).
         return Invalid("oversize", f"command {nesting.REASON}", command_id, agent)
-    if not check("command")(doc):  # the fast verdict; why it fails is jsonschema's to say
-        error = best_match(validator("command").iter_errors(doc))
+    if not schema.check(doc):  # the fast verdict; why it fails is jsonschema's to say
+        error = best_match(schema.validator.iter_errors(doc))
         if error is not None:
             return Invalid("schema-violation", describe(error), command_id, agent)
     if key is None or key.decode("utf-8", "replace") != doc["taskKey"]:

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bridge import __version__
-from bridge.core.commands import Command
-from bridge.core.limits import Headers, record_size
+from bridge.core.partition.budgets import Headers, record_size
+from bridge.core.task.commands import Command
 from bridge.wire.events import rfc3339
 
 PREFIX = "dlq_"

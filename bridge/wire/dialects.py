@@ -1,7 +1,7 @@
 """Agent dialects: request builders and response normalizers. Pure, no IO.
 
 Each dialect turns the bridge's five operations into JSON-RPC bodies and
-turns what the agent sends back into :mod:`bridge.core.lifecycle` updates:
+turns what the agent sends back into :mod:`bridge.core.task.lifecycle` updates:
 
 ========== ======================== ================== =======================
 op         gateway                  a2a-0.3            a2a-1.0
@@ -38,8 +38,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from bridge.core.lifecycle import ArtifactUpdate, MessageUpdate, StatusUpdate, TaskSnapshot, Update
-from bridge.core.limits import cut, size
+from bridge.core.partition.budgets import cut, size
+from bridge.core.task.lifecycle import ArtifactUpdate, MessageUpdate, StatusUpdate, TaskSnapshot, Update
 from bridge.errors import AgentProtocolError, RpcError
 
 JSON = dict[str, Any]

@@ -3,7 +3,7 @@ what is written when an event does not fit its topic. Pure.
 
 One ``orjson.dumps`` per event; headers are built from the same fields. The
 record budget of an event is decided here, in one pass
-(:func:`encode_within`); :mod:`bridge.core.limits` sizes records and cuts
+(:func:`encode_within`); :mod:`bridge.core.partition.budgets` sizes records and cuts
 values.
 """
 
@@ -14,9 +14,9 @@ from typing import Any
 
 import orjson
 
-from bridge.core import limits
-from bridge.core.lifecycle import Event, TaskRecord
-from bridge.core.limits import Headers
+from bridge.core.partition import budgets
+from bridge.core.partition.budgets import Headers
+from bridge.core.task.lifecycle import Event, TaskRecord
 
 SPEC_VERSION = b"1.0"
 # Room kept for an event's envelope (ids, headers) when sizing artifact parts:
@@ -103,15 +103,15 @@ _CONTENT_TYPE = ("content-type", b"application/json")
 _TASK_TYPES = {k: ("ce_type", f"a2a.task.{k}".encode()) for k in ("status", "artifact", "message")}
 _SOURCES: dict[str, tuple[str, bytes]] = {}  # per agent: the configured agents, a handful
 _NAMES = ("ce_specversion", "ce_id", "ce_source", "ce_type", "ce_subject", "ce_time", "content-type", "seq")
-# What the eight headers add to limits.record_size besides their variable values.
-_FIXED_HEADER_BYTES = sum(2 * limits.VARINT + len(n) for n in _NAMES) + len(SPEC_VERSION) + len(_CONTENT_TYPE[1])
+# What the eight headers add to budgets.record_size besides their variable values.
+_FIXED_HEADER_BYTES = sum(2 * budgets.VARINT + len(n) for n in _NAMES) + len(SPEC_VERSION) + len(_CONTENT_TYPE[1])
 _TRACEPARENT = "ce_traceparent"
 
 
 def _headers(
     event: Event, record: TaskRecord, stamp: tuple[str, bytes], subject: tuple[str, bytes]
 ) -> tuple[Headers, int]:
-    """The event's headers, and :func:`bridge.core.limits.record_size` of its key
+    """The event's headers, and :func:`bridge.core.partition.budgets.record_size` of its key
     (``subject``'s value) with them and no value, summed from the lengths in hand."""
     source = _SOURCES.get(record.agent)
     if source is None:
@@ -132,13 +132,13 @@ def _headers(
         ("seq", seq),
     ]
     key = subject[1]
-    n = limits.empty_record_size(key) + _FIXED_HEADER_BYTES
+    n = budgets.empty_record_size(key) + _FIXED_HEADER_BYTES
     n += len(event_id) + len(source[1]) + len(kind[1]) + len(key) + len(stamp[1]) + len(seq)
     if record.traceparent:
         # CloudEvents distributed tracing
         traceparent = record.traceparent.encode()
         headers.append((_TRACEPARENT, traceparent))
-        n += 2 * limits.VARINT + len(_TRACEPARENT) + len(traceparent)
+        n += 2 * budgets.VARINT + len(_TRACEPARENT) + len(traceparent)
     return headers, n
 
 
@@ -165,9 +165,9 @@ def unpublishable(event: Event, why: str, size: int) -> Event:
     the sequence stays gap-free and a terminal event stays terminal."""
     replaces: dict[str, object] = {"kind": event.kind, "bytes": size}
     if event.kind == "status":
-        replaces["state"] = limits.cut(str(event.body.get("state")), 300)
+        replaces["state"] = budgets.cut(str(event.body.get("state")), 300)
     elif event.kind == "artifact":
-        replaces["artifactId"] = limits.cut(str(event.body["artifact"].get("artifactId", "")), 600)
+        replaces["artifactId"] = budgets.cut(str(event.body["artifact"].get("artifactId", "")), 600)
     elif event.kind == "bridge":
         replaces["outcome"] = event.body.get("outcome")
     body = {"outcome": "unpublishable", "terminal": bool(event.body.get("terminal")), "reason": why}
@@ -180,12 +180,12 @@ def _content_within(kind: str, content: Any, room: int) -> Any:
     an artifact keeps its ids and a cut name and has its parts shrunk; anything
     else is shrunk as a whole."""
     if kind != "artifact" or not isinstance(content, dict):
-        return limits.shrink(content, room)
+        return budgets.shrink(content, room)
     art = dict(content)
     if isinstance(art.get("name"), str):
-        art["name"] = limits.cut(art["name"], _NAME_BYTES)
-    if limits.size(art) > room:
-        art["parts"] = limits.shrink(art.get("parts") or [], room - limits.size({**art, "parts": []}))
+        art["name"] = budgets.cut(art["name"], _NAME_BYTES)
+    if budgets.size(art) > room:
+        art["parts"] = budgets.shrink(art.get("parts") or [], room - budgets.size({**art, "parts": []}))
     return art
 
 
@@ -202,7 +202,7 @@ def encode_within(
     1. the event as it is, unless the broker ``refused`` it before;
     2. the event with its agent-supplied content (see ``_CONTENT``) projected into
        what the rest of the value leaves (the start's metadata, on seq 1, gets a
-       quarter of the budget; see :mod:`bridge.core.limits` for projections);
+       quarter of the budget; see :mod:`bridge.core.partition.budgets` for projections);
     3. an :func:`unpublishable` marker with the event's seq in its place.
     """
     time, stamp = _stamp(now)
@@ -217,7 +217,7 @@ def encode_within(
         name = _CONTENT[event.kind]
         metadata = record.metadata
         if event.seq == 1 and metadata is not None:
-            metadata = limits.shrink(metadata, budget // 4)
+            metadata = budgets.shrink(metadata, budget // 4)
         bare = Event(event.task_id, event.seq, event.kind, {**event.body, name: None}, event.source_seq)
         doc = _document(bare, record, time, metadata)
         left = room - len(orjson.dumps(doc)) + len(b"null")
@@ -228,5 +228,5 @@ def encode_within(
                 projected = Event(event.task_id, event.seq, event.kind, {**event.body, name: content}, event.source_seq)
                 return key, fitted, headers, projected
     why = "the broker refused the record" if refused else f"over the topic's {budget}-byte record limit"
-    marker = unpublishable(event, why, limits.record_size(key, value, headers))
+    marker = unpublishable(event, why, budgets.record_size(key, value, headers))
     return (*encode(marker, record, now, None), marker)

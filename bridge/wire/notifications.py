@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from bridge.core.push import Route
+from bridge.core.task.push import Route
 from bridge.wire import nesting
 
 CONTENT_TYPE = b"application/json"

@@ -1,41 +1,33 @@
-"""The JSON Schemas in ``schemas/``: the one source of the wire rules.
-
-The wheel carries them as ``bridge/_schemas``; a source checkout reads the
-repository's ``schemas/`` folder directly, so there is never a second copy.
+"""The wire contract's JSON Schemas, judged: a schema document ready to judge
+documents (:class:`Schema`), its verdict compiled into plain checks. Pure: the
+documents themselves are read from ``schemas/`` by :mod:`bridge.config.schemas`,
+the one place that reads them.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from functools import cache
-from pathlib import Path
 from typing import Any
 
-import orjson
 from jsonschema import Draft202012Validator
 
 
-def schema_dir() -> Path:
-    package = Path(__file__).resolve().parent.parent  # bridge/
-    # A wheel carries them as bridge/_schemas (pyproject's force-include); a checkout beside bridge/.
-    for candidate in (package / "_schemas", package.parent / "schemas"):
-        if (candidate / "command.schema.json").is_file():
-            return candidate
-    raise FileNotFoundError("schemas/ not found beside the bridge package")
+class Schema:
+    """One schema document: :attr:`check` is the fast verdict (:func:`compiled`, or
+    jsonschema's own for a schema it does not compile), :attr:`validator`
+    jsonschema's, which says why a document fails."""
 
+    __slots__ = ("check", "doc", "validator")
 
-@cache
-def load(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = orjson.loads((schema_dir() / f"{name}.schema.json").read_bytes())
-    return data
-
-
-@cache
-def validator(name: str) -> Draft202012Validator:
-    schema = load(name)
-    Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
+    def __init__(self, doc: dict[str, Any]) -> None:
+        Draft202012Validator.check_schema(doc)
+        self.doc = doc
+        self.validator = Draft202012Validator(doc)
+        try:
+            self.check: Check = compiled(doc)
+        except Unsupported:
+            self.check = self.validator.is_valid
 
 
 # ------------------------------------------------------------ fast verdicts --
@@ -52,28 +44,17 @@ class Unsupported(Exception):
     """A keyword :func:`check` does not compile: jsonschema judges that schema."""
 
 
-@cache
-def check(name: str) -> Check:
-    """Whether a JSON document satisfies ``name``'s schema: :func:`validator`'s
-    verdict, much faster.
-
-    jsonschema walks its general machinery for every document (a validator
-    object per subschema, ``$ref`` resolution), a large share of the bridge's CPU
-    when many Tasks start at once (bench/results/tuned-command-validation.json). The keywords the schemas in
-    ``schemas/`` use are compiled once into plain checks, by the 2020-12 rules
-    (tests/unit/test_schemas.py holds them to jsonschema's verdicts on generated
-    documents). A schema with any other keyword is left to jsonschema whole. Only
-    the verdict is fast: why a document fails is still jsonschema's to say.
-    """
-    try:
-        return compiled(load(name))
-    except Unsupported:
-        return validator(name).is_valid
-
-
 def compiled(schema: dict[str, Any]) -> Check:
-    """``schema``'s verdict as plain checks; :class:`Unsupported` if it uses a keyword
-    (or a ``$ref`` shape) the compiler does not know."""
+    """``schema``'s verdict as plain checks, much faster than jsonschema's; :class:`Unsupported`
+    if it uses a keyword (or a ``$ref`` shape) the compiler does not know.
+
+    jsonschema walks its general machinery for every document (a validator object per
+    subschema, ``$ref`` resolution), a large share of the bridge's CPU when many Tasks
+    start at once (bench/results/tuned-command-validation.json). The keywords the
+    schemas in ``schemas/`` use are compiled once into plain checks, by the 2020-12
+    rules (tests/unit/test_schemas.py holds them to jsonschema's verdicts on generated
+    documents). A schema with any other keyword is left to jsonschema whole. Only the
+    verdict is fast: why a document fails is still jsonschema's to say."""
     return _compile(schema, schema, ())
 
 

@@ -496,7 +496,7 @@ async def test_a_thousand_tasks_resuming_at_once_make_one_token_request(
         bridge.stop()
         gw.stop()
     # A token from this realm lives 300 s (Keycloak's default), so the restarted bridge's one
-    # token falls due for renewal 240 s after its fetch (bridge/core/tokens.py, Lease.renew_at):
+    # token falls due for renewal 240 s after its fetch (bridge/identity/tokens.py, Lease.renew_at):
     # only a resume slower than that may show a second request.
     allowed = 1 if took < 240 else 2
     assert 1 <= fetched <= allowed, f"{fetched} token requests for {n} resumes in {took:.1f} s"
@@ -511,7 +511,7 @@ async def test_a_revoked_client_holds_its_tasks_until_their_deadline_and_loses_n
 ) -> None:
     """The client is disabled at the provider while its Tasks stream, and their streams are cut
     once every token issued before has expired: the bridge cannot get another one. As
-    docs/delivery.md and bridge/core/policy.py say, each Task is held (the agent was never
+    docs/delivery.md and bridge/core/task/policy.py say, each Task is held (the agent was never
     asked, so nothing about it is concluded) until its own deadline closes it as ``timeout``
     naming the token endpoint's refusal; Tasks whose deadline is further off go on once the
     client is enabled again, with nothing lost."""

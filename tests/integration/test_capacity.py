@@ -18,7 +18,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from bridge.core.lifecycle import command_digest
+from bridge.core.task.lifecycle import command_digest
 from tests.support.services import (
     BridgeProcess,
     Env,

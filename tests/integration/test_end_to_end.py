@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from bridge.config.model import Config
-from bridge.wire.schemas import validator
+from bridge.config.schemas import validator
 from tests.support.services import (
     BridgeProcess,
     Env,

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from bridge.config.model import Config
-from bridge.core.artifacts import unsplit
+from bridge.core.task.artifacts import unsplit
 from tests.support.services import (
     BridgeProcess,
     Env,

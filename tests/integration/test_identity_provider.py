@@ -69,7 +69,7 @@ async def test_a_short_lived_token_is_renewed_ahead_of_its_expiry_while_callers_
         seen.add((await source.token()).get())
         waits.append(time.monotonic() - started)
         await asyncio.sleep(0.25)
-    # Renewed half-way through (bridge/core/tokens.py: a 10 s token at 5 s), in the background.
+    # Renewed half-way through (bridge/identity/tokens.py: a 10 s token at 5 s), in the background.
     assert len(seen) == 2
     assert max(waits) < 0.05
     assert keycloak.token_requests(client) == 2

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from bridge.config.model import Config
-from bridge.core.artifacts import unsplit
+from bridge.core.task.artifacts import unsplit
 from bridge.demo.procs import free_port
 from tests.support.services import (
     BridgeProcess,

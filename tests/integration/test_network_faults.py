@@ -28,8 +28,8 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from bridge.core.limits import RecordLimits
-from bridge.core.offsets import Position
+from bridge.core.partition.budgets import RecordBudgets
+from bridge.core.partition.offsets import Position
 from bridge.kafka.transaction import OutRecord, PartitionTransactions, transactional_id
 from bridge.kafka.txn_state import last_state
 from tests.support import toxiproxy as tp
@@ -162,7 +162,7 @@ async def test_a_producer_given_up_on_while_kafka_is_unreachable_sends_nothing_o
     path, config = bridge_config(env, tmp_path, partitions=1)
     assert run_cli(path, "topics").returncode == 0
     topic = config.kafka.events_topic
-    txn = PartitionTransactions(config, 0, lambda: Position(None, (), ()), lambda: RecordLimits(1_000_000))
+    txn = PartitionTransactions(config, 0, lambda: Position(None, (), ()), lambda: RecordBudgets(1_000_000))
     await txn.start()
     txn.add(OutRecord(topic, b"given-up", b"given-up", [], "event:given-up", 0))
     with toxiproxy.toxic(proxied_broker.proxy, tp.black_hole(), tp.black_hole("upstream")):

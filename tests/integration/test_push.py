@@ -28,7 +28,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from bridge.config.model import Config
-from bridge.core import push
+from bridge.core.task import push
 from bridge.demo.procs import free_port
 from bridge.demo.push_sender import JWKS_PATH, Signer
 from bridge.kafka.transaction import partition_for

@@ -28,7 +28,7 @@ from aiokafka import AIOKafkaProducer
 
 from bridge.config import model as config_mod
 from bridge.config.model import Config
-from bridge.core import push
+from bridge.core.task import push
 from bridge.wire import notifications
 from tests.support import exactly_once
 from tests.support.push_receiver import Receiver, receiver

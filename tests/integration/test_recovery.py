@@ -192,7 +192,7 @@ async def test_a_broker_killed_mid_commit_leaves_no_transaction_half_resolved(en
 async def test_the_coordinator_says_how_a_partitions_last_transaction_ended(env: Env, tmp_path: Path) -> None:
     """A partition's open asks before its init (bridge/kafka/txn_state.py): the answer
     decides whether records a skipped marker left open are committed or aborted
-    (bridge/core/left_open.py). The real broker's answers, one per state."""
+    (bridge/core/partition/left_open.py). The real broker's answers, one per state."""
     path, config = bridge_config(env, tmp_path, partitions=1)
     assert run_cli(path, "topics").returncode == 0
     tid = transactional_id(config, 0)

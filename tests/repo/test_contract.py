@@ -6,11 +6,11 @@ from typing import Any, get_args
 
 import yaml
 
-from bridge.core.commands import DlqReason
-from bridge.core.lifecycle import BridgeOutcome
-from bridge.core.push import Route
+from bridge.config.schemas import load, schema_dir, validator
+from bridge.core.task.commands import DlqReason
+from bridge.core.task.lifecycle import BridgeOutcome
+from bridge.core.task.push import Route
 from bridge.wire import notifications
-from bridge.wire.schemas import load, schema_dir, validator
 
 
 def asyncapi() -> dict[str, Any]:

@@ -24,7 +24,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from bridge.cli import parser as cli_parser
 from bridge.config import model as config_mod
-from bridge.core.push import record_bytes
+from bridge.core.task.push import record_bytes
 from bridge.kafka import topics, transaction
 from bridge.observe import metrics
 from tests.support import ROOT

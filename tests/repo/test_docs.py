@@ -6,7 +6,7 @@ Every Markdown file of the repository (tracked, or new and not ignored):
   a heading of the Markdown file it names (as GitHub makes anchors from headings);
 - each repository path it names in backticks (``bridge/engine/runner.py``,
   ``tests/...``, ``docs/...``) exists, a ``*`` in it matching at least one;
-- a name in backticks right after a Python file's path (``bridge/core/resume.py``
+- a name in backticks right after a Python file's path (``bridge/core/task/resume.py``
   ``Poll``, ``bridge/engine/following.py`` ``Following.after_stream``) is defined in
   that file.
 

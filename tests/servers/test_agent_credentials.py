@@ -24,8 +24,8 @@ from bridge.agents import client as client_mod
 from bridge.agents.client import AgentClient, clients, close_stream, rpc_id
 from bridge.agents.credentials import credentials, tls_context
 from bridge.config.model import AgentConfig, Config, ConfigError
-from bridge.core.tokens import TOKEN_RETRY
 from bridge.errors import AgentAuthError, AgentHTTPError, AgentUnavailable, CredentialsUnavailable
+from bridge.identity.tokens import TOKEN_RETRY
 from bridge.observe import metrics
 from tests.servers.raw import LIMITS, serve
 from tests.support import tls

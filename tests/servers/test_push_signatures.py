@@ -18,9 +18,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
-from bridge.core import push
-from bridge.core.push import Route
-from bridge.core.tokens import TOKEN_RETRY
+from bridge.core.task import push
+from bridge.core.task.push import Route
+from bridge.identity.tokens import TOKEN_RETRY
 from bridge.push import signatures
 from bridge.push.signatures import Jwks, Unverifiable
 from tests.servers.raw import Published, bomb_peak_bound, gzip_bomb, memory_peak, read_request, serve, trickling

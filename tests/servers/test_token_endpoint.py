@@ -21,9 +21,8 @@ import orjson
 import pytest
 
 from bridge.config.model import Secret
-from bridge.core import tokens
 from bridge.errors import CredentialsUnavailable
-from bridge.identity import ClientCredentials, FixedSecret, Grant, oauth2
+from bridge.identity import ClientCredentials, FixedSecret, Grant, oauth2, tokens
 from bridge.identity.oauth2 import RESPONSE_BYTES
 from tests.servers.raw import bomb_peak_bound, gzip_bomb, memory_peak, read_request, serve, trickling
 

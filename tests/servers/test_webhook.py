@@ -27,10 +27,10 @@ from jwt.algorithms import ECAlgorithm
 
 from bridge.config import model as config_mod
 from bridge.config.model import Config
-from bridge.core import push
-from bridge.core.push import Route
-from bridge.core.tokens import TOKEN_RETRY
+from bridge.core.task import push
+from bridge.core.task.push import Route
 from bridge.errors import StartupError
+from bridge.identity.tokens import TOKEN_RETRY
 from bridge.kafka import topics
 from bridge.observe import metrics
 from bridge.push import signatures

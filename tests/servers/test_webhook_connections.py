@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from bridge.config.model import Config
-from bridge.core import push
-from bridge.core.push import Route
+from bridge.core.task import push
+from bridge.core.task.push import Route
 from bridge.observe import metrics
 from bridge.push import webhook as webhook_mod
 from bridge.push.admission import Held

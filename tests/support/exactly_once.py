@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import orjson
 
-from bridge.wire.schemas import validator
+from bridge.config.schemas import validator
 from tests.support.services import Collected, Env, Tally, reassemble
 
 

@@ -8,7 +8,7 @@ import itertools
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from bridge.core.lifecycle import TaskRecord
+from bridge.core.task.lifecycle import TaskRecord
 
 FAST = settings(
     derandomize=True,

@@ -11,9 +11,9 @@ from typing import Any
 
 import orjson
 
-from bridge.core import limits
-from bridge.core.lifecycle import Event, TaskRecord
-from bridge.core.limits import Headers
+from bridge.core.partition import budgets
+from bridge.core.partition.budgets import Headers
+from bridge.core.task.lifecycle import Event, TaskRecord
 from bridge.wire import events
 
 
@@ -68,9 +68,9 @@ def unpublishable(event: Event, why: str, size: int) -> Event:
     the sequence stays gap-free and a terminal event stays terminal."""
     replaces: dict[str, object] = {"kind": event.kind, "bytes": size}
     if event.kind == "status":
-        replaces["state"] = limits.cut(str(event.body.get("state")), 300)
+        replaces["state"] = budgets.cut(str(event.body.get("state")), 300)
     elif event.kind == "artifact":
-        replaces["artifactId"] = limits.cut(str(event.body["artifact"].get("artifactId", "")), 600)
+        replaces["artifactId"] = budgets.cut(str(event.body["artifact"].get("artifactId", "")), 600)
     elif event.kind == "bridge":
         replaces["outcome"] = event.body.get("outcome")
     body = {"outcome": "unpublishable", "terminal": bool(event.body.get("terminal")), "reason": why}
@@ -84,33 +84,33 @@ def _fitted(event: Event, record: TaskRecord, now: float, budget: int) -> Event 
     content = event.body.get(name)
     metadata = record.metadata
     if event.seq == 1 and metadata is not None:
-        metadata = limits.shrink(metadata, budget // 4)
+        metadata = budgets.shrink(metadata, budget // 4)
     bare = Event(event.task_id, event.seq, event.kind, {**event.body, name: None}, event.source_seq)
-    room = budget - limits.record_size(*encode(bare, record, now, metadata)) + len(b"null")
+    room = budget - budgets.record_size(*encode(bare, record, now, metadata)) + len(b"null")
     if room <= 0:
         return None
     if event.kind == "artifact" and isinstance(content, dict):
         art = dict(content)
         if isinstance(art.get("name"), str):
-            art["name"] = limits.cut(art["name"], _NAME_BYTES)
-        if limits.size(art) > room:
-            art["parts"] = limits.shrink(art.get("parts") or [], room - limits.size({**art, "parts": []}))
+            art["name"] = budgets.cut(art["name"], _NAME_BYTES)
+        if budgets.size(art) > room:
+            art["parts"] = budgets.shrink(art.get("parts") or [], room - budgets.size({**art, "parts": []}))
         content = art
     else:
-        content = limits.shrink(content, room)
+        content = budgets.shrink(content, room)
     fitted = Event(event.task_id, event.seq, event.kind, {**event.body, name: content}, event.source_seq)
-    return fitted if limits.record_size(*encode(fitted, record, now, metadata)) <= budget else None
+    return fitted if budgets.record_size(*encode(fitted, record, now, metadata)) <= budget else None
 
 
 def encode_within(
     event: Event, record: TaskRecord, now: float, budget: int, *, refused: bool = False
 ) -> tuple[bytes, bytes, Headers, Event]:
     """:func:`encode`, within ``budget`` bytes as a record: agent content is
-    projected to fit (see :mod:`bridge.core.limits`); an event that still cannot be
+    projected to fit (see :mod:`bridge.core.partition.budgets`); an event that still cannot be
     written (or that the broker ``refused`` before) becomes :func:`unpublishable`.
     Returns the event actually encoded as well."""
     key, value, headers = encode(event, record, now)
-    size = limits.record_size(key, value, headers)
+    size = budgets.record_size(key, value, headers)
     if size <= budget and not refused:
         return key, value, headers, event
     fitted = None if refused else _fitted(event, record, now, budget)
@@ -119,5 +119,5 @@ def encode_within(
         why = "the broker refused the record" if refused else f"over the topic's {budget}-byte record limit"
         fitted, metadata = unpublishable(event, why, size), None
     elif event.seq == 1 and metadata is not None:
-        metadata = limits.shrink(metadata, budget // 4)
+        metadata = budgets.shrink(metadata, budget // 4)
     return (*encode(fitted, record, now, metadata), fitted)

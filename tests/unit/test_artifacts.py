@@ -7,9 +7,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.core.artifacts import split, unsplit
-from bridge.core.lifecycle import ArtifactUpdate, Event, TaskRecord
-from bridge.core.limits import size
+from bridge.core.partition.budgets import size
+from bridge.core.task.artifacts import split, unsplit
+from bridge.core.task.lifecycle import ArtifactUpdate, Event, TaskRecord
 
 texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=3000)
 parts = st.lists(

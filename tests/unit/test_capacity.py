@@ -1,4 +1,4 @@
-"""bridge.core.capacity: admission, the start window and the resume turns, one
+"""bridge.core.process.capacity: admission, the start window and the resume turns, one
 sample or one question at a time."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.core.capacity import (
+from bridge.core.process.capacity import (
     LAG_CALM_S,
     LAG_DECAY,
     LIMITS,

@@ -1,4 +1,4 @@
-"""bridge.core.security: which declared requirement of an agent card the configured
+"""bridge.agents.security: which declared requirement of an agent card the configured
 credentials do not meet, one card at a time, in both card versions."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bridge.core.security import Held, Scheme, requirements, scheme, unmet
+from bridge.agents.security import Held, Scheme, requirements, scheme, unmet
 
 # The same schemes as a v0.3 card and a v1.0 card write them.
 V03: dict[str, dict[str, Any]] = {

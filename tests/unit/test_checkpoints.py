@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.core.lifecycle import ArtifactProgress, StatusUpdate, TaskRecord, command_digest, new_task
-from bridge.core.limits import record_size
+from bridge.config.schemas import validator
+from bridge.core.partition.budgets import record_size
+from bridge.core.task.lifecycle import ArtifactProgress, StatusUpdate, TaskRecord, command_digest, new_task
 from bridge.wire import checkpoints
 from bridge.wire.checkpoints import (
     LEGACY_PARTITION_KEY,
@@ -22,7 +23,6 @@ from bridge.wire.checkpoints import (
     encode,
     restore,
 )
-from bridge.wire.schemas import validator
 from tests.factories import task_record
 from tests.unit.common import FAST, kept
 
@@ -313,7 +313,7 @@ def test_a_checkpoint_always_fits_its_budget() -> None:
     for i in range(40):
         r.remember(f"{i}" * 200)
     r.task_id = "t" * 256
-    from bridge.core.lifecycle import ArtifactUpdate
+    from bridge.core.task.lifecycle import ArtifactUpdate
 
     for i in range(300):
         r.apply(ArtifactUpdate(r.task_id, None, f"artifact-{i}-" + "a" * 200, None, [{"kind": "text", "text": "x"}]))

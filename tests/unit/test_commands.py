@@ -1,5 +1,5 @@
 """Commands: decoding (bridge.wire.commands) never raises, every bad input has its
-DLQ reason, the DLQ detail never echoes a value; decide() (bridge.core.commands)
+DLQ reason, the DLQ detail never echoes a value; decide() (bridge.core.task.commands)
 follows the rules of docs/consuming.md, "Writing commands"."""
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.core.commands import Act, Command, Duplicate, Refuse, decide, message_id
-from bridge.core.lifecycle import StatusUpdate, TaskRecord, new_task
+from bridge.config.schemas import schema
+from bridge.core.task.commands import Act, Command, Duplicate, Refuse, decide, message_id
+from bridge.core.task.lifecycle import StatusUpdate, TaskRecord, new_task
 from bridge.wire.commands import Invalid, decode
 from bridge.wire.dialects import Dialect, GatewayDialect, V1Dialect
 from tests.unit.common import FAST, json_values
 
+COMMAND = schema("command")
 LIMIT = 100_000
 SECRET = "s3cr3t-Tok3n-9f8e7d"
 
@@ -39,7 +41,7 @@ def cancel(**kw: Any) -> dict[str, Any]:
 
 
 def dec(doc: Any, key: bytes | None = b"order-1", max_bytes: int = LIMIT) -> Command | Invalid:
-    return decode(orjson.dumps(doc), key, max_bytes=max_bytes)
+    return decode(orjson.dumps(doc), key, max_bytes=max_bytes, schema=COMMAND)
 
 
 # ------------------------------------------------------------ good input ---
@@ -86,8 +88,8 @@ def test_unknown_extra_fields_are_tolerated() -> None:
 
 def test_size_limit_is_inclusive() -> None:
     raw = orjson.dumps(start())
-    assert isinstance(decode(raw, b"order-1", max_bytes=len(raw)), Command)
-    bad = decode(raw, b"order-1", max_bytes=len(raw) - 1)
+    assert isinstance(decode(raw, b"order-1", max_bytes=len(raw), schema=COMMAND), Command)
+    bad = decode(raw, b"order-1", max_bytes=len(raw) - 1, schema=COMMAND)
     assert isinstance(bad, Invalid) and bad.reason == "oversize"
 
 
@@ -112,7 +114,7 @@ def test_size_limit_is_inclusive() -> None:
     ],
 )
 def test_bad_bytes_map_to_their_reason(raw: bytes | None, reason: str) -> None:
-    out = decode(raw, b"order-1", max_bytes=LIMIT)
+    out = decode(raw, b"order-1", max_bytes=LIMIT, schema=COMMAND)
     assert isinstance(out, Invalid) and out.reason == reason
     assert out.detail
 
@@ -159,7 +161,7 @@ def test_a_command_nested_deeper_than_the_bridge_writes_is_oversize() -> None:
     deep: Any = "x"
     for _ in range(250):
         deep = {"a": deep}
-    bad = decode(json.dumps(start(metadata=deep)).encode(), b"order-1", max_bytes=LIMIT)
+    bad = decode(json.dumps(start(metadata=deep)).encode(), b"order-1", max_bytes=LIMIT, schema=COMMAND)
     assert bad == Invalid("oversize", "command nests deeper than 200 levels", "c1", "writer")
 
 
@@ -209,7 +211,7 @@ def test_not_json_detail_does_not_echo_the_bytes() -> None:
         f'{{"{SECRET}"}}'.encode(),
         f'["{SECRET}"'.encode(),
     ):
-        out = decode(raw, None, max_bytes=LIMIT)
+        out = decode(raw, None, max_bytes=LIMIT, schema=COMMAND)
         assert isinstance(out, Invalid) and out.reason == "not-json"
         assert "s3cr3t" not in out.detail.lower()
 
@@ -234,7 +236,7 @@ FIELDS = ["type", "commandId", "taskKey", "agent", "message", "metadata", "deadl
 @FAST
 @given(st.binary(max_size=300))
 def test_decode_never_raises_on_arbitrary_bytes(raw: bytes) -> None:
-    out = decode(raw, b"k", max_bytes=200)
+    out = decode(raw, b"k", max_bytes=200, schema=COMMAND)
     assert isinstance(out, Command | Invalid)
     if isinstance(out, Invalid):
         assert out.reason in ("not-json", "not-an-object", "schema-violation", "oversize", "key-mismatch")
@@ -244,7 +246,7 @@ def test_decode_never_raises_on_arbitrary_bytes(raw: bytes) -> None:
 @FAST
 @given(json_values, st.one_of(st.none(), st.binary(max_size=8), st.just(b"order-1")))
 def test_decode_never_raises_on_arbitrary_json(doc: Any, key: bytes | None) -> None:
-    out = decode(json.dumps(doc).encode(), key, max_bytes=LIMIT)
+    out = decode(json.dumps(doc).encode(), key, max_bytes=LIMIT, schema=COMMAND)
     if not isinstance(doc, dict):
         assert isinstance(out, Invalid) and out.reason == "not-an-object"
     elif isinstance(out, Invalid):

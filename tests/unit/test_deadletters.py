@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge import __version__
-from bridge.core.commands import Command
-from bridge.core.limits import record_size
+from bridge.core.partition.budgets import record_size
+from bridge.core.task.commands import Command
 from bridge.wire import deadletters
 from bridge.wire.deadletters import MAX_HEADER_BYTES, MAX_KEY_BYTES, REPLAY_HEADER, decode, encode, replay_headers
 from bridge.wire.events import rfc3339

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from bridge.agents.client import rpc_id
-from bridge.core.commands import message_id
-from bridge.core.lifecycle import (
+from bridge.core.task.commands import message_id
+from bridge.core.task.lifecycle import (
     ArtifactUpdate,
     Dropped,
     Event,

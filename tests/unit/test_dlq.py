@@ -11,7 +11,7 @@ import orjson
 import pytest
 from aiokafka.structs import ConsumerRecord
 
-from bridge.core.commands import Command
+from bridge.core.task.commands import Command
 from bridge.ops.display import escape
 from bridge.ops.dlq import REPLAY_SCAN_MARGIN_MS, ReplayPlan, as_json, line, refusal, unusable
 from bridge.wire.deadletters import REPLAY_HEADER, DeadLetter, decode, encode, replay_headers

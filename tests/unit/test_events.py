@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.core.lifecycle import ArtifactUpdate, Event, StatusUpdate, TaskRecord, TaskSnapshot, Update, new_task
-from bridge.core.limits import record_size
+from bridge.config.schemas import validator
+from bridge.core.partition.budgets import record_size
+from bridge.core.task.lifecycle import ArtifactUpdate, Event, StatusUpdate, TaskRecord, TaskSnapshot, Update, new_task
 from bridge.wire.events import _headers, _stamp, ce_type, encode, rfc3339
-from bridge.wire.schemas import validator
 
 FAST = settings(
     derandomize=True,

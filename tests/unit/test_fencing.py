@@ -1,11 +1,11 @@
-"""bridge/core/fencing.py: a fenced producer diagnosed, one event at a time."""
+"""bridge/core/process/fencing.py: a fenced producer diagnosed, one event at a time."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.core.fencing import REPEAT_WINDOW_S, Fencing, Finding, Holder, deadline
+from bridge.core.process.fencing import REPEAT_WINDOW_S, Fencing, Finding, Holder, deadline
 
 SESSION_S = 10.0
 

@@ -1,4 +1,4 @@
-"""bridge.core.follow: the modes a Task runner follows its Task in, one move at a time."""
+"""bridge.core.task.follow: the modes a Task runner follows its Task in, one move at a time."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.core.follow import (
+from bridge.core.task.follow import (
     AUTH_WATCH,
     CLOSED,
     IDLE,

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from bridge.config.model import AgentConfig
-from bridge.core.lifecycle import TaskRecord, new_task
+from bridge.core.task.lifecycle import TaskRecord, new_task
 from bridge.ops.inspect import checkpoint_fields, diagnosis
 
 

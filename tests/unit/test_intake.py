@@ -1,4 +1,4 @@
-"""Starts that wait for room (bridge.core.intake), one command at a time."""
+"""Starts that wait for room (bridge.core.partition.intake), one command at a time."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.core.intake import Intake
+from bridge.core.partition.intake import Intake
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """A partition's open when the coordinator left transactions of its producer open
-(bridge.engine.restore.close_left_open, by the rule of bridge.core.left_open),
+(bridge.engine.restore.close_left_open, by the rule of bridge.core.partition.left_open),
 without Kafka.
 
 A broker that restarts unclean can complete a transaction without writing its
@@ -20,8 +20,8 @@ import pytest
 from aiokafka import TopicPartition
 
 from bridge.config.model import Config, KafkaConfig
-from bridge.core.left_open import COMMITTED, Described, LeftOpen, commit_left_open, remembered, verified
-from bridge.core.limits import RecordLimits
+from bridge.core.partition.budgets import RecordBudgets
+from bridge.core.partition.left_open import COMMITTED, Described, LeftOpen, commit_left_open, remembered, verified
 from bridge.engine import restore
 from bridge.engine.host import PartitionMemory, StandAlone
 from bridge.engine.partition import PartitionOwner
@@ -218,7 +218,7 @@ async def test_the_coordinator_is_asked_before_the_init_and_its_answer_kept_for_
         return 8, 8
 
     for epoch in (4, 5):
-        o = PartitionOwner(CONFIG, 2, {}, StandAlone(RecordLimits(1_000_000)), memory)
+        o = PartitionOwner(CONFIG, 2, {}, StandAlone(RecordBudgets(1_000_000)), memory)
         o.txn = _Txn(calls, epoch)  # type: ignore[assignment]
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr("bridge.kafka.txn_state.last_state", last_state)

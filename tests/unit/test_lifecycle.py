@@ -1,4 +1,4 @@
-"""The Task lifecycle (bridge.core.lifecycle): what a downstream consumer relies on.
+"""The Task lifecycle (bridge.core.task.lifecycle): what a downstream consumer relies on.
 
 The property tests model an agent as a generator of true Task states that
 emits A2A updates, deliver those updates to a :class:`TaskRecord` the way the
@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.core.artifacts import unsplit
-from bridge.core.lifecycle import (
+from bridge.core.task.artifacts import unsplit
+from bridge.core.task.lifecycle import (
     COMMAND_MEMORY,
     MESSAGE_MEMORY,
     NOTIFICATION_MEMORY,

@@ -1,4 +1,4 @@
-"""Every record fits where it goes (bridge.core.limits, events.encode_within, dlq_record).
+"""Every record fits where it goes (bridge.core.partition.budgets, events.encode_within, dlq_record).
 
 Whatever an agent or a producer sends, the record the bridge builds is within
 its topic's budget, with the original size recorded where content was cut.
@@ -15,12 +15,12 @@ from aiokafka.structs import ConsumerRecord
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.core.commands import Command
-from bridge.core.lifecycle import ArtifactUpdate, Event, EventKind, StatusUpdate, TaskRecord, new_task
-from bridge.core.limits import MIN_RECORD_BYTES, cut, min_insync_replicas, record_size, shrink, size
+from bridge.config.schemas import validator
+from bridge.core.partition.budgets import MIN_RECORD_BYTES, cut, min_insync_replicas, record_size, shrink, size
+from bridge.core.task.commands import Command
+from bridge.core.task.lifecycle import ArtifactUpdate, Event, EventKind, StatusUpdate, TaskRecord, new_task
 from bridge.wire.deadletters import encode as dlq_record
 from bridge.wire.events import encode, encode_within
-from bridge.wire.schemas import validator
 from tests.factories import consumer_record
 from tests.unit import fit_oracle
 from tests.unit.common import FAST

@@ -10,7 +10,7 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.core.lifecycle import Event, StatusUpdate, new_task
+from bridge.core.task.lifecycle import Event, StatusUpdate, new_task
 from bridge.wire import checkpoints, events
 from bridge.wire.dialects import for_agent
 from bridge.wire.nesting import MAX_DEPTH, depth, too_deep

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.core.push import Route
+from bridge.core.task.push import Route
 from bridge.wire import notifications
 from bridge.wire.notifications import Notification, Unreadable
 

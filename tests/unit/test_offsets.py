@@ -1,4 +1,4 @@
-"""The offsets of one commands partition (bridge.core.offsets), one event at a time.
+"""The offsets of one commands partition (bridge.core.partition.offsets), one event at a time.
 
 Each test feeds a read, a begin, an absorb or a deferral and asserts the new
 position, in the manner of h11's state-machine tests; a model-based test then
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.core.offsets import OffsetError, PartitionOffsets, Position
+from bridge.core.partition.offsets import OffsetError, PartitionOffsets, Position
 from tests.unit.common import FAST
 
 

@@ -1,6 +1,6 @@
 """The pure rules behind the operator's first hour: a timeline ordered by time
-across partitions (bridge.core.timeline), the commands lag of an empty partition
-(bridge.core.offsets), a transient Kafka complaint held back (bridge.observe.logs),
+across partitions (bridge.ops.timeline), the commands lag of an empty partition
+(bridge.core.partition.offsets), a transient Kafka complaint held back (bridge.observe.logs),
 one problem for a misspelt dialect (bridge.config.rules), and the note a command
 run without a config file adds to its failure (bridge.cli)."""
 
@@ -15,10 +15,10 @@ import pytest
 from bridge.cli import no_config_note, parser
 from bridge.config import rules
 from bridge.config.model import AgentConfig, Config, Dialect, read
-from bridge.core.offsets import commands_lag
-from bridge.core.timeline import Merge
+from bridge.core.partition.offsets import commands_lag
 from bridge.observe import logs
 from bridge.observe.logs import Settling
+from bridge.ops.timeline import Merge
 
 
 def t(ms: int) -> str:

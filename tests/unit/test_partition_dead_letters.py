@@ -8,8 +8,8 @@ from __future__ import annotations
 import orjson
 
 from bridge.config.model import AgentConfig, Config, KafkaConfig
-from bridge.core.lifecycle import ClosedTask, new_task
-from bridge.core.limits import RecordLimits
+from bridge.core.partition.budgets import RecordBudgets
+from bridge.core.task.lifecycle import ClosedTask, new_task
 from bridge.engine.host import StandAlone
 from bridge.engine.partition import PartitionOwner
 from tests.factories import consumer_record
@@ -28,7 +28,7 @@ MESSAGE = {"role": "user", "parts": [{"kind": "text", "text": "x"}]}
 
 def owner() -> PartitionOwner:
     clients = dict.fromkeys(CONFIG.agents, object())
-    return PartitionOwner(CONFIG, 0, clients, StandAlone(RecordLimits(1_000_000)))  # type: ignore[arg-type]
+    return PartitionOwner(CONFIG, 0, clients, StandAlone(RecordBudgets(1_000_000)))  # type: ignore[arg-type]
 
 
 def dead_lettered(o: PartitionOwner, offset: int, key: str, value: bytes) -> str:

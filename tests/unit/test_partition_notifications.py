@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from bridge.config.model import AgentConfig, Config, KafkaConfig
-from bridge.core.lifecycle import ClosedTask, NotificationResult, TaskRecord, new_task
-from bridge.core.limits import RecordLimits
-from bridge.core.push import Route
+from bridge.core.partition.budgets import RecordBudgets
+from bridge.core.task.lifecycle import ClosedTask, NotificationResult, TaskRecord, new_task
+from bridge.core.task.push import Route
 from bridge.engine.host import StandAlone
 from bridge.engine.partition import PartitionOwner
 from bridge.observe import metrics
@@ -36,7 +36,7 @@ class Runner:
 
 
 def owner() -> PartitionOwner:
-    return PartitionOwner(CONFIG, 3, {"sdk": object()}, StandAlone(RecordLimits(1_000_000)))  # type: ignore[dict-item]
+    return PartitionOwner(CONFIG, 3, {"sdk": object()}, StandAlone(RecordBudgets(1_000_000)))  # type: ignore[dict-item]
 
 
 def note(offset: int, task_key: str = "k", command_id: str = "c-1", agent: str = "sdk", body: bytes = b"{}") -> Any:

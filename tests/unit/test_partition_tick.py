@@ -9,14 +9,14 @@ import contextlib
 import time
 
 from bridge.config.model import BridgeConfig, Config, KafkaConfig
-from bridge.core.limits import RecordLimits
+from bridge.core.partition.budgets import RecordBudgets
 from bridge.engine.host import StandAlone
 from bridge.engine.partition import PartitionOwner
 from bridge.kafka.transaction import OutRecord, PartitionTransactions
 from bridge.wire import checkpoints
 from tests.unit.test_transaction import POS, Fake
 
-# Partition 5's first tick comes at 9 % of the interval (bridge.core.ticks): 0.45 s after
+# Partition 5's first tick comes at 9 % of the interval (bridge.core.partition.ticks): 0.45 s after
 # the committer starts, then 5 s apart, far beyond any stall of a loaded host.
 CONFIG = Config(
     kafka=KafkaConfig(commands_topic="cmds", checkpoints_topic="cps", group_id="g"),
@@ -31,9 +31,9 @@ def event(value: bytes) -> OutRecord:
 
 async def committing(fake: Fake) -> PartitionOwner:
     """An owner whose committer waits for its first tick, as open() leaves it."""
-    host = StandAlone(RecordLimits(1_000_000))
+    host = StandAlone(RecordBudgets(1_000_000))
     o = PartitionOwner(CONFIG, 5, {}, host)
-    o.txn = PartitionTransactions(CONFIG, 5, lambda: POS, host.limits, make_producer=fake.make)
+    o.txn = PartitionTransactions(CONFIG, 5, lambda: POS, host.budgets, make_producer=fake.make)
     await o.txn.start()
     o.committer.start()
     await asyncio.sleep(0)

@@ -1,10 +1,10 @@
-"""bridge.core.policy: what a failed start, cancel or follower becomes."""
+"""bridge.core.task.policy: what a failed start, cancel or follower becomes."""
 
 from __future__ import annotations
 
 import pytest
 
-from bridge.core.policy import Crash, cancel_failure, crash, retryable, start_failure
+from bridge.core.task.policy import Crash, cancel_failure, crash, retryable, start_failure
 from bridge.errors import (
     AgentAuthError,
     AgentError,

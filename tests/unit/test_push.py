@@ -1,4 +1,4 @@
-"""Push routes and tokens (bridge.core.push): one URL per route, parsed back exactly; a
+"""Push routes and tokens (bridge.core.task.push): one URL per route, parsed back exactly; a
 token verifies for its own route only."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.core import push
-from bridge.core.push import Route
+from bridge.core.task import push
+from bridge.core.task.push import Route
 
 AGENT = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", fullmatch=True)
 ID = st.text(min_size=1, max_size=256)

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from bridge.core.lifecycle import Event, TaskRecord, new_task
+from bridge.core.task.lifecycle import Event, TaskRecord, new_task
 from bridge.wire.dialects import notification
 from tests.support.services import reassemble
 

@@ -1,4 +1,4 @@
-"""bridge.core.resume: each step of a resume and of polling, one event at a time."""
+"""bridge.core.task.resume: each step of a resume and of polling, one event at a time."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.core.backoff import Backoff
-from bridge.core.lifecycle import ArtifactUpdate, StatusUpdate, TaskRecord, TaskSnapshot, Update
-from bridge.core.resume import (
+from bridge.core.task.lifecycle import ArtifactUpdate, StatusUpdate, TaskRecord, TaskSnapshot, Update
+from bridge.core.task.resume import (
     FAILED_RESUBSCRIBES,
     Backstop,
     Lost,

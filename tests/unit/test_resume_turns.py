@@ -1,5 +1,5 @@
 """Restored Tasks reconnect in turn: one queue for the process, paced by
-bridge.core.capacity.ResumeTurns (its rules are tested in test_capacity.py).
+bridge.core.process.capacity.ResumeTurns (its rules are tested in test_capacity.py).
 No Kafka, no HTTP: the Service's turn queue alone, through its public methods.
 """
 

@@ -2,7 +2,7 @@
 
 A closed Task keeps only its key, the digests of its commandIds and how it
 ended; the command rules answer it like the full record; after
-``closed_retention_seconds`` (bridge.core.retention, fed one event at a time)
+``closed_retention_seconds`` (bridge.core.partition.retention, fed one event at a time)
 its checkpoint is tombstoned and it is forgotten.
 """
 
@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.core import lifecycle
-from bridge.core.commands import Act, Command, Duplicate, Refuse, decide
-from bridge.core.lifecycle import ClosedTask, StatusUpdate, _Names, new_task
-from bridge.core.retention import Retention
+from bridge.core.partition.retention import Retention
+from bridge.core.task import lifecycle
+from bridge.core.task.commands import Act, Command, Duplicate, Refuse, decide
+from bridge.core.task.lifecycle import ClosedTask, StatusUpdate, _Names, new_task
 from bridge.wire import checkpoints
 
 

@@ -22,9 +22,9 @@ from aiokafka.structs import ConsumerRecord
 from bridge.agents.client import close_stream
 from bridge.config.model import AgentConfig, BridgeConfig, Config
 from bridge.core.backoff import Backoff
-from bridge.core.commands import Command
-from bridge.core.follow import AUTH_WATCH, CLOSED, IDLE
-from bridge.core.lifecycle import (
+from bridge.core.task.commands import Command
+from bridge.core.task.follow import AUTH_WATCH, CLOSED, IDLE
+from bridge.core.task.lifecycle import (
     ArtifactProgress,
     ArtifactUpdate,
     Dropped,

@@ -1,5 +1,5 @@
 """A Task whose agent needs a token the token endpoint cannot give (CredentialsUnavailable)
-is held, not given up: bridge.core.policy's rule, one decision at a time, and the
+is held, not given up: bridge.core.task.policy's rule, one decision at a time, and the
 runner (bridge.engine.runner) following it with the recording fakes of test_runner."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import time
 import pytest
 
 from bridge.config.model import BridgeConfig, Config
-from bridge.core import policy
 from bridge.core.backoff import Backoff
-from bridge.core.lifecycle import TaskSnapshot, new_task
+from bridge.core.task import policy
+from bridge.core.task.lifecycle import TaskSnapshot, new_task
 from bridge.engine import following as following_module
 from bridge.engine.runner import TaskRunner
 from bridge.errors import AgentUnavailable, CredentialsUnavailable

@@ -17,9 +17,9 @@ import prometheus_client
 import pytest
 
 from bridge.config.model import AgentConfig, BridgeConfig, Config
-from bridge.core.commands import Command
-from bridge.core.follow import IDLE, PUSH, STREAMING
-from bridge.core.lifecycle import TaskRecord, TaskSnapshot, new_task
+from bridge.core.task.commands import Command
+from bridge.core.task.follow import IDLE, PUSH, STREAMING
+from bridge.core.task.lifecycle import TaskRecord, TaskSnapshot, new_task
 from bridge.engine.runner import TaskRunner
 from bridge.errors import AgentError, AgentUnavailable, RpcError
 from bridge.wire.dialects import Dialect, Request

@@ -1,4 +1,4 @@
-"""bridge.wire.schemas.check: jsonschema's verdict, compiled.
+"""bridge.wire.schemas.Schema.check: jsonschema's verdict, compiled.
 
 The command schema is compiled into plain checks; on generated commands, valid
 and broken in every field the schema speaks of (and at each bound), the fast
@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+from bridge.config.schemas import schema as read_schema
 from bridge.wire import schemas
-from bridge.wire.schemas import check, validator
+from bridge.wire.schemas import Schema
 from tests.unit.common import json_values
 
 ids = st.one_of(
@@ -106,7 +107,8 @@ def near_valid(draw: st.DrawFn) -> dict[str, Any]:
 
 def verdicts(doc: Any) -> tuple[bool, bool]:
     doc = orjson.loads(orjson.dumps(doc))  # as the bridge gets it
-    return check("command")(doc), validator("command").is_valid(doc)
+    command = read_schema("command")
+    return command.check(doc), command.validator.is_valid(doc)
 
 
 @settings(max_examples=1500)
@@ -156,10 +158,11 @@ def test_known_commands(doc: Any, valid: bool) -> None:
 
 
 def test_the_command_schema_is_compiled_not_left_to_jsonschema() -> None:
-    assert check("command") != validator("command").is_valid
+    command = read_schema("command")
+    assert command.check != command.validator.is_valid
 
 
-def test_a_schema_with_a_keyword_it_does_not_know_is_left_to_jsonschema(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_schema_with_a_keyword_it_does_not_know_is_left_to_jsonschema() -> None:
     schema = {"type": "object", "properties": {"a": {"type": "string", "format": "email"}}}
     with pytest.raises(schemas.Unsupported):
         schemas.compiled(schema)
@@ -169,14 +172,8 @@ def test_a_schema_with_a_keyword_it_does_not_know_is_left_to_jsonschema(monkeypa
     rebased = {"$defs": {"a": {"type": "string"}}, "properties": {"x": {"$id": "other.json", "$ref": "#/$defs/a"}}}
     with pytest.raises(schemas.Unsupported):
         schemas.compiled(rebased)
-    monkeypatch.setattr(schemas, "load", lambda name: schema)
-    check.cache_clear()
-    validator.cache_clear()
-    try:
-        assert check("custom") == validator("custom").is_valid
-    finally:
-        check.cache_clear()
-        validator.cache_clear()
+    custom = Schema(schema)
+    assert custom.check == custom.validator.is_valid
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from bridge.agents.client import AgentClient
 from bridge.config.model import AgentConfig, Dialect
-from bridge.core.lifecycle import ArtifactUpdate, MessageUpdate, StatusUpdate, TaskSnapshot, Update
+from bridge.core.task.lifecycle import ArtifactUpdate, MessageUpdate, StatusUpdate, TaskSnapshot, Update
 from bridge.errors import AgentError
 
 json_values = st.recursive(

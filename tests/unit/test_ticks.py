@@ -1,4 +1,4 @@
-"""When a partition commits: the tick grid of bridge.core.ticks, one tick at a time."""
+"""When a partition commits: the tick grid of bridge.core.partition.ticks, one tick at a time."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.core.ticks import first_tick, next_tick, tick_phase
+from bridge.core.partition.ticks import first_tick, next_tick, tick_phase
 
 INTERVAL = 0.1
 times = st.floats(min_value=0.0, max_value=1e6, allow_nan=False)

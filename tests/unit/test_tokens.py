@@ -1,4 +1,4 @@
-"""bridge.core.tokens: when a shared access token is used, renewed or fetched, one event at a time."""
+"""bridge.identity.tokens: when a shared access token is used, renewed or fetched, one event at a time."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.core.tokens import (
+from bridge.identity.tokens import (
     IN_FLIGHT,
     MAX_LIFETIME,
     RENEW_AHEAD,

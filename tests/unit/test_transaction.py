@@ -31,8 +31,8 @@ from aiokafka.errors import (
 from aiokafka.structs import OffsetAndMetadata
 
 from bridge.config.model import BridgeConfig, Config, KafkaConfig
-from bridge.core.limits import RecordLimits
-from bridge.core.offsets import Position
+from bridge.core.partition.budgets import RecordBudgets
+from bridge.core.partition.offsets import Position
 from bridge.kafka.transaction import (
     OutRecord,
     PartitionTransactions,
@@ -117,7 +117,7 @@ async def started(
     producers: ProducerLoop | None = None,
     config: Config = CONFIG,
 ) -> PartitionTransactions:
-    t = PartitionTransactions(config, 2, position, lambda: RecordLimits(1_000_000), producers, make_producer=fake.make)
+    t = PartitionTransactions(config, 2, position, lambda: RecordBudgets(1_000_000), producers, make_producer=fake.make)
     await t.start()
     return t
 
@@ -651,7 +651,7 @@ async def test_an_open_cancelled_while_it_commits_what_was_left_open_lets_the_co
 
 async def notified_txn(fake: Fake, notified: Callable[[], int | None]) -> PartitionTransactions:
     t = PartitionTransactions(
-        CONFIG, 2, lambda: POS, lambda: RecordLimits(1_000_000), make_producer=fake.make, notified=notified
+        CONFIG, 2, lambda: POS, lambda: RecordBudgets(1_000_000), make_producer=fake.make, notified=notified
     )
     await t.start()
     return t

@@ -1,4 +1,4 @@
-"""bridge.core.txn_failure: what a failed transaction means, one failure at a time."""
+"""bridge.core.partition.txn_failure: what a failed transaction means, one failure at a time."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from aiokafka.errors import KafkaTimeoutError, ProducerFenced, TopicAuthorizatio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.core.txn_failure import (
+from bridge.core.partition.txn_failure import (
     TIMED_OUT_HEARTBEATS,
     PartitionState,
     Verdict,

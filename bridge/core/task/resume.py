@@ -48,9 +48,9 @@ import random
 from dataclasses import dataclass
 from typing import TypeGuard
 
-from bridge.core import push
 from bridge.core.backoff import AGENT_RETRY, Backoff, Draw
-from bridge.core.lifecycle import (
+from bridge.core.task import push
+from bridge.core.task.lifecycle import (
     PAUSED_STATES,
     StatusUpdate,
     TaskRecord,
@@ -210,7 +210,7 @@ class Backstop(Poll):
     The first ``tasks/get`` comes at once when ``reconcile`` (a restored Task, or
     one a rebalance brought: what happened while nobody owned it is published
     first, then pushes are relied on); then one every ``base`` seconds, jittered
-    (:func:`bridge.core.push.backstop_delay`) so the Tasks of one restore do not
+    (:func:`bridge.core.task.push.backstop_delay`) so the Tasks of one restore do not
     poll together. A failed ``tasks/get`` is retried with ``backoff`` and given up
     as :meth:`Poll.failed` says (TaskNotFound at once, else after ``budget``
     seconds of failures in a row); a notification shows the Task is observable.

@@ -7,7 +7,7 @@ go on. A waiting start is either
 - **parked**: kept in memory, decoded once, while the queue holds fewer than
   ``max_starts`` commands and fewer than ``max_bytes`` bytes; or
 - **deferred**: dropped from memory, to be read again from Kafka after a rewind
-  (:meth:`bridge.core.offsets.PartitionOffsets.defer`). Every later command of
+  (:meth:`bridge.core.partition.offsets.PartitionOffsets.defer`). Every later command of
   its key is deferred with it until the rewind, which reads them all again in
   their order.
 

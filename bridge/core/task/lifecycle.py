@@ -20,7 +20,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 import orjson
 
-from bridge.core import artifacts
+from bridge.core.task import artifacts
 
 TERMINAL_STATES = frozenset({"completed", "failed", "canceled", "rejected"})
 # The Task waits for a reply; its stream may end without it being lost.
@@ -61,7 +61,7 @@ NOTIFICATION_MEMORY = 64
 
 DropReason = Literal["replayed", "duplicate", "after-terminal", "foreign-task", "no-task"]
 # What became of a push notification (bridge_push_notifications_applied_total's result).
-# "held": a status that waits for a tasks/get snapshot first (bridge.core.resume.held_for_snapshot).
+# "held": a status that waits for a tasks/get snapshot first (bridge.core.task.resume.held_for_snapshot).
 NotificationResult = Literal["applied", "held", "duplicate", "ignored-unknown-task", "ignored-closed", "unreadable"]
 EventKind = Literal["status", "artifact", "message", "bridge"]
 
@@ -256,7 +256,7 @@ class TaskRecord:
     # until it moves, after a restore too (bridge.engine.runner TaskRunner._unanswered).
     watched: bool = False
     # Followed by push notifications (the send carried a push config): no stream, a
-    # backstop tasks/get, and after a restore a reconcile first (bridge.core.follow).
+    # backstop tasks/get, and after a restore a reconcile first (bridge.core.task.follow).
     push: bool = False
     # Digests of the notification bodies applied, newest last (see apply_notification).
     notified: list[str] = field(default_factory=list)
@@ -354,7 +354,7 @@ class TaskRecord:
         ``afterSeq`` advances for every update with an SSE id that is not a
         replay, published or not: it is the cursor of what was *processed*.
         Artifact parts beyond ``max_artifact_bytes`` are spread over several
-        events (see :mod:`bridge.core.artifacts`).
+        events (see :mod:`bridge.core.task.artifacts`).
         """
         dropped = self._admit(update)
         if dropped is not None:
@@ -706,7 +706,7 @@ class ClosedTask:
     and the command rules need (its key, digests of its last commandIds, how it
     ended, when), and the DLQ a late command about it goes to. About 100 bytes
     beside its key, where a live :class:`TaskRecord` costs kilobytes; it answers
-    :func:`bridge.core.commands.decide` like one.
+    :func:`bridge.core.task.commands.decide` like one.
 
     ``closed_at`` is held in whole seconds, rounded up: a dedupe window is never
     shortened by it, and it is what the retention window keeps for this Task.

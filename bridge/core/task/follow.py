@@ -13,7 +13,7 @@ idle             none: not started yet, or the Task is paused for a reply
 sending          sends a start or a reply; waits for the agent's first answer
 streaming        reads the stream that answered the command
 resubscribing    resumes after a dropped stream or a restart
-                 (:mod:`bridge.core.resume` decides each step)
+                 (:mod:`bridge.core.task.resume` decides each step)
 polling          ``tasks/get`` with backoff: the agent does not stream
 snapshots        ``tasks/get`` with backoff: the agent's replay is gone, or would
                  repeat what a snapshot published (``TaskRecord.snapshots_only``)
@@ -23,7 +23,7 @@ push             no stream: the agent POSTs each update to the bridge's webhook 
                  the partition owner applies it from the notifications topic; the
                  follower only reconciles with ``tasks/get`` (after a restore or a
                  rebalance) and then polls as a backstop, rarely and with jitter
-                 (:class:`bridge.core.resume.Backstop`)
+                 (:class:`bridge.core.task.resume.Backstop`)
 closed           none: the Task ended (from any mode; closing twice is no change)
 ===============  ==========================================================
 
@@ -37,7 +37,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
-from bridge.core.lifecycle import PAUSED_STATES
+from bridge.core.task.lifecycle import PAUSED_STATES
 
 
 class Mode(enum.Enum):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from bridge.core.lifecycle import ClosedTask, TaskRecord
+from bridge.core.task.lifecycle import ClosedTask, TaskRecord
 
 DlqReason = Literal[
     "not-json",

@@ -1,6 +1,6 @@
 """How long a closed Task is remembered: its dedupe window. Pure.
 
-A closed Task is held (as a :class:`bridge.core.lifecycle.ClosedTask`: its key,
+A closed Task is held (as a :class:`bridge.core.task.lifecycle.ClosedTask`: its key,
 the digests of its commandIds and how it ended) for ``closed_retention_seconds``
 after it closed, so that a command repeated in that time is answered as a
 duplicate. After that its checkpoint is tombstoned and it is forgotten.

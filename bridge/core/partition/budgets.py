@@ -3,7 +3,7 @@
 Kafka refuses a record batch larger than the topic's ``max.message.bytes``,
 and the producer refuses a record larger than its ``max_request_size``. The
 budget of a topic is the smaller of the two, read at start
-(:func:`bridge.kafka.topics.record_limits`). Everything the bridge writes is sized
+(:func:`bridge.kafka.topics.record_budgets`). Everything the bridge writes is sized
 against it *before* it enters a transaction, because a record the broker
 refuses fails the whole commit.
 
@@ -55,7 +55,7 @@ def empty_record_size(key: bytes | None) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class RecordLimits:
+class RecordBudgets:
     """Per-topic record budgets in bytes; ``default`` for a topic not listed."""
 
     default: int

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge.core.limits import projection, shrink, size
+from bridge.core.partition.budgets import projection, shrink, size
 
 # JSON around a text piece: {"kind":"text","text":"","metadata":{"bridgeSplit":{...}}}
 _PIECE_OVERHEAD = 120

@@ -35,7 +35,7 @@ import random
 from typing import NamedTuple
 
 from bridge.core.backoff import AGENT_RETRY, Draw
-from bridge.core.lifecycle import BridgeOutcome
+from bridge.core.task.lifecycle import BridgeOutcome
 from bridge.errors import (
     AgentAuthError,
     AgentError,

@@ -11,7 +11,7 @@ the transaction failed with          verdict  then
 an authorization error               fatal    the process ends (exit 2)
 its producer fenced (a newer epoch   fenced   diagnosed: re-initialised if the group still
 of its transactional id)                      gives it to this member, else dropped without
-                                              writing (bridge/core/fencing.py)
+                                              writing (bridge/core/process/fencing.py)
 its producer fenced because the      retry    rebuilt after two heartbeats: the coordinator
 coordinator timed the transaction             aborted one that ran past its timeout (the
 out                                           broker was away, say), and the membership
