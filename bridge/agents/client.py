@@ -24,6 +24,7 @@ import orjson
 
 from bridge.agents import transport
 from bridge.agents.credentials import Credentials, credentials, tls_context
+from bridge.agents.errors import AgentErrors
 from bridge.config.model import AgentConfig, Config
 from bridge.core.task.lifecycle import MessageUpdate, TaskSnapshot, Update
 from bridge.errors import (
@@ -97,24 +98,6 @@ async def clients(
         http = shared if own is None else [await stack.enter_async_context(pool(limits, own)) for _ in range(shards)]
         out[name] = AgentClient(agent, http)
     return out
-
-
-_TLS = ": TLS: "
-
-
-def _unavailable(exc: httpx.TransportError) -> str:
-    """What a transport failure says: its kind, and a TLS failure's reason (an untrusted
-    certificate, a client certificate the agent asked for). Never the request's URL,
-    which may carry an API key."""
-    text = str(exc)
-    if "SSL" in text or "certificate" in text.lower():
-        return f"{type(exc).__name__}{_TLS}{text[:200]}"
-    return type(exc).__name__
-
-
-def tls_failure(exc: AgentUnavailable) -> bool:
-    """Whether the agent was out of reach for TLS (its certificate, or ours), not for being down."""
-    return _TLS in exc.detail
 
 
 # The longest SSE id read as a source seq: 18 digits fit a signed 64-bit integer
@@ -257,10 +240,11 @@ class AgentClient:
             exchange = self._exchange(
                 "GET", url, op="card", method="agent card", headers=accept, content=None, timeout=self._timeout
             )
-            async with bounded.within(self.config.request_timeout_seconds), exchange as response:
-                card = orjson.loads(await self._read(response, CARD_BYTES, "agent card"))
-        except httpx.TransportError as exc:
-            error = AgentUnavailable(self.name, "agent card", _unavailable(exc))
+            errors = AgentErrors(self.name, "agent card")
+            with errors:
+                async with bounded.within(self.config.request_timeout_seconds), exchange as response:
+                    card = orjson.loads(await self._read(response, CARD_BYTES, "agent card"))
+            errors.check()
         except orjson.JSONDecodeError:
             error = AgentProtocolError(self.name, "agent card", "not JSON")
         except (AgentFault, CredentialsUnavailable) as exc:
@@ -369,22 +353,19 @@ class AgentClient:
         """A non-streaming JSON-RPC call; returns ``result``. ``trace``: the Task's
         traceparent, continued on the request (bridge.observe.tracing)."""
         started = time.monotonic()
-        unavailable: AgentUnavailable | None = None
         try:
-            async with (
-                bounded.within(self.config.request_timeout_seconds),
-                self._rpc(req, "application/json", orjson.dumps(req.body), self._timeout, trace) as r,
-            ):
-                body = await self._read(r, self.config.max_response_bytes, req.method)
+            errors = AgentErrors(self.name, req.method)
+            with errors:
+                async with (
+                    bounded.within(self.config.request_timeout_seconds),
+                    self._rpc(req, "application/json", orjson.dumps(req.body), self._timeout, trace) as r,
+                ):
+                    body = await self._read(r, self.config.max_response_bytes, req.method)
+            errors.check()
             result = self._result(req, body, "response body")
-        except httpx.TransportError as exc:
-            self._observe(req, "unavailable", started)
-            unavailable = AgentUnavailable(self.name, req.method, _unavailable(exc))
         except AgentFault as exc:
             self._observe(req, exc.kind, started)
             raise
-        if unavailable is not None:
-            raise unavailable  # outside the handler: nothing links it to httpx's error and its URL
         self._observe(req, "ok", started)
         return result
 
@@ -412,49 +393,49 @@ class AgentClient:
         """
         started = time.monotonic()
         first = True
-        unavailable: AgentUnavailable | None = None
         metrics.OPEN_STREAMS.inc()
         try:
             # A copy of exact size: orjson's output sits in a 4 KiB block, and httpx
             # keeps the request body for as long as the stream is open.
             content = bytes(memoryview(orjson.dumps(req.body)))
-            async with self._rpc(req, "text/event-stream", content, self._stream_timeout, trace) as response:
-                if self._json_where_sse(req, response):
-                    body = await self._read(response, self.config.max_response_bytes, req.method)
-                    update = self.dialect.update(self._result(req, body, "JSON body"))
-                    self._observe(req, "ok", started)
-                    if update is not None:
-                        yield update
-                    return
-                parser = sse.Parser(self.config.max_event_bytes)
-                chunks = bounded.decoded(response)  # behind a proxy too: inflated under the cap
-                chunk: bytes | None = b""
-                while chunk is not None:
-                    chunk = await anext(chunks, None)
-                    frames = parser.close() if chunk is None else parser.feed(chunk)
-                    for frame in [f for f in frames if f.data]:  # without data: a keep-alive
-                        result = self._result(req, frame.data, "SSE data")
-                        # Only the frame's own id: one without an id line is no replay.
-                        update = self.dialect.update(result, _source_seq(frame.id))
-                        if first:
-                            self._observe(req, "ok", started)
-                            first = False
+            errors = AgentErrors(self.name, req.method)
+            with errors:
+                async with self._rpc(req, "text/event-stream", content, self._stream_timeout, trace) as response:
+                    if self._json_where_sse(req, response):
+                        body = await self._read(response, self.config.max_response_bytes, req.method)
+                        update = self.dialect.update(self._result(req, body, "JSON body"))
+                        self._observe(req, "ok", started)
                         if update is not None:
                             yield update
-        except httpx.TransportError as exc:
-            self._observe(req, "unavailable", started)
-            unavailable = AgentUnavailable(self.name, req.method, _unavailable(exc))
+                        return
+                    parser = sse.Parser(self.config.max_event_bytes)
+                    chunks = bounded.decoded(response)  # behind a proxy too: inflated under the cap
+                    chunk: bytes | None = b""
+                    while chunk is not None:
+                        chunk = await anext(chunks, None)
+                        frames = parser.close() if chunk is None else parser.feed(chunk)
+                        for frame in [f for f in frames if f.data]:  # without data: a keep-alive
+                            result = self._result(req, frame.data, "SSE data")
+                            # Only the frame's own id: one without an id line is no replay.
+                            update = self.dialect.update(result, _source_seq(frame.id))
+                            if first:
+                                self._observe(req, "ok", started)
+                                first = False
+                            if update is not None:
+                                yield update
+            errors.check()
         except sse.EventTooLarge as exc:
             self._observe(req, "oversize", started)
             raise AgentOversize(self.name, req.method, str(exc)) from None
+        except AgentUnavailable as exc:
+            self._observe(req, exc.kind, started)  # dropped after its first event too
+            raise
         except AgentFault as exc:
             if first:
                 self._observe(req, exc.kind, started)
             raise
         finally:
             metrics.OPEN_STREAMS.dec()
-        if unavailable is not None:
-            raise unavailable  # see call()
 
 
 # Stream closes still running after their caller was cancelled (asyncio keeps only

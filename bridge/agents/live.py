@@ -10,7 +10,8 @@ import contextlib
 import httpx
 
 from bridge.agents import security
-from bridge.agents.client import AgentClient, clients, tls_failure
+from bridge.agents.client import AgentClient, clients
+from bridge.agents.errors import tls_failure
 from bridge.config.model import Config
 from bridge.config.rules import Problem
 from bridge.errors import AgentAuthError, AgentFault, AgentUnavailable, CredentialsUnavailable
