@@ -2,14 +2,16 @@
 
 Messages name the agent, the method and what went wrong; they never carry
 tokens, headers or payloads. Foreign errors (httpx, aiokafka) are mapped onto
-these once, at the boundary that meets them (:mod:`bridge.agents.client`,
-:func:`bridge.kafka.topics.kafka_errors`, :mod:`bridge.kafka.transaction`)::
+these once per boundary, where it meets them: an agent's HTTP in
+:class:`bridge.agents.errors.AgentErrors`, Kafka in
+:func:`bridge.kafka.errors.kafka_errors` (the push webhook's relay too), a
+partition's transaction in :class:`bridge.kafka.transaction.TransactionFailed`::
 
     BridgeError
     ├── StartupError            the bridge refuses to run (exit 2)
     ├── KafkaUnreachable        no broker answers yet: retried
     ├── TransactionFailed       (bridge.kafka.transaction) nothing of it committed
-    ├── Fenced                  (bridge.engine.service) another bridge took over (exit 3)
+    ├── Fenced                  (bridge.engine.ownership) another holder, as Kafka shows (exit 3)
     ├── CredentialsUnavailable  (bridge.identity) no token to send yet: retried after ``retry_after``
     └── AgentFault              an agent call gave no usable answer
         ├── AgentOversize       more than the bridge reads in one piece: not retried

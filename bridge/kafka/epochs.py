@@ -36,7 +36,7 @@ at the cost of one more round trip to the coordinator per transaction
 aiokafka keeps the producer's id, epoch and sequence numbers in its transaction
 manager: the bump writes the new epoch there and starts the sequences again
 (a new epoch's first batch is sequence 0), between transactions, when nothing is
-queued. Private attributes, read and written here only.
+queued (bridge/kafka/producer_internals.py).
 """
 
 from __future__ import annotations
@@ -58,10 +58,10 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
     for_code,
 )
-from aiokafka.producer.transaction_manager import PidAndEpoch
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import CompactString, Int16, Int32, Int64, Schema, TaggedFields
 
+from bridge.kafka import producer_internals as internals
 from bridge.observe import metrics
 
 log = logging.getLogger(__name__)
@@ -172,8 +172,7 @@ class Epochs:
         return True
 
     async def _bump(self, producer: AIOKafkaProducer) -> None:
-        manager = producer._txn_manager
-        pid, epoch = manager.producer_id, manager.producer_epoch
+        pid, epoch = internals.producer_id_and_epoch(producer)
         client = producer.client
         doubted = self._doubted
         while True:
@@ -205,8 +204,7 @@ class Epochs:
                 raise error(f"InitProducerId of {self.transactional_id}")
             await asyncio.sleep(self._backoff_s)
         # A new producer id when the old one's epochs ran out (the coordinator's choice).
-        manager._pid_and_epoch = PidAndEpoch(answer.producer_id, answer.producer_epoch)
-        manager._sequence_numbers.clear()
+        internals.new_epoch(producer, answer.producer_id, answer.producer_epoch)
         self._doubted -= doubted
         self.bumps += 1
         log.debug("%s: epoch %d -> %d", self.transactional_id, epoch, answer.producer_epoch)

@@ -12,17 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import TopicAlreadyExistsError
 
 from bridge.config.model import Config
 from bridge.core.partition.budgets import MIN_RECORD_BYTES, RecordBudgets, min_insync_replicas
 from bridge.core.task.push import record_bytes
-from bridge.errors import KafkaUnreachable, StartupError
+from bridge.errors import StartupError
+from bridge.kafka import errors
 from bridge.kafka.auth import client_options
 
 log = logging.getLogger(__name__)
@@ -231,14 +233,7 @@ async def record_budgets(config: Config) -> RecordBudgets:
 
 
 @contextlib.asynccontextmanager
-async def kafka_errors(config: Config) -> Any:
-    """Kafka's errors as the bridge's: retriable ones (no broker, a timeout, a
-    coordinator moving) as :class:`KafkaUnreachable`, the rest as :class:`StartupError`."""
-    try:
+async def kafka_errors(config: Config) -> AsyncIterator[None]:
+    """:func:`bridge.kafka.errors.kafka_errors` for ``config``'s brokers, in an async block."""
+    with errors.kafka_errors(config.kafka.bootstrap_servers):
         yield
-    except (KafkaConnectionError, TimeoutError, OSError) as exc:
-        raise KafkaUnreachable(f"Kafka at {config.kafka.bootstrap_servers} is unreachable: {exc}") from None
-    except KafkaError as exc:
-        if exc.retriable:
-            raise KafkaUnreachable(f"Kafka at {config.kafka.bootstrap_servers} is not ready: {exc}") from None
-        raise StartupError(f"Kafka at {config.kafka.bootstrap_servers} refused: {exc}") from None

@@ -38,7 +38,6 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
-    KafkaError,
     MessageSizeTooLargeError,
     ProducerFenced,
     RecordListTooLargeError,
@@ -56,6 +55,7 @@ from bridge.core.partition.budgets import Headers, RecordBudgets, record_size
 from bridge.core.partition.offsets import Position
 from bridge.core.task.lifecycle import TaskRecord
 from bridge.errors import BridgeError
+from bridge.kafka import producer_internals as internals
 from bridge.kafka.auth import client_options
 from bridge.kafka.epochs import Epochs
 from bridge.observe import metrics
@@ -432,9 +432,7 @@ class PartitionTransactions:
     @property
     def epoch(self) -> int | None:
         """The producer's epoch, once its init went through."""
-        manager = getattr(self._producer, "_txn_manager", None)
-        epoch = getattr(manager, "producer_epoch", None)
-        return epoch if isinstance(epoch, int) and epoch >= 0 else None
+        return internals.epoch(self._producer)
 
     @property
     def buffered(self) -> int:
@@ -710,7 +708,7 @@ class PartitionTransactions:
             fut.add_done_callback(_failure)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(producer.abort_transaction(), ABORT_TIMEOUT_S)
-        _retrieve_failures(producer)
+        internals.retrieve_failures(producer)
 
 
 # (topic, partition, batch, origins of its records), in the order they are sent.
@@ -817,71 +815,12 @@ def _failure(fut: asyncio.Future[object]) -> BaseException | None:
 
 async def _stopped(producer: AIOKafkaProducer) -> None:
     """Stop ``producer``: what it queued is sent first if Kafka answers within
-    ``ABORT_TIMEOUT_S``; past that, or cancelled, it is cut off (:func:`_cut_off`)."""
+    ``ABORT_TIMEOUT_S``; past that, or cancelled, it is cut off
+    (:func:`bridge.kafka.producer_internals.cut_off`)."""
     try:
         await asyncio.wait_for(producer.stop(), ABORT_TIMEOUT_S)
     except BaseException:
-        await _cut_off(producer)
+        await internals.cut_off(producer, ABORT_TIMEOUT_S)
         raise
     finally:
-        _retrieve_failures(producer)
-
-
-async def _cut_off(producer: AIOKafkaProducer) -> None:
-    """End ``producer``'s sender and close its connections, now.
-
-    aiokafka's ``stop()`` first waits for every queued batch to be sent, and when
-    that wait is cancelled (Kafka unreachable) it leaves the sender running: the
-    sender retries what it holds for as long as the process lives. Once Kafka
-    answers again it adds the partitions, writes the batches and ends the
-    transaction (aborts it, if an abort was asked) with its old epoch, until the
-    partition's next owner's init fences it. After an unclean broker restart such
-    an abort resolved, as aborted, events whose transaction the coordinator had
-    committed without writing their marker, under a committed checkpoint: a gap
-    (docs/delivery.md, "A broker that restarts unclean").
-
-    The sender's requests in flight are tasks of their own, which its cancellation
-    waits for (a request waits up to its timeout; a coordinator lookup, for ever)
-    and would leave running: they are cancelled with it, and so is the flush that
-    ``stop()`` left waiting. Each is a coroutine of the sender's (or the
-    accumulator's) methods, so its frame's ``self`` is that object. The batches
-    still held are failed (nobody awaits them: :func:`_retrieve_failures`), and
-    the connections closed within ``ABORT_TIMEOUT_S`` (a close waits for its
-    write buffer to drain, which a peer that went silent never does).
-    ``tests/integration/test_network_faults.py`` checks that nothing is written."""
-    owners = (producer._sender, producer._message_accumulator)
-    tasks = [t for t in asyncio.all_tasks() if not t.done() and any(_frame_self(t) is o for o in owners)]
-    try:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        producer._message_accumulator.fail_all(KafkaError("the producer was cut off"))
-    finally:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(producer.client.close(), ABORT_TIMEOUT_S)
-
-
-def _frame_self(task: asyncio.Task[Any]) -> object:
-    frame = getattr(task.get_coro(), "cr_frame", None)
-    return None if frame is None else frame.f_locals.get("self")
-
-
-def _retrieve_failures(producer: AIOKafkaProducer) -> None:
-    """Retrieve the failures aiokafka leaves in futures nobody awaits.
-
-    A fenced producer's sender fails every batch it holds and the transaction
-    (``fail_all``, ``fatal_error``): each batch's drain waiter and the
-    transaction's waiter hold the exception, and asyncio logs "Future exception
-    was never retrieved" with a traceback for each when they are collected. The
-    fence is expected and handled (bridge/core/process/fencing.py): they are retrieved
-    here, now or when they fail. Private attributes, read defensively: another
-    aiokafka only brings the noise back.
-    """
-    accumulator = getattr(producer, "_message_accumulator", None)
-    batches = [b for queue in getattr(accumulator, "_batches", {}).values() for b in queue]
-    batches += list(getattr(accumulator, "_pending_batches", ()))
-    futures = [getattr(b, name, None) for b in batches for name in ("future", "_drain_waiter")]
-    futures.append(getattr(getattr(producer, "_txn_manager", None), "_transaction_waiter", None))
-    for fut in futures:
-        if isinstance(fut, asyncio.Future):
-            fut.add_done_callback(_failure)
+        internals.retrieve_failures(producer)

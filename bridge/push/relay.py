@@ -13,6 +13,7 @@ absorbs like any redelivery.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -24,6 +25,7 @@ from bridge.config.model import Config
 from bridge.core.task.push import Route, record_bytes
 from bridge.errors import KafkaUnreachable
 from bridge.kafka.auth import client_options
+from bridge.kafka.errors import kafka_errors
 from bridge.wire import notifications
 
 log = logging.getLogger(__name__)
@@ -66,12 +68,11 @@ class Relay:
                 return self._producer
             producer = self._new_producer()
             try:
-                await asyncio.wait_for(producer.start(), self.timeout)
-            except (KafkaError, TimeoutError, OSError) as exc:
+                with self._kafka_errors("starting the producer"):
+                    await asyncio.wait_for(producer.start(), self.timeout)
+            except KafkaUnreachable:
                 await _quietly_stop(producer)
-                raise KafkaUnreachable(
-                    f"Kafka at {self.config.kafka.bootstrap_servers} is unreachable ({exc!r})"
-                ) from None
+                raise
             self._producer = producer
             return producer
 
@@ -87,10 +88,8 @@ class Relay:
         if not fresh and known is not None and time.monotonic() - known[1] < PARTITIONS_MAX_AGE_SECONDS:
             return known[0]
         producer = await self._started()
-        try:
+        with self._kafka_errors(f"the notifications topic {self.topic!r}'s metadata"):
             found = await asyncio.wait_for(producer.partitions_for(self.topic), self.timeout)
-        except (KafkaError, TimeoutError, OSError) as exc:
-            raise KafkaUnreachable(f"no metadata for the notifications topic {self.topic!r} ({exc!r})") from None
         if not found:
             raise KafkaUnreachable(f"the notifications topic {self.topic!r} has no partitions (`bridge topics`)")
         self._partitions = (len(found), time.monotonic())
@@ -103,21 +102,25 @@ class Relay:
         key, value, headers = notifications.encode(route, body, received_at)
         deadline = time.monotonic() + self.timeout
         producer = await self._started()
-        try:
-            sent = await asyncio.wait_for(
-                producer.send(self.topic, value, key=key, partition=route.partition, headers=headers), self.timeout
-            )
-            # Not wait_for on the delivery itself: cancelling aiokafka's future would not
-            # take the record back, only hide its outcome (read once it comes, below).
-            sent.add_done_callback(_outcome_read)
-            done, _ = await asyncio.wait({sent}, timeout=max(0.0, deadline - time.monotonic()))
-            if not done:
-                raise TimeoutError(f"no acknowledgement within {self.timeout} s")
-            sent.result()
-        except MessageSizeTooLargeError:
-            raise TooLarge(f"the record is larger than the topic {self.topic!r} takes") from None
-        except (KafkaError, TimeoutError, OSError) as exc:
-            raise KafkaUnreachable(f"the notification was not acknowledged ({exc!r})") from None
+        with self._kafka_errors("the notification's acknowledgement"):
+            try:
+                sent = await asyncio.wait_for(
+                    producer.send(self.topic, value, key=key, partition=route.partition, headers=headers), self.timeout
+                )
+                # Not wait_for on the delivery itself: cancelling aiokafka's future would not
+                # take the record back, only hide its outcome (read once it comes, below).
+                sent.add_done_callback(_outcome_read)
+                done, _ = await asyncio.wait({sent}, timeout=max(0.0, deadline - time.monotonic()))
+                if not done:
+                    raise TimeoutError(f"no acknowledgement within {self.timeout} s")
+                sent.result()
+            except MessageSizeTooLargeError:
+                raise TooLarge(f"the record is larger than the topic {self.topic!r} takes") from None
+
+    def _kafka_errors(self, doing: str) -> contextlib.AbstractContextManager[None]:
+        """Kafka's errors as :class:`KafkaUnreachable` (the webhook answers 503, the agent
+        retries), whatever they are (bridge/kafka/errors.py)."""
+        return kafka_errors(self.config.kafka.bootstrap_servers, doing, permanent=KafkaUnreachable)
 
 
 def _outcome_read(sent: asyncio.Future[Any]) -> None:
