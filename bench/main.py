@@ -160,7 +160,8 @@ def _print_latency(who: str, r: dict[str, Any]) -> None:
         f"after the first {r['start_window_seconds']:g} s: p99 {after.get('p99')} ms",
         flush=True,
     )
-    if "split" in r:
+    # A quick run may write every frame within the start window: nothing to split then.
+    if "split" in r and r["split"]["after_start"]["read_ms"]["frames"]:
         parts, tail = r["split"]["after_start"], r["split"]["slowest_1pct"]
         print(
             f"    after it, written to encoded p50/p99 {parts['read_ms']['p50']}/{parts['read_ms']['p99']} ms, "
