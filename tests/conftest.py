@@ -6,8 +6,10 @@
 - ``tests/integration``: the real Kafka broker, agent servers and ``bridge run`` processes.
 
 Each test carries its kind as a marker (``pytest -m repo``); a test file outside
-these folders is refused, so the kinds stay apart. Builders live in
-``tests/factories.py``, helpers shared by several kinds in ``tests/support/``.
+these folders is refused, so the kinds stay apart. ``tests/unit`` mirrors ``bridge/``
+(``tests/unit/engine/test_runner.py`` tests ``bridge/engine/runner.py``). Builders,
+fakes and hypothesis settings that more than one test file uses live in
+``tests/support/`` (``factories``, ``runner_fakes``, ``fake_producer``, ``strategies``).
 """
 
 from __future__ import annotations

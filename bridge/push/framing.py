@@ -1,6 +1,6 @@
 """How the webhook reads requests off one connection: h11's HTTP/1.1 framing, and the
 webhook's stricter rules on top of it. No IO: the webhook feeds it the bytes it reads
-and writes the bytes it gives (tests/unit/test_framing.py drives it with random
+and writes the bytes it gives (tests/unit/push/test_framing.py drives it with random
 framings against h11 alone).
 
 Beyond h11, a request is refused (:class:`Refused`), and its connection closed after

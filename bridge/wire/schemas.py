@@ -52,7 +52,7 @@ def compiled(schema: dict[str, Any]) -> Check:
     subschema, ``$ref`` resolution), a large share of the bridge's CPU when many Tasks
     start at once (bench/results/tuned-command-validation.json). The keywords the
     schemas in ``schemas/`` use are compiled once into plain checks, by the 2020-12
-    rules (tests/unit/test_schemas.py holds them to jsonschema's verdicts on generated
+    rules (tests/unit/wire/test_schemas.py holds them to jsonschema's verdicts on generated
     documents). A schema with any other keyword is left to jsonschema whole. Only the
     verdict is fast: why a document fails is still jsonschema's to say."""
     return _compile(schema, schema, ())
