@@ -11,7 +11,7 @@ import os
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,7 @@ from bridge.demo.procs import free_port
 from tests.support import toxiproxy as toxiproxy_mod
 from tests.support.cluster import KafkaCluster
 from tests.support.keycloak import Keycloak
-from tests.support.services import Env, Server, service_script, single_broker
+from tests.support.services import Bridges, Env, Server, service_script, single_broker
 
 
 @pytest.fixture(scope="session")
@@ -90,6 +90,29 @@ def env(kafka_bootstrap: str, log_dir: Path) -> Iterator[Env]:
     finally:
         sdk.stop()
         gateway.stop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Each phase's report on the test item, so the ``bridges`` fixture knows whether the test failed."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
+@pytest.fixture
+def bridges(env: Env, request: pytest.FixtureRequest) -> Iterator[Bridges]:
+    """Starts ``bridge run`` processes for one test (:class:`Bridges`) and stops them at its end."""
+    started = Bridges(env.log_dir)
+    try:
+        yield started
+    finally:
+        started.stop()
+        report = getattr(request.node, "report_call", None)
+        if report is not None and report.failed and started.started:
+            print(started.logs())  # pytest shows it under the failure's "Captured stdout teardown"
 
 
 def _keycloak(cmd: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

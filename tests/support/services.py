@@ -301,6 +301,31 @@ class BridgeProcess:
         return p.read_text(errors="replace") if p.exists() else ""
 
 
+class Bridges:
+    """Every ``bridge run`` process one test starts, stopped when it ends (the
+    ``bridges`` fixture of tests/integration/conftest.py), so no test needs a
+    ``try``/``finally`` of its own and none leaves a process behind. When the test
+    fails, the end of each one's log is printed."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.started: list[BridgeProcess] = []
+
+    def start(self, config_path: Path, name: str = "bridge", log_level: str = "info") -> BridgeProcess:
+        """A ``bridge run`` of ``config_path``, its log in ``<log_dir>/<name>.log``."""
+        bridge = BridgeProcess(config_path, self.log_dir, name, log_level)
+        self.started.append(bridge)
+        return bridge
+
+    def stop(self) -> None:
+        """Stop them all, the last started first (SIGTERM, then SIGKILL after 30 s)."""
+        for bridge in reversed(self.started):
+            bridge.stop()
+
+    def logs(self, tail: int = 4000) -> str:
+        return "\n".join(f"--- {b.name}.log (last {tail} characters)\n{b.log()[-tail:]}" for b in self.started)
+
+
 def start_command(task_key: str, agent: str, text: str, command_id: str | None = None, **extra: Any) -> dict[str, Any]:
     return {
         "type": "start",
