@@ -426,15 +426,18 @@ async def test_a_fenced_run_exits_3_without_a_traceback(env: Env, tmp_path: Path
         blocking_until(lambda: "partition 0 restored" in first.log() or None, 30, lambda: first.log()[-2000:])
         second = BridgeProcess(other, env.log_dir, f"bridge-fh-fencer-{name}")
         blocking_until(lambda: "partition 0 restored" in second.log() or None, 30, lambda: second.log()[-2000:])
-        assert run_cli(path, "start", "--task-key", "fh-f", "--agent", "gw-writer", "--text", "hi").returncode == 0
-        # Fenced, it waits for its group to move (bridge/core/rejoin.py); none does.
+        # A Task that keeps both writing for a minute: the other bridge's transactions are
+        # what shows the takeover (bridge/core/process/fencing.py).
+        text = "chunks=300 interval=0.2"
+        assert run_cli(path, "start", "--task-key", "fh-f", "--agent", "gw-writer", "--text", text).returncode == 0
+        # Fenced twice within the window, it drops the partition and watches its
+        # transactional id; the other bridge's next transaction shows the takeover.
         assert first.wait(90) == 3
         log = first.log()
-        assert "WARNING bridge.engine.service: partition 0 was taken over by another bridge; dropped what" in log
-        assert (
-            f"ERROR bridge.engine.service: partitions [0] were taken over by another bridge and group 'g-{name}' did"
-            f" not move them within 22 s: a bridge outside it uses transactional_id_prefix 'tx-{name}'; exiting"
-        ) in log
+        assert "partition 0: its producer was fenced again within 60 s while group" in log
+        shown = "ERROR bridge.engine.service: partitions taken over, as Kafka shows: partition 0: transactional id"
+        assert shown in log
+        assert f"another process uses transactional_id_prefix 'tx-{name}'; exiting" in log
         assert "Traceback" not in log and "Unclosed" not in log, log[-3000:]
     finally:
         first.stop()
