@@ -159,6 +159,9 @@ class Following:
         self.nudge: asyncio.Future[None] | None = None
         self.ending: StatusUpdate | None = None
         self.settling: asyncio.Future[None] | None = None
+        # The keys the Task's log lines carry (bridge.observe.logs.bind shares the dict):
+        # what is learnt later (the taskId, the command answered) shows up from then on.
+        self.log_fields: dict[str, object] = {"taskKey": record.task_key, "agent": record.agent}
 
     @property
     def trace(self) -> str | None:

@@ -109,7 +109,8 @@ class TaskRunner:
         keys (bridge.observe.logs)."""
         self.following.active()
         r = self.record
-        fields: dict[str, object] = {"taskKey": r.task_key, "agent": r.agent, "partition": self.src.partition}
+        fields = self.following.log_fields
+        fields["partition"] = self.src.partition
         if r.task_id:
             fields["taskId"] = r.task_id
         if start is not None:

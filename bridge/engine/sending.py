@@ -219,6 +219,7 @@ def _first(f: Following, command: Command, update: Update, seq_before: int | Non
     f.record.took(command.command_id)
     if seq_before is None or f.record.seq == seq_before:
         f.apply(update)
+    f.log_fields.update(taskId=f.record.task_id, commandId=command.command_id)
     log.info("%s answered: the Task is %s", command.type, f.record.state)
     f.answered()
 

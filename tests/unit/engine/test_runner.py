@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 import pytest
 
 from bridge.agents.client import close_stream
@@ -36,6 +38,7 @@ from bridge.core.task.lifecycle import (
 from bridge.engine import following as following_module
 from bridge.engine.runner import TaskRunner
 from bridge.errors import AgentOversize, AgentUnavailable, RpcError
+from bridge.observe import logs
 from bridge.wire.dialects import Request
 from tests.support.factories import consumer_record
 from tests.support.runner_fakes import FakeClient, FakePartition, Script, reply, start, status, until
@@ -656,3 +659,37 @@ async def test_a_watched_task_whose_replay_moves_it_and_pauses_it_again_is_not_o
     assert [e["kind"] for e in part.events] == ["status", "artifact", "status"] and not record.snapshots_only
     assert runner.follow.mode is AUTH_WATCH
     await runner.stop()
+
+
+class _Lines(logging.Handler):
+    """Formats each record as it is emitted: in the Task's context, as a real handler does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logs.JsonFormatter())
+        self.docs: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.docs.append(orjson.loads(self.format(record)))
+
+
+async def test_a_tasks_log_lines_carry_its_task_id_from_the_agents_first_answer_on() -> None:
+    lines = _Lines()
+    engine_log = logging.getLogger("bridge.engine")
+    engine_log.addHandler(lines)
+    level = engine_log.level
+    engine_log.setLevel(logging.INFO)
+    try:
+        runner, part, script = await started_runner()
+        answer = script.next_stream()
+        runner.deliver(*reply("r-1", 2))
+        await answer.put(status("completed", 3))
+        await asyncio.wait_for(part.done.wait(), 2)
+    finally:
+        engine_log.removeHandler(lines)
+        engine_log.setLevel(level)
+    by_message = {d["message"]: d for d in lines.docs}
+    answered = by_message["start answered: the Task is working"]
+    assert answered["taskId"] == "t-1" and answered["commandId"] == "c-start" and answered["taskKey"] == "k"
+    assert by_message["reply answered: the Task is completed"]["commandId"] == "r-1"
+    assert by_message["the Task ended: completed"]["taskId"] == "t-1"
