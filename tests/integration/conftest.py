@@ -103,9 +103,11 @@ def pytest_runtest_makereport(
 
 
 @pytest.fixture
-def bridges(env: Env, request: pytest.FixtureRequest) -> Iterator[Bridges]:
-    """Starts ``bridge run`` processes for one test (:class:`Bridges`) and stops them at its end."""
-    started = Bridges(env.log_dir)
+def bridges(log_dir: Path, request: pytest.FixtureRequest) -> Iterator[Bridges]:
+    """Starts ``bridge run`` processes for one test (:class:`Bridges`) and stops them at its end.
+    It needs the log directory only, not ``env``: a test on its own cluster or broker starts no
+    session broker or agent servers by asking for it."""
+    started = Bridges(log_dir)
     try:
         yield started
     finally:

@@ -36,6 +36,7 @@ from bridge.demo.procs import free_port
 from tests.support.keycloak import Keycloak
 from tests.support.services import (
     BridgeProcess,
+    Bridges,
     Env,
     Server,
     bridge_config,
@@ -244,6 +245,7 @@ async def run_to_the_end(config: Config, starts: list[dict[str, Any]], timeout: 
 
 async def test_each_scheme_runs_tasks_end_to_end(
     env: Env,
+    bridges: Bridges,
     keycloak: Keycloak,
     vault: Vault,
     sdk_jwt: Server,
@@ -312,23 +314,19 @@ async def test_each_scheme_runs_tasks_end_to_end(
         for what, done in checks.items():
             assert done.returncode == 0, f"{what}: {done.stdout}\n{done.stderr}"
         assert run_cli(path, "topics").returncode == 0
-        bridge = BridgeProcess(path, env.log_dir, "identity-schemes", log_level="debug")
-        try:
-            starts = [
-                start_command(f"{agent}-{uuid.uuid4().hex[:6]}", agent, "chunks=3 interval=0.05") for agent in agents
-            ]
-            by_key = await run_to_the_end(config, starts)
-            for start in starts:
-                events = by_key[start["taskKey"]]
-                completed(events, start["agent"])
-                assert sum(1 for e in events if e["kind"] == "artifact") == 3, start["agent"]
-            metrics = metrics_text(ops_port(bridge))
-            for agent in agents:
-                assert failed_requests(metrics, agent) == 0, agent
-            for client_id in (basic, post, mutual):
-                assert keycloak.token_requests(client_id) >= 1, client_id
-        finally:
-            bridge.stop()
+        bridge = bridges.start(path, "identity-schemes", log_level="debug")
+        starts = [start_command(f"{agent}-{uuid.uuid4().hex[:6]}", agent, "chunks=3 interval=0.05") for agent in agents]
+        by_key = await run_to_the_end(config, starts)
+        for start in starts:
+            events = by_key[start["taskKey"]]
+            completed(events, start["agent"])
+            assert sum(1 for e in events if e["kind"] == "artifact") == 3, start["agent"]
+        metrics = metrics_text(ops_port(bridge))
+        for agent in agents:
+            assert failed_requests(metrics, agent) == 0, agent
+        for client_id in (basic, post, mutual):
+            assert keycloak.token_requests(client_id) >= 1, client_id
+        bridge.stop()
         texts = await outputs(config, bridge, metrics)
         texts |= {
             f"{what} {stream}": getattr(done, stream)
@@ -337,6 +335,7 @@ async def test_each_scheme_runs_tasks_end_to_end(
         }
         check_no_secret(vault, texts)
     finally:
+        bridges.stop()  # before the agent it talks to
         gw_bearer.stop()
 
 
@@ -363,7 +362,7 @@ async def events_of(config: Config, key: str, at_least: int, timeout: float) -> 
 
 
 async def test_a_token_that_expires_mid_stream_is_renewed_for_the_resume(
-    env: Env, keycloak: Keycloak, vault: Vault, gw_jwt: Server, tmp_path: Path
+    env: Env, bridges: Bridges, keycloak: Keycloak, vault: Vault, gw_jwt: Server, tmp_path: Path
 ) -> None:
     """A 10 s token, a Task streaming 24 s, its stream cut at 13 s: the resume carries a
     fresh token; the agent's events all arrive, in order, once."""
@@ -379,20 +378,18 @@ async def test_a_token_that_expires_mid_stream_is_renewed_for_the_resume(
     path, config = bridge_config(env, tmp_path, partitions=1, agents=agents)
     assert run_cli(path, "topics").returncode == 0
     refused_before = gateway_auth(gw_jwt)["refused"]
-    bridge = BridgeProcess(path, env.log_dir, "identity-expiry", log_level="debug")
+    bridge = bridges.start(path, "identity-expiry", log_level="debug")
     key = f"expiring-{uuid.uuid4().hex[:6]}"
-    try:
-        t0 = time.monotonic()
-        await send_commands(config, [start_command(key, "short-lived", "ticks=24 interval=1")])
-        # message, submitted, "starting", then a tick a second: tick 13 is past the first token's 10 s.
-        first = await events_of(config, key, 3 + 13, timeout=40)
-        assert time.monotonic() - t0 > 10
-        dropped = httpx.post(gw_jwt.url + "/_control/drop", json={"taskId": first[0]["taskId"]}, timeout=5).json()
-        assert dropped == {"dropped": 1}, "no stream was open to cut"
-        got = await read_topic(config, config.kafka.events_topic, timeout=60, until=lambda c: key in closed_keys(c))
-        metrics = metrics_text(ops_port(bridge))
-    finally:
-        bridge.stop()
+    t0 = time.monotonic()
+    await send_commands(config, [start_command(key, "short-lived", "ticks=24 interval=1")])
+    # message, submitted, "starting", then a tick a second: tick 13 is past the first token's 10 s.
+    first = await events_of(config, key, 3 + 13, timeout=40)
+    assert time.monotonic() - t0 > 10
+    dropped = httpx.post(gw_jwt.url + "/_control/drop", json={"taskId": first[0]["taskId"]}, timeout=5).json()
+    assert dropped == {"dropped": 1}, "no stream was open to cut"
+    got = await read_topic(config, config.kafka.events_topic, timeout=60, until=lambda c: key in closed_keys(c))
+    metrics = metrics_text(ops_port(bridge))
+    bridge.stop()
     events = got.by_task_key()[key]
     completed(events, key)
     # Nothing lost or repeated across the resume: every agent event once, in order.
@@ -407,7 +404,9 @@ async def test_a_token_that_expires_mid_stream_is_renewed_for_the_resume(
     check_no_secret(vault, await outputs(config, bridge, metrics))
 
 
-async def test_a_rotated_token_file_is_used_without_a_failed_request(env: Env, vault: Vault, tmp_path: Path) -> None:
+async def test_a_rotated_token_file_is_used_without_a_failed_request(
+    env: Env, bridges: Bridges, vault: Vault, tmp_path: Path
+) -> None:
     """The Secret behind the bridge's token file and the gateway's changes: the kubelet swaps
     ``..data`` in both volumes. Tasks after the switch carry the new token from their first request."""
     old, new = vault.keep(f"old-{uuid.uuid4().hex}"), vault.keep(f"new-{uuid.uuid4().hex}")
@@ -421,7 +420,7 @@ async def test_a_rotated_token_file_is_used_without_a_failed_request(env: Env, v
     }
     path, config = bridge_config(env, tmp_path, partitions=1, agents=agents)
     assert run_cli(path, "topics").returncode == 0
-    bridge = BridgeProcess(path, env.log_dir, "identity-rotation", log_level="debug")
+    bridge = bridges.start(path, "identity-rotation", log_level="debug")
     try:
         before = [start_command(f"before-{i}", "rotating", "chunks=2 interval=0.05") for i in range(3)]
         await run_to_the_end(config, before)
@@ -439,7 +438,7 @@ async def test_a_rotated_token_file_is_used_without_a_failed_request(env: Env, v
         metrics = metrics_text(ops_port(bridge))
         counts = gateway_auth(gw)
     finally:
-        bridge.stop()
+        bridges.stop()  # before the agent it talks to
         gw.stop()
     for start in after:
         completed(by_key[start["taskKey"]], start["taskKey"])
@@ -457,7 +456,7 @@ def open_streams(server: Server) -> int:
 
 
 async def test_a_thousand_tasks_resuming_at_once_make_one_token_request(
-    env: Env, keycloak: Keycloak, vault: Vault, jwt_args: list[str], tmp_path: Path
+    env: Env, bridges: Bridges, keycloak: Keycloak, vault: Vault, jwt_args: list[str], tmp_path: Path
 ) -> None:
     """1,000 live Tasks on an OAuth2 agent; the bridge is killed and started again: every
     Task resumes, and the provider sees one token request for all of them."""
@@ -474,7 +473,7 @@ async def test_a_thousand_tasks_resuming_at_once_make_one_token_request(
     }
     path, config = bridge_config(env, tmp_path, partitions=2, agents=agents)
     assert run_cli(path, "topics").returncode == 0
-    bridge = BridgeProcess(path, env.log_dir, "identity-thousand")
+    bridge = bridges.start(path, "identity-thousand")
     try:
         # One tick after ten minutes: each Task is live, streaming, and costs nothing meanwhile.
         await send_commands(config, [start_command(f"held-{i}", "held", "ticks=1 interval=600") for i in range(n)])
@@ -493,7 +492,7 @@ async def test_a_thousand_tasks_resuming_at_once_make_one_token_request(
         metrics = metrics_text(ops_port(bridge))
         refused = gateway_auth(gw)["refused"]
     finally:
-        bridge.stop()
+        bridges.stop()  # before the agent it talks to
         gw.stop()
     # A token from this realm lives 300 s (Keycloak's default), so the restarted bridge's one
     # token falls due for renewal 240 s after its fetch (bridge/identity/tokens.py, Lease.renew_at):
@@ -507,7 +506,7 @@ async def test_a_thousand_tasks_resuming_at_once_make_one_token_request(
 
 
 async def test_a_revoked_client_holds_its_tasks_until_their_deadline_and_loses_nothing(
-    env: Env, keycloak: Keycloak, vault: Vault, gw_jwt: Server, tmp_path: Path
+    env: Env, bridges: Bridges, keycloak: Keycloak, vault: Vault, gw_jwt: Server, tmp_path: Path
 ) -> None:
     """The client is disabled at the provider while its Tasks stream, and their streams are cut
     once every token issued before has expired: the bridge cannot get another one. As
@@ -526,31 +525,29 @@ async def test_a_revoked_client_holds_its_tasks_until_their_deadline_and_loses_n
     }
     path, config = bridge_config(env, tmp_path, partitions=1, agents=agents)
     assert run_cli(path, "topics").returncode == 0
-    bridge = BridgeProcess(path, env.log_dir, "identity-revoked", log_level="debug")
+    bridge = bridges.start(path, "identity-revoked", log_level="debug")
     short = [f"revoked-short-{i}-{uuid.uuid4().hex[:4]}" for i in range(2)]
     long = [f"revoked-long-{i}-{uuid.uuid4().hex[:4]}" for i in range(2)]
-    try:
-        await send_commands(
-            config,
-            [start_command(k, "revoked", "ticks=40 interval=1", deadlineSeconds=25) for k in short]
-            + [start_command(k, "revoked", "ticks=40 interval=1", deadlineSeconds=120) for k in long],
-        )
-        live = {k: (await events_of(config, k, 4, timeout=30))[0]["taskId"] for k in short + long}
-        keycloak.set_enabled(client_id, False)
-        await asyncio.sleep(11)  # past the lifetime (10 s) of every token issued before
-        for task_id in live.values():
-            httpx.post(gw_jwt.url + "/_control/drop", json={"taskId": task_id}, timeout=5)
-        got = await read_topic(
-            config, config.kafka.events_topic, timeout=40, until=lambda c: closed_keys(c) >= set(short), settle=1.0
-        )
-        assert not closed_keys(got) & set(long), "a Task with time left was closed while its client was revoked"
-        keycloak.set_enabled(client_id, True)
-        got = await read_topic(
-            config, config.kafka.events_topic, timeout=90, until=lambda c: closed_keys(c) >= set(short + long)
-        )
-        metrics = metrics_text(ops_port(bridge))
-    finally:
-        bridge.stop()
+    await send_commands(
+        config,
+        [start_command(k, "revoked", "ticks=40 interval=1", deadlineSeconds=25) for k in short]
+        + [start_command(k, "revoked", "ticks=40 interval=1", deadlineSeconds=120) for k in long],
+    )
+    live = {k: (await events_of(config, k, 4, timeout=30))[0]["taskId"] for k in short + long}
+    keycloak.set_enabled(client_id, False)
+    await asyncio.sleep(11)  # past the lifetime (10 s) of every token issued before
+    for task_id in live.values():
+        httpx.post(gw_jwt.url + "/_control/drop", json={"taskId": task_id}, timeout=5)
+    got = await read_topic(
+        config, config.kafka.events_topic, timeout=40, until=lambda c: closed_keys(c) >= set(short), settle=1.0
+    )
+    assert not closed_keys(got) & set(long), "a Task with time left was closed while its client was revoked"
+    keycloak.set_enabled(client_id, True)
+    got = await read_topic(
+        config, config.kafka.events_topic, timeout=90, until=lambda c: closed_keys(c) >= set(short + long)
+    )
+    metrics = metrics_text(ops_port(bridge))
+    bridge.stop()
     by_key = got.by_task_key()
     assert closed_keys(got) >= set(short + long), {k: [e["kind"] for e in by_key.get(k, [])] for k in short + long}
     for k in short + long:

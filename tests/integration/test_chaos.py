@@ -33,7 +33,7 @@ from bridge.demo.procs import free_port
 from tests.support.exactly_once import check
 from tests.support.push_receiver import relay
 from tests.support.services import (
-    BridgeProcess,
+    Bridges,
     Env,
     Server,
     bridge_config,
@@ -54,7 +54,7 @@ CHUNKS = int(os.environ.get("CHAOS_CHUNKS", "24"))
 SEED = int(os.environ.get("CHAOS_SEED", str(int(time.time()))))
 
 
-async def test_chaos_exactly_once(env: Env, tmp_path: Path) -> None:
+async def test_chaos_exactly_once(env: Env, bridges: Bridges, tmp_path: Path) -> None:
     rng = random.Random(SEED)
     print(f"\nchaos: seed {SEED}, {TASKS} tasks x {CHUNKS} chunks, {KILLS} kills")
     gateway = Server(
@@ -93,7 +93,7 @@ async def test_chaos_exactly_once(env: Env, tmp_path: Path) -> None:
         push_replica(base, f"chaos-bridge-{i}", list(push_agents), ports[i], front.url, secret)[0] for i in range(3)
     ]
     assert run_cli(paths[0], "topics").returncode == 0
-    bridges = [BridgeProcess(paths[i], env.log_dir, f"chaos-bridge-{i}") for i in range(3)]
+    replicas = [bridges.start(paths[i], f"chaos-bridge-{i}") for i in range(3)]
     kills = 0
     try:
         # Mostly the gateway (SSE ids, drops, redelivery); every fifth Task on the
@@ -118,14 +118,14 @@ async def test_chaos_exactly_once(env: Env, tmp_path: Path) -> None:
             nonlocal kills
             while kills < KILLS:
                 await asyncio.sleep(rng.uniform(0.5, 2.5))
-                victim = rng.choice([b for b in bridges if b.alive] or bridges)
+                victim = rng.choice([b for b in replicas if b.alive] or replicas)
                 if victim.alive:
                     victim.signal(signal.SIGKILL)
                     victim.wait(10)
                     kills += 1
                 await asyncio.sleep(rng.uniform(0.2, 2.0))
                 victim.start()
-            for b in bridges:
+            for b in replicas:
                 if not b.alive:
                     b.start()
 
@@ -137,7 +137,7 @@ async def test_chaos_exactly_once(env: Env, tmp_path: Path) -> None:
         # The checks below read the topic again with kcat (librdkafka), not the bridge's client library.
         got = kcat_read(env.bootstrap, config.kafka.events_topic)
         assert len(got.records) == len(waited.records)
-        logs = "\n".join(b.log()[-2000:] for b in bridges)
+        logs = "\n".join(b.log()[-2000:] for b in replicas)
         tasks = {t["id"]: t for t in httpx.get(f"{gateway.url}/_control/tasks", timeout=10).json()}
         verdict = check(
             env,
@@ -152,7 +152,7 @@ async def test_chaos_exactly_once(env: Env, tmp_path: Path) -> None:
         by_key = got.by_task_key()
         gw_starts = [s for s in starts if s["agent"] == "chaos-writer"]
         absorbed = sum(t.get("duplicates_absorbed", 0) for t in tasks.values())
-        restarts = sum(b.starts - 1 for b in bridges)
+        restarts = sum(b.starts - 1 for b in replicas)
         print(
             f"chaos: {len(starts)} starts ({len(gw_starts)} gateway, {len(starts) - len(gw_starts)} a2a-sdk, "
             f"{sum(1 for s in starts if 'push' in s['agent'])} of them by push: {front.statuses().count(200)} "
@@ -181,7 +181,6 @@ async def test_chaos_exactly_once(env: Env, tmp_path: Path) -> None:
         assert len(tasks) == len(gw_starts)
         assert front.statuses().count(200) > 0, "the push-followed Tasks moved by notifications"
     finally:
-        for b in bridges:
-            b.stop()
+        bridges.stop()
         await stack.aclose()
         gateway.stop()

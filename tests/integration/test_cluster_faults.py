@@ -30,7 +30,7 @@ from bridge.kafka.transaction import partition_for, transactional_id
 from tests.support.cluster import NODES, KafkaCluster
 from tests.support.exactly_once import Verdict, check
 from tests.support.services import (
-    BridgeProcess,
+    Bridges,
     Env,
     Server,
     bridge_config,
@@ -74,7 +74,9 @@ async def cluster(kafka_cluster: KafkaCluster) -> Any:
 class Load:
     """Two bridges on RF 3 topics, Tasks arriving in waves while a fault happens."""
 
-    def __init__(self, cluster: KafkaCluster, gateway: Server, log_dir: Path, tmp: Path, name: str) -> None:
+    def __init__(
+        self, cluster: KafkaCluster, gateway: Server, bridges: Bridges, log_dir: Path, tmp: Path, name: str
+    ) -> None:
         self.cluster = cluster
         self.gateway = gateway
         self.env = env = Env(cluster.bootstrap, gateway.url, "", log_dir)
@@ -93,7 +95,7 @@ class Load:
         )
         made = run_cli(self.path, "topics")
         assert made.returncode == 0, made.stderr
-        self.bridges = [BridgeProcess(self.path, log_dir, f"{name}-bridge-{i}") for i in range(2)]
+        self.bridges = [bridges.start(self.path, f"{name}-bridge-{i}") for i in range(2)]
         self.starts: list[dict[str, Any]] = []
         self._keys = 0  # task keys handed out (see _key)
         self._feeding = True
@@ -184,21 +186,19 @@ class Load:
                 out.append(f"{b.name}: no /readyz ({e})")
         return "\n".join(out)
 
-    def stop(self) -> None:
-        for b in self.bridges:
-            b.stop()
-
 
 @pytest.fixture
 def load(
-    cluster: KafkaCluster, gateway: Server, log_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[Load]:
+    cluster: KafkaCluster,
+    gateway: Server,
+    bridges: Bridges,
+    log_dir: Path,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Load:
+    """Its two bridges stop with the test (the ``bridges`` fixture), before the cluster is restored."""
     name = re.sub(r"[^a-z0-9]+", "-", request.node.name.removeprefix("test_"))[:30] + f"-{int(time.time()) % 10000}"
-    running = Load(cluster, gateway, log_dir, tmp_path, name)
-    try:
-        yield running
-    finally:
-        running.stop()
+    return Load(cluster, gateway, bridges, log_dir, tmp_path, name)
 
 
 async def crash_and_return(cluster: KafkaCluster, node: int, down: float = 6.0) -> None:

@@ -39,6 +39,7 @@ from tests.support import kafka_proxy as kp
 from tests.support.exactly_once import check
 from tests.support.services import (
     BridgeProcess,
+    Bridges,
     Env,
     Server,
     bridge_config,
@@ -88,7 +89,13 @@ def seeds() -> list[int]:
 
 
 async def run_schedule(
-    proxied: kp.ProxiedKafka, gateway: Server, log_dir: Path, tmp: Path, name: str, hold: kp.Hold | None
+    proxied: kp.ProxiedKafka,
+    gateway: Server,
+    bridges: Bridges,
+    log_dir: Path,
+    tmp: Path,
+    name: str,
+    hold: kp.Hold | None,
 ) -> tuple[Any, kp.HeldRequest | None, BridgeProcess, list[dict[str, Any]]]:
     """One bridge, one commands partition, ``TASKS`` gateway Tasks while ``hold`` holds a
     request of its transactional id; returns the reader's verdict, the hold, the bridge
@@ -107,7 +114,7 @@ async def run_schedule(
     if hold is not None:
         hold.transactional_id = transactional_id(config, 0)
         held = proxied.proxy.arm(hold)
-    bridge = BridgeProcess(path, log_dir, name)
+    bridge = bridges.start(path, name)
     starts = [start_command(f"{name}-{i}", "late-writer", "chunks=60 interval=0.05 size=2000") for i in range(TASKS)]
     await send_commands(config, starts)
     keys = {s["taskKey"] for s in starts}
@@ -123,7 +130,7 @@ async def run_schedule(
 
 @pytest.mark.parametrize("seed", seeds())
 async def test_a_late_end_txn_commits_nothing_twice(
-    proxied: kp.ProxiedKafka, gateway: Server, log_dir: Path, tmp_path: Path, seed: int
+    proxied: kp.ProxiedKafka, gateway: Server, bridges: Bridges, log_dir: Path, tmp_path: Path, seed: int
 ) -> None:
     """A partition's ``EndTxn(commit)`` is held and delivered once the partition's next
     transaction wrote records."""
@@ -133,27 +140,24 @@ async def test_a_late_end_txn_commits_nothing_twice(
     hold = kp.Hold(kp.END_TXN, nth=rng.choice((2, 3, 4, 5)), release_on=kp.PRODUCE)
     print(f"\nseed {seed}: {hold}")
     verdict, held, bridge, _ = await run_schedule(
-        proxied, gateway, log_dir, tmp_path, f"late-end-{seed}-{uuid.uuid4().hex[:4]}", hold
+        proxied, gateway, bridges, log_dir, tmp_path, f"late-end-{seed}-{uuid.uuid4().hex[:4]}", hold
     )
-    try:
-        assert held is not None and held.held.is_set(), "no EndTxn was held"
-        assert held.wait_delivered(30), "the held EndTxn was never delivered"
-        print(f"seed {seed}: the late EndTxn was answered with error code {held.error_code}")
-        assert verdict.clean, (verdict.summary(), verdict.notes)
-        assert bridge.alive, bridge.log()[-3000:]
-        # Its retry put the epoch in doubt, and the epoch moved on before the next
-        # transaction: the coordinator refused the late copy (INVALID_PRODUCER_EPOCH).
-        assert held.error_code in FENCED, held.error_code
-        port = ops_port(bridge)
-        assert (metric_sum(port, "bridge_transactional_doubts_total", request="EndTxn") or 0) >= 1
-        assert (metric_sum(port, "bridge_producer_epoch_bumps_total", cause="doubt") or 0) >= 1
-    finally:
-        bridge.stop()
+    assert held is not None and held.held.is_set(), "no EndTxn was held"
+    assert held.wait_delivered(30), "the held EndTxn was never delivered"
+    print(f"seed {seed}: the late EndTxn was answered with error code {held.error_code}")
+    assert verdict.clean, (verdict.summary(), verdict.notes)
+    assert bridge.alive, bridge.log()[-3000:]
+    # Its retry put the epoch in doubt, and the epoch moved on before the next
+    # transaction: the coordinator refused the late copy (INVALID_PRODUCER_EPOCH).
+    assert held.error_code in FENCED, held.error_code
+    port = ops_port(bridge)
+    assert (metric_sum(port, "bridge_transactional_doubts_total", request="EndTxn") or 0) >= 1
+    assert (metric_sum(port, "bridge_producer_epoch_bumps_total", cause="doubt") or 0) >= 1
 
 
 @pytest.mark.parametrize("seed", seeds())
 async def test_a_late_init_producer_id_does_not_evict_a_healthy_bridge(
-    proxied: kp.ProxiedKafka, gateway: Server, log_dir: Path, tmp_path: Path, seed: int
+    proxied: kp.ProxiedKafka, gateway: Server, bridges: Bridges, log_dir: Path, tmp_path: Path, seed: int
 ) -> None:
     """A partition producer's ``InitProducerId`` is held and delivered after the bridge's
     retry got its epoch: it fences the live producer, whose partition the group still
@@ -164,17 +168,14 @@ async def test_a_late_init_producer_id_does_not_evict_a_healthy_bridge(
     hold = kp.Hold(kp.INIT_PRODUCER_ID, after_s=round(rng.uniform(1.0, 2.0), 2))
     print(f"\nseed {seed}: {hold}")
     verdict, held, bridge, _ = await run_schedule(
-        proxied, gateway, log_dir, tmp_path, f"late-init-{seed}-{uuid.uuid4().hex[:4]}", hold
+        proxied, gateway, bridges, log_dir, tmp_path, f"late-init-{seed}-{uuid.uuid4().hex[:4]}", hold
     )
-    try:
-        assert held is not None and held.held.is_set(), "no InitProducerId was held"
-        assert held.wait_delivered(30), "the held InitProducerId was never delivered"
-        print(f"seed {seed}: the late InitProducerId was answered with error code {held.error_code}")
-        assert verdict.clean, (verdict.summary(), verdict.notes)
-        assert bridge.alive, bridge.log()[-3000:]
-        port = ops_port(bridge)
-        if held.error_code == 0:  # it bumped the epoch: the next transaction was fenced
-            assert (metric_sum(port, "bridge_producer_fences_total", diagnosis="this-member") or 0) >= 1
-        assert (metric_sum(port, "bridge_producer_fences_total", diagnosis="repeated") or 0) == 0
-    finally:
-        bridge.stop()
+    assert held is not None and held.held.is_set(), "no InitProducerId was held"
+    assert held.wait_delivered(30), "the held InitProducerId was never delivered"
+    print(f"seed {seed}: the late InitProducerId was answered with error code {held.error_code}")
+    assert verdict.clean, (verdict.summary(), verdict.notes)
+    assert bridge.alive, bridge.log()[-3000:]
+    port = ops_port(bridge)
+    if held.error_code == 0:  # it bumped the epoch: the next transaction was fenced
+        assert (metric_sum(port, "bridge_producer_fences_total", diagnosis="this-member") or 0) >= 1
+    assert (metric_sum(port, "bridge_producer_fences_total", diagnosis="repeated") or 0) == 0

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from bridge.config.model import Config
 from tests.support import ROOT
 from tests.support.services import (
     BridgeProcess,
+    Bridges,
     Env,
     bridge_config,
     closed_keys,
@@ -224,27 +224,24 @@ async def commands_count(config: Config) -> int:
 
 
 @pytest.fixture
-async def dead(env: Env, tmp_path: Path) -> AsyncIterator[Dead]:
+async def dead(env: Env, bridges: Bridges, tmp_path: Path) -> Dead:
     name = uuid.uuid4().hex[:8]
     path, config = bridge_config(env, tmp_path, partitions=2, name=name)
     assert run_cli(path, "topics").returncode == 0
-    running = BridgeProcess(path, env.log_dir, f"bridge-fh-dlq-{name}")
-    try:
-        late = start_command("fh-late", LATE, "chunks=2 interval=0.01", "c-fh-late")
-        no_message = {"type": "start", "commandId": "c-fh-schema", "taskKey": "fh-schema", "agent": "gw-writer"}
-        elsewhere = start_command("fh-a", "gw-writer", "hi", "c-fh-km")
-        await produce(
-            config,
-            [
-                (b"fh-late", orjson.dumps(late)),
-                (b"fh-schema", orjson.dumps(no_message)),
-                (b"fh-b", orjson.dumps(elsewhere)),  # its key is not its taskKey
-            ],
-        )
-        assert await dlq_records(config, 3) == 3, running.log()[-3000:]
-        yield Dead(path, config, name, running)
-    finally:
-        running.stop()
+    running = bridges.start(path, f"bridge-fh-dlq-{name}")
+    late = start_command("fh-late", LATE, "chunks=2 interval=0.01", "c-fh-late")
+    no_message = {"type": "start", "commandId": "c-fh-schema", "taskKey": "fh-schema", "agent": "gw-writer"}
+    elsewhere = start_command("fh-a", "gw-writer", "hi", "c-fh-km")
+    await produce(
+        config,
+        [
+            (b"fh-late", orjson.dumps(late)),
+            (b"fh-schema", orjson.dumps(no_message)),
+            (b"fh-b", orjson.dumps(elsewhere)),  # its key is not its taskKey
+        ],
+    )
+    assert await dlq_records(config, 3) == 3, running.log()[-3000:]
+    return Dead(path, config, name, running)
 
 
 async def test_dlq_list_names_the_command_of_a_record_that_failed_validation(dead: Dead) -> None:
@@ -256,7 +253,9 @@ async def test_dlq_list_names_the_command_of_a_record_that_failed_validation(dea
     assert "  key-mismatch  start c-fh-km  key fh-b  " in mismatch
 
 
-async def test_replay_twice_before_the_cause_is_fixed_does_not_grow_a_chain(env: Env, dead: Dead) -> None:
+async def test_replay_twice_before_the_cause_is_fixed_does_not_grow_a_chain(
+    env: Env, bridges: Bridges, dead: Dead
+) -> None:
     config, dlq = dead.config, dead.config.kafka.dlq_topic
     first = run_cli(dead.path, "dlq", "replay", "--reason", "unknown-agent")
     assert first.returncode == 0 and first.stderr == "", first.stdout + first.stderr
@@ -285,22 +284,19 @@ async def test_replay_twice_before_the_cause_is_fixed_does_not_grow_a_chain(env:
     # The agent is configured now: --again replays the newest copy, once, and the Task runs.
     dead.running.stop()
     path, config = bridge_config(env, dead.path.parent, partitions=2, name=dead.name, agents={LATE: fh_late(env)})
-    running = BridgeProcess(path, env.log_dir, f"bridge-fh-dlq-fixed-{dead.name}")
-    try:
-        fixed = run_cli(path, "dlq", "replay", "--reason", "unknown-agent", "--again")
-        assert fixed.returncode == 0, fixed.stdout + fixed.stderr
-        lines = lines_of(fixed.stdout)
-        assert len(lines) == 2 and lines[0].startswith(f"skipped  {d1.group(1)}: already replayed as "), lines
-        assert lines[1].startswith(f"replayed {d2}  unknown-agent  taskKey fh-late -> "), lines
-        events = await read_topic(
-            config, config.kafka.events_topic, timeout=40, until=lambda c: "fh-late" in closed_keys(c)
-        )
-        assert events.by_task_key()["fh-late"][-1]["state"] == "completed", running.log()[-3000:]
-        once_more = run_cli(path, "dlq", "replay", "--reason", "unknown-agent", "--again")
-        assert once_more.returncode == 0
-        assert all(line.startswith("skipped  ") for line in lines_of(once_more.stdout)), once_more.stdout
-    finally:
-        running.stop()
+    running = bridges.start(path, f"bridge-fh-dlq-fixed-{dead.name}")
+    fixed = run_cli(path, "dlq", "replay", "--reason", "unknown-agent", "--again")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    lines = lines_of(fixed.stdout)
+    assert len(lines) == 2 and lines[0].startswith(f"skipped  {d1.group(1)}: already replayed as "), lines
+    assert lines[1].startswith(f"replayed {d2}  unknown-agent  taskKey fh-late -> "), lines
+    events = await read_topic(
+        config, config.kafka.events_topic, timeout=40, until=lambda c: "fh-late" in closed_keys(c)
+    )
+    assert events.by_task_key()["fh-late"][-1]["state"] == "completed", running.log()[-3000:]
+    once_more = run_cli(path, "dlq", "replay", "--reason", "unknown-agent", "--again")
+    assert once_more.returncode == 0
+    assert all(line.startswith("skipped  ") for line in lines_of(once_more.stdout)), once_more.stdout
 
 
 def fh_late(env: Env) -> dict[str, str]:
@@ -314,90 +310,85 @@ def metrics_text(port: int) -> str:
     return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
 
 
-async def test_a_timeline_is_ordered_by_time_and_run_stops_on_ctrl_c_with_130(env: Env, tmp_path: Path) -> None:
+async def test_a_timeline_is_ordered_by_time_and_run_stops_on_ctrl_c_with_130(
+    env: Env, bridges: Bridges, tmp_path: Path
+) -> None:
     path, config = bridge_config(env, tmp_path, partitions=3)
     assert run_cli(path, "topics").returncode == 0
-    running = BridgeProcess(path, env.log_dir, f"bridge-fh-timeline-{uuid.uuid4().hex[:6]}")
-    try:
-        port = ops_port(running)
+    running = bridges.start(path, f"bridge-fh-timeline-{uuid.uuid4().hex[:6]}")
+    port = ops_port(running)
 
-        # Idle, every owned partition is empty: a lag of 0 each, not "no data"; no _created series.
-        def lags() -> str | None:
-            text = metrics_text(port)
-            found = re.findall(r'^bridge_commands_lag\{partition="(\d)"\} 0\.0$', text, re.M)
-            return text if sorted(found) == ["0", "1", "2"] else None
+    # Idle, every owned partition is empty: a lag of 0 each, not "no data"; no _created series.
+    def lags() -> str | None:
+        text = metrics_text(port)
+        found = re.findall(r'^bridge_commands_lag\{partition="(\d)"\} 0\.0$', text, re.M)
+        return text if sorted(found) == ["0", "1", "2"] else None
 
-        text = blocking_until(lags, 30, lambda: f"a lag of 0 for partitions 0, 1, 2:\n{metrics_text(port)}")
-        assert "_created" not in text
+    text = blocking_until(lags, 30, lambda: f"a lag of 0 for partitions 0, 1, 2:\n{metrics_text(port)}")
+    assert "_created" not in text
 
-        keys = [f"fh-t{i}" for i in range(8)]
-        for i, key in enumerate(keys):
-            agent = ("gw-writer", "sdk-writer", "v1-writer")[i % 3]
-            done = run_cli(path, "start", "--task-key", key, "--agent", agent, "--text", "chunks=4 interval=0.05")
-            assert done.returncode == 0, done.stderr
-        done = run_cli(path, "start", "--task-key", "fh-asker", "--agent", "gw-asker", "--text", "hello")
+    keys = [f"fh-t{i}" for i in range(8)]
+    for i, key in enumerate(keys):
+        agent = ("gw-writer", "sdk-writer", "v1-writer")[i % 3]
+        done = run_cli(path, "start", "--task-key", key, "--agent", agent, "--text", "chunks=4 interval=0.05")
         assert done.returncode == 0, done.stderr
-        got = await read_topic(
-            config, config.kafka.events_topic, timeout=60, until=lambda c: set(keys) <= closed_keys(c)
-        )
-        # Read a partition at a time, these events go back in time: the test can tell.
-        by_partition = [r.json["time"] for r in sorted(got.records, key=lambda r: (r.partition, r.offset))]
-        assert by_partition != sorted(by_partition), "the Tasks all landed in one partition"
+    done = run_cli(path, "start", "--task-key", "fh-asker", "--agent", "gw-asker", "--text", "hello")
+    assert done.returncode == 0, done.stderr
+    got = await read_topic(config, config.kafka.events_topic, timeout=60, until=lambda c: set(keys) <= closed_keys(c))
+    # Read a partition at a time, these events go back in time: the test can tell.
+    by_partition = [r.json["time"] for r in sorted(got.records, key=lambda r: (r.partition, r.offset))]
+    assert by_partition != sorted(by_partition), "the Tasks all landed in one partition"
 
-        tail = run_cli(path, "tail", "--timeline", "--until-closed", ",".join(keys), "--timeout", "60", timeout=90)
-        assert tail.returncode == 0 and tail.stderr == "", tail.stdout + tail.stderr
-        lines = lines_of(tail.stdout)
-        times = [line[:12] for line in lines]
-        assert times == sorted(times), "\n".join(lines)
-        seqs: dict[str, list[int]] = {}
-        for line in lines:
-            key, _agent, seq = line[14:].split()[:3]
-            seqs.setdefault(key, []).append(int(seq.lstrip("#")))
-        for key in keys:
-            assert seqs[key] == list(range(1, len(seqs[key]) + 1)), (key, seqs[key])
+    tail = run_cli(path, "tail", "--timeline", "--until-closed", ",".join(keys), "--timeout", "60", timeout=90)
+    assert tail.returncode == 0 and tail.stderr == "", tail.stdout + tail.stderr
+    lines = lines_of(tail.stdout)
+    times = [line[:12] for line in lines]
+    assert times == sorted(times), "\n".join(lines)
+    seqs: dict[str, list[int]] = {}
+    for line in lines:
+        key, _agent, seq = line[14:].split()[:3]
+        seqs.setdefault(key, []).append(int(seq.lstrip("#")))
+    for key in keys:
+        assert seqs[key] == list(range(1, len(seqs[key]) + 1)), (key, seqs[key])
 
-        # The paused Task's checkpoint: its deadline as a time.
-        await read_topic(
-            config,
-            config.kafka.checkpoints_topic,
-            timeout=20,
-            until=lambda c: any(r.key == b"fh-asker" and b"input-required" in r.value for r in c.records),
-        )
-        inspected = run_cli(path, "inspect", "fh-asker")
-        assert inspected.returncode == 0, inspected.stderr
-        assert re.search(r"^  deadline       20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", inspected.stdout, re.M), (
-            inspected.stdout
-        )
+    # The paused Task's checkpoint: its deadline as a time.
+    await read_topic(
+        config,
+        config.kafka.checkpoints_topic,
+        timeout=20,
+        until=lambda c: any(r.key == b"fh-asker" and b"input-required" in r.value for r in c.records),
+    )
+    inspected = run_cli(path, "inspect", "fh-asker")
+    assert inspected.returncode == 0, inspected.stderr
+    assert re.search(r"^  deadline       20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", inspected.stdout, re.M), (
+        inspected.stdout
+    )
 
-        # Asked live with a config that no longer has the agent: the report, then one line why not.
-        without = tmp_path / "without-asker.toml"
-        without.write_text(re.sub(r'\[agents\."gw-asker"\]\n(?:[^\[\n].*\n)*', "", path.read_text()))
-        unasked = run_cli(without, "inspect", "fh-asker", "--live")
-        assert unasked.returncode == 1 and unasked.stdout.endswith("live:\n"), unasked.stdout + unasked.stderr
-        assert unasked.stderr == (
-            "bridge: inspect --live: agent 'gw-asker' is not configured now: its token and route are unknown, "
-            "cannot ask it\n"
-        )
+    # Asked live with a config that no longer has the agent: the report, then one line why not.
+    without = tmp_path / "without-asker.toml"
+    without.write_text(re.sub(r'\[agents\."gw-asker"\]\n(?:[^\[\n].*\n)*', "", path.read_text()))
+    unasked = run_cli(without, "inspect", "fh-asker", "--live")
+    assert unasked.returncode == 1 and unasked.stdout.endswith("live:\n"), unasked.stdout + unasked.stderr
+    assert unasked.stderr == (
+        "bridge: inspect --live: agent 'gw-asker' is not configured now: its token and route are unknown, "
+        "cannot ask it\n"
+    )
 
-        running.signal(signal.SIGINT)
-        assert running.wait(30) == 130
-        log = running.log()
-        assert "INFO bridge.engine.service: SIGINT received: finishing the open transactions" in log
-        assert log.rstrip().endswith(
-            "INFO bridge.engine.service: stopped: every owned partition committed and released"
-        )
-        assert "Traceback" not in log
-    finally:
-        running.stop()
+    running.signal(signal.SIGINT)
+    assert running.wait(30) == 130
+    log = running.log()
+    assert "INFO bridge.engine.service: SIGINT received: finishing the open transactions" in log
+    assert log.rstrip().endswith("INFO bridge.engine.service: stopped: every owned partition committed and released")
+    assert "Traceback" not in log
 
 
-def test_tail_stops_on_ctrl_c_with_130_and_run_on_sigterm_with_0(env: Env, tmp_path: Path) -> None:
+def test_tail_stops_on_ctrl_c_with_130_and_run_on_sigterm_with_0(env: Env, bridges: Bridges, tmp_path: Path) -> None:
     path, _ = bridge_config(env, tmp_path, partitions=1)
     assert run_cli(path, "topics").returncode == 0
     tail = subprocess.Popen(
         [str(BRIDGE), "--config", str(path), "tail"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
     )
-    running = BridgeProcess(path, env.log_dir, f"bridge-fh-term-{uuid.uuid4().hex[:6]}")
+    running = bridges.start(path, f"bridge-fh-term-{uuid.uuid4().hex[:6]}")
     try:
         ops_port(running)
         time.sleep(2)  # tail is following by now
@@ -409,10 +400,9 @@ def test_tail_stops_on_ctrl_c_with_130_and_run_on_sigterm_with_0(env: Env, tmp_p
         assert running.log().rstrip().endswith("stopped: every owned partition committed and released")
     finally:
         tail.kill()
-        running.stop()
 
 
-async def test_a_fenced_run_exits_3_without_a_traceback(env: Env, tmp_path: Path) -> None:
+async def test_a_fenced_run_exits_3_without_a_traceback(env: Env, bridges: Bridges, tmp_path: Path) -> None:
     # Two bridges misconfigured with one transactional_id_prefix and two group ids:
     # each owns every partition, and the second's producers fence the first's.
     name = uuid.uuid4().hex[:8]
@@ -420,29 +410,23 @@ async def test_a_fenced_run_exits_3_without_a_traceback(env: Env, tmp_path: Path
     other = tmp_path / "other.toml"
     other.write_text(path.read_text().replace(f'group_id = "g-{name}"', f'group_id = "g2-{name}"'))
     assert run_cli(path, "topics").returncode == 0
-    first = BridgeProcess(path, env.log_dir, f"bridge-fh-fenced-{name}")
-    second: BridgeProcess | None = None
-    try:
-        blocking_until(lambda: "partition 0 restored" in first.log() or None, 30, lambda: first.log()[-2000:])
-        second = BridgeProcess(other, env.log_dir, f"bridge-fh-fencer-{name}")
-        blocking_until(lambda: "partition 0 restored" in second.log() or None, 30, lambda: second.log()[-2000:])
-        # A Task that keeps both writing for a minute: the other bridge's transactions are
-        # what shows the takeover (bridge/core/process/fencing.py).
-        text = "chunks=300 interval=0.2"
-        assert run_cli(path, "start", "--task-key", "fh-f", "--agent", "gw-writer", "--text", text).returncode == 0
-        # Fenced twice within the window, it drops the partition and watches its
-        # transactional id; the other bridge's next transaction shows the takeover.
-        assert first.wait(90) == 3
-        log = first.log()
-        assert "partition 0: its producer was fenced again within 60 s while group" in log
-        shown = "ERROR bridge.engine.service: partitions taken over, as Kafka shows: partition 0: transactional id"
-        assert shown in log
-        assert f"another process uses transactional_id_prefix 'tx-{name}'; exiting" in log
-        assert "Traceback" not in log and "Unclosed" not in log, log[-3000:]
-    finally:
-        first.stop()
-        if second is not None:
-            second.stop()
+    first = bridges.start(path, f"bridge-fh-fenced-{name}")
+    blocking_until(lambda: "partition 0 restored" in first.log() or None, 30, lambda: first.log()[-2000:])
+    second = bridges.start(other, f"bridge-fh-fencer-{name}")
+    blocking_until(lambda: "partition 0 restored" in second.log() or None, 30, lambda: second.log()[-2000:])
+    # A Task that keeps both writing for a minute: the other bridge's transactions are
+    # what shows the takeover (bridge/core/process/fencing.py).
+    text = "chunks=300 interval=0.2"
+    assert run_cli(path, "start", "--task-key", "fh-f", "--agent", "gw-writer", "--text", text).returncode == 0
+    # Fenced twice within the window, it drops the partition and watches its
+    # transactional id; the other bridge's next transaction shows the takeover.
+    assert first.wait(90) == 3
+    log = first.log()
+    assert "partition 0: its producer was fenced again within 60 s while group" in log
+    shown = "ERROR bridge.engine.service: partitions taken over, as Kafka shows: partition 0: transactional id"
+    assert shown in log
+    assert f"another process uses transactional_id_prefix 'tx-{name}'; exiting" in log
+    assert "Traceback" not in log and "Unclosed" not in log, log[-3000:]
 
 
 def test_make_demo_prints_its_timeline_in_time_order(env: Env) -> None:

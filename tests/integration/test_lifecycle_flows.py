@@ -18,6 +18,7 @@ from bridge.core.task.artifacts import unsplit
 from bridge.demo.procs import free_port
 from tests.support.services import (
     BridgeProcess,
+    Bridges,
     Collected,
     Env,
     Server,
@@ -92,11 +93,12 @@ async def running(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncIt
         bridge={"max_artifact_bytes": CAP, "first_event_timeout_seconds": 3, "resume_deadline_seconds": 15},
     )
     assert run_cli(path, "topics").returncode == 0
-    bridge = BridgeProcess(path, env.log_dir, "bridge-lifecycle")
+    bridges = Bridges(env.log_dir)  # module-scoped: the bridges fixture is one test's
+    bridge = bridges.start(path, "bridge-lifecycle")
     try:
         yield Running(config, path, bridge, env, secured.url)
     finally:
-        bridge.stop()
+        bridges.stop()
         secured.stop()
         assert TOKEN not in bridge.log(), "a token reached the bridge's log"
 
@@ -307,87 +309,78 @@ async def test_inspect_prints_the_seed_diagnosis_order(running: Running) -> None
     assert by_id.returncode == 0 and k in by_id.stdout
 
 
-async def test_timeout_can_also_cancel_the_agents_task(env: Env, tmp_path: Path) -> None:
+async def test_timeout_can_also_cancel_the_agents_task(env: Env, bridges: Bridges, tmp_path: Path) -> None:
     path, config = bridge_config(env, tmp_path, partitions=1, bridge={"cancel_on_timeout": True})
     assert run_cli(path, "topics").returncode == 0
-    bridge = BridgeProcess(path, env.log_dir, "bridge-timeout-cancel")
-    try:
-        k = key("deadline-cancel")
-        await send_commands(config, [start_command(k, "gw-sleeper", "ticks=200 interval=0.2", deadlineSeconds=1.5)])
-        got = await read_topic(
-            config, config.kafka.events_topic, timeout=30, until=lambda c: k in closed_keys(c), settle=1.0
-        )
-        events = got.by_task_key()[k]
-        gapless(events)
-        assert (events[-1]["kind"], events[-1]["outcome"]) == ("bridge", "timeout")
-        task = httpx.get(f"{env.gateway}/_control/tasks/{events[-1]['taskId']}", timeout=5).json()
-        assert task["state"] == "canceled"
-    finally:
-        bridge.stop()
+    bridges.start(path, "bridge-timeout-cancel")
+    k = key("deadline-cancel")
+    await send_commands(config, [start_command(k, "gw-sleeper", "ticks=200 interval=0.2", deadlineSeconds=1.5)])
+    got = await read_topic(
+        config, config.kafka.events_topic, timeout=30, until=lambda c: k in closed_keys(c), settle=1.0
+    )
+    events = got.by_task_key()[k]
+    gapless(events)
+    assert (events[-1]["kind"], events[-1]["outcome"]) == ("bridge", "timeout")
+    task = httpx.get(f"{env.gateway}/_control/tasks/{events[-1]['taskId']}", timeout=5).json()
+    assert task["state"] == "canceled"
 
 
-async def test_max_in_flight_tasks_holds_back_new_commands(env: Env, tmp_path: Path) -> None:
+async def test_max_in_flight_tasks_holds_back_new_commands(env: Env, bridges: Bridges, tmp_path: Path) -> None:
     path, config = bridge_config(env, tmp_path, partitions=1, bridge={"max_in_flight_tasks": 2})
     assert run_cli(path, "topics").returncode == 0
-    bridge = BridgeProcess(path, env.log_dir, "bridge-in-flight")
-    try:
-        keys = [key(f"inflight-{i}") for i in range(5)]
-        await send_commands(config, [start_command(k, "gw-sleeper", "ticks=6 interval=0.2") for k in keys])
-        got = await read_topic(
-            config, config.kafka.events_topic, timeout=60, until=lambda c: closed_keys(c) >= set(keys)
-        )
-        by_key = got.by_task_key()
-        spans = sorted((by_key[k][0]["time"], by_key[k][-1]["time"]) for k in keys)
-        # At no moment were more than two Tasks between their first and last event.
-        for start, _ in spans:
-            live = sum(1 for s, e in spans if s <= start < e)
-            assert live <= 2, spans
-        assert all(by_key[k][-1]["state"] == "completed" for k in keys)
-    finally:
-        bridge.stop()
+    bridges.start(path, "bridge-in-flight")
+    keys = [key(f"inflight-{i}") for i in range(5)]
+    await send_commands(config, [start_command(k, "gw-sleeper", "ticks=6 interval=0.2") for k in keys])
+    got = await read_topic(config, config.kafka.events_topic, timeout=60, until=lambda c: closed_keys(c) >= set(keys))
+    by_key = got.by_task_key()
+    spans = sorted((by_key[k][0]["time"], by_key[k][-1]["time"]) for k in keys)
+    # At no moment were more than two Tasks between their first and last event.
+    for start, _ in spans:
+        live = sum(1 for s, e in spans if s <= start < e)
+        assert live <= 2, spans
+    assert all(by_key[k][-1]["state"] == "completed" for k in keys)
 
 
-async def test_replies_get_through_when_the_in_flight_limit_is_reached(env: Env, tmp_path: Path) -> None:
+async def test_replies_get_through_when_the_in_flight_limit_is_reached(
+    env: Env, bridges: Bridges, tmp_path: Path
+) -> None:
     """A Task waiting for input does not hold a slot, and its reply is read even while
     new starts wait for one: flow control never deadlocks."""
     path, config = bridge_config(env, tmp_path, partitions=1, bridge={"max_in_flight_tasks": 1})
     assert run_cli(path, "topics").returncode == 0
-    bridge = BridgeProcess(path, env.log_dir, "bridge-in-flight-replies")
-    try:
-        asker, busy, waiting = key("asker"), key("busy"), key("waiting")
-        await send_commands(config, [start_command(asker, "gw-asker", "interval=0.05")])
-        await read_topic(
-            config,
-            config.kafka.events_topic,
-            timeout=30,
-            until=lambda c: any(e.get("state") == "input-required" for e in c.by_task_key().get(asker, [])),
-        )
-        await send_commands(
-            config,
-            [
-                start_command(busy, "gw-sleeper", "ticks=40 interval=0.25"),  # holds the one slot for 10 s
-                start_command(waiting, "gw-sleeper", "ticks=2 interval=0.05"),  # waits for it
-                {
-                    "type": "reply",
-                    "commandId": f"r-{uuid.uuid4().hex[:6]}",
-                    "taskKey": asker,
-                    "message": {"role": "user", "parts": [{"kind": "text", "text": "csv"}]},
-                },
-            ],
-        )
-        got = await read_topic(
-            config,
-            config.kafka.events_topic,
-            timeout=60,
-            until=lambda c: closed_keys(c) >= {asker, busy, waiting},
-            settle=0.5,
-        )
-        by_key = got.by_task_key()
-        assert by_key[asker][-1]["state"] == "completed"
-        # The reply went through while `busy` held the slot...
-        assert by_key[asker][-1]["time"] < by_key[busy][-1]["time"]
-        # ... and `waiting` started only when the slot was free again.
-        assert by_key[waiting][0]["time"] >= by_key[busy][-1]["time"]
-        assert by_key[waiting][-1]["state"] == "completed"
-    finally:
-        bridge.stop()
+    bridges.start(path, "bridge-in-flight-replies")
+    asker, busy, waiting = key("asker"), key("busy"), key("waiting")
+    await send_commands(config, [start_command(asker, "gw-asker", "interval=0.05")])
+    await read_topic(
+        config,
+        config.kafka.events_topic,
+        timeout=30,
+        until=lambda c: any(e.get("state") == "input-required" for e in c.by_task_key().get(asker, [])),
+    )
+    await send_commands(
+        config,
+        [
+            start_command(busy, "gw-sleeper", "ticks=40 interval=0.25"),  # holds the one slot for 10 s
+            start_command(waiting, "gw-sleeper", "ticks=2 interval=0.05"),  # waits for it
+            {
+                "type": "reply",
+                "commandId": f"r-{uuid.uuid4().hex[:6]}",
+                "taskKey": asker,
+                "message": {"role": "user", "parts": [{"kind": "text", "text": "csv"}]},
+            },
+        ],
+    )
+    got = await read_topic(
+        config,
+        config.kafka.events_topic,
+        timeout=60,
+        until=lambda c: closed_keys(c) >= {asker, busy, waiting},
+        settle=0.5,
+    )
+    by_key = got.by_task_key()
+    assert by_key[asker][-1]["state"] == "completed"
+    # The reply went through while `busy` held the slot...
+    assert by_key[asker][-1]["time"] < by_key[busy][-1]["time"]
+    # ... and `waiting` started only when the slot was free again.
+    assert by_key[waiting][0]["time"] >= by_key[busy][-1]["time"]
+    assert by_key[waiting][-1]["state"] == "completed"

@@ -35,7 +35,7 @@ from bridge.kafka.txn_state import last_state
 from tests.support import toxiproxy as tp
 from tests.support.exactly_once import check
 from tests.support.services import (
-    BridgeProcess,
+    Bridges,
     Env,
     Server,
     bridge_config,
@@ -72,7 +72,7 @@ def totals(ports: list[int]) -> tuple[float, float]:
 
 
 async def test_faults_on_both_sides_lose_and_duplicate_nothing(
-    toxiproxy: tp.Toxiproxy, proxied_broker: tp.ProxiedBroker, log_dir: Path, tmp_path: Path
+    toxiproxy: tp.Toxiproxy, proxied_broker: tp.ProxiedBroker, bridges: Bridges, log_dir: Path, tmp_path: Path
 ) -> None:
     gateway = Server(
         "netfault-gateway",
@@ -89,11 +89,11 @@ async def test_faults_on_both_sides_lose_and_duplicate_nothing(
     )
     path.write_text(path.read_text().replace("[kafka]\n", f"[kafka]\ntransaction_timeout_ms = {TX_TIMEOUT_MS}\n", 1))
     assert run_cli(path, "topics").returncode == 0
-    bridges = [BridgeProcess(path, log_dir, f"netfault-bridge-{i}") for i in range(2)]
+    replicas = [bridges.start(path, f"netfault-bridge-{i}") for i in range(2)]
     starts: list[dict[str, Any]] = []
     effects: dict[str, tuple[float, float]] = {}
     try:
-        ports = [ops_port(b) for b in bridges]
+        ports = [ops_port(b) for b in replicas]
         for kind in tp.FAULTS:
             lead = BLACK_HOLE_LEAD if kind == "black_hole" else 0.0
             chunks = int((lead + HOLD + 2) / INTERVAL)
@@ -115,7 +115,7 @@ async def test_faults_on_both_sides_lose_and_duplicate_nothing(
             effects[kind] = (after[0] - before[0], after[1] - before[1])
             held = time.monotonic() - began
             print(f"\nnetfault: {kind} for {held:.0f} s: resumes, failed transactions {effects[kind]}")
-            assert all(b.alive for b in bridges), f"a bridge exited during {kind}"
+            assert all(b.alive for b in replicas), f"a bridge exited during {kind}"
 
         keys = {s["taskKey"] for s in starts}
         waited = await read_topic(
@@ -126,7 +126,7 @@ async def test_faults_on_both_sides_lose_and_duplicate_nothing(
         tasks = httpx.get(f"{gateway.url}/_control/tasks", timeout=10).json()
         checkpoints = kcat_read(broker.bootstrap, config.kafka.checkpoints_topic)
         verdict = check(env, starts, got, tasks, set(agents), checkpoints=checkpoints)
-        logs = "\n".join(b.log()[-3000:] for b in bridges)
+        logs = "\n".join(b.log()[-3000:] for b in replicas)
         print(f"netfault: {verdict.summary()}")
         for note in verdict.notes:
             print(f"netfault: {note}")
@@ -137,13 +137,12 @@ async def test_faults_on_both_sides_lose_and_duplicate_nothing(
         # tasks/get); a broker unreachable past the transaction timeout, aborted
         # transactions made again. (Reset connections to the broker are retried
         # inside the transaction by the idempotent producer: no abort needed.)
-        assert all(b.alive and b.starts == 1 for b in bridges), logs
+        assert all(b.alive and b.starts == 1 for b in replicas), logs
         assert effects["reset"][0] > 0, effects
         assert effects["black_hole"][0] > 0, effects
         assert effects["black_hole"][1] > 0, effects
     finally:
-        for b in bridges:
-            b.stop()
+        bridges.stop()
         gateway.stop()
 
 

@@ -23,6 +23,7 @@ from bridge.kafka.transaction import partition_for
 from bridge.ops.display import escape
 from tests.support.services import (
     BridgeProcess,
+    Bridges,
     Collected,
     Env,
     bridge_config,
@@ -100,7 +101,8 @@ async def dead(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
         Sent(b"dl-late-2", orjson.dumps(start_command("dl-late-2", LATE, "chunks=3 interval=0.01", "c-late-2")), []),
         Sent(HOSTILE_KEY, b"\xff\xfe not utf-8", []),
     ]
-    bridge_a = BridgeProcess(path, env.log_dir, "bridge-dlq-a")
+    bridges = Bridges(env.log_dir)  # module-scoped: the bridges fixture is one test's
+    bridge_a = bridges.start(path, "bridge-dlq-a")
     dl = DeadLetters(env, tmp, name, path, config, {s.key: s for s in records}, before=time.time())
     try:
         await produce_with_headers(config, records)
@@ -108,7 +110,7 @@ async def dead(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
         assert len(got.records) == 5, bridge_a.log()[-3000:]
         dl.after = time.time()
     finally:
-        bridge_a.stop()
+        bridges.stop()
     yield dl
 
 
@@ -190,7 +192,7 @@ async def test_dlq_records_say_when_and_by_which_bridge(dead: DeadLetters) -> No
     assert {d["time"] for d in docs} == {r.headers["dlq_time"].decode() for r in got.records}
 
 
-async def test_replay_starts_the_task_once_its_agent_is_configured(dead: DeadLetters) -> None:
+async def test_replay_starts_the_task_once_its_agent_is_configured(dead: DeadLetters, bridges: Bridges) -> None:
     config, commands = dead.config, dead.config.kafka.commands_topic
     before = await everything(config, commands)
     dry = run_cli(dead.path, "dlq", "replay", "--reason", "unknown-agent", "--dry-run")
@@ -201,69 +203,64 @@ async def test_replay_starts_the_task_once_its_agent_is_configured(dead: DeadLet
 
     # The agent is configured now: the same topics, the registry with late-writer.
     path, config = bridge_config(dead.env, dead.tmp, partitions=3, name=dead.name, agents=late_agent(dead.env))
-    bridge_b = BridgeProcess(path, dead.env.log_dir, "bridge-dlq-b")
-    try:
-        out = run_cli(path, "dlq", "replay", "--reason", "unknown-agent")
-        assert out.returncode == 0, out.stdout + out.stderr
-        replayed = [line for line in lines_of(out.stdout) if line.startswith("replayed ")]
-        assert len(replayed) == 2, out.stdout
-        events = await read_topic(
-            config,
-            config.kafka.events_topic,
-            timeout=40,
-            until=lambda c: {"dl-late-1", "dl-late-2"} <= closed_keys(c),
-        )
-        by_key = events.by_task_key()
-        for key in ("dl-late-1", "dl-late-2"):
-            assert by_key[key][-1]["state"] == "completed", bridge_b.log()[-3000:]
-            assert len({e["taskId"] for e in by_key[key]}) == 1
-            assert [e["seq"] for e in by_key[key]] == list(range(1, len(by_key[key]) + 1))
+    bridge_b = bridges.start(path, "bridge-dlq-b")
+    out = run_cli(path, "dlq", "replay", "--reason", "unknown-agent")
+    assert out.returncode == 0, out.stdout + out.stderr
+    replayed = [line for line in lines_of(out.stdout) if line.startswith("replayed ")]
+    assert len(replayed) == 2, out.stdout
+    events = await read_topic(
+        config,
+        config.kafka.events_topic,
+        timeout=40,
+        until=lambda c: {"dl-late-1", "dl-late-2"} <= closed_keys(c),
+    )
+    by_key = events.by_task_key()
+    for key in ("dl-late-1", "dl-late-2"):
+        assert by_key[key][-1]["state"] == "completed", bridge_b.log()[-3000:]
+        assert len({e["taskId"] for e in by_key[key]}) == 1
+        assert [e["seq"] for e in by_key[key]] == list(range(1, len(by_key[key]) + 1))
 
-        # The replayed records: the original bytes and key, routed like the original,
-        # the original headers without dlq_*, and the replay's mark.
-        after = await everything(config, commands)
-        dlq = {r.key: r for r in (await everything(config, config.kafka.dlq_topic)).records if r.key in dead.sent}
-        new = [r for r in after.records if "bridge_replay_of" in r.headers]
-        assert len(new) == 2
-        for r in new:
-            assert r.key is not None
-            s, d = dead.sent[r.key], dlq[r.key]
-            assert r.value == s.value
-            assert r.partition == s.partition == partition_for(r.key, 3)
-            assert r.headers["bridge_replay_of"] == f"{d.topic}/{d.partition}/{d.offset}".encode()
-            assert not [h for h in r.headers if h.startswith("dlq_")]
-            assert {k: v for k, v in r.headers.items() if k != "bridge_replay_of"} == dict(s.headers)
-            said = f"replayed {d.topic}/{d.partition}/{d.offset}  unknown-agent  taskKey {r.key.decode()} "
-            assert said in out.stdout
+    # The replayed records: the original bytes and key, routed like the original,
+    # the original headers without dlq_*, and the replay's mark.
+    after = await everything(config, commands)
+    dlq = {r.key: r for r in (await everything(config, config.kafka.dlq_topic)).records if r.key in dead.sent}
+    new = [r for r in after.records if "bridge_replay_of" in r.headers]
+    assert len(new) == 2
+    for r in new:
+        assert r.key is not None
+        s, d = dead.sent[r.key], dlq[r.key]
+        assert r.value == s.value
+        assert r.partition == s.partition == partition_for(r.key, 3)
+        assert r.headers["bridge_replay_of"] == f"{d.topic}/{d.partition}/{d.offset}".encode()
+        assert not [h for h in r.headers if h.startswith("dlq_")]
+        assert {k: v for k, v in r.headers.items() if k != "bridge_replay_of"} == dict(s.headers)
+        said = f"replayed {d.topic}/{d.partition}/{d.offset}  unknown-agent  taskKey {r.key.decode()} "
+        assert said in out.stdout
 
-        # Again: nothing new, and it says what it skipped.
-        again = run_cli(path, "dlq", "replay", "--reason", "unknown-agent")
-        assert again.returncode == 0, again.stdout + again.stderr
-        skipped = lines_of(again.stdout)
-        assert len(skipped) == 2 and all(line.startswith("skipped ") for line in skipped), again.stdout
-        assert all("already replayed as " + commands in line for line in skipped)
-        d1 = dlq[b"dl-late-1"]
-        one = run_cli(path, "dlq", "replay", "--offset", str(d1.offset), "--partition", str(d1.partition))
-        assert one.returncode == 0 and lines_of(one.stdout)[0].startswith(f"skipped  {d1.topic}/{d1.partition}/")
-        assert len((await everything(config, commands)).records) == len(after.records)
-    finally:
-        bridge_b.stop()
+    # Again: nothing new, and it says what it skipped.
+    again = run_cli(path, "dlq", "replay", "--reason", "unknown-agent")
+    assert again.returncode == 0, again.stdout + again.stderr
+    skipped = lines_of(again.stdout)
+    assert len(skipped) == 2 and all(line.startswith("skipped ") for line in skipped), again.stdout
+    assert all("already replayed as " + commands in line for line in skipped)
+    d1 = dlq[b"dl-late-1"]
+    one = run_cli(path, "dlq", "replay", "--offset", str(d1.offset), "--partition", str(d1.partition))
+    assert one.returncode == 0 and lines_of(one.stdout)[0].startswith(f"skipped  {d1.topic}/{d1.partition}/")
+    assert len((await everything(config, commands)).records) == len(after.records)
 
 
-async def test_a_truncated_copy_is_listed_and_never_replayed(env: Env, tmp_path: Path) -> None:
+async def test_a_truncated_copy_is_listed_and_never_replayed(env: Env, bridges: Bridges, tmp_path: Path) -> None:
     path, config = bridge_config(env, tmp_path, partitions=1)
     # A DLQ that takes at most 16 KiB records: a 40 KB command is kept truncated.
     await create_topics(config, {config.kafka.dlq_topic: {"max.message.bytes": "16384"}}, partitions=1)
     assert run_cli(path, "topics").returncode == 0
     big = start_command("dl-big", "nobody-has-this-agent", "x" * 40_000, "c-big")
     size = len(orjson.dumps(big))
-    bridge_c = BridgeProcess(path, env.log_dir, "bridge-dlq-truncated")
-    try:
-        await send_commands(config, [big])
-        got = await read_topic(config, config.kafka.dlq_topic, timeout=30, until=lambda c: len(c.records) >= 1)
-        assert [r.headers.get("dlq_truncated") for r in got.records] == [b"true"], bridge_c.log()[-3000:]
-    finally:
-        bridge_c.stop()
+    bridge_c = bridges.start(path, "bridge-dlq-truncated")
+    await send_commands(config, [big])
+    got = await read_topic(config, config.kafka.dlq_topic, timeout=30, until=lambda c: len(c.records) >= 1)
+    assert [r.headers.get("dlq_truncated") for r in got.records] == [b"true"], bridge_c.log()[-3000:]
+    bridge_c.stop()
     listed = run_cli(path, "dlq", "list")
     assert listed.returncode == 0
     assert f" truncated (of {size} B)  " in listed.stdout and "  unknown-agent  start c-big  " in listed.stdout
@@ -292,7 +289,8 @@ async def tasks(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncIter
     tmp = tmp_path_factory.mktemp("ops")
     path, config = bridge_config(env, tmp, partitions=3)
     assert run_cli(path, "topics").returncode == 0
-    running = BridgeProcess(path, env.log_dir, "bridge-ops-tools")
+    bridges = Bridges(env.log_dir)  # module-scoped: the bridges fixture is one test's
+    running = bridges.start(path, "bridge-ops-tools")
     try:
         for key, agent, text in (
             ("ops-asker", "gw-asker", "hello"),
@@ -319,7 +317,7 @@ async def tasks(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncIter
         )
         yield Tasks(path, config, running)
     finally:
-        running.stop()
+        bridges.stop()
 
 
 async def test_inspect_reads_the_partition_its_key_hashes_to(tasks: Tasks) -> None:

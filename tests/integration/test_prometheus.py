@@ -31,7 +31,7 @@ import yaml
 from bridge.demo.procs import free_port
 from tests.support.monitoring import ALERTS, EXTERNAL_METRICS, dashboard_exprs
 from tests.support.services import (
-    BridgeProcess,
+    Bridges,
     Env,
     bridge_config,
     closed_keys,
@@ -183,11 +183,11 @@ def value(result: dict[str, Any]) -> float:
     return float(sample["value"][1])
 
 
-async def test_dashboard_and_alert_queries_run_on_prometheus(env: Env, tmp_path: Path) -> None:
+async def test_dashboard_and_alert_queries_run_on_prometheus(env: Env, bridges: Bridges, tmp_path: Path) -> None:
     unknown_agent = {"url": f"{env.gateway}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "no-such-agent"}
     path, config = bridge_config(env, tmp_path, partitions=3, agents={"gw-unknown": unknown_agent})
     assert run_cli(path, "topics").returncode == 0
-    bridge = BridgeProcess(path, env.log_dir, "bridge-prometheus")
+    bridge = bridges.start(path, "bridge-prometheus")
     prometheus: Prometheus | None = None
     try:
         port = ops_port(bridge)
@@ -243,7 +243,6 @@ async def test_dashboard_and_alert_queries_run_on_prometheus(env: Env, tmp_path:
     finally:
         if prometheus is not None:
             prometheus.stop()
-        bridge.stop()
 
 
 def all_rules_evaluated(prom: Prometheus) -> bool:

@@ -37,6 +37,7 @@ from tests.support.exactly_once import Verdict, check
 from tests.support.push_receiver import Forwarded, Relay, relay
 from tests.support.services import (
     BridgeProcess,
+    Bridges,
     Env,
     Server,
     bridge_config,
@@ -93,6 +94,7 @@ class PushSetup:
     def __init__(
         self,
         env: Env,
+        bridges: Bridges,
         js: str,
         tmp: Path,
         *,
@@ -100,7 +102,7 @@ class PushSetup:
         bridge: dict[str, Any] | None = None,
         more_agents: dict[str, dict[str, Any]] | None = None,
     ):
-        self.env, self.tmp = env, tmp
+        self.env, self.bridges, self.tmp = env, bridges, tmp
         self.name = uuid.uuid4().hex[:8]
         self.agents = push_agents(env, js) | (more_agents or {})
         self.secret_file = tmp / "push-secret"
@@ -123,14 +125,13 @@ class PushSetup:
 
     @contextlib.asynccontextmanager
     async def running(self, label: str, listen_port: int, base_url: str) -> AsyncIterator[BridgeProcess]:
-        """One ``bridge run`` of :meth:`replica`'s config, its topics made, stopped at the end."""
+        """One ``bridge run`` of :meth:`replica`'s config, its topics made, stopped at the end
+        (if the block fails, by the ``bridges`` fixture once the test ends)."""
         path, _ = self.replica(label, listen_port, base_url)
         await topics(path)
-        bridge = BridgeProcess(path, self.env.log_dir, label)
-        try:
-            yield bridge
-        finally:
-            bridge.stop()
+        bridge = self.bridges.start(path, label)
+        yield bridge
+        bridge.stop()
 
     @contextlib.asynccontextmanager
     async def reached_directly(self, label: str) -> AsyncIterator[tuple[str, BridgeProcess]]:
@@ -171,13 +172,13 @@ def starts_for(agents: list[str], prefix: str, text: str, per_agent: int = 1) ->
     return [start_command(f"{prefix}-{a}-{i}", a, text) for a in agents for i in range(per_agent)]
 
 
-async def judged(env: Env, setup: PushSetup, starts: list[dict[str, Any]], *bridges: BridgeProcess) -> Verdict:
+async def judged(env: Env, setup: PushSetup, starts: list[dict[str, Any]], *replicas: BridgeProcess) -> Verdict:
     """Wait for every Task to close, then judge the events topic as kcat reads it."""
     keys = {s["taskKey"] for s in starts}
     waited = await read_topic(
         setup.config, setup.config.kafka.events_topic, timeout=120, until=lambda c: closed_keys(c) >= keys, settle=2.0
     )
-    logs = "\n".join(b.log()[-2500:] for b in bridges)
+    logs = "\n".join(b.log()[-2500:] for b in replicas)
     assert closed_keys(waited) >= keys, f"not closed: {keys - closed_keys(waited)}\n{logs}"
     got = kcat_read(env.bootstrap, setup.config.kafka.events_topic)
     checkpoints = kcat_read(env.bootstrap, setup.config.kafka.checkpoints_topic)
@@ -198,9 +199,9 @@ def stream_calls(port: int) -> float:
     return sum(counted(port, "bridge_agent_requests_total", method=m) for m in STREAM_OPS)
 
 
-async def assigned(bridges: list[BridgeProcess], partitions: int) -> list[int]:
-    """The ops ports of ``bridges`` once each owns a partition and all are owned."""
-    ports = [ops_port(b) for b in bridges]
+async def assigned(replicas: list[BridgeProcess], partitions: int) -> list[int]:
+    """The ops ports of ``replicas`` once each owns a partition and all are owned."""
+    ports = [ops_port(b) for b in replicas]
 
     def owned() -> list[int]:
         return [int(metric(p, "bridge_partitions_assigned") or 0) for p in ports]
@@ -209,8 +210,10 @@ async def assigned(bridges: list[BridgeProcess], partitions: int) -> list[int]:
     return ports
 
 
-async def test_tasks_end_exactly_once_by_push_with_no_stream(env: Env, js: str, tmp_path: Path) -> None:
-    setup = PushSetup(env, js, tmp_path)
+async def test_tasks_end_exactly_once_by_push_with_no_stream(
+    env: Env, bridges: Bridges, js: str, tmp_path: Path
+) -> None:
+    setup = PushSetup(env, bridges, js, tmp_path)
     config = setup.config
     async with setup.reached_directly("push-one") as (_, bridge):
         ops = ops_port(bridge)
@@ -227,8 +230,10 @@ async def test_tasks_end_exactly_once_by_push_with_no_stream(env: Env, js: str, 
         assert bridge.alive
 
 
-async def test_a_notification_delivered_twice_is_applied_once(env: Env, js: str, tmp_path: Path) -> None:
-    setup = PushSetup(env, js, tmp_path)
+async def test_a_notification_delivered_twice_is_applied_once(
+    env: Env, bridges: Bridges, js: str, tmp_path: Path
+) -> None:
+    setup = PushSetup(env, bridges, js, tmp_path)
     async with setup.behind_relay("push-twice", copies=2) as (twice, bridge):
         ops = ops_port(bridge)
         starts = starts_for([a for a in setup.agents if "writer" in a], "twice", "chunks=5 interval=0.1")
@@ -239,35 +244,35 @@ async def test_a_notification_delivered_twice_is_applied_once(env: Env, js: str,
         assert duplicates >= len(twice.forwarded) / 2, "the second copies were seen and dropped as duplicates"
 
 
-async def test_notifications_reaching_the_replica_that_does_not_own_the_task(env: Env, js: str, tmp_path: Path) -> None:
+async def test_notifications_reaching_the_replica_that_does_not_own_the_task(
+    env: Env, bridges: Bridges, js: str, tmp_path: Path
+) -> None:
     """Agents reach only replica A's webhook (a Service that always picks A); replica B owns
     some of the partitions, and its Tasks move by what A relayed through Kafka."""
-    setup = PushSetup(env, js, tmp_path)
+    setup = PushSetup(env, bridges, js, tmp_path)
     port_a, port_b = free_port(), free_port()
     a_url = f"http://127.0.0.1:{port_a}"
     path_a, config = setup.replica("push-replica-a", port_a, a_url)
     path_b, _ = setup.replica("push-replica-b", port_b, a_url)
     await topics(path_a)
-    a = BridgeProcess(path_a, env.log_dir, "push-replica-a")
-    b = BridgeProcess(path_b, env.log_dir, "push-replica-b")
-    try:
-        ops_a, ops_b = await assigned([a, b], config.kafka.partitions)
-        starts = starts_for([x for x in setup.agents if "writer" in x], "replica", "chunks=5 interval=0.1", 2)
-        await send_commands(config, starts)
-        await judged(env, setup, starts, a, b)
-        assert not counted(ops_b, "bridge_push_notifications_received_total"), "B's webhook was never reached"
-        applied_by_b = counted(ops_b, "bridge_push_notifications_applied_total", result="applied")
-        assert applied_by_b > 0, "B applied what A received"
-        produced_by_a = counted(ops_a, "bridge_push_notifications_produced_total")
-        applied_by_a = counted(ops_a, "bridge_push_notifications_applied_total")
-        assert produced_by_a >= applied_by_a + applied_by_b
-        assert stream_calls(ops_a) == stream_calls(ops_b) == 0
-    finally:
-        a.stop()
-        b.stop()
+    a = bridges.start(path_a, "push-replica-a")
+    b = bridges.start(path_b, "push-replica-b")
+    ops_a, ops_b = await assigned([a, b], config.kafka.partitions)
+    starts = starts_for([x for x in setup.agents if "writer" in x], "replica", "chunks=5 interval=0.1", 2)
+    await send_commands(config, starts)
+    await judged(env, setup, starts, a, b)
+    assert not counted(ops_b, "bridge_push_notifications_received_total"), "B's webhook was never reached"
+    applied_by_b = counted(ops_b, "bridge_push_notifications_applied_total", result="applied")
+    assert applied_by_b > 0, "B applied what A received"
+    produced_by_a = counted(ops_a, "bridge_push_notifications_produced_total")
+    applied_by_a = counted(ops_a, "bridge_push_notifications_applied_total")
+    assert produced_by_a >= applied_by_a + applied_by_b
+    assert stream_calls(ops_a) == stream_calls(ops_b) == 0
 
 
-async def test_the_owner_killed_between_the_webhooks_2xx_and_the_commit(env: Env, js: str, tmp_path: Path) -> None:
+async def test_the_owner_killed_between_the_webhooks_2xx_and_the_commit(
+    env: Env, bridges: Bridges, js: str, tmp_path: Path
+) -> None:
     """A commit tick of 2 s; once every Task's start is committed, a SIGKILL right after the
     webhook answered 200: that notification is in Kafka, not yet committed with its events.
     The owner stays away until a notification sent after the kill has found no webhook (the
@@ -275,7 +280,7 @@ async def test_the_owner_killed_between_the_webhooks_2xx_and_the_commit(env: Env
     lands in the second a restart takes. The restarted owner restores the live Tasks,
     reconciles with tasks/get, reads the notification again with what followed, and every
     Task still ends exactly once."""
-    setup = PushSetup(env, js, tmp_path, partitions=1, bridge={"commit_interval_ms": 2000})
+    setup = PushSetup(env, bridges, js, tmp_path, partitions=1, bridge={"commit_interval_ms": 2000})
     config = setup.config
     async with setup.behind_relay("push-killed") as (front, bridge):
         armed: list[bool] = []
@@ -311,8 +316,10 @@ async def test_the_owner_killed_between_the_webhooks_2xx_and_the_commit(env: Env
         assert bridge.starts == 2 and bridge.alive
 
 
-async def test_a_forged_token_is_refused_and_nothing_is_produced(env: Env, js: str, tmp_path: Path) -> None:
-    setup = PushSetup(env, js, tmp_path)
+async def test_a_forged_token_is_refused_and_nothing_is_produced(
+    env: Env, bridges: Bridges, js: str, tmp_path: Path
+) -> None:
+    setup = PushSetup(env, bridges, js, tmp_path)
     config = setup.config
     async with setup.reached_directly("push-forged") as (base, bridge):
         ops = ops_port(bridge)
@@ -341,10 +348,10 @@ async def test_a_forged_token_is_refused_and_nothing_is_produced(env: Env, js: s
         assert notes.records, "the agent's own notifications were produced"
 
 
-async def test_kafka_down_while_a_notification_arrives(env: Env, js: str, tmp_path: Path) -> None:
+async def test_kafka_down_while_a_notification_arrives(env: Env, bridges: Bridges, js: str, tmp_path: Path) -> None:
     """The broker is killed while sleepers tick: the webhook answers 503 (Retry-After) and
     produces nothing; the agents retry, and once the broker is back every Task ends exactly once."""
-    setup = PushSetup(env, js, tmp_path, partitions=1)
+    setup = PushSetup(env, bridges, js, tmp_path, partitions=1)
     async with setup.behind_relay("push-kafka-down") as (front, bridge):
         ops = ops_port(bridge)
         starts = starts_for([a for a in setup.agents if "sleeper" in a], "kdown", "ticks=20 interval=0.5")
@@ -364,7 +371,7 @@ async def test_kafka_down_while_a_notification_arrives(env: Env, js: str, tmp_pa
 
 
 async def test_signed_notifications_are_verified_against_the_agents_jwks(
-    env: Env, js: str, signing_sdk: str, tmp_path: Path
+    env: Env, bridges: Bridges, js: str, signing_sdk: str, tmp_path: Path
 ) -> None:
     """Agents with ``push_jwks_url``: their notifications move Tasks only with a JWT that a key
     of that JWKS verifies; the right token without one, or with one of another key, is 401."""
@@ -373,7 +380,7 @@ async def test_signed_notifications_are_verified_against_the_agents_jwks(
         f"{v}signed-writer": {"url": f"{signing_sdk}/agents/writer", "dialect": d, "push_jwks_url": jwks}
         for v, d in (("", "a2a-0.3"), ("v1-", "a2a-1.0"))
     }
-    setup = PushSetup(env, js, tmp_path, more_agents=signed)
+    setup = PushSetup(env, bridges, js, tmp_path, more_agents=signed)
     config = setup.config
     async with setup.reached_directly("push-signed") as (base, bridge):
         ops = ops_port(bridge)

@@ -34,6 +34,7 @@ from tests.support import exactly_once
 from tests.support.push_receiver import Receiver, receiver
 from tests.support.services import (
     BridgeProcess,
+    Bridges,
     Collected,
     Env,
     bridge_config,
@@ -159,23 +160,24 @@ class Pushed:
 
 
 @contextlib.asynccontextmanager
-async def pushed_tasks(env: Env, tmp_path: Path, name: str, commit_interval_ms: int = 50) -> AsyncIterator[Pushed]:
+async def pushed_tasks(
+    env: Env, bridges: Bridges, tmp_path: Path, name: str, commit_interval_ms: int = 50
+) -> AsyncIterator[Pushed]:
     """Four Tasks (v0.3 and v1.0), yielded once the agent POSTed the end of each to the
     receiver: the Tasks are followed by push, and nothing of their notifications is in
-    Kafka yet."""
+    Kafka yet. The bridge stops at the block's end (if the block fails, by the ``bridges``
+    fixture once the test ends)."""
     async with receiver() as rec:
         path, config = push_config(env, tmp_path, rec.url, commit_interval_ms)
         await topics_for(path, config)
-        bridge = BridgeProcess(path, env.log_dir, name)
-        try:
-            port = ops_port(bridge)
-            keys = [f"{name}-{i}" for i in range(4)]
-            starts = starts_for(keys)
-            await send_commands(config, starts)
-            await until(lambda: completed_posts(rec, set(keys)), 60, lambda: f"POSTs: {len(rec.received)}")
-            yield Pushed(rec, path, config, bridge, port, keys, starts)
-        finally:
-            bridge.stop()
+        bridge = bridges.start(path, name)
+        port = ops_port(bridge)
+        keys = [f"{name}-{i}" for i in range(4)]
+        starts = starts_for(keys)
+        await send_commands(config, starts)
+        await until(lambda: completed_posts(rec, set(keys)), 60, lambda: f"POSTs: {len(rec.received)}")
+        yield Pushed(rec, path, config, bridge, port, keys, starts)
+        bridge.stop()
 
 
 def applied(port: int, result: str = "applied") -> float:
@@ -183,9 +185,9 @@ def applied(port: int, result: str = "applied") -> float:
 
 
 async def test_each_notification_is_applied_once_and_a_duplicated_record_has_no_second_effect(
-    env: Env, tmp_path: Path
+    env: Env, bridges: Bridges, tmp_path: Path
 ) -> None:
-    async with pushed_tasks(env, tmp_path, "once") as t:
+    async with pushed_tasks(env, bridges, tmp_path, "once") as t:
         await until(lambda: metric_sum(t.port, "bridge_push_followed_tasks") == len(t.keys), 20, "push-followed")
         assert not metric_sum(t.port, "bridge_streams_open")  # no stream is held
         # Every notification twice (a webhook that produced, then the agent's retry produced again).
@@ -197,11 +199,13 @@ async def test_each_notification_is_applied_once_and_a_duplicated_record_has_no_
         assert metric_sum(t.port, "bridge_push_followed_tasks") == 0
 
 
-async def test_chunks_whose_notifications_never_came_are_published_before_the_end(env: Env, tmp_path: Path) -> None:
+async def test_chunks_whose_notifications_never_came_are_published_before_the_end(
+    env: Env, bridges: Bridges, tmp_path: Path
+) -> None:
     """The agent got no 2xx for some chunks' notifications (every replica was away, so
     the relay answered 503), and an a2a-sdk agent never sends one again: the status
     that ends each Task waits for a tasks/get, whose snapshot publishes them first."""
-    async with pushed_tasks(env, tmp_path, "unsent") as t:
+    async with pushed_tasks(env, bridges, tmp_path, "unsent") as t:
         chunks: dict[str, int] = {}
         kept = []
         for path, body in posts(t.rec):
@@ -221,9 +225,11 @@ async def test_chunks_whose_notifications_never_came_are_published_before_the_en
         assert applied(t.port, "held") == len(t.keys)  # each end, once
 
 
-async def test_an_owner_killed_between_applying_and_committing_reapplies_exactly_once(env: Env, tmp_path: Path) -> None:
+async def test_an_owner_killed_between_applying_and_committing_reapplies_exactly_once(
+    env: Env, bridges: Bridges, tmp_path: Path
+) -> None:
     # A long commit tick: what the owner applied waits in its outbox when it is killed.
-    async with pushed_tasks(env, tmp_path, "killed", commit_interval_ms=10000) as t:
+    async with pushed_tasks(env, bridges, tmp_path, "killed", commit_interval_ms=10000) as t:
         # The starts' answers are committed (the first event of each Task is visible) ...
         await read_topic(
             t.config, t.config.kafka.events_topic, timeout=30, until=lambda c: set(c.by_task_key()) >= set(t.keys)
@@ -238,16 +244,13 @@ async def test_an_owner_killed_between_applying_and_committing_reapplies_exactly
         assert not closed_keys(committed) & set(t.keys), "a notification's events committed before the kill"
         # A successor (normal commit tick) reads the notifications again from the committed offset.
         t.path.write_text(t.path.read_text().replace("commit_interval_ms = 10000", "commit_interval_ms = 50"))
-        successor = BridgeProcess(t.path, env.log_dir, "push-owner-successor")
-        try:
-            await all_closed(t.config, t.keys)
-            # Applied again from the committed offset, before the reconcile's tasks/get.
-            assert applied(ops_port(successor)) > 0
-            await asyncio.sleep(1.0)  # anything after the end would be there by now
-            verdict = judge(env, t.config, t.starts)
-            assert verdict.clean, (verdict.summary(), verdict.notes, successor.log()[-3000:])
-        finally:
-            successor.stop()
+        successor = bridges.start(t.path, "push-owner-successor")
+        await all_closed(t.config, t.keys)
+        # Applied again from the committed offset, before the reconcile's tasks/get.
+        assert applied(ops_port(successor)) > 0
+        await asyncio.sleep(1.0)  # anything after the end would be there by now
+        verdict = judge(env, t.config, t.starts)
+        assert verdict.clean, (verdict.summary(), verdict.notes, successor.log()[-3000:])
 
 
 async def test_startup_refuses_a_notifications_topic_not_co_partitioned_with_the_commands(
@@ -262,39 +265,31 @@ async def test_startup_refuses_a_notifications_topic_not_co_partitioned_with_the
     assert "Traceback" not in out.stderr
 
 
-async def test_a_rebalance_moves_a_tasks_notifications_to_its_new_owner(env: Env, tmp_path: Path) -> None:
+async def test_a_rebalance_moves_a_tasks_notifications_to_its_new_owner(
+    env: Env, bridges: Bridges, tmp_path: Path
+) -> None:
     """Half the notifications reach the first owner; it drains and leaves; the group gives
     its partitions to the other replica, which reconciles (tasks/get) and applies the rest."""
     async with receiver() as rec:
         path, config = push_config(env, tmp_path, rec.url)
         await topics_for(path, config)
-        first = BridgeProcess(path, env.log_dir, "push-owner-first")
-        second: BridgeProcess | None = None
-        try:
-            first_port = ops_port(first)
-            await until(
-                lambda: metric_sum(first_port, "bridge_partitions_assigned") == PARTITIONS, 30, "first owns all"
-            )
-            second = BridgeProcess(path, env.log_dir, "push-owner-second")
-            second_port = ops_port(second)
-            await until(lambda: metric_sum(second_port, "bridge_partitions_assigned") == 1, 30, "a partition each")
-            keys = [f"moved-{i}" for i in range(6)]
-            starts = starts_for(keys)
-            await send_commands(config, starts)
-            await until(lambda: completed_posts(rec, set(keys)), 60, lambda: f"POSTs: {len(rec.received)}")
-            sent = posts(rec)
-            await produce_notifications(config, sent[: len(sent) // 2])
-            first.signal(signal.SIGTERM)
-            assert first.wait(30) == 0
-            await until(
-                lambda: metric_sum(second_port, "bridge_partitions_assigned") == PARTITIONS, 30, "second owns all"
-            )
-            await produce_notifications(config, sent[len(sent) // 2 :])
-            await all_closed(config, keys)
-            await asyncio.sleep(1.0)
-            verdict = judge(env, config, starts)
-            assert verdict.clean, (verdict.summary(), verdict.notes, second.log()[-3000:])
-        finally:
-            first.stop()
-            if second is not None:
-                second.stop()
+        first = bridges.start(path, "push-owner-first")
+        first_port = ops_port(first)
+        await until(lambda: metric_sum(first_port, "bridge_partitions_assigned") == PARTITIONS, 30, "first owns all")
+        second = bridges.start(path, "push-owner-second")
+        second_port = ops_port(second)
+        await until(lambda: metric_sum(second_port, "bridge_partitions_assigned") == 1, 30, "a partition each")
+        keys = [f"moved-{i}" for i in range(6)]
+        starts = starts_for(keys)
+        await send_commands(config, starts)
+        await until(lambda: completed_posts(rec, set(keys)), 60, lambda: f"POSTs: {len(rec.received)}")
+        sent = posts(rec)
+        await produce_notifications(config, sent[: len(sent) // 2])
+        first.signal(signal.SIGTERM)
+        assert first.wait(30) == 0
+        await until(lambda: metric_sum(second_port, "bridge_partitions_assigned") == PARTITIONS, 30, "second owns all")
+        await produce_notifications(config, sent[len(sent) // 2 :])
+        await all_closed(config, keys)
+        await asyncio.sleep(1.0)
+        verdict = judge(env, config, starts)
+        assert verdict.clean, (verdict.summary(), verdict.notes, second.log()[-3000:])

@@ -47,6 +47,7 @@ from bridge.demo.procs import free_port
 from tests.support.keycloak import Keycloak
 from tests.support.services import (
     BridgeProcess,
+    Bridges,
     Env,
     bridge_config,
     ops_port,
@@ -217,39 +218,37 @@ def tail_completed(path: Path, keys: list[str], bridge: BridgeProcess) -> subpro
     return tail
 
 
-def run_end_to_end(env: Env, secured: Secured, path: Path, name: str) -> list[str]:
+def run_end_to_end(bridges: Bridges, secured: Secured, path: Path, name: str) -> list[str]:
     """`topics`, `run`, `start` and `tail` over the config at ``path``; their outputs and the bridge's log."""
     topics = run_cli(path, "topics")
     assert topics.returncode == 0, topics.stderr
-    bridge = BridgeProcess(path, env.log_dir, name)
-    try:
-        keys = [f"secure-{i}" for i in range(3)]
-        started = [
-            run_cli(path, "start", "--task-key", key, "--agent", "gw-writer", "--text", "chunks=3 interval=0.05")
-            for key in keys
-        ]
-        for s in started:
-            assert s.returncode == 0, s.stderr
-        tail = tail_completed(path, keys, bridge)
-        assert bridge.alive, bridge.log()[-3000:]
-    finally:
-        bridge.stop()
+    bridge = bridges.start(path, name)
+    keys = [f"secure-{i}" for i in range(3)]
+    started = [
+        run_cli(path, "start", "--task-key", key, "--agent", "gw-writer", "--text", "chunks=3 interval=0.05")
+        for key in keys
+    ]
+    for s in started:
+        assert s.returncode == 0, s.stderr
+    tail = tail_completed(path, keys, bridge)
+    assert bridge.alive, bridge.log()[-3000:]
+    bridge.stop()
     assert bridge.proc is not None and bridge.proc.returncode == 0, bridge.log()[-3000:]
     done = [topics, *started, tail]
     return [bridge.log(), *(d.stdout for d in done), *(d.stderr for d in done)]
 
 
-def test_tasks_run_end_to_end_over_sasl_ssl(env: Env, secured: Secured, tmp_path: Path) -> None:
+def test_tasks_run_end_to_end_over_sasl_ssl(env: Env, bridges: Bridges, secured: Secured, tmp_path: Path) -> None:
     path, config = secured_config(env, tmp_path, secured)
     assert config.kafka.bootstrap_servers == secured.bootstrap
-    assert_no_secret(secured, *run_end_to_end(env, secured, path, "bridge-sasl-ssl"))
+    assert_no_secret(secured, *run_end_to_end(bridges, secured, path, "bridge-sasl-ssl"))
 
 
-def test_tasks_run_end_to_end_over_oauthbearer(env: Env, secured: Secured, tmp_path: Path) -> None:
+def test_tasks_run_end_to_end_over_oauthbearer(env: Env, bridges: Bridges, secured: Secured, tmp_path: Path) -> None:
     path, config = oauth_config(env, tmp_path, secured)
     assert config.kafka.sasl_mechanism == "OAUTHBEARER"
     before = secured.keycloak.token_requests("kafka-bridge")
-    outputs = run_end_to_end(env, secured, path, "bridge-oauthbearer")
+    outputs = run_end_to_end(bridges, secured, path, "bridge-oauthbearer")
     # One token per process (topics, run, 3 starts, tail), not one per connection:
     # the bridge alone opens a producer per partition, a consumer and admin clients.
     assert secured.keycloak.token_requests("kafka-bridge") - before == 6
@@ -291,7 +290,9 @@ async def connection_lifetime(secured: Secured, client: str) -> float:
     return float("inf")
 
 
-def test_tokens_expire_while_the_bridge_runs_and_nothing_is_lost(env: Env, secured: Secured, tmp_path: Path) -> None:
+def test_tokens_expire_while_the_bridge_runs_and_nothing_is_lost(
+    env: Env, bridges: Bridges, secured: Secured, tmp_path: Path
+) -> None:
     """The client's tokens live TOKEN_LIFESPAN seconds and the broker closes each
     connection when its token expires (aiokafka 0.14 cannot re-authenticate one):
     the bridge runs on through several expiries on renewed tokens."""
@@ -304,30 +305,28 @@ def test_tokens_expire_while_the_bridge_runs_and_nothing_is_lost(env: Env, secur
     before = keycloak.token_requests(client)
     topics = run_cli(path, "topics")
     assert topics.returncode == 0, topics.stderr
-    bridge = BridgeProcess(path, env.log_dir, "bridge-oauth-expiry")
+    bridge = bridges.start(path, "bridge-oauth-expiry")
     t0 = time.monotonic()
     keys: list[str] = []
     started_at: dict[str, float] = {}
-    try:
-        port = ops_port(bridge)
-        # The broker does end a connection with its token, so every connection the
-        # bridge had at the start is gone within the first expiry.
-        lived = asyncio.run(connection_lifetime(secured, client))
-        assert TOKEN_LIFESPAN - 3 < lived < TOKEN_LIFESPAN + 3, lived
-        # Tasks started (over the PLAINTEXT listener, no token) until past two expiries and more.
-        while time.monotonic() - t0 < 2.5 * TOKEN_LIFESPAN:
-            key = f"expiry-{len(keys)}"
-            asyncio.run(send_commands(plaintext, [start_command(key, "gw-writer", "chunks=3 interval=0.05")]))
-            keys.append(key)
-            started_at[key] = time.monotonic() - t0
-            time.sleep(1.5)
-        tail = tail_completed(path, keys, bridge)
-        late = [k for k in keys if started_at[k] > 2 * TOKEN_LIFESPAN]
-        assert late, started_at  # Tasks begun after the second expiry ran to completion (checked above)
-        assert bridge.alive, bridge.log()[-3000:]
-        metrics_text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    finally:
-        bridge.stop()
+    port = ops_port(bridge)
+    # The broker does end a connection with its token, so every connection the
+    # bridge had at the start is gone within the first expiry.
+    lived = asyncio.run(connection_lifetime(secured, client))
+    assert TOKEN_LIFESPAN - 3 < lived < TOKEN_LIFESPAN + 3, lived
+    # Tasks started (over the PLAINTEXT listener, no token) until past two expiries and more.
+    while time.monotonic() - t0 < 2.5 * TOKEN_LIFESPAN:
+        key = f"expiry-{len(keys)}"
+        asyncio.run(send_commands(plaintext, [start_command(key, "gw-writer", "chunks=3 interval=0.05")]))
+        keys.append(key)
+        started_at[key] = time.monotonic() - t0
+        time.sleep(1.5)
+    tail = tail_completed(path, keys, bridge)
+    late = [k for k in keys if started_at[k] > 2 * TOKEN_LIFESPAN]
+    assert late, started_at  # Tasks begun after the second expiry ran to completion (checked above)
+    assert bridge.alive, bridge.log()[-3000:]
+    metrics_text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    bridge.stop()
     ran = time.monotonic() - t0
     assert bridge.proc is not None and bridge.proc.returncode == 0, bridge.log()[-3000:]
     # Token requests at the provider: one each for topics, tail and connection_lifetime; the

@@ -21,6 +21,7 @@ import pytest
 from bridge.config.model import Config
 from tests.support.services import (
     BridgeProcess,
+    Bridges,
     Collected,
     Env,
     Server,
@@ -90,11 +91,12 @@ async def seed(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
         bridge={"first_event_timeout_seconds": 2, "resume_deadline_seconds": 10},
     )
     assert run_cli(path, "topics").returncode == 0
-    bridge = BridgeProcess(path, env.log_dir, "bridge-seed")
+    bridges = Bridges(env.log_dir)  # module-scoped: the bridges fixture is one test's
+    bridge = bridges.start(path, "bridge-seed")
     try:
         yield Seed(env, gateway.url, config, path, bridge)
     finally:
-        bridge.stop()
+        bridges.stop()
         gateway.stop()
 
 
@@ -222,7 +224,9 @@ async def test_auth_required_is_watched_until_the_task_goes_on(seed: Seed, resta
 
 # "Store the Agent selector, Task id, contextId, state, last event sequence, and related
 #  business record together": a config change neither re-routes nor stalls a live Task.
-async def test_a_live_task_keeps_its_route_and_a_removed_agent_closes_its_task(env: Env, tmp_path: Path) -> None:
+async def test_a_live_task_keeps_its_route_and_a_removed_agent_closes_its_task(
+    env: Env, bridges: Bridges, tmp_path: Path
+) -> None:
     first = Server("route-gateway-1", [sys.executable, "-m", "bridge.demo.gateway", "--port", "0"], env.log_dir)
     second = Server("route-gateway-2", [sys.executable, "-m", "bridge.demo.gateway", "--port", "0"], env.log_dir)
     try:
@@ -233,51 +237,49 @@ async def test_a_live_task_keeps_its_route_and_a_removed_agent_closes_its_task(e
         name = uuid.uuid4().hex[:8]
         path, config = bridge_config(env, tmp_path, partitions=1, agents=agents, name=name)
         assert run_cli(path, "topics").returncode == 0
-        bridge = BridgeProcess(path, env.log_dir, "bridge-routes")
-        try:
-            await send_commands(
-                config,
-                [
-                    start_command("moving", "moving", "ticks=16 interval=0.25"),
-                    start_command("leaving", "leaving", "ticks=16 interval=0.25"),
-                ],
-            )
-            await read_topic(
-                config,
-                config.kafka.events_topic,
-                timeout=30,
-                until=lambda c: {"moving", "leaving"} <= set(c.by_task_key()),
-            )
-            bridge.stop()
-            # The operator points `moving` elsewhere and removes `leaving`.
-            agents2 = {"moving": {**agents["moving"], "url": f"{second.url}/newmoi/agents/a2a"}}
-            path2, _ = bridge_config(env, tmp_path, partitions=1, agents=agents2, name=name)
-            bridge.config_path = path2
-            bridge.start()
-            await send_commands(config, [start_command("after", "moving", "ticks=1 interval=0.01")])
-            got = await read_topic(
-                config,
-                config.kafka.events_topic,
-                timeout=60,
-                until=lambda c: closed_keys(c) >= {"moving", "leaving", "after"},
-                settle=1.0,
-            )
-            by_key = got.by_task_key()
-            assert by_key["moving"][-1]["state"] == "completed"  # followed on the gateway that has it
-            gone = by_key["leaving"][-1]
-            assert (gone["kind"], gone["outcome"], gone["terminal"]) == ("bridge", "agent-removed", True)
-            assert by_key["after"][-1]["state"] == "completed"  # the partition goes on, on the new route
-            later = httpx.get(f"{second.url}/_control/tasks", timeout=5).json()
-            assert [t["id"] for t in later] == [by_key["after"][0]["taskId"]]
-        finally:
-            bridge.stop()
+        bridge = bridges.start(path, "bridge-routes")
+        await send_commands(
+            config,
+            [
+                start_command("moving", "moving", "ticks=16 interval=0.25"),
+                start_command("leaving", "leaving", "ticks=16 interval=0.25"),
+            ],
+        )
+        await read_topic(
+            config,
+            config.kafka.events_topic,
+            timeout=30,
+            until=lambda c: {"moving", "leaving"} <= set(c.by_task_key()),
+        )
+        bridge.stop()
+        # The operator points `moving` elsewhere and removes `leaving`.
+        agents2 = {"moving": {**agents["moving"], "url": f"{second.url}/newmoi/agents/a2a"}}
+        path2, _ = bridge_config(env, tmp_path, partitions=1, agents=agents2, name=name)
+        bridge.config_path = path2
+        bridge.start()
+        await send_commands(config, [start_command("after", "moving", "ticks=1 interval=0.01")])
+        got = await read_topic(
+            config,
+            config.kafka.events_topic,
+            timeout=60,
+            until=lambda c: closed_keys(c) >= {"moving", "leaving", "after"},
+            settle=1.0,
+        )
+        by_key = got.by_task_key()
+        assert by_key["moving"][-1]["state"] == "completed"  # followed on the gateway that has it
+        gone = by_key["leaving"][-1]
+        assert (gone["kind"], gone["outcome"], gone["terminal"]) == ("bridge", "agent-removed", True)
+        assert by_key["after"][-1]["state"] == "completed"  # the partition goes on, on the new route
+        later = httpx.get(f"{second.url}/_control/tasks", timeout=5).json()
+        assert [t["id"] for t in later] == [by_key["after"][0]["taskId"]]
     finally:
+        bridges.stop()  # before the gateways it talks to
         first.stop()
         second.stop()
 
 
 # "Preserve workspace data-access rules."
-async def test_a_routed_agents_records_stay_in_its_topics(env: Env, tmp_path: Path) -> None:
+async def test_a_routed_agents_records_stay_in_its_topics(env: Env, bridges: Bridges, tmp_path: Path) -> None:
     n = uuid.uuid4().hex[:8]
     agents = {
         "ws-a": {
@@ -290,60 +292,53 @@ async def test_a_routed_agents_records_stay_in_its_topics(env: Env, tmp_path: Pa
     }
     path, config = bridge_config(env, tmp_path, partitions=1, agents=agents, name=n)
     assert run_cli(path, "topics").returncode == 0
-    bridge = BridgeProcess(path, env.log_dir, "bridge-workspace")
-    try:
-        secret = {"customer": "ACME-CONFIDENTIAL-7731"}
-        await send_commands(config, [start_command("ws-1", "ws-a", "interval=0.02", metadata=secret)])
-        got = await read_topic(
-            config,
-            f"t-{n}.ws-a.events",
-            timeout=30,
-            until=lambda c: any(e.get("state") == "input-required" for e in c.events()),
-        )
-        first = got.events()[0]
-        assert first["seq"] == 1 and first["metadata"] == secret  # the business record, once, in its own topic
-        assert all("metadata" not in e for e in got.events()[1:])
-        # A reply that fails validation goes to the agent's DLQ, not the shared one.
-        broken = orjson.dumps({"type": "reply", "commandId": "bad", "taskKey": "ws-1", "message": {"role": "robot"}})
-        await produce(config, [(b"ws-1", broken)])
-        dlq = await read_topic(config, f"t-{n}.ws-a.dlq", until=lambda c: len(c.records) >= 1, timeout=30)
-        assert dlq.records[0].headers["dlq_reason"] == b"schema-violation"
-        shared = await read_topic(config, config.kafka.dlq_topic, timeout=3, settle=1.0, until=lambda c: True)
-        assert shared.records == []
-        # Nothing of the caller's record is in the shared checkpoints topic.
-        checkpoints = await read_topic(
-            config, config.kafka.checkpoints_topic, timeout=5, settle=1.0, until=lambda c: len(c.records) > 0
-        )
-        assert checkpoints.records and all(b"ACME-CONFIDENTIAL" not in r.value for r in checkpoints.records)
-        default_events = await read_topic(
-            config, config.kafka.events_topic, timeout=3, settle=1.0, until=lambda c: True
-        )
-        assert default_events.records == []
-    finally:
-        bridge.stop()
+    bridge = bridges.start(path, "bridge-workspace")
+    secret = {"customer": "ACME-CONFIDENTIAL-7731"}
+    await send_commands(config, [start_command("ws-1", "ws-a", "interval=0.02", metadata=secret)])
+    got = await read_topic(
+        config,
+        f"t-{n}.ws-a.events",
+        timeout=30,
+        until=lambda c: any(e.get("state") == "input-required" for e in c.events()),
+    )
+    first = got.events()[0]
+    assert first["seq"] == 1 and first["metadata"] == secret  # the business record, once, in its own topic
+    assert all("metadata" not in e for e in got.events()[1:])
+    # A reply that fails validation goes to the agent's DLQ, not the shared one.
+    broken = orjson.dumps({"type": "reply", "commandId": "bad", "taskKey": "ws-1", "message": {"role": "robot"}})
+    await produce(config, [(b"ws-1", broken)])
+    dlq = await read_topic(config, f"t-{n}.ws-a.dlq", until=lambda c: len(c.records) >= 1, timeout=30)
+    assert dlq.records[0].headers["dlq_reason"] == b"schema-violation"
+    shared = await read_topic(config, config.kafka.dlq_topic, timeout=3, settle=1.0, until=lambda c: True)
+    assert shared.records == []
+    # Nothing of the caller's record is in the shared checkpoints topic.
+    checkpoints = await read_topic(
+        config, config.kafka.checkpoints_topic, timeout=5, settle=1.0, until=lambda c: len(c.records) > 0
+    )
+    assert checkpoints.records and all(b"ACME-CONFIDENTIAL" not in r.value for r in checkpoints.records)
+    default_events = await read_topic(config, config.kafka.events_topic, timeout=3, settle=1.0, until=lambda c: True)
+    assert default_events.records == []
+    bridge.stop()
     # The agent leaves the configuration while its Task waits for a reply (its
     # workspace stays, served by another agent): the Task closes in its own events
     # topic, and a later command about it still goes to its own DLQ (kept in its
     # checkpoint), never to the shared one.
     successor = {**agents["ws-a"], "agent_code": "writer"}
     path, config = bridge_config(env, tmp_path, partitions=1, agents={"ws-a-next": successor}, name=n)
-    bridge = BridgeProcess(path, env.log_dir, "bridge-workspace-removed")
-    try:
-        closed = await read_topic(
-            config,
-            f"t-{n}.ws-a.events",
-            timeout=30,
-            until=lambda c: any(e.get("outcome") == "agent-removed" for e in c.events()),
-        )
-        assert closed.events()[-1]["outcome"] == "agent-removed"
-        late = orjson.dumps({"type": "reply", "commandId": "bad-2", "taskKey": "ws-1", "message": {"role": "robot"}})
-        await produce(config, [(b"ws-1", late)])
-        dlq = await read_topic(config, f"t-{n}.ws-a.dlq", until=lambda c: len(c.records) >= 2, timeout=30)
-        assert [r.headers["dlq_reason"] for r in dlq.records] == [b"schema-violation"] * 2
-        shared = await read_topic(config, config.kafka.dlq_topic, timeout=3, settle=1.0, until=lambda c: True)
-        assert shared.records == []
-    finally:
-        bridge.stop()
+    bridge = bridges.start(path, "bridge-workspace-removed")
+    closed = await read_topic(
+        config,
+        f"t-{n}.ws-a.events",
+        timeout=30,
+        until=lambda c: any(e.get("outcome") == "agent-removed" for e in c.events()),
+    )
+    assert closed.events()[-1]["outcome"] == "agent-removed"
+    late = orjson.dumps({"type": "reply", "commandId": "bad-2", "taskKey": "ws-1", "message": {"role": "robot"}})
+    await produce(config, [(b"ws-1", late)])
+    dlq = await read_topic(config, f"t-{n}.ws-a.dlq", until=lambda c: len(c.records) >= 2, timeout=30)
+    assert [r.headers["dlq_reason"] for r in dlq.records] == [b"schema-violation"] * 2
+    shared = await read_topic(config, config.kafka.dlq_topic, timeout=3, settle=1.0, until=lambda c: True)
+    assert shared.records == []
 
 
 async def test_a_live_gateway_task_is_never_lost_while_tasks_get_answers(seed: Seed) -> None:

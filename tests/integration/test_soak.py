@@ -50,6 +50,7 @@ from tests.support.cluster import NODES
 from tests.support.exactly_once import check
 from tests.support.services import (
     BridgeProcess,
+    Bridges,
     Env,
     Server,
     bridge_config,
@@ -224,7 +225,12 @@ def commit() -> str:
 
 
 async def test_soak(
-    toxiproxy: tp.Toxiproxy, cluster: tp.ProxiedCluster, fronts: list[kp.KafkaProxy], log_dir: Path, tmp_path: Path
+    toxiproxy: tp.Toxiproxy,
+    cluster: tp.ProxiedCluster,
+    fronts: list[kp.KafkaProxy],
+    bridges: Bridges,
+    log_dir: Path,
+    tmp_path: Path,
 ) -> None:
     rng = random.Random(SEED)
     began = time.monotonic()
@@ -265,8 +271,8 @@ async def test_soak(
     )
     path.write_text(path.read_text().replace("[kafka]\n", "[kafka]\nreplication_factor = 3\n", 1))
     assert run_cli(path, "topics").returncode == 0
-    bridges = [BridgeProcess(path, log_dir, f"soak-bridge-{i}") for i in range(3)]
-    soak = Soak(rng, bridges, toxiproxy)
+    replicas = [bridges.start(path, f"soak-bridge-{i}") for i in range(3)]
+    soak = Soak(rng, replicas, toxiproxy)
     starts = [start_command(f"soak-{i:05d}", "soak-writer", f"chunks={CHUNKS} interval=0.15") for i in range(TASKS)]
     try:
         # Tasks arrive throughout the kills, five at a time.
@@ -286,7 +292,7 @@ async def test_soak(
             soak.delay(fronts, [transactional_id(config, p) for p in range(config.kafka.partitions)]),
         )
         chaos_seconds = time.monotonic() - began
-        for b in bridges:
+        for b in replicas:
             if not b.alive:
                 b.start()
         await cluster.cluster.restore()
@@ -295,7 +301,7 @@ async def test_soak(
             config, config.kafka.events_topic, timeout=900, until=lambda c: closed_keys(c) >= keys, settle=5.0
         )
         soak.self_exits += [
-            f"{b.name} exited while the Tasks drained: {b.log()[-1500:]}" for b in bridges if not b.alive
+            f"{b.name} exited while the Tasks drained: {b.log()[-1500:]}" for b in replicas if not b.alive
         ]
         got = kcat_read(cluster.bootstrap, config.kafka.events_topic)
         tasks = httpx.get(f"{gateway.url}/_control/tasks", timeout=30).json()
@@ -312,7 +318,7 @@ async def test_soak(
             "late_copies_answered": dict(sorted(soak.late_answers.items())),
             "stream_drop_probability": float(DROP),
             "duplicates_absorbed_by_gateway": sum(t.get("duplicates_absorbed", 0) for t in tasks),
-            "bridge_restarts": sum(b.starts - 1 for b in bridges),
+            "bridge_restarts": sum(b.starts - 1 for b in replicas),
             "self_exits": len(soak.self_exits),
             "tasks": len(starts),
             "agent_tasks": len(tasks),
@@ -335,7 +341,7 @@ async def test_soak(
                 "fault_every_s": FAULT_EVERY,
                 "delayed_every_s": DELAYED_EVERY,
                 "chunks": CHUNKS,
-                "bridges": len(bridges),
+                "bridges": len(replicas),
                 "partitions": config.kafka.partitions,
                 "brokers": len(NODES),
                 "replication_factor": 3,
@@ -357,6 +363,5 @@ async def test_soak(
     finally:
         for handle in soak.restarts:  # none may start a bridge after these stop
             handle.cancel()
-        for b in bridges:
-            b.stop()
+        bridges.stop()
         gateway.stop()
