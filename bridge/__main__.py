@@ -1,5 +1,5 @@
 import sys
 
-from bridge.cli import main
+from bridge.console import main
 
 sys.exit(main())

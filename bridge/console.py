@@ -1,0 +1,41 @@
+"""The ``bridge`` command's entry point: Ctrl-C at any moment exits 130, without a traceback.
+
+Kept free of imports beyond the standard library's smallest: the program takes a
+second or more to load on a busy machine, and a Ctrl-C meanwhile must mean what
+it means later (``bridge --help``: 130, interrupted). After a Ctrl-C the process
+is gone within :data:`GRACE_SECONDS` whatever it was doing: a Kafka client's
+shutdown that waits on a broker does not hold the terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+
+# How long a process interrupted by Ctrl-C may take to finish before it is ended.
+GRACE_SECONDS = 5.0
+INTERRUPTED = 130
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    threading.Timer(GRACE_SECONDS, os._exit, (INTERRUPTED,)).start()
+    raise KeyboardInterrupt
+
+
+def main() -> int:
+    # `bridge run` replaces this handler with its own while it serves (it finishes the
+    # open transactions first); every other moment and command ends here.
+    signal.signal(signal.SIGINT, _interrupted)
+    try:
+        from bridge.cli import main as cli
+
+        return cli()
+    except KeyboardInterrupt:
+        return INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
