@@ -21,7 +21,9 @@ INTERRUPTED = 130
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:
-    threading.Timer(GRACE_SECONDS, os._exit, (INTERRUPTED,)).start()
+    deadline = threading.Timer(GRACE_SECONDS, os._exit, (INTERRUPTED,))
+    deadline.daemon = True  # a process that finishes in time exits at once
+    deadline.start()
     raise KeyboardInterrupt
 
 

@@ -40,3 +40,11 @@ def test_after_a_ctrl_c_a_process_that_hangs_is_gone_with_130_within_the_grace_p
     done = subprocess.run([sys.executable, "-c", STUCK], cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert (done.returncode, done.stdout, done.stderr) == (console.INTERRUPTED, "", "")
     assert time.monotonic() - began < console.GRACE_SECONDS + 10
+
+
+def test_an_interrupted_process_that_finishes_in_time_exits_at_once() -> None:
+    quick = STUCK.replace("time.sleep(60)  # a shutdown", "raise  # a shutdown")
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", quick], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stderr) == (console.INTERRUPTED, "")
+    assert time.monotonic() - began < console.GRACE_SECONDS
