@@ -59,6 +59,9 @@ class Client(Protocol):
     def config(self) -> AgentConfig: ...
     @property
     def dialect(self) -> Dialect: ...
+    @property
+    def route(self) -> tuple[str, str, str | None, str]: ...
+    async def resolve(self, task_key: str) -> Client: ...
     async def streaming(self) -> bool: ...
     async def pushes(self) -> bool: ...
     def stream(self, req: Request, trace: str | None = None) -> AsyncIterator[Update]: ...
@@ -291,6 +294,17 @@ class Following:
         assert task_id is not None
         get = self.client.dialect.get(rpc_id("get"), task_id)
         return await self.once_credentialed(lambda: self.client.task(get, self.trace))
+
+    async def speak(self) -> None:
+        """A Task routed ``binding = "auto"`` is spoken to at the interface its agent's
+        card chooses now (:meth:`bridge.agents.client.AgentClient.resolve`); the record
+        keeps it, so the Task stays there whatever the card says later.
+        :class:`bridge.errors.AgentUnspoken` when the card offers nothing the bridge speaks."""
+        if self.record.binding != "auto":
+            return
+        self.client = await self.client.resolve(self.record.task_key)
+        endpoint, dialect, _, binding = self.client.route
+        self.record.spoken_at(endpoint, dialect, binding)
 
     async def observe(self, task_id: str | None = None) -> TaskSnapshot | AgentError:
         """tasks/get: the snapshot, or the error it failed with."""

@@ -82,7 +82,8 @@ class TaskSources:
         """The agent client a Task started with (its stored route), whatever the config says now."""
         base = self._owner.clients[record.agent]
         if record.endpoint is not None:
-            base = base.routed(record.endpoint, record.dialect or base.config.dialect, record.agent_code)
+            dialect = record.dialect or base.config.dialect
+            base = base.routed(record.endpoint, dialect, record.agent_code, record.binding or "jsonrpc")
         return base.for_task(record.task_key)
 
     def artifact_cap(self, agent: str) -> int:
@@ -422,12 +423,13 @@ class PartitionOwner:
             context_id=cmd.context_id,
             previous=previous,
             route=TaskRoute(
-                agent.url,
+                agent.interface_url or agent.url,
                 agent.dialect,
                 agent.agent_code,
                 self.config.events_topic(cmd.agent),
                 self.config.dlq_topic(cmd.agent),
                 tracing.traceparent(raw.headers),
+                agent.binding,
             ),
         )
         if isinstance(previous, ClosedTask):

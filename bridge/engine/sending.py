@@ -25,7 +25,7 @@ from bridge.core.task.follow import AUTH_WATCH, POLLING, PUSH, STREAMING
 from bridge.core.task.lifecycle import JSON, MessageUpdate, TaskSnapshot, Update
 from bridge.core.task.resume import moved_on, reply_taken
 from bridge.engine.following import DONE, Following, Step, message_fields
-from bridge.errors import AgentError, AgentNoTask, CredentialsUnavailable
+from bridge.errors import AgentError, AgentNoTask, AgentUnspoken, CredentialsUnavailable
 from bridge.observe import metrics
 from bridge.wire.dialects import Push
 
@@ -124,6 +124,13 @@ async def _answer(f: Following, command: Command, raw: ConsumerRecord[bytes, byt
     """
     if command.type == "start" and f.src.start_resent(command.command_id):
         metrics.START_RESENDS.inc()
+    try:
+        await f.speak()  # the message's shape is the interface's version
+    except AgentUnspoken as exc:
+        f.publish_held(None)
+        f.outcome("rejected", f"{exc.kind}: {exc.detail}")
+        f.answered()
+        return None
     message = message_fields(f, command)
     cfg = f.config.bridge
     deadline = f.clock() + cfg.resume_deadline_seconds
