@@ -372,7 +372,9 @@ class AgentClient:
         verb, url = "POST", self._url
         if self._rest:
             to = rest.route(req)
-            verb, url = to.verb, self._url.copy_with(raw_path=self._url.raw_path.rstrip(b"/") + to.path.encode())
+            verb, url = to.verb, self._url.copy_with(path=self._url.path.rstrip("/") + to.path)
+            if to.query:
+                url = url.copy_merge_params(to.query)
         return self._exchange(
             verb,
             url,
@@ -472,6 +474,10 @@ class AgentClient:
             said = self.dialect.update(result)
             raise AgentNoTask(self.name, req.method, said.message if isinstance(said, MessageUpdate) else None)
         return self.dialect.task(result)
+
+    async def tasks(self, req: Request, trace: str | None = None) -> tuple[list[TaskSnapshot], str | None]:
+        """A page of ListTasks: the Tasks, and the token of the next page (None: the last)."""
+        return self.dialect.tasks(await self.call(req, trace))
 
     def _json_where_sse(self, req: Request, response: httpx.Response) -> bool:
         """Whether a stream's answer is JSON (read as JSON-RPC) instead of SSE;

@@ -399,7 +399,11 @@ class PartitionOwner:
             self.dead_letter(raw, decision.reason, decision.detail, cmd)
         else:
             assert isinstance(decision, Act) and cmd.type == "start"
-            if not self.host.admit():
+            # A start an earlier owner committed in flight may have reached its agent: it
+            # is begun at once, so every commit goes on listing it in flight until it is
+            # answered (held back, it would be listed no more, and a crash meanwhile would
+            # make its next owner take it for a start never sent).
+            if not self.sources.start_resent(cmd.command_id) and not self.host.admit():
                 # No room: it waits (bridge.core.partition.intake), parked or read again later; a
                 # parked start is started as decided once there is (see release).
                 if self.intake.hold(cmd.task_key, (cmd, raw), size=len(raw.value or b"")) == "deferred":

@@ -90,8 +90,8 @@ START_RESENDS = Counter(
 )
 START_RESENDS_AVOIDED = Counter(
     "bridge_start_resends_avoided_total",
-    "Starts not sent again after a crash because a push notification had named their Task already: the Task"
-    " is followed from its tasks/get.",
+    "Starts not sent again after a crash because their Task was found: a push notification had named it, or"
+    " the agent's ListTasks shows it in the start's context. The Task is followed from there.",
 )
 BUFFER_WAITS = Counter("bridge_buffer_full_waits_total", "Times a reader waited because the commit buffer was full.")
 COMMIT_LAG = Gauge("bridge_uncommitted_events", "Events buffered and not yet committed, all partitions.")

@@ -13,6 +13,7 @@ stream      ``POST {url}/message:stream`` (SSE)  ``SendMessageRequest``
 get         ``GET {url}/tasks/{id}``             none
 cancel      ``POST {url}/tasks/{id}:cancel``     ``{}``
 resubscribe ``POST {url}/tasks/{id}:subscribe``  ``{}``
+list        ``GET {url}/tasks?contextId=...``    none (the params as a query)
 =========== ==================================== ==========================
 
 A streamed event is a ``StreamResponse`` in an SSE frame's data, with no JSON-RPC
@@ -67,11 +68,14 @@ class Route:
     verb: str
     path: str
     body: JSON | None
+    query: dict[str, str] | None = None
 
 
 def route(req: Request) -> Route:
     """The HTTP+JSON request for ``req`` (a v1.0 dialect's)."""
     params: JSON = req.body.get("params") or {}
+    if req.op == "list":
+        return Route("GET", "/tasks", None, {k: str(v) for k, v in params.items()})
     if req.op in ("send", "stream"):
         return Route("POST", "/message:send" if req.op == "send" else "/message:stream", params)
     task = "/tasks/" + quote(str(params.get("id", "")), safe="")

@@ -16,6 +16,7 @@ import pytest
 
 from bridge.agents.client import AgentClient, close_stream, rpc_id
 from bridge.config.model import AgentConfig
+from bridge.core.task.commands import message_id, start_context, started
 from bridge.core.task.lifecycle import ArtifactUpdate, StatusUpdate, TaskSnapshot, Update
 from bridge.demo.scripts import chunk_text
 from bridge.errors import AgentUnspoken, RpcError
@@ -164,3 +165,24 @@ async def test_a_card_that_offers_nothing_the_bridge_speaks_is_unspoken() -> Non
         with pytest.raises(AgentUnspoken) as unspoken:
             await AgentClient(AgentConfig("g", "http://agent/a2a"), http).resolve("k")
     assert "offers GRPC 1.0" in unspoken.value.detail and not unspoken.value.retryable
+
+
+@pytest.mark.parametrize(("name", "dialect"), [("writer-rest", "a2a-0.3"), ("writer", "a2a-1.0")])
+async def test_list_tasks_finds_the_task_a_start_made_in_its_own_context(
+    http: httpx.AsyncClient, base_url: str, name: str, dialect: str
+) -> None:
+    client = await resolved(http, base_url, name, dialect=dialect)
+    assert client.dialect.lists
+    command_id = f"c-{uuid.uuid4().hex[:8]}"
+    context = start_context(command_id)
+    plain = {"role": "user", "parts": [{"kind": "text", "text": "chunks=1"}]}
+    sent = client.dialect.message(plain, message_id=message_id(command_id), context_id=context, task_id=None)
+    made = [u async for u in client.stream(client.dialect.send("stream", rpc_id("stream"), sent))]
+    task_id = made[0].task_id
+    tasks, token = await client.tasks(client.dialect.list_tasks(rpc_id("list"), context, None))
+    assert token is None and [t.task_id for t in tasks] == [task_id]
+    found = started(tasks, command_id)
+    assert found is not None and found.task_id == task_id and found.context_id == context
+    assert started(tasks, "another-command") is None  # its history shows another start's message
+    nothing, _ = await client.tasks(client.dialect.list_tasks(rpc_id("list"), start_context("never-sent"), None))
+    assert nothing == []

@@ -73,6 +73,9 @@ class FakeClient:
     async def task(self, req: Request, trace: str | None = None) -> TaskSnapshot:
         raise AssertionError("not scripted")
 
+    async def tasks(self, req: Request, trace: str | None = None) -> tuple[list[TaskSnapshot], str | None]:
+        raise AssertionError("not scripted")
+
 
 def _set(event: asyncio.Event) -> asyncio.Event:
     event.set()
