@@ -50,7 +50,7 @@ from bridge.wire.dialects import Dialect, Request, for_agent, unwrap
 
 log = logging.getLogger(__name__)
 _rpc_ids = itertools.count(1)
-_metric_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+_metric_children: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
 # An agent card is a small JSON document; anything larger is not one.
 CARD_BYTES = 1024 * 1024
 # A card read is kept this long (fetched again in the background ahead of it).
@@ -139,6 +139,8 @@ class AgentClient:
         dialect = "a2a-1.0" if config.binding == "http+json" else config.dialect
         self.dialect: Dialect = for_agent(config.name, dialect, config.agent_code)
         self._rest = config.binding == "http+json"
+        # What the agent metrics say was spoken ("auto": the card not read yet, so JSON-RPC).
+        self._binding = "jsonrpc" if config.binding == "auto" else config.binding
         self._pools = [http] if isinstance(http, httpx.AsyncClient) else list(http)
         self._http = self._pools[0]
         self._routes: dict[tuple[str, str, str | None, str], AgentClient] = {}
@@ -338,7 +340,7 @@ class AgentClient:
                 token, auth = await self.credentials.authorization()
             except CredentialsUnavailable:
                 # Not the agent's failure: it was never asked (the runner waits for a token).
-                metrics.AGENT_REQUESTS.labels(self.name, op, "no-credentials").inc()
+                metrics.AGENT_REQUESTS.labels(self.name, op, "no-credentials", self._binding).inc()
                 raise
             with tracing.agent_call(trace, method) as carrier:
                 request = self._http.stream(
@@ -351,7 +353,7 @@ class AgentClient:
             async with request as response:
                 if response.status_code == 401 and again:
                     self.credentials.refused(token)
-                    metrics.AGENT_REQUESTS.labels(self.name, op, "refused-once").inc()
+                    metrics.AGENT_REQUESTS.labels(self.name, op, "refused-once", self._binding).inc()
                     continue
                 await self._check_status(method, response)
                 yield response
@@ -411,11 +413,12 @@ class AgentClient:
             raise RpcError(self.name, method, named[0], named[1], None)
 
     def _observe(self, req: Request, result: str, started: float) -> None:
-        children = _metric_children.get((self.name, req.op, result))
+        key = (self.name, req.op, result, self._binding)
+        children = _metric_children.get(key)
         if children is None:  # labels() is a locked dict lookup: once per label set
-            children = _metric_children[(self.name, req.op, result)] = (
-                metrics.AGENT_REQUESTS.labels(self.name, req.op, result),
-                metrics.AGENT_SECONDS.labels(self.name, req.op),
+            children = _metric_children[key] = (
+                metrics.AGENT_REQUESTS.labels(*key),
+                metrics.AGENT_SECONDS.labels(self.name, req.op, self._binding),
             )
         children[0].inc()
         children[1].observe(time.monotonic() - started)

@@ -66,13 +66,13 @@ OPEN_STREAMS = Gauge("bridge_streams_open", "SSE streams open to agents now.")
 RECONNECTS = Counter("bridge_stream_resumes_total", "Streams resumed after a drop or a restart, by how.", ["how"])
 AGENT_REQUESTS = Counter(
     "bridge_agent_requests_total",
-    "JSON-RPC calls to agents, by agent, method and result.",
-    ["agent", "method", "result"],
+    "Calls to agents, by agent, method, result and binding (jsonrpc, http+json; docs/bindings.md).",
+    ["agent", "method", "result", "binding"],
 )
 AGENT_SECONDS = Histogram(
     "bridge_agent_request_duration_seconds",
-    "JSON-RPC calls to agents until the response (or first SSE event) arrived.",
-    ["agent", "method"],
+    "Calls to agents until the response (or first SSE event) arrived, by agent, method and binding.",
+    ["agent", "method", "binding"],
     # Up past the longest wait measured: request_timeout_seconds and
     # first_event_timeout_seconds default to 30 s.
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),

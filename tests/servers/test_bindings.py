@@ -20,6 +20,7 @@ from bridge.core.task.commands import message_id, start_context, started
 from bridge.core.task.lifecycle import ArtifactUpdate, StatusUpdate, TaskSnapshot, Update
 from bridge.demo.scripts import chunk_text
 from bridge.errors import AgentUnspoken, RpcError
+from bridge.observe import metrics
 
 
 @pytest.fixture
@@ -87,6 +88,9 @@ async def test_http_json_streams_a_task_to_completion_as_json_rpc_does(http: htt
         assert snap.state == "completed" and len(snap.artifacts) == 1
         seen[client.route[3]] = [(type(u).__name__, getattr(u, "state", None)) for u in got]
     assert seen["http+json"] == seen["jsonrpc"]
+    # The agent metrics say which binding was spoken.
+    assert metrics.AGENT_REQUESTS.labels("writer-rest", "stream", "ok", "http+json")._value.get() >= 1
+    assert metrics.AGENT_REQUESTS.labels("writer", "stream", "ok", "jsonrpc")._value.get() >= 1
 
 
 async def test_http_json_input_required_then_a_reply_continues_the_task(http: httpx.AsyncClient, base_url: str) -> None:
