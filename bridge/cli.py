@@ -353,11 +353,12 @@ def _config_check(args: argparse.Namespace) -> int:
         # What the check finds is its output, one line per agent; the log lines of the
         # token sources and clients on the way would only repeat it.
         logging.getLogger("bridge").setLevel(logging.CRITICAL)
-        live = asyncio.run(check_live(report.config))
+        live, lines = asyncio.run(check_live(report.config))
         for problem in live:
             print(f"bridge config: {'warning: ' if problem.warning else ''}{problem}", file=sys.stderr)
         if any(not p.warning for p in live):
             return 2
+        print("".join(f"# {line}\n" for line in lines), end="")
     print(check.render(report), end="")
     return 0
 

@@ -21,7 +21,8 @@ partition's transaction in :class:`bridge.kafka.transaction.TransactionFailed`::
             │   └── AgentAuthError  401/403
             ├── AgentProtocolError  not JSON-RPC/SSE as the dialect expects
             │   └── AgentNoTask     a Message (or nothing) where a Task was due
-            └── RpcError            a JSON-RPC error object
+            ├── AgentUnspoken       its card offers no interface the bridge speaks
+            └── RpcError            an A2A error: JSON-RPC's error object, HTTP+JSON's Status
 """
 
 from __future__ import annotations
@@ -131,8 +132,17 @@ class AgentNoTask(AgentProtocolError):
         self.said = said
 
 
+class AgentUnspoken(AgentError):
+    """The agent's card offers no interface the bridge speaks (bridge/wire/interfaces.py):
+    not retried until the card changes."""
+
+    kind = "unspoken"
+
+
 class RpcError(AgentError):
-    """A JSON-RPC error object; code and message are the agent's own."""
+    """An A2A error the agent answered with: a JSON-RPC error object (code and message
+    are the agent's own), or an HTTP+JSON ``google.rpc.Status`` naming an A2A reason,
+    given the JSON-RPC code of that reason (bridge/wire/rest.py)."""
 
     kind = "rpc-error"
     TASK_NOT_FOUND = -32001

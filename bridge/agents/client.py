@@ -1,7 +1,10 @@
-"""The HTTP adapter to agents: JSON-RPC over POST, SSE streams. Thin.
+"""The HTTP adapter to agents: JSON-RPC or HTTP+JSON, SSE streams. Thin.
 
-Everything protocol-shaped is in :mod:`bridge.wire.dialects`; this module sends
-what a dialect built and maps transport failures onto :mod:`bridge.errors`.
+Everything protocol-shaped is in :mod:`bridge.wire.dialects` (the requests and
+what answers mean), :mod:`bridge.wire.rest` (where HTTP+JSON puts them) and
+:mod:`bridge.wire.interfaces` (which interface of its card an agent is spoken to
+at); this module sends what a dialect built over the agent's binding and maps
+transport failures onto :mod:`bridge.errors`.
 """
 
 from __future__ import annotations
@@ -35,17 +38,19 @@ from bridge.errors import (
     AgentOversize,
     AgentProtocolError,
     AgentUnavailable,
+    AgentUnspoken,
     CredentialsUnavailable,
+    RpcError,
 )
 from bridge.http import bounded
 from bridge.identity.shared import Failed, Shared
 from bridge.observe import metrics, tracing
-from bridge.wire import nesting, sse
+from bridge.wire import interfaces, nesting, rest, sse
 from bridge.wire.dialects import Dialect, Request, for_agent, unwrap
 
 log = logging.getLogger(__name__)
 _rpc_ids = itertools.count(1)
-_metric_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+_metric_children: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
 # An agent card is a small JSON document; anything larger is not one.
 CARD_BYTES = 1024 * 1024
 # A card read is kept this long (fetched again in the background ahead of it).
@@ -130,10 +135,15 @@ class AgentClient:
         creds: Credentials | None = None,
     ) -> None:
         self.config = config
-        self.dialect: Dialect = for_agent(config.name, config.dialect, config.agent_code)
+        # HTTP+JSON is spoken in its v1.0 shapes only (bridge/wire/rest.py).
+        dialect = "a2a-1.0" if config.binding == "http+json" else config.dialect
+        self.dialect: Dialect = for_agent(config.name, dialect, config.agent_code)
+        self._rest = config.binding == "http+json"
+        # What the agent metrics say was spoken ("auto": the card not read yet, so JSON-RPC).
+        self._binding = "jsonrpc" if config.binding == "auto" else config.binding
         self._pools = [http] if isinstance(http, httpx.AsyncClient) else list(http)
         self._http = self._pools[0]
-        self._routes: dict[tuple[str, str, str | None], AgentClient] = {}
+        self._routes: dict[tuple[str, str, str | None, str], AgentClient] = {}
         self._shards: dict[int, AgentClient] = {}
         self._root: AgentClient | None = None  # a shard's parent: one agent card answer for all
         self._streaming: bool | None = None
@@ -143,7 +153,7 @@ class AgentClient:
         # Asked on every request: a renewed or rotated credential is on the next one.
         self.credentials = creds if creds is not None else credentials(config)
         # Parsed once: httpx parses a URL given as a string on every request.
-        self._url = httpx.URL(config.url)
+        self._url = httpx.URL(config.interface_url or config.url)
         self._timeout = httpx.Timeout(config.request_timeout_seconds, connect=config.connect_timeout_seconds)
         # An SSE stream may be quiet for long; only total silence counts as a drop.
         self._stream_timeout = httpx.Timeout(
@@ -200,16 +210,63 @@ class AgentClient:
                     log.warning("agent %s: push = true, but %s: its Tasks are followed without push", self.name, why)
         return root._pushes
 
-    def routed(self, url: str, dialect: str, agent_code: str | None) -> AgentClient:
+    @property
+    def route(self) -> tuple[str, str, str | None, str]:
+        """Where this client sends: the endpoint, dialect, selector and binding a Task's
+        route keeps (bridge.core.task.lifecycle.TaskRoute)."""
+        c = self.config
+        return (c.interface_url or c.url, c.dialect, c.agent_code, c.binding)
+
+    def routed(self, url: str, dialect: str, agent_code: str | None, binding: str = "jsonrpc") -> AgentClient:
         """This agent as it was configured when a Task started: a config change must
-        not re-route a live Task (its id means nothing to another endpoint)."""
-        if (url, dialect, agent_code) == (self.config.url, self.config.dialect, self.config.agent_code):
+        not re-route a live Task (its id means nothing to another endpoint). A route
+        kept before bindings were is JSON-RPC's."""
+        key = (url, dialect, agent_code, binding)
+        if key == self.route:
             return self
-        key = (url, dialect, agent_code)
         if key not in self._routes:
-            config = dataclasses.replace(self.config, url=url, dialect=dialect, agent_code=agent_code)  # type: ignore[arg-type]
+            # The card stays where the agent is configured: only the interface moves.
+            config = dataclasses.replace(
+                self.config,
+                interface_url=url if url != self.config.url else None,
+                dialect=dialect,  # type: ignore[arg-type]
+                agent_code=agent_code,
+                binding=binding,  # type: ignore[arg-type]
+            )
             self._routes[key] = AgentClient(config, self._pools, self.credentials)
         return self._routes[key]
+
+    async def resolve(self, task_key: str) -> AgentClient:
+        """This agent at the interface it is spoken to, on the connection pool of the Task
+        ``task_key``: configured, or (``binding = "auto"``)
+        the first its card offers that the bridge speaks (bridge/wire/interfaces.py). An
+        agent without a card to read (a gateway, one that serves none, one down now) is
+        spoken to in JSON-RPC at its url, as before bindings were (so is one whose card
+        lists no interface); a card that offers only what the bridge does not speak is
+        :class:`AgentUnspoken`."""
+        if self.config.binding != "auto":
+            return self
+        if self.config.dialect == "gateway":
+            return self.routed(self.config.url, "gateway", self.config.agent_code, "jsonrpc").for_task(task_key)
+        try:
+            card = await self.card()
+        except (AgentFault, CredentialsUnavailable):
+            return self.routed(self.config.url, self.config.dialect, None, "jsonrpc").for_task(task_key)
+        offered = interfaces.offered(card)
+        if not offered:  # a card that names no interface says nothing of where to speak
+            return self.routed(self.config.url, self.config.dialect, None, "jsonrpc").for_task(task_key)
+        chosen = self.interface(card)
+        if chosen is None:
+            raise AgentUnspoken(self.name, "agent card", interfaces.unspoken(offered))
+        binding = chosen.spoken
+        assert binding is not None
+        dialect = "a2a-1.0" if chosen.version == "1.0" else "a2a-0.3"
+        return self.routed(chosen.url, dialect, None, binding).for_task(task_key)
+
+    def interface(self, card: dict[str, Any]) -> interfaces.Interface | None:
+        """The interface of ``card`` this agent is spoken to at (``binding = "auto"``)."""
+        version = "1.0" if self.config.dialect == "a2a-1.0" else "0.3"
+        return interfaces.choose(interfaces.offered(card), version)
 
     async def _card_streaming(self) -> bool:
         try:
@@ -256,7 +313,10 @@ class AgentClient:
         return card, CARD_MAX_AGE_SECONDS
 
     def _headers(self, req: Request, accept: str) -> dict[str, str]:
-        return {"Accept": accept, "Content-Type": "application/json", **req.headers}
+        if self._rest and accept == "application/json":
+            accept = f"{rest.MEDIA_TYPE}, application/json"
+        ctype = rest.MEDIA_TYPE if self._rest else "application/json"
+        return {"Accept": accept, "Content-Type": ctype, **req.headers}
 
     @contextlib.asynccontextmanager
     async def _exchange(
@@ -280,7 +340,7 @@ class AgentClient:
                 token, auth = await self.credentials.authorization()
             except CredentialsUnavailable:
                 # Not the agent's failure: it was never asked (the runner waits for a token).
-                metrics.AGENT_REQUESTS.labels(self.name, op, "no-credentials").inc()
+                metrics.AGENT_REQUESTS.labels(self.name, op, "no-credentials", self._binding).inc()
                 raise
             with tracing.agent_call(trace, method) as carrier:
                 request = self._http.stream(
@@ -293,40 +353,72 @@ class AgentClient:
             async with request as response:
                 if response.status_code == 401 and again:
                     self.credentials.refused(token)
-                    metrics.AGENT_REQUESTS.labels(self.name, op, "refused-once").inc()
+                    metrics.AGENT_REQUESTS.labels(self.name, op, "refused-once", self._binding).inc()
                     continue
-                self._check_status(method, response)
+                await self._check_status(method, response)
                 yield response
                 return
 
+    def _content(self, req: Request) -> bytes | None:
+        """What goes in the request's body: the JSON-RPC request, or the HTTP+JSON body.
+        A copy of exact size: orjson's output sits in a 4 KiB block, and httpx keeps the
+        request body for as long as a stream is open."""
+        body = rest.route(req).body if self._rest else req.body
+        return None if body is None else bytes(memoryview(orjson.dumps(body)))
+
     def _rpc(
-        self, req: Request, accept: str, content: bytes, timeout: httpx.Timeout, trace: str | None
+        self, req: Request, accept: str, content: bytes | None, timeout: httpx.Timeout, trace: str | None
     ) -> contextlib.AbstractAsyncContextManager[httpx.Response]:
-        """The JSON-RPC POST of ``req`` (see :meth:`_exchange`)."""
-        headers = self._headers(req, accept)
+        """The request of ``req`` (see :meth:`_exchange`): the JSON-RPC POST, or the
+        HTTP+JSON request of its operation under the interface's URL."""
+        verb, url = "POST", self._url
+        if self._rest:
+            to = rest.route(req)
+            verb, url = to.verb, self._url.copy_with(path=self._url.path.rstrip("/") + to.path)
+            if to.query:
+                url = url.copy_merge_params(to.query)
         return self._exchange(
-            "POST",
-            self._url,
+            verb,
+            url,
             op=req.op,
             method=req.method,
-            headers=headers,
+            headers=self._headers(req, accept),
             content=content,
             timeout=timeout,
             trace=trace,
         )
 
-    def _check_status(self, method: str, response: httpx.Response) -> None:
+    async def _check_status(self, method: str, response: httpx.Response) -> None:
         if response.status_code in (401, 403):
             raise AgentAuthError(self.name, method, response.status_code)
         if response.status_code >= 400:
+            if self._rest:
+                self._raise_status(method, await self._error_body(response))
             raise AgentHTTPError(self.name, method, response.status_code)
 
+    async def _error_body(self, response: httpx.Response) -> Any:
+        """An HTTP+JSON error's ``google.rpc.Status`` body, when one is there to read."""
+        ctype = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if ctype not in rest.JSON_TYPES:
+            return None
+        try:
+            return orjson.loads(await bounded.read(response, rest.ERROR_BODY_BYTES))
+        except (bounded.Oversize, orjson.JSONDecodeError, httpx.HTTPError):
+            return None
+
+    def _raise_status(self, method: str, doc: Any) -> None:
+        """:class:`RpcError` for an A2A error in a ``google.rpc.Status`` (bridge/wire/rest.py)."""
+        named = rest.status_error(doc)
+        if named is not None:
+            raise RpcError(self.name, method, named[0], named[1], None)
+
     def _observe(self, req: Request, result: str, started: float) -> None:
-        children = _metric_children.get((self.name, req.op, result))
+        key = (self.name, req.op, result, self._binding)
+        children = _metric_children.get(key)
         if children is None:  # labels() is a locked dict lookup: once per label set
-            children = _metric_children[(self.name, req.op, result)] = (
-                metrics.AGENT_REQUESTS.labels(self.name, req.op, result),
-                metrics.AGENT_SECONDS.labels(self.name, req.op),
+            children = _metric_children[key] = (
+                metrics.AGENT_REQUESTS.labels(*key),
+                metrics.AGENT_SECONDS.labels(self.name, req.op, self._binding),
             )
         children[0].inc()
         children[1].observe(time.monotonic() - started)
@@ -338,8 +430,10 @@ class AgentClient:
         except bounded.Oversize as exc:
             raise AgentOversize(self.name, what, str(exc)) from None
 
-    def _result(self, req: Request, data: bytes | str, what: str) -> dict[str, Any]:
-        """The JSON-RPC ``result`` in ``data`` (:class:`AgentProtocolError` if ``what`` is not JSON)."""
+    def _result(self, req: Request, data: bytes | str, what: str, event: str = "") -> dict[str, Any]:
+        """The JSON-RPC ``result`` in ``data``, or HTTP+JSON's answer itself
+        (:class:`AgentProtocolError` if ``what`` is not JSON). An SSE frame of ``event:
+        error`` in HTTP+JSON is the error that ended its stream."""
         try:
             doc = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -347,7 +441,14 @@ class AgentClient:
         if nesting.too_deep(data, doc):
             # Never written back into an event: the Task ends `unreadable`, as past a size cap.
             raise AgentOversize(self.name, req.method, f"{what} {nesting.REASON}")
-        return unwrap(doc, agent=self.name, method=req.method)
+        if not self._rest:
+            return unwrap(doc, agent=self.name, method=req.method)
+        if event == "error" or (isinstance(doc, dict) and doc.keys() == {"error"}):
+            self._raise_status(req.method, doc)
+            raise AgentProtocolError(self.name, req.method, f"{what} is an error A2A does not name")
+        if not isinstance(doc, dict):
+            raise AgentProtocolError(self.name, req.method, f"{what} is not a JSON object")
+        return doc
 
     async def call(self, req: Request, trace: str | None = None) -> dict[str, Any]:
         """A non-streaming JSON-RPC call; returns ``result``. ``trace``: the Task's
@@ -358,7 +459,7 @@ class AgentClient:
             with errors:
                 async with (
                     bounded.within(self.config.request_timeout_seconds),
-                    self._rpc(req, "application/json", orjson.dumps(req.body), self._timeout, trace) as r,
+                    self._rpc(req, "application/json", self._content(req), self._timeout, trace) as r,
                 ):
                     body = await self._read(r, self.config.max_response_bytes, req.method)
             errors.check()
@@ -377,13 +478,17 @@ class AgentClient:
             raise AgentNoTask(self.name, req.method, said.message if isinstance(said, MessageUpdate) else None)
         return self.dialect.task(result)
 
+    async def tasks(self, req: Request, trace: str | None = None) -> tuple[list[TaskSnapshot], str | None]:
+        """A page of ListTasks: the Tasks, and the token of the next page (None: the last)."""
+        return self.dialect.tasks(await self.call(req, trace))
+
     def _json_where_sse(self, req: Request, response: httpx.Response) -> bool:
         """Whether a stream's answer is JSON (read as JSON-RPC) instead of SSE;
         :class:`AgentProtocolError` for anything else."""
         ctype: str = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-        if ctype not in ("application/json", "text/event-stream"):
+        if ctype != "text/event-stream" and ctype not in rest.JSON_TYPES:
             raise AgentProtocolError(self.name, req.method, f"unexpected content-type {ctype[:60]!r}")
-        return ctype == "application/json"
+        return ctype != "text/event-stream"
 
     async def stream(self, req: Request, trace: str | None = None) -> AsyncIterator[Update]:
         """Updates from a streaming call, in order; ends when the agent ends the stream.
@@ -395,9 +500,7 @@ class AgentClient:
         first = True
         metrics.OPEN_STREAMS.inc()
         try:
-            # A copy of exact size: orjson's output sits in a 4 KiB block, and httpx
-            # keeps the request body for as long as the stream is open.
-            content = bytes(memoryview(orjson.dumps(req.body)))
+            content = self._content(req)
             errors = AgentErrors(self.name, req.method)
             with errors:
                 async with self._rpc(req, "text/event-stream", content, self._stream_timeout, trace) as response:
@@ -415,7 +518,7 @@ class AgentClient:
                         chunk = await anext(chunks, None)
                         frames = parser.close() if chunk is None else parser.feed(chunk)
                         for frame in [f for f in frames if f.data]:  # without data: a keep-alive
-                            result = self._result(req, frame.data, "SSE data")
+                            result = self._result(req, frame.data, "SSE data", frame.event)
                             # Only the frame's own id: one without an id line is no replay.
                             update = self.dialect.update(result, _source_seq(frame.id))
                             if first:

@@ -231,6 +231,12 @@ def agent(where: str, a: Mapping[str, Any], has_url: bool) -> list[Problem]:
     if dialect in A2A_DIALECTS and a["agent_code"]:
         message = f"only the gateway dialect sends it; {dialect} ignores it"
         out.append(Problem(f"{where}.agent_code", message, warning=True))
+    binding = a.get("binding", "auto")
+    if dialect == "gateway" and binding not in ("auto", "jsonrpc"):
+        out.append(Problem(f"{where}.binding", f"the gateway dialect speaks JSON-RPC only, not {binding}"))
+    if a.get("interface_url") and binding == "auto":
+        message = 'binding = "auto" takes the interface\'s URL from the agent card; name the binding it is for'
+        out.append(Problem(f"{where}.interface_url", message))
     out += credentials(where, a)
     first, top = a["poll_initial_seconds"], a["poll_max_seconds"]
     if first > top > 0:

@@ -3,14 +3,17 @@
 One Starlette app serves every agent of :mod:`bridge.demo.scripts` with the
 SDK's own server pieces: an :class:`AgentExecutor` per agent that turns script
 steps into A2A events, the SDK's default request handler over an in-memory task
-store, and the SDK's JSON-RPC routes with v0.3 compatibility switched on. So
-one URL per agent, ``/agents/<name>``, speaks both A2A v0.3 JSON-RPC
-(``message/stream``, ``tasks/get`` ...) and v1.0 (``SendStreamingMessage``,
-``GetTask`` ... with the ``A2A-Version: 1.0`` header). The agent card is at
-``/agents/<name>/.well-known/agent-card.json``.
+store, the SDK's JSON-RPC routes with v0.3 compatibility switched on, and its
+HTTP+JSON routes. So one URL per agent, ``/agents/<name>``, speaks both A2A v0.3
+JSON-RPC (``message/stream``, ``tasks/get`` ...) and v1.0 (``SendStreamingMessage``,
+``GetTask`` ... with the ``A2A-Version: 1.0`` header), and ``/agents/<name>/rest``
+speaks v1.0 HTTP+JSON (``POST .../message:stream``, ``GET .../tasks/<id>`` ...). The
+agent card is at ``/agents/<name>/.well-known/agent-card.json``; it lists the
+interfaces of the agent's ``bindings``, in that order (the agent serves all of them).
 
 ``writer-poll`` runs the writer script behind a card that says
-``streaming: false``, for the bridge's polling path.
+``streaming: false``, for the bridge's polling path. The ``-rest`` agents' cards
+offer HTTP+JSON only; ``writer-any``'s offers HTTP+JSON first, then JSON-RPC.
 
 Every card says ``pushNotifications: true``: a send may carry a push config
 (``configuration.pushNotificationConfig`` in v0.3, ``taskPushNotificationConfig`` in
@@ -42,7 +45,7 @@ import uvicorn
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
 from a2a.server.tasks import BasePushNotificationSender, InMemoryPushNotificationConfigStore, InMemoryTaskStore
 from a2a.types import (
     AgentCapabilities,
@@ -82,18 +85,27 @@ log = logging.getLogger(__name__)
 AGENTS_PREFIX = "/agents"
 
 
+# The path under an agent's URL its HTTP+JSON interface is served at.
+REST_PATH = "/rest"
+
+
 @dataclass(frozen=True, slots=True)
 class HostedAgent:
-    """One agent the server hosts: its URL name, its script and its streaming capability."""
+    """One agent the server hosts: its URL name, its script, its streaming capability and
+    the bindings its card offers, in its order of preference (the card's names)."""
 
     name: str
     script: str
     streaming: bool
+    bindings: tuple[str, ...] = ("JSONRPC",)
 
 
 HOSTED: tuple[HostedAgent, ...] = (
     *(HostedAgent(name, name, True) for name in scripts.AGENTS),
     HostedAgent("writer-poll", "writer", False),
+    *(HostedAgent(f"{name}-rest", name, True, ("HTTP+JSON",)) for name in scripts.AGENTS),
+    HostedAgent("writer-poll-rest", "writer", False, ("HTTP+JSON",)),
+    HostedAgent("writer-any", "writer", True, ("HTTP+JSON", "JSONRPC")),
 )
 
 _DESCRIPTIONS = {
@@ -200,6 +212,21 @@ def agent_url(base_url: str, name: str) -> str:
     return f"{base_url.rstrip('/')}{AGENTS_PREFIX}/{name}"
 
 
+def interfaces(url: str, bindings: tuple[str, ...]) -> list[AgentInterface]:
+    """What a card lists for ``bindings`` of the agent at ``url``: JSON-RPC at 1.0 and 0.3
+    (one URL speaks both), HTTP+JSON at 1.0."""
+    out: list[AgentInterface] = []
+    for binding in bindings:
+        if binding == "JSONRPC":
+            out.append(AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"))
+            out.append(AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"))
+        elif binding == "HTTP+JSON":
+            out.append(AgentInterface(url=url + REST_PATH, protocol_binding="HTTP+JSON", protocol_version="1.0"))
+        else:
+            raise ValueError(f"no {binding} interface is served here")
+    return out
+
+
 def security_schemes(auth: GuardOptions, tls: TlsOptions) -> dict[str, SecurityScheme]:
     """What a card declares for the credentials the guard requires (all of them at once)."""
     schemes: dict[str, SecurityScheme] = {}
@@ -221,7 +248,7 @@ def security_schemes(auth: GuardOptions, tls: TlsOptions) -> dict[str, SecurityS
 
 
 def agent_card(base_url: str, agent: HostedAgent, schemes: dict[str, SecurityScheme] | None = None) -> AgentCard:
-    """The card of ``agent``: one JSON-RPC URL announced for protocol 1.0 and 0.3."""
+    """The card of ``agent``: its interfaces (:func:`interfaces`), capabilities and skill."""
     url = agent_url(base_url, agent.name)
     description = _DESCRIPTIONS[agent.script]
     if not agent.streaming:
@@ -230,10 +257,7 @@ def agent_card(base_url: str, agent: HostedAgent, schemes: dict[str, SecuritySch
         name=agent.name,
         description=description,
         version="1.0.0",
-        supported_interfaces=[
-            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
-            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"),
-        ],
+        supported_interfaces=interfaces(url, agent.bindings),
         capabilities=AgentCapabilities(streaming=agent.streaming, push_notifications=True),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
@@ -287,6 +311,9 @@ def create_app(
         handlers.append(handler)
         rpc_path = f"{AGENTS_PREFIX}/{agent.name}"
         routes.extend(create_jsonrpc_routes(handler, rpc_url=rpc_path, enable_v0_3_compat=True))
+        # Without the SDK's multi-tenant mount (``/{tenant}/...``): it would catch every path.
+        rest = create_rest_routes(handler, path_prefix=rpc_path + REST_PATH)
+        routes.extend(r for r in rest if isinstance(r, Route) and r.path.startswith(rpc_path + REST_PATH))
         routes.extend(create_agent_card_routes(card, card_url=rpc_path + AGENT_CARD_WELL_KNOWN_PATH))
     if signer is not None:
         jwks = signer.jwks

@@ -26,7 +26,7 @@ from aiokafka.structs import ConsumerRecord
 from bridge.agents.client import close_stream, rpc_id
 from bridge.config.model import AgentConfig, Config
 from bridge.core.backoff import AGENT_RETRY, Backoff
-from bridge.core.task import follow, policy
+from bridge.core.task import commands, follow, policy
 from bridge.core.task.commands import Command, message_id
 from bridge.core.task.follow import AUTH_WATCH, IDLE, PUSH, RESUBSCRIBING, Follow, Mode
 from bridge.core.task.lifecycle import (
@@ -59,10 +59,14 @@ class Client(Protocol):
     def config(self) -> AgentConfig: ...
     @property
     def dialect(self) -> Dialect: ...
+    @property
+    def route(self) -> tuple[str, str, str | None, str]: ...
+    async def resolve(self, task_key: str) -> Client: ...
     async def streaming(self) -> bool: ...
     async def pushes(self) -> bool: ...
     def stream(self, req: Request, trace: str | None = None) -> AsyncIterator[Update]: ...
     async def task(self, req: Request, trace: str | None = None) -> TaskSnapshot: ...
+    async def tasks(self, req: Request, trace: str | None = None) -> tuple[list[TaskSnapshot], str | None]: ...
 
 
 class Outputs(Protocol):
@@ -292,6 +296,17 @@ class Following:
         get = self.client.dialect.get(rpc_id("get"), task_id)
         return await self.once_credentialed(lambda: self.client.task(get, self.trace))
 
+    async def speak(self) -> None:
+        """A Task routed ``binding = "auto"`` is spoken to at the interface its agent's
+        card chooses now (:meth:`bridge.agents.client.AgentClient.resolve`); the record
+        keeps it, so the Task stays there whatever the card says later.
+        :class:`bridge.errors.AgentUnspoken` when the card offers nothing the bridge speaks."""
+        if self.record.binding != "auto":
+            return
+        self.client = await self.client.resolve(self.record.task_key)
+        endpoint, dialect, _, binding = self.client.route
+        self.record.spoken_at(endpoint, dialect, binding)
+
     async def observe(self, task_id: str | None = None) -> TaskSnapshot | AgentError:
         """tasks/get: the snapshot, or the error it failed with."""
         try:
@@ -380,14 +395,24 @@ class Following:
         return DONE
 
 
+def start_context(following: Following, command: Command) -> str | None:
+    """The context a command is sent in: the Task's (or the one the start command names),
+    else, for a start to an agent that lists Tasks, one of the start's own
+    (:func:`bridge.core.task.commands.start_context`), where it is looked up after a crash."""
+    if following.record.context_id or command.type != "start" or not following.client.dialect.lists:
+        return following.record.context_id
+    return commands.start_context(command.command_id)
+
+
 def message_fields(following: Following, command: Command) -> dict[str, Any]:
     """The A2A message a start or a reply is sent as (its messageId from the command's id)."""
     assert command.message is not None
     record = following.record
-    return following.client.dialect.message(
+    dialect = following.client.dialect
+    return dialect.message(
         command.message,
         message_id=message_id(command.command_id),
-        context_id=record.context_id,
+        context_id=start_context(following, command),
         # A start makes a Task: a taskId would ask the agent to continue one (a
         # notification may have named the Task an earlier send made).
         task_id=record.task_id if command.type != "start" else None,

@@ -82,7 +82,8 @@ class TaskSources:
         """The agent client a Task started with (its stored route), whatever the config says now."""
         base = self._owner.clients[record.agent]
         if record.endpoint is not None:
-            base = base.routed(record.endpoint, record.dialect or base.config.dialect, record.agent_code)
+            dialect = record.dialect or base.config.dialect
+            base = base.routed(record.endpoint, dialect, record.agent_code, record.binding or "jsonrpc")
         return base.for_task(record.task_key)
 
     def artifact_cap(self, agent: str) -> int:
@@ -398,7 +399,11 @@ class PartitionOwner:
             self.dead_letter(raw, decision.reason, decision.detail, cmd)
         else:
             assert isinstance(decision, Act) and cmd.type == "start"
-            if not self.host.admit():
+            # A start an earlier owner committed in flight may have reached its agent: it
+            # is begun at once, so every commit goes on listing it in flight until it is
+            # answered (held back, it would be listed no more, and a crash meanwhile would
+            # make its next owner take it for a start never sent).
+            if not self.sources.start_resent(cmd.command_id) and not self.host.admit():
                 # No room: it waits (bridge.core.partition.intake), parked or read again later; a
                 # parked start is started as decided once there is (see release).
                 if self.intake.hold(cmd.task_key, (cmd, raw), size=len(raw.value or b"")) == "deferred":
@@ -422,12 +427,13 @@ class PartitionOwner:
             context_id=cmd.context_id,
             previous=previous,
             route=TaskRoute(
-                agent.url,
+                agent.interface_url or agent.url,
                 agent.dialect,
                 agent.agent_code,
                 self.config.events_topic(cmd.agent),
                 self.config.dlq_topic(cmd.agent),
                 tracing.traceparent(raw.headers),
+                agent.binding,
             ),
         )
         if isinstance(previous, ClosedTask):

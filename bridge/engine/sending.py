@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -20,17 +21,19 @@ from aiokafka.structs import ConsumerRecord
 
 from bridge.agents.client import close_stream, rpc_id
 from bridge.core.task import policy
-from bridge.core.task.commands import Command, message_id
-from bridge.core.task.follow import AUTH_WATCH, POLLING, PUSH, STREAMING
+from bridge.core.task.commands import Command, message_id, started
+from bridge.core.task.follow import AUTH_WATCH, POLLING, PUSH, RESUBSCRIBING, STREAMING
 from bridge.core.task.lifecycle import JSON, MessageUpdate, TaskSnapshot, Update
 from bridge.core.task.resume import moved_on, reply_taken
-from bridge.engine.following import DONE, Following, Step, message_fields
-from bridge.errors import AgentError, AgentNoTask, CredentialsUnavailable
+from bridge.engine.following import DONE, Following, Step, message_fields, start_context
+from bridge.errors import AgentError, AgentNoTask, AgentUnspoken, CredentialsUnavailable
 from bridge.observe import metrics
 from bridge.wire.dialects import Push
 
 log = logging.getLogger(__name__)
 
+# The most ListTasks pages read to find a start's Task (bridge/wire/dialects.py LIST_PAGE_SIZE each).
+LIST_PAGES = 10
 # What follows the agent's first answer: the rest of the stream, polling, pushes.
 Answer = AsyncIterator[Update] | Literal["poll", "push"]
 
@@ -56,7 +59,8 @@ async def run(f: Following, step: Step) -> Step:
     A start goes out only once the partition has committed it as in flight, so
     that a crash after the send is known to its next owner (counted as a re-send
     there). A start whose Task a notification named already (an earlier owner's
-    send made it) is not sent again: the Task is followed from its ``tasks/get``.
+    send made it) is not sent again: the Task is followed from its ``tasks/get``;
+    nor is one whose Task the agent's ListTasks shows (:func:`_found`).
     """
     assert step.command is not None
     command, raw = step.command
@@ -66,6 +70,10 @@ async def run(f: Following, step: Step) -> Step:
         if not f.src.start_resent(command.command_id):
             await f.src.start_listed()
         rest = await _adopted(f, command)
+        if rest is None and f.src.start_resent(command.command_id):
+            found = await _found(f, command)
+            if found is not None:
+                return found
     if rest is None and f.sending is not None:
         rest = await _answer(f, command, raw)
     del command, raw
@@ -110,6 +118,56 @@ async def _adopted(f: Following, command: Command) -> Literal["poll", "push"] | 
     return "push" if f.record.push else "poll"
 
 
+async def _found(f: Following, command: Command) -> Step | None:
+    """A start an earlier owner may have sent (committed in flight, never answered),
+    looked up with ListTasks in the context it was sent in before it is sent again
+    (:func:`bridge.core.task.commands.started`): the Task found is absorbed with its
+    snapshot and followed from there (resubscribed, or polled). None: the agent lists
+    no Tasks, the start is not among them, or the lookup failed: it is sent again."""
+    try:
+        await f.speak()
+    except AgentUnspoken:
+        return None  # refused when it is sent (_answer)
+    client = f.client
+    context = start_context(f, command)
+    if not client.dialect.lists or context is None:
+        return None
+    timeout = f.config.bridge.first_event_timeout_seconds
+    try:
+        found = await _listed(f, command, context)
+        if found is None:
+            # A request the agent read before the crash may still be making its Task:
+            # looked for again once an answer to it would have been given up on.
+            await asyncio.sleep(timeout)
+            found = await _listed(f, command, context)
+    except (AgentError, TimeoutError) as exc:
+        log.info("start sent again: ListTasks in its context failed (%s)", exc)
+        return None
+    if found is None:
+        return None
+    _first(f, command, found)
+    metrics.START_RESENDS_AVOIDED.inc()
+    log.info("start not sent again: ListTasks shows its Task %s", found.task_id)
+    if f.record.closed:
+        return DONE
+    return Step(RESUBSCRIBING, why="restart") if await client.streaming() else Step(POLLING)
+
+
+async def _listed(f: Following, command: Command, context: str) -> TaskSnapshot | None:
+    """The Task the start made, as ListTasks shows the context it was sent in (paged)."""
+    client = f.client
+    own = context != f.record.context_id  # a context of the start's own: its only Task is the one
+    token: str | None = None
+    for _ in range(LIST_PAGES):
+        req = client.dialect.list_tasks(rpc_id("list"), context, token)
+        async with asyncio.timeout(f.config.bridge.first_event_timeout_seconds):
+            page, token = await f.once_credentialed(functools.partial(client.tasks, req, f.trace))
+        found = started(page if own else [t for t in page if t.history], command.command_id)
+        if found is not None or token is None:
+            return found
+    return None
+
+
 async def _answer(f: Following, command: Command, raw: ConsumerRecord[bytes, bytes]) -> Answer | Unanswered | None:
     """Send the command until the agent answers; the command is absorbed with the
     agent's first answer. Returns the rest of the stream ("poll" for an agent that
@@ -124,6 +182,13 @@ async def _answer(f: Following, command: Command, raw: ConsumerRecord[bytes, byt
     """
     if command.type == "start" and f.src.start_resent(command.command_id):
         metrics.START_RESENDS.inc()
+    try:
+        await f.speak()  # the message's shape is the interface's version
+    except AgentUnspoken as exc:
+        f.publish_held(None)
+        f.outcome("rejected", f"{exc.kind}: {exc.detail}")
+        f.answered()
+        return None
     message = message_fields(f, command)
     cfg = f.config.bridge
     deadline = f.clock() + cfg.resume_deadline_seconds

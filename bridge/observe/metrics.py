@@ -66,13 +66,13 @@ OPEN_STREAMS = Gauge("bridge_streams_open", "SSE streams open to agents now.")
 RECONNECTS = Counter("bridge_stream_resumes_total", "Streams resumed after a drop or a restart, by how.", ["how"])
 AGENT_REQUESTS = Counter(
     "bridge_agent_requests_total",
-    "JSON-RPC calls to agents, by agent, method and result.",
-    ["agent", "method", "result"],
+    "Calls to agents, by agent, method, result and binding (jsonrpc, http+json; docs/bindings.md).",
+    ["agent", "method", "result", "binding"],
 )
 AGENT_SECONDS = Histogram(
     "bridge_agent_request_duration_seconds",
-    "JSON-RPC calls to agents until the response (or first SSE event) arrived.",
-    ["agent", "method"],
+    "Calls to agents until the response (or first SSE event) arrived, by agent, method and binding.",
+    ["agent", "method", "binding"],
     # Up past the longest wait measured: request_timeout_seconds and
     # first_event_timeout_seconds default to 30 s.
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
@@ -90,8 +90,8 @@ START_RESENDS = Counter(
 )
 START_RESENDS_AVOIDED = Counter(
     "bridge_start_resends_avoided_total",
-    "Starts not sent again after a crash because a push notification had named their Task already: the Task"
-    " is followed from its tasks/get.",
+    "Starts not sent again after a crash because their Task was found: a push notification had named it, or"
+    " the agent's ListTasks shows it in the start's context. The Task is followed from there.",
 )
 BUFFER_WAITS = Counter("bridge_buffer_full_waits_total", "Times a reader waited because the commit buffer was full.")
 COMMIT_LAG = Gauge("bridge_uncommitted_events", "Events buffered and not yet committed, all partitions.")

@@ -113,12 +113,15 @@ async def live(config: Config, record: TaskRecord, events: list[dict[str, Any]])
     async with httpx.AsyncClient(verify=tls_context(agent) or True) as http:
         client = AgentClient(agent, http)
         if record.endpoint:
-            client = client.routed(record.endpoint, record.dialect or agent.dialect, record.agent_code)
+            binding = record.binding or "jsonrpc"
+            client = client.routed(record.endpoint, record.dialect or agent.dialect, record.agent_code, binding)
             route = "the route stored in the checkpoint"
         else:
             route = "the configured route (the checkpoint keeps none: a closed Task's, by an older bridge)"
-        print(f"  tasks/get {record.task_id!r} at {client.config.url} ({client.config.dialect}), {route}")
         try:
+            client = await client.resolve(record.task_key)  # a route the card had not chosen yet
+            where = f"{client.route[0]} ({client.config.dialect}, {client.route[3]})"
+            print(f"  tasks/get {record.task_id!r} at {where}, {route}")
             snapshot = await client.task(client.dialect.get(rpc_id("get"), record.task_id))
         except AgentFault as exc:
             return f"the agent gave no Task: {exc}"
@@ -162,6 +165,7 @@ def checkpoint_fields(record: TaskRecord) -> dict[str, Any]:
         "endpoint": record.endpoint,
         "dialect": record.dialect,
         "agentCode": record.agent_code,
+        "binding": record.binding,
         "eventsTopic": record.events_topic,
         "dlqTopic": record.dlq_topic,
     }
@@ -183,11 +187,16 @@ def diagnosis(record: TaskRecord, events: list[dict[str, Any]], agent: AgentConf
     gives: JSON-RPC id against Task id, the Agent selector, authorization, the
     last event sequence, the terminal event. ``agent``: as configured now."""
     routed = (
-        f"dialect {record.dialect}, agent_code {record.agent_code!r}, url {record.endpoint}"
+        f"dialect {record.dialect}, agent_code {record.agent_code!r}, url {record.endpoint},"
+        f" binding {record.binding or 'jsonrpc'}"
         if record.endpoint
         else "(not recorded)"
     )
-    now = f"dialect {agent.dialect}, agent_code {agent.agent_code!r}, url {agent.url}" if agent else "NOT CONFIGURED"
+    now = (
+        f"dialect {agent.dialect}, agent_code {agent.agent_code!r}, url {agent.url}, binding {agent.binding}"
+        if agent
+        else "NOT CONFIGURED"
+    )
     kinds = credentials_of(agent) if agent else ""
     auth = f"{kinds} configured" if kinds else "no credentials configured"
     refused = any(e.get("kind") == "bridge" and "unauthorized" in str(e.get("reason")) for e in events)

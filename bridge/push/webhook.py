@@ -16,7 +16,8 @@ of the accept; a kept-alive connection's next head, and a body, within
 - 400 a head h11 or bridge/push/framing.py refuses (among them both Content-Length
   and Transfer-Encoding), 431 a head larger than :data:`MAX_HEAD_BYTES`, each closing
   the connection;
-- 404 not a push path; 405 not POST; 401 a missing or wrong ``X-A2A-Notification-Token``;
+- 404 not a push path; 405 not POST; 401 a missing or wrong Task token (in
+  ``X-A2A-Notification-Token``, or without it as v1.0's ``Authorization: Bearer <token>``);
   404 an agent that is not configured or does not push; 415 not ``application/json``
   (nor ``application/a2a+json``);
   413 larger than ``push.max_body_bytes`` (by Content-Length, or once read);
@@ -82,6 +83,13 @@ BACKLOG = 512
 ACCEPT_PAUSE_SECONDS = 0.5
 READ_CHUNK = 64 * 1024
 TOKEN_HEADER = b"x-a2a-notification-token"
+
+
+def bearer(authorization: bytes | None) -> bytes | None:
+    """The credentials of an ``Authorization: Bearer <credentials>`` header: where an
+    A2A 1.0 agent presents a push config's ``authentication`` (scheme and credentials)."""
+    scheme, _, credentials = (authorization or b"").strip().partition(b" ")
+    return credentials.strip() or None if scheme.lower() == b"bearer" else None
 # What an operator reads in the response body (the reason is in the status already).
 TEXT: dict[Refusal | None, bytes] = {
     None: b"produced\n",
@@ -286,7 +294,7 @@ class Webhook:
         headers = {name: value for name, value in request.headers}
         route = push.parse(request.target.decode("ascii", "replace").split("?", 1)[0])
         agent = self.config.agents.get(route.agent) if route else None
-        token = headers.get(TOKEN_HEADER)
+        token = headers.get(TOKEN_HEADER) or bearer(headers.get(b"authorization"))
         length = headers.get(b"content-length")
         refusal = push.refuse_head(
             method=request.method.decode("ascii", "replace"),

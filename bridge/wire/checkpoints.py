@@ -72,6 +72,7 @@ def _document(record: TaskRecord, artifacts: dict[str, ArtifactProgress]) -> dic
         "endpoint": record.endpoint,
         "dialect": record.dialect,
         "agentCode": record.agent_code,
+        "binding": record.binding,
         "eventsTopic": record.events_topic,
         "dlqTopic": record.dlq_topic,
     }
@@ -219,6 +220,7 @@ _FIELDS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
     ("endpoint", "endpoint", _opt_str),
     ("dialect", "dialect", _opt_str),
     ("agent_code", "agentCode", _opt_str),
+    ("binding", "binding", _opt_str),
     ("events_topic", "eventsTopic", _opt_str),
     ("dlq_topic", "dlqTopic", _opt_str),
     ("traceparent", "traceparent", _opt_str),

@@ -43,7 +43,11 @@ from bridge.core.task.lifecycle import ArtifactUpdate, MessageUpdate, StatusUpda
 from bridge.errors import AgentProtocolError, RpcError
 
 JSON = dict[str, Any]
-Op = Literal["stream", "send", "get", "cancel", "resubscribe"]
+Op = Literal["stream", "send", "get", "cancel", "resubscribe", "list"]
+# Tasks asked for in one ListTasks page, and the history each shows: enough to find
+# the start among the Tasks of a context the bridge made for it.
+LIST_PAGE_SIZE = 100
+LIST_HISTORY = 20
 
 _V1_STATES = {
     "TASK_STATE_SUBMITTED": "submitted",
@@ -126,6 +130,9 @@ class Dialect:
     }
     # Whether a resubscribe stream carries SSE ids to resume after.
     sequenced = False
+    # Whether the agent lists Tasks (v1.0 ListTasks): then a start is sent in a context
+    # of the bridge's and looked up there before it is sent again (bridge/engine/sending.py).
+    lists = False
 
     def __init__(self, agent: str) -> None:
         self.agent = agent
@@ -168,6 +175,14 @@ class Dialect:
 
     def resubscribe(self, rpc_id: str, task_id: str, after_seq: int | None) -> Request:
         return self._request("resubscribe", rpc_id, {"id": task_id})
+
+    def list_tasks(self, rpc_id: str, context_id: str, page_token: str | None) -> Request:
+        """One page of the Tasks of ``context_id``, each with its recent history."""
+        raise NotImplementedError(f"{self.name} lists no Tasks")
+
+    def tasks(self, result: JSON) -> tuple[list[TaskSnapshot], str | None]:
+        """A :meth:`list_tasks` page: its Tasks, and the token of the next page (None: the last)."""
+        raise NotImplementedError(f"{self.name} lists no Tasks")
 
     # ---------------------------------------------------------- responses --
 
@@ -375,10 +390,23 @@ class V1Dialect(Dialect):
         "get": "GetTask",
         "cancel": "CancelTask",
         "resubscribe": "SubscribeToTask",
+        "list": "ListTasks",
     }
+    lists = True
 
     def headers(self) -> dict[str, str]:
         return {"A2A-Version": "1.0"}
+
+    def list_tasks(self, rpc_id: str, context_id: str, page_token: str | None) -> Request:
+        params: JSON = {"contextId": context_id, "pageSize": LIST_PAGE_SIZE, "historyLength": LIST_HISTORY}
+        if page_token:
+            params["pageToken"] = page_token
+        return self._request("list", rpc_id, params)
+
+    def tasks(self, result: JSON) -> tuple[list[TaskSnapshot], str | None]:
+        tasks = [self.task(t) for t in self._list(result, "tasks") if isinstance(t, dict)]
+        token = result.get("nextPageToken")
+        return tasks, token if isinstance(token, str) and token else None
 
     def push_configuration(self, push: Push) -> JSON:
         return {"returnImmediately": True, "taskPushNotificationConfig": {"url": push.url, "token": push.token}}

@@ -430,7 +430,7 @@ async def test_no_token_is_counted_and_the_agent_never_asked(tmp_path: Path) -> 
     secret = tmp_path / "secret"
     secret.write_text("s")
     keys = {"oauth2_token_url": f"{dead}/token", "oauth2_client_id": "c", "oauth2_client_secret_file": str(secret)}
-    counter = metrics.AGENT_REQUESTS.labels("w", "get", "no-credentials")
+    counter = metrics.AGENT_REQUESTS.labels("w", "get", "no-credentials", "jsonrpc")
     before = counter._value.get()
     agent = Agent()
     async with running(agent, None, **keys) as (_, w):

@@ -10,36 +10,19 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from bridge.demo import scripts
 from bridge.demo.procs import free_port
-from bridge.demo.sdk_agents import create_app
 from tests.support import ROOT
-from tests.support.waiting import blocking_until, until_awaited
+from tests.support.waiting import until_awaited
 
 V1 = {"A2A-Version": "1.0"}
-
-
-@pytest.fixture(scope="module")
-def base_url() -> Iterator[str]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = uvicorn.Server(uvicorn.Config(create_app(url), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    blocking_until(lambda: server.started or not thread.is_alive(), 10, "the sdk agents serving")
-    assert server.started, "the sdk agents' server thread ended before it served"
-    yield url
-    server.should_exit = True
-    thread.join(10)
 
 
 @pytest.fixture

@@ -163,6 +163,17 @@ async def test_a_notification_is_in_kafka_before_its_200(webhook: Webhook, confi
     assert counted(metrics.PUSH_PRODUCED, "writer") == produced + 2
 
 
+async def test_the_token_may_come_as_a_v1_authorization_bearer(webhook: Webhook, config: Config) -> None:
+    route = Route("writer", 0, "order-v1", "cmd-v1")
+    token = push.token(SECRET.encode(), route)
+    async with httpx.AsyncClient() as client:
+        basic = await client.post(target(webhook, route), json=BODY, headers={"Authorization": f"Basic {token}"})
+        assert basic.status_code == 401, basic.text
+        answer = await client.post(target(webhook, route), json=BODY, headers={"Authorization": f"bearer  {token}"})
+        assert answer.status_code == 200, answer.text
+    assert [(n.route, n.body) for n in await on_topic(config) if n.route == route] == [(route, BODY)]
+
+
 async def test_every_refusal_has_its_status_is_counted_and_is_never_produced(webhook: Webhook, config: Config) -> None:
     route = Route("writer", 1, "order-9", "cmd-9")
     good = target(webhook, route)

@@ -45,6 +45,13 @@ class FakeClient:
         self.dialect: Dialect = GatewayDialect("gw", "writer")
         self.script = script
 
+    @property
+    def route(self) -> tuple[str, str, str | None, str]:
+        return (AGENT.url, "gateway", "writer", "jsonrpc")
+
+    async def resolve(self, task_key: str) -> FakeClient:
+        return self
+
     async def streaming(self) -> bool:
         return True
 
@@ -64,6 +71,9 @@ class FakeClient:
             yield item
 
     async def task(self, req: Request, trace: str | None = None) -> TaskSnapshot:
+        raise AssertionError("not scripted")
+
+    async def tasks(self, req: Request, trace: str | None = None) -> tuple[list[TaskSnapshot], str | None]:
         raise AssertionError("not scripted")
 
 

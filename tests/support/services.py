@@ -100,9 +100,12 @@ def bridge_config(
         registry[f"gw-{a}"] = {"url": f"{env.gateway}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": a}
         registry[f"sdk-{a}"] = {"url": f"{env.sdk}/agents/{a}", "dialect": "a2a-0.3"}
         registry[f"v1-{a}"] = {"url": f"{env.sdk}/agents/{a}", "dialect": "a2a-1.0"}
+        # No dialect, no binding: the card offers HTTP+JSON 1.0 only, and that is what is spoken.
+        registry[f"rest-{a}"] = {"url": f"{env.sdk}/agents/{a}-rest"}
     registry["sdk-poller"] = {"url": f"{env.sdk}/agents/writer-poll", "dialect": "a2a-0.3", "mode": "poll"}
     # mode auto: the agent card says streaming: false
     registry["sdk-autopoll"] = {"url": f"{env.sdk}/agents/writer-poll", "dialect": "a2a-1.0"}
+    registry["rest-autopoll"] = {"url": f"{env.sdk}/agents/writer-poll-rest"}
     if only_these_agents:
         registry.clear()
     registry.update(agents or {})

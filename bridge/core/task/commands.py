@@ -8,10 +8,11 @@ commands"; the reasons are ``dlq_reason`` in ``schemas/asyncapi.yaml``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from bridge.core.task.lifecycle import ClosedTask, TaskRecord
+from bridge.core.task.lifecycle import ClosedTask, TaskRecord, TaskSnapshot
 
 DlqReason = Literal[
     "not-json",
@@ -85,3 +86,24 @@ def decide(command: Command, record: TaskRecord | ClosedTask | None) -> Decision
 def message_id(command_id: str) -> str:
     """The A2A messageId for a command: stable, so a re-sent start is recognisable."""
     return f"bridge-{command_id}"
+
+
+def start_context(command_id: str) -> str:
+    """The A2A contextId a start is sent in when the command names none and the agent
+    lists Tasks: the start's own, so the Tasks listed in it after a crash can only be
+    the ones this start made (:func:`started`)."""
+    return f"bridge-start-{command_id}"
+
+
+def started(tasks: Iterable[TaskSnapshot], command_id: str) -> TaskSnapshot | None:
+    """Of the Tasks listed in a start's context, the one the start made: the one whose
+    history holds the start's message; else, when the agent keeps no history, the only
+    Task of the context (a context of the bridge's own: :func:`start_context`). None:
+    the start never reached the agent, or which Task it made cannot be told."""
+    listed = list(tasks)
+    sent = message_id(command_id)
+    for task in listed:
+        if any(m.get("messageId") == sent for m in task.history):
+            return task
+    historyless = [t for t in listed if not t.history]
+    return listed[0] if len(listed) == 1 and historyless else None

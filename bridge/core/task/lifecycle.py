@@ -239,6 +239,9 @@ class TaskRecord:
     endpoint: str | None = None
     dialect: str | None = None
     agent_code: str | None = None
+    # The protocol binding at the endpoint (bridge/wire/interfaces.py): "auto" until the
+    # agent card chose one; None in a route kept before bindings were (JSON-RPC).
+    binding: str | None = None
     # The events topic its first event went to: all of a Task's events stay there.
     events_topic: str | None = None
     # Its agent's DLQ when it started: a command about it dead-lettered later goes
@@ -304,7 +307,13 @@ class TaskRecord:
         """A fresh Task's route, stored when it starts: a config change must not
         re-route a live Task."""
         self.endpoint, self.dialect, self.agent_code = route.endpoint, route.dialect, route.agent_code
+        self.binding = route.binding
         self.events_topic, self.dlq_topic, self.traceparent = route.events_topic, route.dlq_topic, route.traceparent
+
+    def spoken_at(self, endpoint: str, dialect: str, binding: str) -> None:
+        """The interface the agent's card chose for a Task routed ``binding = "auto"``
+        (bridge/wire/interfaces.py): kept from here on, as the rest of its route."""
+        self.endpoint, self.dialect, self.binding = endpoint, dialect, binding
 
     def took(self, command_id: str, *, unmoved: bool = False) -> None:
         """The agent took ``command_id``: the events from here on carry it.
@@ -812,6 +821,7 @@ class TaskRoute:
     events_topic: str | None = None
     dlq_topic: str | None = None
     traceparent: str | None = None
+    binding: str | None = None
 
 
 def new_task(

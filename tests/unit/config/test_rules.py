@@ -179,6 +179,17 @@ def test_agent_rules() -> None:
     assert rules.agent("agents.a", agent(poll_initial_seconds=5.0, poll_max_seconds=1.0), has_url=True) == [
         Problem("agents.a.poll_max_seconds", "1.0 is below poll_initial_seconds 5.0")
     ]
+    gateway = agent(dialect="gateway", agent_code="w", binding="http+json")
+    assert rules.agent("agents.a", gateway, has_url=True) == [
+        Problem("agents.a.binding", "the gateway dialect speaks JSON-RPC only, not http+json")
+    ]
+    assert rules.agent("agents.a", agent(binding="http+json", interface_url="https://a/rest"), has_url=True) == []
+    assert rules.agent("agents.a", agent(interface_url="https://a/rest"), has_url=True) == [
+        Problem(
+            "agents.a.interface_url",
+            'binding = "auto" takes the interface\'s URL from the agent card; name the binding it is for',
+        )
+    ]
 
 
 def test_agent_names_a_command_can_address() -> None:

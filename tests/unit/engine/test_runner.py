@@ -29,6 +29,7 @@ from bridge.core.task.lifecycle import (
     ArtifactUpdate,
     StatusUpdate,
     TaskRecord,
+    TaskRoute,
     TaskSnapshot,
     Update,
     artifact_key,
@@ -37,7 +38,7 @@ from bridge.core.task.lifecycle import (
 )
 from bridge.engine import following as following_module
 from bridge.engine.runner import TaskRunner
-from bridge.errors import AgentOversize, AgentUnavailable, RpcError
+from bridge.errors import AgentOversize, AgentUnavailable, AgentUnspoken, RpcError
 from bridge.observe import logs
 from bridge.wire.dialects import Request
 from tests.support.factories import consumer_record
@@ -693,3 +694,24 @@ async def test_a_tasks_log_lines_carry_its_task_id_from_the_agents_first_answer_
     assert answered["taskId"] == "t-1" and answered["commandId"] == "c-start" and answered["taskKey"] == "k"
     assert by_message["reply answered: the Task is completed"]["commandId"] == "r-1"
     assert by_message["the Task ended: completed"]["taskId"] == "t-1"
+
+
+class _Unspoken(FakeClient):
+    """An agent whose card offers only what the bridge does not speak."""
+
+    async def resolve(self, task_key: str) -> FakeClient:
+        raise AgentUnspoken("gw", "agent card", "its agent card offers GRPC 1.0; this bridge speaks ...")
+
+
+async def test_a_start_to_an_agent_whose_card_offers_nothing_spoken_is_rejected_with_the_reason() -> None:
+    script = Script()
+    part = FakePartition(script, agent=_Unspoken(script))
+    record = new_task("k", "gw", "c-start", deadline=None, metadata=None, route=TaskRoute(binding="auto"))
+    runner = TaskRunner(part, part, record)
+    runner.launch(start())
+    await asyncio.wait_for(part.done.wait(), 2)
+    assert script.requests == []  # nothing was sent
+    last = part.events[-1]
+    assert (last["kind"], last["outcome"], last["terminal"]) == ("bridge", "rejected", True)
+    assert last["reason"].startswith("unspoken: its agent card offers GRPC 1.0")
+    assert part.absorbed == [(1, "c-start")] and part.dlq == []
