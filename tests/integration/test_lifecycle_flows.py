@@ -35,7 +35,8 @@ from tests.support.services import (
 
 pytestmark = pytest.mark.integration
 
-DIALECTS = {"gateway": "gw", "a2a-0.3": "sdk", "a2a-1.0": "v1"}
+# The agent prefixes of tests/support/services.py: rest- agents' cards offer HTTP+JSON only.
+DIALECTS = {"gateway": "gw", "a2a-0.3": "sdk", "a2a-1.0": "v1", "http+json": "rest"}
 TOKEN = "s3cret-token-do-not-log"
 CAP = 2048
 
@@ -181,16 +182,19 @@ async def test_deadline_is_a_bridge_timeout_not_a_failure(running: Running) -> N
     assert tasks["state"] == "working"
 
 
-@pytest.mark.parametrize("agent", ["sdk-poller", "sdk-autopoll"])
+@pytest.mark.parametrize("agent", ["sdk-poller", "sdk-autopoll", "rest-autopoll"])
 async def test_non_streaming_agents_are_polled(running: Running, agent: str) -> None:
     k = key(agent)
     await send_commands(running.config, [start_command(k, agent, "chunks=4 interval=0.2")])
     events = await running.task_events(k)
     gapless(events)
     assert events[-1]["state"] == "completed"
-    version = {"sdk-poller": ("tasks/get", {}), "sdk-autopoll": ("GetTask", {"A2A-Version": "1.0"})}[agent]
+    version = {"sdk-poller": ("tasks/get", {}), "sdk-autopoll": ("GetTask", {"A2A-Version": "1.0"})}.get(
+        agent, ("GetTask", {"A2A-Version": "1.0"})
+    )
+    served = "writer-poll-rest" if agent.startswith("rest-") else "writer-poll"
     truth = httpx.post(
-        f"{running.env.sdk}/agents/writer-poll",
+        f"{running.env.sdk}/agents/{served}",
         headers=version[1],
         timeout=5,
         json={"jsonrpc": "2.0", "id": 1, "method": version[0], "params": {"id": events[0]["taskId"]}},
