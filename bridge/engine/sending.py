@@ -69,6 +69,8 @@ async def run(f: Following, step: Step) -> Step:
     if command.type == "start":
         if not f.src.start_resent(command.command_id):
             await f.src.start_listed()
+        with contextlib.suppress(AgentUnspoken):  # refused when it is sent (_answer)
+            await f.speak()  # the interface its card offers, before any call about it
         rest = await _adopted(f, command)
         if rest is None and f.src.start_resent(command.command_id):
             found = await _found(f, command)
@@ -124,13 +126,9 @@ async def _found(f: Following, command: Command) -> Step | None:
     (:func:`bridge.core.task.commands.started`): the Task found is absorbed with its
     snapshot and followed from there (resubscribed, or polled). None: the agent lists
     no Tasks, the start is not among them, or the lookup failed: it is sent again."""
-    try:
-        await f.speak()
-    except AgentUnspoken:
-        return None  # refused when it is sent (_answer)
     client = f.client
     context = start_context(f, command)
-    if not client.dialect.lists or context is None:
+    if not client.dialect.lists or context is None or f.record.binding == "auto":  # auto: unspoken
         return None
     timeout = f.config.bridge.first_event_timeout_seconds
     try:

@@ -90,6 +90,8 @@ def bearer(authorization: bytes | None) -> bytes | None:
     A2A 1.0 agent presents a push config's ``authentication`` (scheme and credentials)."""
     scheme, _, credentials = (authorization or b"").strip().partition(b" ")
     return credentials.strip() or None if scheme.lower() == b"bearer" else None
+
+
 # What an operator reads in the response body (the reason is in the status already).
 TEXT: dict[Refusal | None, bytes] = {
     None: b"produced\n",
