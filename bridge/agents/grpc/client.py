@@ -57,21 +57,22 @@ class Channels:
 
     def __init__(self, config: AgentConfig) -> None:
         self._config = config
-        self._open: dict[tuple[str, int, bool], grpc.aio.Channel] = {}
+        # Each channel with its A2AService stub (the stub's callables are made once).
+        self._open: dict[tuple[str, int, bool], tuple[grpc.aio.Channel, Any]] = {}
         self._tls: grpc.ChannelCredentials | None = None
 
     def stub(self, target: GrpcTarget, shard: int, streaming: bool) -> Any:
         """The A2AService stub on the channel of ``target`` for ``shard``'s calls of this kind."""
         key = (target.address, shard, streaming)
-        channel = self._open.get(key)
-        if channel is None:
+        opened = self._open.get(key)
+        if opened is None:
             options = self._options(streaming)
             if target.tls:
                 channel = grpc.aio.secure_channel(target.address, self._credentials(), options=options)
             else:
                 channel = grpc.aio.insecure_channel(target.address, options=options)
-            self._open[key] = channel
-        return a2a_pb2_grpc.A2AServiceStub(channel)
+            opened = self._open[key] = (channel, a2a_pb2_grpc.A2AServiceStub(channel))
+        return opened[1]
 
     def _options(self, streaming: bool) -> list[tuple[str, Any]]:
         c = self._config
@@ -105,8 +106,8 @@ class Channels:
         return self._tls
 
     async def close(self) -> None:
-        channels, self._open = list(self._open.values()), {}
-        for channel in channels:
+        opened, self._open = list(self._open.values()), {}
+        for channel, _ in opened:
             await channel.close()
 
 
@@ -119,7 +120,7 @@ def _pem(agent: str, key: str, path: str | None) -> bytes:
             return f.read()
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
-        detail = f"TLS: agents.{agent}.{key}: cannot read {path!r} ({why})"
+        detail = f"no channel: TLS: agents.{agent}.{key}: cannot read {path!r} ({why})"
         raise AgentUnavailable(agent, "gRPC channel", detail) from None
 
 

@@ -5,14 +5,19 @@ back into ProtoJSON for the v1.0 dialect, and gRPC statuses as the bridge's erro
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
+from bridge.agents.credentials import credentials
+from bridge.agents.errors import tls_failure
 from bridge.agents.grpc import a2a_pb2, status_pb2
+from bridge.agents.grpc.client import Channels, GrpcCaller
 from bridge.agents.grpc.convert import METHODS, a2a_error, request, result
 from bridge.agents.grpc.errors import GrpcErrors, failure
+from bridge.config.model import AgentConfig
 from bridge.core.task.lifecycle import ArtifactUpdate, StatusUpdate, TaskSnapshot
 from bridge.errors import (
     AgentAuthError,
@@ -23,6 +28,7 @@ from bridge.errors import (
     RpcError,
 )
 from bridge.wire.dialects import Push, V1Dialect
+from bridge.wire.interfaces import GrpcTarget
 
 DIALECT = V1Dialect("w")
 
@@ -163,3 +169,30 @@ def test_the_block_failure_is_held_and_raised_linked_to_nothing_of_grpcs() -> No
         raise TimeoutError
     with pytest.raises(ValueError), GrpcErrors("w", "GetTask"):
         raise ValueError("not grpc's")
+
+
+async def test_each_call_carries_the_version_and_the_credentials_as_lower_case_metadata(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("G_TOKEN", "t0k")
+    monkeypatch.setenv("G_KEY", "k3y")
+    config = AgentConfig(
+        "w", "https://a", binding="grpc", token_env="G_TOKEN", api_key_env="G_KEY", api_key_header="X-Api-Key"
+    )
+    channels = Channels(config)
+    caller = GrpcCaller.at(config, "grpcs://a:443", channels, credentials(config))
+    assert caller.target == GrpcTarget("a:443", tls=True)
+    _, metadata = await caller._metadata(DIALECT.get("r", "t"), None)
+    assert sorted(metadata) == [("a2a-version", "1.0"), ("authorization", "Bearer t0k"), ("x-api-key", "k3y")]
+    await channels.close()
+
+
+async def test_a_tls_file_that_cannot_be_read_is_a_tls_failure_naming_its_key(tmp_path: Path) -> None:
+    config = AgentConfig("w", "https://a", binding="grpc", tls_ca_file=str(tmp_path / "gone.pem"))
+    channels = Channels(config)
+    with pytest.raises(AgentUnavailable) as caught:
+        channels.stub(GrpcTarget("a:443", tls=True), 0, streaming=False)
+    assert tls_failure(caught.value) and "agents.w.tls_ca_file" in caught.value.detail
+    plain = channels.stub(GrpcTarget("a:80", tls=False), 0, streaming=True)
+    assert channels.stub(GrpcTarget("a:80", tls=False), 0, streaming=True) is plain  # one channel, one stub
+    await channels.close()
