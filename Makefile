@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
-.PHONY: help venv lint unit integration test chaos soak demo bench bench-scale bench-restart kafka-up kafka-down clean lock monitoring image config-reference
+.PHONY: help venv lint unit integration test chaos soak demo bench bench-scale bench-restart kafka-up kafka-down clean lock monitoring image config-reference proto
 
 help:
 	@echo "make demo    - the bridge end to end on a local broker with demo agents"
@@ -21,6 +21,7 @@ help:
 	@echo "make image   - build the image with podman (sets podman up; no Docker, no registry), SBOM in .image/"
 	@echo "make monitoring - regenerate deploy/monitoring/prometheusrule.yaml from the alerts"
 	@echo "make config-reference - regenerate the key tables of docs/configuration.md from the config model"
+	@echo "make proto   - regenerate the Python of bridge/agents/grpc/*.proto (the gRPC binding)"
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python >= 3.11 needed"; exit 1; }
@@ -103,6 +104,11 @@ monitoring: venv
 # or changing a key (tests/repo/test_config_reference.py fails until they agree).
 config-reference: venv
 	$(PY) scripts/render-config-reference.py
+
+# bridge/agents/grpc's generated Python comes from its .proto files; run after editing
+# them (tests/repo/test_proto.py fails until they agree).
+proto: venv
+	$(PY) scripts/gen-proto.py
 
 clean:
 	-scripts/kafka.sh down

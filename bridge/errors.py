@@ -1,9 +1,10 @@
 """The bridge's exceptions, one hierarchy.
 
 Messages name the agent, the method and what went wrong; they never carry
-tokens, headers or payloads. Foreign errors (httpx, aiokafka) are mapped onto
+tokens, headers or payloads. Foreign errors (httpx, grpc, aiokafka) are mapped onto
 these once per boundary, where it meets them: an agent's HTTP in
-:class:`bridge.agents.errors.AgentErrors`, Kafka in
+:class:`bridge.agents.errors.AgentErrors`, its gRPC in
+:class:`bridge.agents.grpc.errors.GrpcErrors`, Kafka in
 :func:`bridge.kafka.errors.kafka_errors` (the push webhook's relay too), a
 partition's transaction in :class:`bridge.kafka.transaction.TransactionFailed`::
 
@@ -18,7 +19,8 @@ partition's transaction in :class:`bridge.kafka.transaction.TransactionFailed`::
         └── AgentError          retried when ``retryable``
             ├── AgentUnavailable    connection, timeout, silent stream
             ├── AgentHTTPError      HTTP 4xx/5xx
-            │   └── AgentAuthError  401/403
+            │   └── AgentAuthError  401/403 (gRPC UNAUTHENTICATED/PERMISSION_DENIED too)
+            ├── AgentGrpcError      a gRPC status that names no A2A error
             ├── AgentProtocolError  not JSON-RPC/SSE as the dialect expects
             │   └── AgentNoTask     a Message (or nothing) where a Task was due
             ├── AgentUnspoken       its card offers no interface the bridge speaks
@@ -114,6 +116,18 @@ class AgentAuthError(AgentHTTPError):
     """401 or 403: the configured token is missing, wrong or not allowed."""
 
     kind = "unauthorized"
+
+
+class AgentGrpcError(AgentError):
+    """A gRPC status the bridge does not retry and that names no A2A error (an
+    ``INTERNAL`` or ``INVALID_ARGUMENT`` without an ``ErrorInfo``, say):
+    bridge/agents/grpc/errors.py maps the others."""
+
+    kind = "grpc-error"
+
+    def __init__(self, agent: str, method: str, code: str, message: str) -> None:
+        super().__init__(agent, method, f"gRPC {code}: {message}" if message else f"gRPC {code}")
+        self.code = code
 
 
 class AgentProtocolError(AgentError):

@@ -45,6 +45,7 @@ RULES: dict[Callable[[Any], str | None], str] = {
     rules.not_empty: "not empty",
     rules.topic: "a topic name",
     rules.http_url: "an http:// or https:// URL",
+    rules.interface_url: "an http(s):// or grpc(s):// URL",
     rules.hosts: "host:port, comma-separated",
 }
 KINDS = {int: "integer", float: "number", bool: "boolean", str: "string"}

@@ -1,10 +1,11 @@
-"""The HTTP adapter to agents: JSON-RPC or HTTP+JSON, SSE streams. Thin.
+"""The adapter to agents: JSON-RPC or HTTP+JSON with SSE streams, or gRPC. Thin.
 
 Everything protocol-shaped is in :mod:`bridge.wire.dialects` (the requests and
 what answers mean), :mod:`bridge.wire.rest` (where HTTP+JSON puts them) and
 :mod:`bridge.wire.interfaces` (which interface of its card an agent is spoken to
 at); this module sends what a dialect built over the agent's binding and maps
-transport failures onto :mod:`bridge.errors`.
+transport failures onto :mod:`bridge.errors`. gRPC's calls are
+:mod:`bridge.agents.grpc.client`'s: for them this module keeps the metrics alone.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import logging
 import ssl
 import time
 import zlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import httpx
@@ -28,6 +29,7 @@ import orjson
 from bridge.agents import transport
 from bridge.agents.credentials import Credentials, credentials, tls_context
 from bridge.agents.errors import AgentErrors
+from bridge.agents.grpc.client import Channels, GrpcCaller
 from bridge.config.model import AgentConfig, Config
 from bridge.core.task.lifecycle import MessageUpdate, TaskSnapshot, Update
 from bridge.errors import (
@@ -102,6 +104,7 @@ async def clients(
             shared = [await stack.enter_async_context(pool(limits, tls)) for _ in range(shards)]
         http = shared if own is None else [await stack.enter_async_context(pool(limits, own)) for _ in range(shards)]
         out[name] = AgentClient(agent, http)
+        stack.push_async_callback(out[name].aclose)
     return out
 
 
@@ -133,10 +136,12 @@ class AgentClient:
         config: AgentConfig,
         http: httpx.AsyncClient | Sequence[httpx.AsyncClient],
         creds: Credentials | None = None,
+        channels: Channels | None = None,
     ) -> None:
         self.config = config
-        # HTTP+JSON is spoken in its v1.0 shapes only (bridge/wire/rest.py).
-        dialect = "a2a-1.0" if config.binding == "http+json" else config.dialect
+        # HTTP+JSON and gRPC are spoken in their v1.0 shapes only (bridge/wire/rest.py,
+        # bridge/agents/grpc/convert.py).
+        dialect = "a2a-1.0" if config.binding in ("http+json", "grpc") else config.dialect
         self.dialect: Dialect = for_agent(config.name, dialect, config.agent_code)
         self._rest = config.binding == "http+json"
         # What the agent metrics say was spoken ("auto": the card not read yet, so JSON-RPC).
@@ -152,6 +157,12 @@ class AgentClient:
         self._card: Shared[dict[str, Any]] = Shared(self._fetch_card, f"agents.{config.name}", None)
         # Asked on every request: a renewed or rotated credential is on the next one.
         self.credentials = creds if creds is not None else credentials(config)
+        # gRPC's channels, made when first used: one set for every route and pool of the agent.
+        self._channels = channels if channels is not None else Channels(config)
+        self._grpc: GrpcCaller | None = None
+        if config.binding == "grpc":
+            where = config.interface_url or config.url
+            self._grpc = GrpcCaller.at(config, where, self._channels, self.credentials)
         # Parsed once: httpx parses a URL given as a string on every request.
         self._url = httpx.URL(config.interface_url or config.url)
         self._timeout = httpx.Timeout(config.request_timeout_seconds, connect=config.connect_timeout_seconds)
@@ -175,6 +186,7 @@ class AgentClient:
         if shard is None:
             shard = self._shards[i] = copy.copy(self)
             shard._http = self._pools[i]
+            shard._grpc = None if self._grpc is None else self._grpc.on(i)
             shard._shards = {}
             shard._root = self
         return shard
@@ -233,8 +245,12 @@ class AgentClient:
                 agent_code=agent_code,
                 binding=binding,  # type: ignore[arg-type]
             )
-            self._routes[key] = AgentClient(config, self._pools, self.credentials)
+            self._routes[key] = AgentClient(config, self._pools, self.credentials, self._channels)
         return self._routes[key]
+
+    async def aclose(self) -> None:
+        """Close the agent's gRPC channels (its HTTP pools are their owner's to close)."""
+        await self._channels.close()
 
     async def resolve(self, task_key: str) -> AgentClient:
         """This agent at the interface it is spoken to, on the connection pool of the Task
@@ -455,15 +471,18 @@ class AgentClient:
         traceparent, continued on the request (bridge.observe.tracing)."""
         started = time.monotonic()
         try:
-            errors = AgentErrors(self.name, req.method)
-            with errors:
-                async with (
-                    bounded.within(self.config.request_timeout_seconds),
-                    self._rpc(req, "application/json", self._content(req), self._timeout, trace) as r,
-                ):
-                    body = await self._read(r, self.config.max_response_bytes, req.method)
-            errors.check()
-            result = self._result(req, body, "response body")
+            if self._grpc is not None:
+                result = await self._grpc.call(req, trace)
+            else:
+                errors = AgentErrors(self.name, req.method)
+                with errors:
+                    async with (
+                        bounded.within(self.config.request_timeout_seconds),
+                        self._rpc(req, "application/json", self._content(req), self._timeout, trace) as r,
+                    ):
+                        body = await self._read(r, self.config.max_response_bytes, req.method)
+                errors.check()
+                result = self._result(req, body, "response body")
         except AgentFault as exc:
             self._observe(req, exc.kind, started)
             raise
@@ -490,43 +509,51 @@ class AgentClient:
             raise AgentProtocolError(self.name, req.method, f"unexpected content-type {ctype[:60]!r}")
         return ctype != "text/event-stream"
 
-    async def stream(self, req: Request, trace: str | None = None) -> AsyncIterator[Update]:
-        """Updates from a streaming call, in order; ends when the agent ends the stream.
+    async def _sse(self, req: Request, trace: str | None) -> AsyncGenerator[tuple[dict[str, Any], int | None]]:
+        """A streaming call's results over HTTP, each with its SSE id as a source seq.
 
         A JSON answer where SSE was expected is read as JSON-RPC: an error
-        raises :class:`RpcError`, a result is yielded as one update.
+        raises :class:`RpcError`, a result is the one result.
         """
+        content = self._content(req)
+        errors = AgentErrors(self.name, req.method)
+        with errors:
+            async with self._rpc(req, "text/event-stream", content, self._stream_timeout, trace) as response:
+                if self._json_where_sse(req, response):
+                    body = await self._read(response, self.config.max_response_bytes, req.method)
+                    yield self._result(req, body, "JSON body"), None
+                    return
+                parser = sse.Parser(self.config.max_event_bytes)
+                chunks = bounded.decoded(response)  # behind a proxy too: inflated under the cap
+                chunk: bytes | None = b""
+                while chunk is not None:
+                    chunk = await anext(chunks, None)
+                    frames = parser.close() if chunk is None else parser.feed(chunk)
+                    for frame in [f for f in frames if f.data]:  # without data: a keep-alive
+                        # Only the frame's own id: one without an id line is no replay.
+                        yield self._result(req, frame.data, "SSE data", frame.event), _source_seq(frame.id)
+        errors.check()
+
+    async def stream(self, req: Request, trace: str | None = None) -> AsyncIterator[Update]:
+        """Updates from a streaming call, in order; ends when the agent ends the stream."""
         started = time.monotonic()
         first = True
         metrics.OPEN_STREAMS.inc()
         try:
-            content = self._content(req)
-            errors = AgentErrors(self.name, req.method)
-            with errors:
-                async with self._rpc(req, "text/event-stream", content, self._stream_timeout, trace) as response:
-                    if self._json_where_sse(req, response):
-                        body = await self._read(response, self.config.max_response_bytes, req.method)
-                        update = self.dialect.update(self._result(req, body, "JSON body"))
+            # gRPC's events have no ids: nothing to resume after.
+            source = (
+                self._sse(req, trace)
+                if self._grpc is None
+                else ((result, None) async for result in self._grpc.stream(req, trace))
+            )
+            async with contextlib.aclosing(source) as results:
+                async for result, seq in results:
+                    update = self.dialect.update(result, seq)
+                    if first:
                         self._observe(req, "ok", started)
-                        if update is not None:
-                            yield update
-                        return
-                    parser = sse.Parser(self.config.max_event_bytes)
-                    chunks = bounded.decoded(response)  # behind a proxy too: inflated under the cap
-                    chunk: bytes | None = b""
-                    while chunk is not None:
-                        chunk = await anext(chunks, None)
-                        frames = parser.close() if chunk is None else parser.feed(chunk)
-                        for frame in [f for f in frames if f.data]:  # without data: a keep-alive
-                            result = self._result(req, frame.data, "SSE data", frame.event)
-                            # Only the frame's own id: one without an id line is no replay.
-                            update = self.dialect.update(result, _source_seq(frame.id))
-                            if first:
-                                self._observe(req, "ok", started)
-                                first = False
-                            if update is not None:
-                                yield update
-            errors.check()
+                        first = False
+                    if update is not None:
+                        yield update
         except sse.EventTooLarge as exc:
             self._observe(req, "oversize", started)
             raise AgentOversize(self.name, req.method, str(exc)) from None

@@ -35,7 +35,7 @@ from bridge.config.rules import Problem, Rule, suggest
 Dialect = Literal["gateway", "a2a-0.3", "a2a-1.0"]
 # auto: the first interface the agent card offers that the bridge speaks
 # (bridge/wire/interfaces.py); else JSON-RPC at the agent's url.
-AgentBinding = Literal["auto", "jsonrpc", "http+json"]
+AgentBinding = Literal["auto", "jsonrpc", "http+json", "grpc"]
 # auto: ask the agent card (capabilities.streaming); the gateway dialect streams.
 Mode = Literal["auto", "stream", "poll"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -300,7 +300,7 @@ class AgentConfig:
     # The protocol binding, and the URL it is served at when not the agent's url
     # (which is where its card is read: <url>/.well-known/agent-card.json).
     binding: AgentBinding = "auto"
-    interface_url: str | None = field(default=None, metadata={"rule": rules.http_url})
+    interface_url: str | None = field(default=None, metadata={"rule": rules.interface_url})
     token_file: str | None = field(default=None, metadata=SECRET_FILE)
     token_env: str | None = field(default=None, metadata=SECRET_ENV)
     mode: Mode = "auto"

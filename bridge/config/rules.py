@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.config.schemas import load as load_schema
+from bridge.wire.interfaces import GRPC_SCHEMES, grpc_url_problem
 
 # What a value rule says about a value: None when it fits.
 Rule = Callable[[Any], "str | None"]
@@ -123,6 +124,15 @@ def topic(value: Any) -> str | None:
 
 def http_url(value: Any) -> str | None:
     return None if URL.match(str(value)) else f"{value!r} is not an http:// or https:// URL"
+
+
+def interface_url(value: Any) -> str | None:
+    """An interface's URL: http(s):// (any binding), or grpc(s):// (gRPC's; :func:`agent`
+    checks it fits the binding)."""
+    scheme = str(value).partition("://")[0].lower()
+    if scheme in GRPC_SCHEMES and "://" in str(value):
+        return None
+    return f"{value!r} is not an http://, https://, grpc:// or grpcs:// URL"
 
 
 def hosts(value: Any) -> str | None:
@@ -237,10 +247,27 @@ def agent(where: str, a: Mapping[str, Any], has_url: bool) -> list[Problem]:
     if a.get("interface_url") and binding == "auto":
         message = 'binding = "auto" takes the interface\'s URL from the agent card; name the binding it is for'
         out.append(Problem(f"{where}.interface_url", message))
+    out += _grpc(where, a, binding)
     out += credentials(where, a)
     first, top = a["poll_initial_seconds"], a["poll_max_seconds"]
     if first > top > 0:
         out.append(Problem(f"{where}.poll_max_seconds", f"{top} is below poll_initial_seconds {first}"))
+    return out
+
+
+def _grpc(where: str, a: Mapping[str, Any], binding: str) -> list[Problem]:
+    """An interface URL that fits its binding; what gRPC cannot carry."""
+    out: list[Problem] = []
+    url = a.get("interface_url")
+    if binding == "grpc":
+        problem = grpc_url_problem(str(url or a.get("url") or ""))
+        if problem is not None and (url or isinstance(a.get("url"), str)):
+            out.append(Problem(f"{where}.{'interface_url' if url else 'url'}", problem))
+        if a.get("api_key_query"):
+            message = "gRPC has no query to carry the API key: name its header (api_key_header)"
+            out.append(Problem(f"{where}.api_key_query", message))
+    elif url and binding != "auto" and not URL.match(str(url)):
+        out.append(Problem(f"{where}.interface_url", f"{url!r} is not an http:// or https:// URL ({binding})"))
     return out
 
 

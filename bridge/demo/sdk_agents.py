@@ -15,6 +15,11 @@ interfaces of the agent's ``bindings``, in that order (the agent serves all of t
 ``streaming: false``, for the bridge's polling path. The ``-rest`` agents' cards
 offer HTTP+JSON only; ``writer-any``'s offers HTTP+JSON first, then JSON-RPC.
 
+With ``--grpc-port P`` the agents whose cards offer gRPC are served too, by the SDK's
+own gRPC handler, each on a port of its own from ``P`` on (:mod:`bridge.demo.sdk_grpc`):
+the ``-grpc`` agents' cards offer GRPC only; ``writer-all``'s GRPC, HTTP+JSON, then
+JSON-RPC. Without it (the default, 0) those agents are not hosted.
+
 Every card says ``pushNotifications: true``: a send may carry a push config
 (``configuration.pushNotificationConfig`` in v0.3, ``taskPushNotificationConfig`` in
 v1.0, or the ``...PushNotificationConfig`` methods) and the SDK's own
@@ -38,7 +43,7 @@ import contextlib
 import logging
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 import uvicorn
@@ -79,6 +84,7 @@ from starlette.routing import BaseRoute, Route
 from bridge.demo import scripts
 from bridge.demo.guard import Guard, GuardError, GuardMiddleware, GuardOptions, TlsOptions, add_arguments, options_from
 from bridge.demo.push_sender import JWKS_PATH, SIGNING_ALGORITHMS, PushOptions, Signer, push_client
+from bridge.demo.sdk_grpc import GrpcServers
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +112,10 @@ HOSTED: tuple[HostedAgent, ...] = (
     *(HostedAgent(f"{name}-rest", name, True, ("HTTP+JSON",)) for name in scripts.AGENTS),
     HostedAgent("writer-poll-rest", "writer", False, ("HTTP+JSON",)),
     HostedAgent("writer-any", "writer", True, ("HTTP+JSON", "JSONRPC")),
+    *(HostedAgent(f"{name}-grpc", name, True, ("GRPC",)) for name in scripts.AGENTS),
+    HostedAgent("writer-all", "writer", True, ("GRPC", "HTTP+JSON", "JSONRPC")),
 )
+GRPC = "GRPC"
 
 _DESCRIPTIONS = {
     "writer": "Writes `chunks` chunks (append/lastChunk) of one artifact, then completes.",
@@ -212,9 +221,9 @@ def agent_url(base_url: str, name: str) -> str:
     return f"{base_url.rstrip('/')}{AGENTS_PREFIX}/{name}"
 
 
-def interfaces(url: str, bindings: tuple[str, ...]) -> list[AgentInterface]:
+def interfaces(url: str, bindings: tuple[str, ...], grpc_url: str | None = None) -> list[AgentInterface]:
     """What a card lists for ``bindings`` of the agent at ``url``: JSON-RPC at 1.0 and 0.3
-    (one URL speaks both), HTTP+JSON at 1.0."""
+    (one URL speaks both), HTTP+JSON at 1.0, gRPC at 1.0 at ``grpc_url``."""
     out: list[AgentInterface] = []
     for binding in bindings:
         if binding == "JSONRPC":
@@ -222,6 +231,8 @@ def interfaces(url: str, bindings: tuple[str, ...]) -> list[AgentInterface]:
             out.append(AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"))
         elif binding == "HTTP+JSON":
             out.append(AgentInterface(url=url + REST_PATH, protocol_binding="HTTP+JSON", protocol_version="1.0"))
+        elif binding == GRPC and grpc_url:
+            out.append(AgentInterface(url=grpc_url, protocol_binding=GRPC, protocol_version="1.0"))
         else:
             raise ValueError(f"no {binding} interface is served here")
     return out
@@ -247,7 +258,9 @@ def security_schemes(auth: GuardOptions, tls: TlsOptions) -> dict[str, SecurityS
     return schemes
 
 
-def agent_card(base_url: str, agent: HostedAgent, schemes: dict[str, SecurityScheme] | None = None) -> AgentCard:
+def agent_card(
+    base_url: str, agent: HostedAgent, schemes: dict[str, SecurityScheme] | None = None, grpc_url: str | None = None
+) -> AgentCard:
     """The card of ``agent``: its interfaces (:func:`interfaces`), capabilities and skill."""
     url = agent_url(base_url, agent.name)
     description = _DESCRIPTIONS[agent.script]
@@ -257,7 +270,7 @@ def agent_card(base_url: str, agent: HostedAgent, schemes: dict[str, SecuritySch
         name=agent.name,
         description=description,
         version="1.0.0",
-        supported_interfaces=interfaces(url, agent.bindings),
+        supported_interfaces=interfaces(url, agent.bindings, grpc_url),
         capabilities=AgentCapabilities(streaming=agent.streaming, push_notifications=True),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
@@ -287,19 +300,26 @@ def create_app(
     auth: GuardOptions | None = None,
     tls: TlsOptions | None = None,
     push: PushOptions | None = None,
+    *,
+    grpc_urls: Mapping[str, str] | None = None,
 ) -> Starlette:
     """The Starlette app hosting ``agents``; ``base_url`` is what the cards announce;
     ``auth`` what every request but the cards' must carry (TLS is the server's, see :func:`serve`);
-    ``push`` how notifications are delivered (``app.state.push_signer`` signs them, or is None)."""
+    ``push`` how notifications are delivered (``app.state.push_signer`` signs them, or is None);
+    ``grpc_urls`` where each agent offering GRPC serves it (:class:`GrpcServers`): one
+    without is not hosted. ``app.state.handlers`` are the agents' request handlers, by name."""
     auth, tls, push = auth or GuardOptions(), tls or TlsOptions(), push or PushOptions()
     guard = Guard(auth)
     signer = Signer(push.signing) if push.signing else None
     pusher = push_client(push, signer)
     schemes = security_schemes(auth, tls)
     routes: list[BaseRoute] = []
-    handlers: list[DefaultRequestHandler] = []
+    handlers: dict[str, DefaultRequestHandler] = {}
+    grpc_urls = grpc_urls or {}
     for agent in agents:
-        card = agent_card(base_url, agent, schemes)
+        if GRPC in agent.bindings and agent.name not in grpc_urls:
+            continue
+        card = agent_card(base_url, agent, schemes, grpc_urls.get(agent.name))
         push_configs = InMemoryPushNotificationConfigStore()
         handler = DefaultRequestHandler(
             agent_executor=ScriptedAgentExecutor(agent.script),
@@ -308,7 +328,7 @@ def create_app(
             push_config_store=push_configs,
             push_sender=BasePushNotificationSender(pusher, push_configs),
         )
-        handlers.append(handler)
+        handlers[agent.name] = handler
         rpc_path = f"{AGENTS_PREFIX}/{agent.name}"
         routes.extend(create_jsonrpc_routes(handler, rpc_url=rpc_path, enable_v0_3_compat=True))
         # Without the SDK's multi-tenant mount (``/{tenant}/...``): it would catch every path.
@@ -328,7 +348,7 @@ def create_app(
         try:
             yield
         finally:
-            for handler in handlers:
+            for handler in handlers.values():
                 await handler.aclose()
             await pusher.aclose()
 
@@ -339,6 +359,7 @@ def create_app(
     )
     app.state.guard = guard
     app.state.push_signer = signer
+    app.state.handlers = handlers
     return app
 
 
@@ -348,14 +369,20 @@ async def serve(
     auth: GuardOptions | None = None,
     tls: TlsOptions | None = None,
     push: PushOptions | None = None,
+    *,
+    grpc_port: int = 0,
 ) -> None:
-    """Run the server until interrupted; print the ready line once it listens."""
+    """Run the server until interrupted; print the ready line once it listens (and the
+    gRPC servers, from ``grpc_port`` on, when it is not 0)."""
     tls = tls or TlsOptions()
     base_url = f"{tls.scheme}://{host}:{port}"
     try:
-        app = create_app(base_url, auth=auth, tls=tls, push=push)
+        grpc_servers = GrpcServers(host, grpc_port, tls)
+        grpc_urls = grpc_servers.bind([a.name for a in HOSTED if GRPC in a.bindings]) if grpc_port else {}
+        app = create_app(base_url, auth=auth, tls=tls, push=push, grpc_urls=grpc_urls)
     except GuardError as exc:
         raise SystemExit(f"sdk agents: {exc}") from None
+    await grpc_servers.start(app.state.handlers, app.state.guard)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", **tls.uvicorn_kwargs())
     server = uvicorn.Server(config)
     runner = asyncio.create_task(server.serve())
@@ -365,13 +392,24 @@ async def serve(
             raise SystemExit(1)
         await asyncio.sleep(0.02)
     print(f"sdk agents listening on {base_url}", flush=True)
-    await runner
+    for name, url in grpc_urls.items():
+        print(f"sdk agent {name} serving gRPC on {url}", flush=True)
+    try:
+        await runner
+    finally:
+        await grpc_servers.stop(0)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=18090)
+    parser.add_argument(
+        "--grpc-port",
+        type=int,
+        default=0,
+        help="serve the agents offering gRPC, each on a port of its own from this one on (0: not at all)",
+    )
     add_arguments(parser)
     g = parser.add_argument_group("push notifications")
     g.add_argument(
@@ -386,7 +424,7 @@ def main(argv: list[str] | None = None) -> None:
     if push.problems():
         parser.error("; ".join(push.problems()))
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    asyncio.run(serve(args.host, args.port, auth, tls, push))
+    asyncio.run(serve(args.host, args.port, auth, tls, push, grpc_port=args.grpc_port))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ its card:
 - v0.3: ``url`` with ``preferredTransport`` (``JSONRPC`` when absent) at the card's
   ``protocolVersion``, then ``additionalInterfaces: [{url, transport}, ...]``.
 
-The bridge speaks JSON-RPC at v0.3 and v1.0, and HTTP+JSON at v1.0
+The bridge speaks JSON-RPC at v0.3 and v1.0, HTTP+JSON and gRPC at v1.0
 (:data:`SPOKEN`). :func:`choose` takes the first interface in the card's order that
 it speaks at the version the agent is configured for (its ``dialect``), else the
 first it speaks at all: so an agent configured by the base its card lives under
@@ -20,12 +20,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-Binding = Literal["jsonrpc", "http+json"]
+Binding = Literal["jsonrpc", "http+json", "grpc"]
 
 # The card's names (case-insensitive) for the bindings the bridge speaks.
-_CARD_NAMES: dict[str, Binding] = {"JSONRPC": "jsonrpc", "HTTP+JSON": "http+json"}
-SPOKEN: frozenset[tuple[Binding, str]] = frozenset({("jsonrpc", "0.3"), ("jsonrpc", "1.0"), ("http+json", "1.0")})
+_CARD_NAMES: dict[str, Binding] = {"JSONRPC": "jsonrpc", "HTTP+JSON": "http+json", "GRPC": "grpc"}
+SPOKEN: frozenset[tuple[Binding, str]] = frozenset(
+    {("jsonrpc", "0.3"), ("jsonrpc", "1.0"), ("http+json", "1.0"), ("grpc", "1.0")}
+)
+# The schemes of a gRPC interface's URL, and whether each is TLS; a bare host:port is TLS.
+GRPC_SCHEMES = {"grpc": False, "grpcs": True, "http": False, "https": True}
+# The port of a gRPC URL that names none.
+TLS_PORT, PLAIN_PORT = 443, 80
 # How many interfaces of a card are read: a card is the agent's, not a place to hide work.
 MAX_INTERFACES = 64
 
@@ -41,9 +48,14 @@ class Interface:
 
     @property
     def spoken(self) -> Binding | None:
-        """The bridge's name of the binding, when it speaks it at this version."""
+        """The bridge's name of the binding, when it speaks it at this version (and, for
+        gRPC, the URL names a host it can dial)."""
         binding = _CARD_NAMES.get(self.binding.upper())
-        return binding if binding is not None and (binding, self.version) in SPOKEN else None
+        if binding is None or (binding, self.version) not in SPOKEN:
+            return None
+        if binding == "grpc" and grpc_url_problem(self.url) is not None:
+            return None
+        return binding
 
     def __str__(self) -> str:
         return f"{self.binding} {self.version} at {self.url}"
@@ -99,4 +111,43 @@ def unspoken(interfaces: list[Interface]) -> str:
     if not interfaces:
         return "its agent card lists no interface"
     shown = ", ".join(f"{i.binding} {i.version}" for i in interfaces[:8])
-    return f"its agent card offers {shown}; this bridge speaks JSON-RPC (0.3, 1.0) and HTTP+JSON (1.0)"
+    return f"its agent card offers {shown}; this bridge speaks JSON-RPC (0.3, 1.0), HTTP+JSON (1.0) and GRPC (1.0)"
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcTarget:
+    """Where a gRPC interface is served: ``host:port`` as gRPC dials it, and whether over TLS."""
+
+    address: str
+    tls: bool
+
+
+def grpc_target(url: str) -> GrpcTarget:
+    """The gRPC target of an interface URL as cards write them: ``grpc://host:port``
+    (plaintext), ``grpcs://host:port`` (TLS), ``http(s)://host:port``, or a bare
+    ``host:port`` (TLS). A path is ignored: gRPC has none of its own (every method is
+    ``/lf.a2a.v1.A2AService/<name>``). :class:`ValueError` for a URL of another scheme
+    or without a host."""
+    text = url.strip()
+    parts = urlsplit(text if "://" in text else "grpcs://" + text)
+    scheme = parts.scheme.lower()
+    if scheme not in GRPC_SCHEMES:
+        raise ValueError(f"{scheme}:// is not a gRPC URL (grpc://, grpcs://, http://, https:// or host:port)")
+    tls = GRPC_SCHEMES[scheme]
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        raise ValueError("its port is not a number up to 65535") from None
+    if not host:
+        raise ValueError("it names no host")
+    shown = f"[{host}]" if ":" in host else host
+    return GrpcTarget(f"{shown}:{port or (TLS_PORT if tls else PLAIN_PORT)}", tls)
+
+
+def grpc_url_problem(url: str) -> str | None:
+    """What keeps ``url`` from being a gRPC interface's (None: nothing)."""
+    try:
+        grpc_target(url)
+    except ValueError as exc:
+        return f"{url!r} is not a gRPC URL: {exc}"
+    return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 
@@ -9,20 +10,38 @@ import pytest
 import uvicorn
 
 from bridge.demo.procs import free_port
-from bridge.demo.sdk_agents import create_app
+from bridge.demo.sdk_agents import GRPC, HOSTED, create_app
+from bridge.demo.sdk_grpc import GrpcServers
 from tests.support.waiting import blocking_until
 
 
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
-    """The scripted agents on the a2a-sdk server (bridge/demo/sdk_agents.py), in a thread."""
+    """The scripted agents on the a2a-sdk server (bridge/demo/sdk_agents.py), in a thread;
+    those offering gRPC on free ports of their own beside it."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = uvicorn.Server(uvicorn.Config(create_app(url), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
+    held: dict[str, uvicorn.Server] = {}
+
+    async def serve() -> None:
+        grpc_servers = GrpcServers("127.0.0.1", 0)
+        grpc_urls = grpc_servers.bind([a.name for a in HOSTED if GRPC in a.bindings])
+        app = create_app(url, grpc_urls=grpc_urls)
+        await grpc_servers.start(app.state.handlers, app.state.guard)
+        server = held["server"] = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        try:
+            await server.serve()
+        finally:
+            await grpc_servers.stop(0)
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
     thread.start()
-    blocking_until(lambda: server.started or not thread.is_alive(), 10, "the sdk agents serving")
-    assert server.started, "the sdk agents' server thread ended before it served"
+    blocking_until(
+        lambda: (held.get("server") is not None and held["server"].started) or not thread.is_alive(),
+        10,
+        "the sdk agents serving",
+    )
+    assert thread.is_alive() and held["server"].started, "the sdk agents' server thread ended before it served"
     yield url
-    server.should_exit = True
+    held["server"].should_exit = True
     thread.join(10)

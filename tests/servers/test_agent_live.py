@@ -233,19 +233,19 @@ async def test_live_check_says_which_interface_of_the_card_is_spoken(tmp_path: P
     assert (code, err) == (0, "")
     assert out.splitlines()[0] == (
         f"# agents.w: its card offers GRPC 1.0 at grpc://w:50051; HTTP+JSON 1.0 at {url}/a2a/rest;"
-        f" the bridge speaks HTTP+JSON 1.0 at {url}/a2a/rest"
+        " the bridge speaks GRPC 1.0 at grpc://w:50051"
     )
 
 
 async def test_live_check_of_a_card_that_offers_nothing_spoken_is_one_line(tmp_path: Path) -> None:
     grpc_only = {
         **BEARER_CARD,
-        "supportedInterfaces": [{"url": "grpc://w", "protocolBinding": "GRPC", "protocolVersion": "1.0"}],
+        "supportedInterfaces": [{"url": "grpc://w", "protocolBinding": "GRPC", "protocolVersion": "0.3"}],
     }
     async with serve(Agent(card=grpc_only).handler) as (url, _):
         code, out, err = await check_live(write(tmp_path / "bridge.toml", url, token_env="W_TOKEN"), W_TOKEN="t")
     assert (code, out) == (2, "")
     assert err == (
-        "bridge config: agents.w: its agent card offers GRPC 1.0; this bridge speaks JSON-RPC (0.3, 1.0)"
-        " and HTTP+JSON (1.0): its Tasks will be refused\n"
+        "bridge config: agents.w: its agent card offers GRPC 0.3; this bridge speaks JSON-RPC (0.3, 1.0),"
+        " HTTP+JSON (1.0) and GRPC (1.0): its Tasks will be refused\n"
     )

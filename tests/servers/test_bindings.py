@@ -158,7 +158,7 @@ async def test_http_json_errors_carry_the_json_rpc_code_of_their_a2a_reason(
 async def test_a_card_that_offers_nothing_the_bridge_speaks_is_unspoken() -> None:
     card = {
         "name": "g",
-        "supportedInterfaces": [{"url": "grpc://agent:50051", "protocolBinding": "GRPC", "protocolVersion": "1.0"}],
+        "supportedInterfaces": [{"url": "grpc://agent:50051", "protocolBinding": "GRPC", "protocolVersion": "0.3"}],
     }
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -168,7 +168,7 @@ async def test_a_card_that_offers_nothing_the_bridge_speaks_is_unspoken() -> Non
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
         with pytest.raises(AgentUnspoken) as unspoken:
             await AgentClient(AgentConfig("g", "http://agent/a2a"), http).resolve("k")
-    assert "offers GRPC 1.0" in unspoken.value.detail and not unspoken.value.retryable
+    assert "offers GRPC 0.3" in unspoken.value.detail and not unspoken.value.retryable
 
 
 @pytest.mark.parametrize(("name", "dialect"), [("writer-rest", "a2a-0.3"), ("writer", "a2a-1.0")])

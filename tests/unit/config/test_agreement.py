@@ -101,6 +101,7 @@ BAD: dict[Any, list[Any]] = {
     rules.topic: ["a topic", "..", "x" * 250],
     rules.hosts: ["", "nohost", "h:0", "h:65536", "h:1,:2"],
     rules.http_url: ["idp/token", "ftp://idp/token", "http://", ""],
+    rules.interface_url: ["a:50051", "ws://a/rest", ""],
 }
 EDGE: dict[Any, list[Any]] = {
     rules.positive: [1],
@@ -112,6 +113,7 @@ EDGE: dict[Any, list[Any]] = {
     rules.topic: ["ok.topic_1-2"],
     rules.hosts: ["h:1,k:65535", "[::1]:9092"],
     rules.http_url: ["https://idp:8443/t", "http://127.0.0.1:1/t"],
+    rules.interface_url: ["grpc://a:50051", "grpcs://a", "https://a/rest"],
 }
 WRONG_TYPE: dict[type, list[Any]] = {int: [1.5, "1", True], float: ["1", False], bool: ["yes", 1], str: [5, 1.5, True]}
 WRONG_TEXT: dict[type, list[str]] = {int: ["1.5", "x", ""], float: ["x", "2m"], bool: ["ture", "2", ""], str: []}

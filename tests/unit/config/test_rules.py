@@ -192,6 +192,21 @@ def test_agent_rules() -> None:
     ]
 
 
+def test_a_grpc_agent_names_a_grpc_url_and_no_query_for_its_api_key() -> None:
+    grpc = {"binding": "grpc", "dialect": "a2a-1.0"}
+    assert rules.agent("agents.a", agent(**grpc, interface_url="grpcs://a:443"), has_url=True) == []
+    assert rules.agent("agents.a", agent(**grpc), has_url=True) == []  # served at its url's host and port
+    (gateway,) = rules.agent("agents.a", agent(dialect="gateway", agent_code="w", binding="grpc"), has_url=True)
+    assert gateway == Problem("agents.a.binding", "the gateway dialect speaks JSON-RPC only, not grpc")
+    secured = agent(**grpc, url="https://a/a2a", api_key_env="K", api_key_query="key")
+    (query,) = rules.agent("agents.a", secured, has_url=True)
+    assert query.where == "agents.a.api_key_query" and "api_key_header" in query.message
+    (plain,) = rules.agent("agents.a", agent(binding="jsonrpc", interface_url="grpc://a:1"), has_url=True)
+    assert plain == Problem("agents.a.interface_url", "'grpc://a:1' is not an http:// or https:// URL (jsonrpc)")
+    assert rules.interface_url("grpc://a:1") is None and rules.interface_url("https://a") is None
+    assert rules.interface_url("ws://a") == "'ws://a' is not an http://, https://, grpc:// or grpcs:// URL"
+
+
 def test_agent_names_a_command_can_address() -> None:
     pattern = rules.agent_name_pattern()
     assert rules.agent_name("writer.v1", pattern) == []
