@@ -208,18 +208,23 @@ class AgentClient:
         (asked once per agent). A configured agent whose card does not say so is
         followed as before (stream or poll), with one warning."""
         root = self._root or self
+        if root._pushes is not None:
+            return root._pushes
+        pushes, why = False, ""
+        if self.config.push:
+            # Every caller waits for the card (one fetch for all): a Task starting while
+            # another waits must not be told "no push" before the card said so.
+            try:
+                capabilities = (await self.card()).get("capabilities")
+            except (AgentFault, CredentialsUnavailable) as exc:
+                capabilities, why = None, f"its agent card could not be read ({exc})"
+            else:
+                why = "its agent card does not say capabilities.pushNotifications"
+            pushes = isinstance(capabilities, dict) and capabilities.get("pushNotifications") is True
         if root._pushes is None:
-            root._pushes = False
-            if self.config.push:
-                try:
-                    capabilities = (await self.card()).get("capabilities")
-                except (AgentFault, CredentialsUnavailable) as exc:
-                    capabilities, why = None, f"its agent card could not be read ({exc})"
-                else:
-                    why = "its agent card does not say capabilities.pushNotifications"
-                root._pushes = isinstance(capabilities, dict) and capabilities.get("pushNotifications") is True
-                if not root._pushes:
-                    log.warning("agent %s: push = true, but %s: its Tasks are followed without push", self.name, why)
+            root._pushes = pushes
+            if self.config.push and not pushes:
+                log.warning("agent %s: push = true, but %s: its Tasks are followed without push", self.name, why)
         return root._pushes
 
     @property
@@ -245,7 +250,8 @@ class AgentClient:
                 agent_code=agent_code,
                 binding=binding,  # type: ignore[arg-type]
             )
-            self._routes[key] = AgentClient(config, self._pools, self.credentials, self._channels)
+            routed = self._routes[key] = AgentClient(config, self._pools, self.credentials, self._channels)
+            routed._card = (self._root or self)._card  # one agent, one card: read once for every route
         return self._routes[key]
 
     async def aclose(self) -> None:
