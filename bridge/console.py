@@ -4,7 +4,8 @@ Kept free of imports beyond the standard library's smallest: the program takes a
 second or more to load on a busy machine, and a Ctrl-C meanwhile must mean what
 it means later (``bridge --help``: 130, interrupted). After a Ctrl-C the process
 is gone within :data:`GRACE_SECONDS` whatever it was doing: a Kafka client's
-shutdown that waits on a broker does not hold the terminal.
+shutdown that waits on a broker does not hold the terminal. The grace leaves
+``bridge demo`` the time to stop its service and the agents it started.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import threading
 from types import FrameType
 
 # How long a process interrupted by Ctrl-C may take to finish before it is ended.
-GRACE_SECONDS = 5.0
+GRACE_SECONDS = 15.0
 INTERRUPTED = 130
 
 

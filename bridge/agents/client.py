@@ -277,7 +277,7 @@ class AgentClient:
         offered = interfaces.offered(card)
         if not offered:  # a card that names no interface says nothing of where to speak
             return self.routed(self.config.url, self.config.dialect, None, "jsonrpc").for_task(task_key)
-        chosen = self.interface(card)
+        chosen = interfaces.choose(offered, self._version)
         if chosen is None:
             raise AgentUnspoken(self.name, "agent card", interfaces.unspoken(offered))
         binding = chosen.spoken
@@ -287,8 +287,12 @@ class AgentClient:
 
     def interface(self, card: dict[str, Any]) -> interfaces.Interface | None:
         """The interface of ``card`` this agent is spoken to at (``binding = "auto"``)."""
-        version = "1.0" if self.config.dialect == "a2a-1.0" else "0.3"
-        return interfaces.choose(interfaces.offered(card), version)
+        return interfaces.choose(interfaces.offered(card), self._version)
+
+    @property
+    def _version(self) -> str:
+        """The protocol version the agent is configured for (its dialect's)."""
+        return "1.0" if self.config.dialect == "a2a-1.0" else "0.3"
 
     async def _card_streaming(self) -> bool:
         try:
@@ -381,24 +385,21 @@ class AgentClient:
                 yield response
                 return
 
-    def _content(self, req: Request) -> bytes | None:
-        """What goes in the request's body: the JSON-RPC request, or the HTTP+JSON body.
-        A copy of exact size: orjson's output sits in a 4 KiB block, and httpx keeps the
-        request body for as long as a stream is open."""
-        body = rest.route(req).body if self._rest else req.body
-        return None if body is None else bytes(memoryview(orjson.dumps(body)))
-
     def _rpc(
-        self, req: Request, accept: str, content: bytes | None, timeout: httpx.Timeout, trace: str | None
+        self, req: Request, accept: str, timeout: httpx.Timeout, trace: str | None
     ) -> contextlib.AbstractAsyncContextManager[httpx.Response]:
         """The request of ``req`` (see :meth:`_exchange`): the JSON-RPC POST, or the
-        HTTP+JSON request of its operation under the interface's URL."""
+        HTTP+JSON request of its operation under the interface's URL. The body is a copy
+        of exact size: orjson's output sits in a 4 KiB block, and httpx keeps the request
+        body for as long as a stream is open."""
         verb, url = "POST", self._url
+        body: dict[str, Any] | None = req.body
         if self._rest:
             to = rest.route(req)
-            verb, url = to.verb, self._url.copy_with(path=self._url.path.rstrip("/") + to.path)
+            verb, url, body = to.verb, self._url.copy_with(path=self._url.path.rstrip("/") + to.path), to.body
             if to.query:
                 url = url.copy_merge_params(to.query)
+        content = None if body is None else bytes(memoryview(orjson.dumps(body)))
         return self._exchange(
             verb,
             url,
@@ -484,7 +485,7 @@ class AgentClient:
                 with errors:
                     async with (
                         bounded.within(self.config.request_timeout_seconds),
-                        self._rpc(req, "application/json", self._content(req), self._timeout, trace) as r,
+                        self._rpc(req, "application/json", self._timeout, trace) as r,
                     ):
                         body = await self._read(r, self.config.max_response_bytes, req.method)
                 errors.check()
@@ -521,10 +522,9 @@ class AgentClient:
         A JSON answer where SSE was expected is read as JSON-RPC: an error
         raises :class:`RpcError`, a result is the one result.
         """
-        content = self._content(req)
         errors = AgentErrors(self.name, req.method)
         with errors:
-            async with self._rpc(req, "text/event-stream", content, self._stream_timeout, trace) as response:
+            async with self._rpc(req, "text/event-stream", self._stream_timeout, trace) as response:
                 if self._json_where_sse(req, response):
                     body = await self._read(response, self.config.max_response_bytes, req.method)
                     yield self._result(req, body, "JSON body"), None
