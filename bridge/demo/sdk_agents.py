@@ -16,9 +16,10 @@ interfaces of the agent's ``bindings``, in that order (the agent serves all of t
 offer HTTP+JSON only; ``writer-any``'s offers HTTP+JSON first, then JSON-RPC.
 
 With ``--grpc-port P`` the agents whose cards offer gRPC are served too, by the SDK's
-own gRPC handler, each on a port of its own from ``P`` on (:mod:`bridge.demo.sdk_grpc`):
-the ``-grpc`` agents' cards offer GRPC only; ``writer-all``'s GRPC, HTTP+JSON, then
-JSON-RPC. Without it (the default, 0) those agents are not hosted.
+own gRPC handler, each on a port of its own from ``P`` on (:mod:`bridge.demo.sdk_grpc`;
+``--grpc-port 0``: each on a free port, as the tests run it): the ``-grpc`` agents'
+cards offer GRPC only; ``writer-all``'s GRPC, HTTP+JSON, then JSON-RPC. Without it
+(the default) those agents are not hosted.
 
 Every card says ``pushNotifications: true``: a send may carry a push config
 (``configuration.pushNotificationConfig`` in v0.3, ``taskPushNotificationConfig`` in
@@ -113,6 +114,7 @@ HOSTED: tuple[HostedAgent, ...] = (
     HostedAgent("writer-poll-rest", "writer", False, ("HTTP+JSON",)),
     HostedAgent("writer-any", "writer", True, ("HTTP+JSON", "JSONRPC")),
     *(HostedAgent(f"{name}-grpc", name, True, ("GRPC",)) for name in scripts.AGENTS),
+    HostedAgent("writer-poll-grpc", "writer", False, ("GRPC",)),
     HostedAgent("writer-all", "writer", True, ("GRPC", "HTTP+JSON", "JSONRPC")),
 )
 GRPC = "GRPC"
@@ -370,15 +372,15 @@ async def serve(
     tls: TlsOptions | None = None,
     push: PushOptions | None = None,
     *,
-    grpc_port: int = 0,
+    grpc_port: int | None = None,
 ) -> None:
     """Run the server until interrupted; print the ready line once it listens (and the
-    gRPC servers, from ``grpc_port`` on, when it is not 0)."""
+    gRPC servers, from ``grpc_port`` on, or each on a free port if it is 0)."""
     tls = tls or TlsOptions()
     base_url = f"{tls.scheme}://{host}:{port}"
     try:
-        grpc_servers = GrpcServers(host, grpc_port, tls)
-        grpc_urls = grpc_servers.bind([a.name for a in HOSTED if GRPC in a.bindings]) if grpc_port else {}
+        grpc_servers = GrpcServers(host, grpc_port or 0, tls)
+        grpc_urls = grpc_servers.bind([a.name for a in HOSTED if GRPC in a.bindings]) if grpc_port is not None else {}
         app = create_app(base_url, auth=auth, tls=tls, push=push, grpc_urls=grpc_urls)
     except GuardError as exc:
         raise SystemExit(f"sdk agents: {exc}") from None
@@ -407,8 +409,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--grpc-port",
         type=int,
-        default=0,
-        help="serve the agents offering gRPC, each on a port of its own from this one on (0: not at all)",
+        help="serve the agents offering gRPC, each on a port of its own from this one on (0: each on a free port)",
     )
     add_arguments(parser)
     g = parser.add_argument_group("push notifications")

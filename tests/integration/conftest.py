@@ -80,7 +80,9 @@ def env(kafka_bootstrap: str, log_dir: Path) -> Iterator[Env]:
     )
     try:
         sdk = Server(
-            "sdk-agents", [sys.executable, "-m", "bridge.demo.sdk_agents", "--port", str(free_port())], log_dir
+            "sdk-agents",
+            [sys.executable, "-m", "bridge.demo.sdk_agents", "--port", str(free_port()), "--grpc-port", "0"],
+            log_dir,
         )
     except Exception:
         gateway.stop()

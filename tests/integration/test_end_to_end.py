@@ -43,8 +43,9 @@ def agent_task(env: Env, agent: str, task_id: str) -> dict[str, Any]:
         url = f"{env.gateway}/newmoi/agents/a2a"
     else:
         body = {"jsonrpc": "2.0", "id": "check", "method": "tasks/get", "params": {"id": task_id}}
-        served = agent.split("-", 1)[1]
-        url = f"{env.sdk}/agents/{served}-rest" if agent.startswith("rest-") else f"{env.sdk}/agents/{served}"
+        prefix, served = agent.split("-", 1)
+        # rest- and grpc- agents: the same server's JSON-RPC route of that agent (one task store).
+        url = f"{env.sdk}/agents/{served}-{prefix}" if prefix in ("rest", "grpc") else f"{env.sdk}/agents/{served}"
     doc: dict[str, Any] = httpx.post(url, json=body, timeout=10).json()
     result: dict[str, Any] = doc["result"]
     return result
@@ -74,6 +75,7 @@ async def test_tasks_flow_from_commands_to_events(env: Env, bridges: Bridges, tm
         "order-sdk": start_command("order-sdk", "sdk-writer", "chunks=4 interval=0.01"),
         "order-v1": start_command("order-v1", "v1-writer", "chunks=3 interval=0.01"),
         "order-rest": start_command("order-rest", "rest-writer", "chunks=3 interval=0.01"),
+        "order-grpc": start_command("order-grpc", "grpc-writer", "chunks=3 interval=0.01"),
         "order-fail": start_command("order-fail", "gw-failer", "interval=0.01"),
         "order-sdk-fail": start_command("order-sdk-fail", "sdk-failer", "interval=0.01"),
     }
@@ -85,7 +87,7 @@ async def test_tasks_flow_from_commands_to_events(env: Env, bridges: Bridges, tm
         check_task_events(events)
         assert {e["commandId"] for e in events} == {starts[key]["commandId"]}
         assert {e["agent"] for e in events} == {starts[key]["agent"]}
-    for key in ("order-gw", "order-sdk", "order-v1", "order-rest"):
+    for key in ("order-gw", "order-sdk", "order-v1", "order-rest", "order-grpc"):
         events = by_key[key]
         assert events[-1]["state"] == "completed"
         truth = agent_task(env, starts[key]["agent"], events[0]["taskId"])

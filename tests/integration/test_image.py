@@ -10,8 +10,8 @@ podman up (scripts/podman-setup.sh). Every test here runs the CONTAINER:
 - ``--version``, ``config check`` of deploy/base/bridge.toml with the secret
   files laid out as the Deployment mounts them, ``topics`` on the test broker;
 - ``run`` with the Deployment's own container settings (read from
-  deploy/base/deployment.yaml, not restated here): a Task end to end, the ops
-  endpoints, ``podman stop`` within terminationGracePeriodSeconds draining to
+  deploy/base/deployment.yaml, not restated here): a Task end to end (and one over
+  gRPC), the ops endpoints, ``podman stop`` within terminationGracePeriodSeconds draining to
   exit 0, and a second container finishing a Task the first was streaming,
   checked from an independent reader (kcat);
 - ``podman kube play`` of what ``kubectl kustomize deploy/base`` renders.
@@ -397,11 +397,20 @@ async def test_run_hardened_drains_on_stop_and_a_second_container_finishes_the_t
         inside = json.loads(podman("exec", first.name, "/usr/local/bin/python", "-c", PROBE_HARDENING).stdout)
         assert inside == {"uid": 10001, "gid": 10001, "CapEff": "0000000000000000", "NoNewPrivs": "1",
                           "root": "read-only", "tmp": "writable", "token": TOKEN}  # fmt: skip
-        await send_commands(config, [start_command("img-1", "gw-writer", "chunks=3 interval=0.02")])
-        got = await read_topic(config, config.kafka.events_topic, until=lambda c: "img-1" in closed_keys(c))
+        # img-grpc: an agent whose card offers gRPC only, spoken with the image's grpcio wheel.
+        starts = [
+            start_command("img-1", "gw-writer", "chunks=3 interval=0.02"),
+            start_command("img-grpc", "grpc-writer", "chunks=3 interval=0.02"),
+        ]
+        await send_commands(config, starts)
+        got = await read_topic(
+            config, config.kafka.events_topic, until=lambda c: {"img-1", "img-grpc"} <= closed_keys(c)
+        )
         assert got.by_task_key()["img-1"][-1]["state"] == "completed", first.log()
+        assert got.by_task_key()["img-grpc"][-1]["state"] == "completed", first.log()
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
         assert 'bridge_task_outcomes_total{agent="gw-writer",outcome="completed"} 1.0' in metrics
+        assert 'bridge_task_outcomes_total{agent="grpc-writer",outcome="completed"} 1.0' in metrics
 
         # A long Task, stopped mid-stream: the drain commits what was read and exits 0 in the grace period.
         chunks = 60
@@ -429,7 +438,7 @@ async def test_run_hardened_drains_on_stop_and_a_second_container_finishes_the_t
 
     # The independent reader: each Task once, gap-free, every chunk exactly once.
     by_key = kcat_read(config.kafka.bootstrap_servers, config.kafka.events_topic).by_task_key()
-    for key, n in (("img-1", 3), ("img-2", chunks)):
+    for key, n in (("img-1", 3), ("img-grpc", 3), ("img-2", chunks)):
         gapless(by_key[key])
         assert by_key[key][-1]["state"] == "completed"
         (parts,) = reassemble(by_key[key]).values()

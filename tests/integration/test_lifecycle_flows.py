@@ -35,8 +35,9 @@ from tests.support.services import (
 
 pytestmark = pytest.mark.integration
 
-# The agent prefixes of tests/support/services.py: rest- agents' cards offer HTTP+JSON only.
-DIALECTS = {"gateway": "gw", "a2a-0.3": "sdk", "a2a-1.0": "v1", "http+json": "rest"}
+# The agent prefixes of tests/support/services.py: rest- agents' cards offer HTTP+JSON
+# only, grpc- agents' gRPC only.
+DIALECTS = {"gateway": "gw", "a2a-0.3": "sdk", "a2a-1.0": "v1", "http+json": "rest", "grpc": "grpc"}
 TOKEN = "s3cret-token-do-not-log"
 CAP = 2048
 
@@ -182,7 +183,7 @@ async def test_deadline_is_a_bridge_timeout_not_a_failure(running: Running) -> N
     assert tasks["state"] == "working"
 
 
-@pytest.mark.parametrize("agent", ["sdk-poller", "sdk-autopoll", "rest-autopoll"])
+@pytest.mark.parametrize("agent", ["sdk-poller", "sdk-autopoll", "rest-autopoll", "grpc-autopoll"])
 async def test_non_streaming_agents_are_polled(running: Running, agent: str) -> None:
     k = key(agent)
     await send_commands(running.config, [start_command(k, agent, "chunks=4 interval=0.2")])
@@ -192,7 +193,7 @@ async def test_non_streaming_agents_are_polled(running: Running, agent: str) -> 
     version = {"sdk-poller": ("tasks/get", {}), "sdk-autopoll": ("GetTask", {"A2A-Version": "1.0"})}.get(
         agent, ("GetTask", {"A2A-Version": "1.0"})
     )
-    served = "writer-poll-rest" if agent.startswith("rest-") else "writer-poll"
+    served = {"rest": "writer-poll-rest", "grpc": "writer-poll-grpc"}.get(agent.split("-", 1)[0], "writer-poll")
     truth = httpx.post(
         f"{running.env.sdk}/agents/{served}",
         headers=version[1],

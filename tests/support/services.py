@@ -102,10 +102,13 @@ def bridge_config(
         registry[f"v1-{a}"] = {"url": f"{env.sdk}/agents/{a}", "dialect": "a2a-1.0"}
         # No dialect, no binding: the card offers HTTP+JSON 1.0 only, and that is what is spoken.
         registry[f"rest-{a}"] = {"url": f"{env.sdk}/agents/{a}-rest"}
+        # The card offers gRPC only (served on a port of its own, tests/integration/conftest.py).
+        registry[f"grpc-{a}"] = {"url": f"{env.sdk}/agents/{a}-grpc"}
     registry["sdk-poller"] = {"url": f"{env.sdk}/agents/writer-poll", "dialect": "a2a-0.3", "mode": "poll"}
     # mode auto: the agent card says streaming: false
     registry["sdk-autopoll"] = {"url": f"{env.sdk}/agents/writer-poll", "dialect": "a2a-1.0"}
     registry["rest-autopoll"] = {"url": f"{env.sdk}/agents/writer-poll-rest"}
+    registry["grpc-autopoll"] = {"url": f"{env.sdk}/agents/writer-poll-grpc"}
     if only_these_agents:
         registry.clear()
     registry.update(agents or {})
