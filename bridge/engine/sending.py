@@ -67,12 +67,19 @@ async def run(f: Following, step: Step) -> Step:
     del step
     rest: Answer | Unanswered | None = None
     if command.type == "start":
-        if not f.src.start_resent(command.command_id):
+        resent = f.src.start_resent(command.command_id)
+        if not resent:
             await f.src.start_listed()
+        elif f.src.push_agent(f.record.agent):
+            # The earlier owner's send may have made the Task and the agent notified it
+            # since: those notifications are applied first (they may name the Task), as
+            # they are older than any snapshot asked below and a chunk applied after a
+            # snapshot that showed it would repeat it.
+            await f.src.notifications_read()
         with contextlib.suppress(AgentUnspoken):  # refused when it is sent (_answer)
             await f.speak()  # the interface its card offers, before any call about it
         rest = await _adopted(f, command)
-        if rest is None and f.src.start_resent(command.command_id):
+        if rest is None and resent:
             found = await _found(f, command)
             if found is not None:
                 return found
@@ -124,7 +131,7 @@ async def _found(f: Following, command: Command) -> Step | None:
     """A start an earlier owner may have sent (committed in flight, never answered),
     looked up with ListTasks in the context it was sent in before it is sent again
     (:func:`bridge.core.task.commands.started`): the Task found is absorbed with its
-    snapshot and followed from there (resubscribed, or polled). None: the agent lists
+    snapshot and followed from there (:func:`_listed_goes_on`). None: the agent lists
     no Tasks, the start is not among them, or the lookup failed: it is sent again."""
     client = f.client
     context = start_context(f, command)
@@ -143,12 +150,28 @@ async def _found(f: Following, command: Command) -> Step | None:
         return None
     if found is None:
         return None
+    if _named(f) is not None:
+        # A notification named the Task while it was looked up: it may be newer than
+        # the listing, so the Task is taken up as a named one (its tasks/get after it).
+        adopted = await _adopted(f, command)
+        if adopted is not None:
+            return Step(PUSH) if adopted == "push" else Step(POLLING)
     _first(f, command, found)
     metrics.START_RESENDS_AVOIDED.inc()
     log.info("start not sent again: ListTasks shows its Task %s", found.task_id)
+    return await _listed_goes_on(f, command)
+
+
+async def _listed_goes_on(f: Following, command: Command) -> Step:
+    """How a Task found by ListTasks is followed: sent with a push config, by its
+    notifications (a stream beside them would apply each chunk twice); else resubscribed,
+    or polled."""
+    await _push_for(f, command)
     if f.record.closed:
         return DONE
-    return Step(RESUBSCRIBING, why="restart") if await client.streaming() else Step(POLLING)
+    if f.record.push:
+        return Step(PUSH)
+    return Step(RESUBSCRIBING, why="restart") if await f.client.streaming() else Step(POLLING)
 
 
 async def _listed(f: Following, command: Command, context: str) -> TaskSnapshot | None:

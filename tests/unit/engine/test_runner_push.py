@@ -17,12 +17,12 @@ import prometheus_client
 import pytest
 
 from bridge.config.model import AgentConfig, BridgeConfig, Config
-from bridge.core.task.commands import Command
+from bridge.core.task.commands import Command, message_id
 from bridge.core.task.follow import IDLE, PUSH, STREAMING
 from bridge.core.task.lifecycle import TaskRecord, TaskSnapshot, new_task
 from bridge.engine.runner import TaskRunner
 from bridge.errors import AgentError, AgentUnavailable, RpcError
-from bridge.wire.dialects import Dialect, Request
+from bridge.wire.dialects import Dialect, Request, V1Dialect
 from tests.support.factories import consumer_record
 from tests.support.runner_fakes import MESSAGE, FakeClient, FakePartition, Script, status, until
 
@@ -455,6 +455,7 @@ async def test_a_start_an_earlier_owner_listed_is_counted_as_a_resend_and_not_li
     client = PushClient(script)
     part = push_part(script, client)
     part.resent.add("c-start")
+    part.notes_read.set()
     before = counted("bridge_start_resends_total")
     runner = TaskRunner(part, part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
     runner.launch(start_cmd())
@@ -470,12 +471,11 @@ async def named_before_the_send(note: dict[str, Any]) -> tuple[TaskRunner, FakeP
     client = PushClient(script)
     part = push_part(script, client)
     part.resent.add("c-start")
-    part.listing.clear()
     runner = TaskRunner(part, part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
     runner.launch(start_cmd())
     await asyncio.sleep(0)
     runner.notified(note)
-    part.listing.set()
+    part.notes_read.set()
     return runner, part, client
 
 
@@ -500,6 +500,7 @@ async def test_a_resent_start_refused_for_a_task_that_ended_publishes_the_agents
     client = PushClient(script)
     part = push_part(script, client)
     part.resent.add("c-start")
+    part.notes_read.set()
     runner = TaskRunner(part, part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
     runner.launch(start_cmd())
     await until(lambda: bool(client.sent), "the start is sent again")
@@ -510,3 +511,56 @@ async def test_a_resent_start_refused_for_a_task_that_ended_publishes_the_agents
     assert part.events[-1]["state"] == "failed" and runner.record.outcome is None
     assert [e["artifact"]["parts"][0]["text"] for e in part.events if e["kind"] == "artifact"] == ["partial"]
     assert part.absorbed == [(1, "c-start")] and part.dlq == []
+
+
+async def test_a_resent_start_waits_for_the_notifications_read_at_the_open() -> None:
+    """The earlier owner's send may have made the Task, and its notifications wait on
+    the topic: applied before anything is sent or asked, they name the Task, so the
+    start is not sent again."""
+    script = Script()
+    client = PushClient(script)
+    part = push_part(script, client)
+    part.resent.add("c-start")
+    runner = TaskRunner(part, part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
+    runner.launch(start_cmd())
+    await asyncio.sleep(0.05)
+    assert client.sent == []  # neither sent nor asked while the notifications are read
+    assert runner.notified(sdk_status("working")) == "applied"
+    part.notes_read.set()
+    await until(lambda: bool(client.sent), "tasks/get of the named Task")
+    assert [r.op for r in client.sent] == ["get"]
+    await runner.stop()
+
+
+class ListingPushClient(PushClient):
+    """An A2A 1.0 agent that pushes and lists Tasks: ListTasks shows ``listed``."""
+
+    def __init__(self, script: Script, listed: TaskSnapshot) -> None:
+        super().__init__(script)
+        self.dialect = V1Dialect(AGENT.name)
+        self.listed = listed
+
+    async def tasks(self, req: Request, trace: str | None = None) -> tuple[list[TaskSnapshot], str | None]:
+        self.sent.append(req)
+        return [self.listed], None
+
+
+async def test_a_start_listtasks_shows_is_followed_by_its_notifications_not_a_stream_beside_them() -> None:
+    """The Task the earlier owner's send made, found by ListTasks: it was sent with a push
+    config, so the agent goes on notifying it; a stream opened beside the notifications
+    would publish each later chunk twice."""
+    script = Script()
+    history = ({"messageId": message_id("c-start")},)
+    found = TaskSnapshot("t-1", "ctx", "working", artifacts=snapshot("working", "x").artifacts, history=history)
+    client = ListingPushClient(script, found)
+    part = push_part(script, client)
+    part.resent.add("c-start")
+    part.notes_read.set()
+    runner = TaskRunner(part, part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
+    runner.launch(start_cmd())
+    await until(lambda: runner.follow.mode is PUSH, "the Task is followed by push")
+    assert [r.op for r in client.sent] == ["list"] and script.requests == []  # no send, no stream
+    assert runner.notified(sdk_chunk("y", last=True)) == "applied"
+    arts = [p["text"] for e in part.events if e["kind"] == "artifact" for p in e["artifact"]["parts"]]
+    assert arts == ["x", "y"] and part.absorbed == [(1, "c-start")]
+    await runner.stop()
