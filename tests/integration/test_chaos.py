@@ -4,11 +4,12 @@ Several ``bridge run`` processes share one consumer group. Tasks stream many
 artifact chunks; the gateway drops streams at random; bridge processes are
 killed with SIGKILL at random moments and restarted. A fifth of the Tasks run on the
 a2a-sdk agents, resumed from snapshots, and another fifth are followed by the same agents'
-push notifications, which reach the bridges' webhooks through a relay standing in for a
+push notifications, each fifth over JSON-RPC (v0.3, v1.0), HTTP+JSON and gRPC in turn;
+the notifications reach the bridges' webhooks through a relay standing in for a
 Service (tests/support/push_receiver.py). An independent
 ``read_committed`` consumer (kcat) then checks every Task: seq exactly 1..N, no
 duplicate eventId, nothing after the terminal event, artifacts equal to the
-gateway's own record, and every start produced exactly one Task.
+agent's own record, and every gateway start produced exactly one Task.
 
 CI runs a bounded size; ``make chaos`` runs a longer one (CHAOS_TASKS,
 CHAOS_KILLS, CHAOS_SEED).
@@ -48,6 +49,9 @@ from tests.support.services import (
 
 pytestmark = pytest.mark.integration
 
+# The a2a-sdk agents (tests/support/services.py): v0.3 and v1.0 JSON-RPC, HTTP+JSON, gRPC.
+SDK_AGENTS = ("sdk-writer", "v1-writer", "rest-writer", "grpc-writer")
+
 TASKS = int(os.environ.get("CHAOS_TASKS", "50"))
 KILLS = int(os.environ.get("CHAOS_KILLS", "10"))
 CHUNKS = int(os.environ.get("CHAOS_CHUNKS", "24"))
@@ -80,7 +84,12 @@ async def test_chaos_exactly_once(env: Env, bridges: Bridges, tmp_path: Path) ->
     push_agents = {
         "push-writer": {"url": f"{env.sdk}/agents/writer", "dialect": "a2a-0.3"},
         "v1-push-writer": {"url": f"{env.sdk}/agents/writer", "dialect": "a2a-1.0"},
+        "rest-push-writer": {"url": f"{env.sdk}/agents/writer-rest"},
+        "grpc-push-writer": {"url": f"{env.sdk}/agents/writer-grpc"},
     }
+    # The agents' own records: an a2a-sdk agent's JSON-RPC route, whatever the binding spoken.
+    bindings = [(a, a.split("-")[0]) for a in (*SDK_AGENTS, *push_agents)]
+    agent_urls = {a: f"{env.sdk}/agents/writer-{b}" for a, b in bindings if b in ("rest", "grpc")}
     base, config = bridge_config(
         env, tmp_path, partitions=6, agents=gw_agents | push_agents, bridge={"resume_deadline_seconds": 60}
     )
@@ -97,13 +106,14 @@ async def test_chaos_exactly_once(env: Env, bridges: Bridges, tmp_path: Path) ->
     kills = 0
     try:
         # Mostly the gateway (SSE ids, drops, redelivery); every fifth Task on the
-        # official a2a-sdk agents, which resume from snapshots (no SSE ids), and every
-        # fifth followed by those agents' push notifications.
+        # official a2a-sdk agents, which resume from snapshots (no SSE ids), over JSON-RPC
+        # (v0.3, v1.0), HTTP+JSON and gRPC in turn, and every fifth followed by those
+        # agents' push notifications.
         def agent_of_task(i: int) -> str:
             if i % 5 == 4:
-                return "v1-writer" if i % 10 == 4 else "sdk-writer"
+                return SDK_AGENTS[i // 5 % len(SDK_AGENTS)]
             if i % 5 == 3:
-                return "v1-push-writer" if i % 10 == 3 else "push-writer"
+                return list(push_agents)[i // 5 % len(push_agents)]
             return "chaos-writer"
 
         agent_of = {i: agent_of_task(i) for i in range(TASKS)}
@@ -145,6 +155,7 @@ async def test_chaos_exactly_once(env: Env, bridges: Bridges, tmp_path: Path) ->
             got,
             list(tasks.values()),
             set(gw_agents),
+            agent_urls,
             checkpoints=kcat_read(env.bootstrap, config.kafka.checkpoints_topic),
         )
         for note in verdict.notes:

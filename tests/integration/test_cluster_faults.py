@@ -3,11 +3,12 @@
 A broker failure there moves partition leaders, the transaction coordinator and the
 group coordinator to other brokers: paths a single broker that is down-or-up never
 takes. In each test two ``bridge run`` processes share a group while gateway Tasks
-stream and new starts keep arriving; a node is crashed (SIGKILL) or stopped
+stream and new starts keep arriving (in one, every third Task on an a2a-sdk agent
+spoken over HTTP+JSON or gRPC); a node is crashed (SIGKILL) or stopped
 (SIGTERM) in the middle. Then the independent ``read_committed`` reader (kcat)
 checks every Task as the chaos test does (tests/support/exactly_once.py ``check``):
 nothing lost, duplicated, out of order or after its terminal event, artifacts as
-the gateway made them; and no bridge process exited by itself.
+the agent made them; and no bridge process exited by itself.
 
 Every test shares the session's cluster and leaves it with three healthy nodes.
 """
@@ -26,6 +27,7 @@ import httpx
 import pytest
 from aiokafka.admin import NewTopic
 
+from bridge.demo.procs import free_port
 from bridge.kafka.transaction import partition_for, transactional_id
 from tests.support.cluster import NODES, KafkaCluster
 from tests.support.exactly_once import Verdict, check
@@ -63,6 +65,20 @@ def gateway(log_dir: Path) -> Iterator[Server]:
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def sdk_agents(log_dir: Path) -> Iterator[Server]:
+    """The a2a-sdk agents, their gRPC interfaces on free ports (the bindings' scenario)."""
+    server = Server(
+        "cluster-sdk-agents",
+        [sys.executable, "-m", "bridge.demo.sdk_agents", "--port", str(free_port()), "--grpc-port", "0"],
+        log_dir,
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 async def cluster(kafka_cluster: KafkaCluster) -> Any:
     """The session's cluster, whole before the test and made whole again after it."""
@@ -75,14 +91,29 @@ class Load:
     """Two bridges on RF 3 topics, Tasks arriving in waves while a fault happens."""
 
     def __init__(
-        self, cluster: KafkaCluster, gateway: Server, bridges: Bridges, log_dir: Path, tmp: Path, name: str
+        self,
+        cluster: KafkaCluster,
+        gateway: Server,
+        bridges: Bridges,
+        log_dir: Path,
+        tmp: Path,
+        name: str,
+        sdk: Server | None = None,
     ) -> None:
+        """``sdk``: the a2a-sdk agents, to which every second and third Task of three go,
+        over HTTP+JSON and over gRPC (their cards offer nothing else)."""
         self.cluster = cluster
         self.gateway = gateway
-        self.env = env = Env(cluster.bootstrap, gateway.url, "", log_dir)
-        agents = {
+        self.env = env = Env(cluster.bootstrap, gateway.url, sdk.url if sdk else "", log_dir)
+        agents: dict[str, dict[str, Any]] = {
             "gw-writer": {"url": f"{gateway.url}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "writer"}
         }
+        self.mix = ["gw-writer"]
+        if sdk is not None:
+            agents |= {f"{b}-writer": {"url": f"{sdk.url}/agents/writer-{b}"} for b in ("rest", "grpc")}
+            self.mix += ["rest-writer", "grpc-writer"]
+        # The agent's own record of a Task: the gateway's, or the a2a-sdk agent's JSON-RPC route.
+        self.agent_urls = {a: f"{sdk.url}/agents/writer-{a.split('-')[0]}" for a in self.mix[1:]} if sdk else {}
         self.path, self.config = bridge_config(
             env,
             tmp,
@@ -113,7 +144,10 @@ class Load:
             if not self._feeding:
                 return
             wave = [
-                start_command(self._key(), "gw-writer", f"chunks={CHUNKS} interval={INTERVAL}") for _ in range(per_wave)
+                start_command(
+                    self._key(), self.mix[len(self.starts) % len(self.mix)], f"chunks={CHUNKS} interval={INTERVAL}"
+                )
+                for _ in range(per_wave)
             ]
             self.starts += wave
             await send_commands(self.config, wave)
@@ -168,7 +202,7 @@ class Load:
         got = kcat_read(self.cluster.bootstrap, self.events_topic)
         tasks = httpx.get(f"{self.gateway.url}/_control/tasks", timeout=10).json()
         checkpoints = kcat_read(self.cluster.bootstrap, self.config.kafka.checkpoints_topic)
-        verdict = check(self.env, self.starts, got, tasks, {"gw-writer"}, checkpoints=checkpoints)
+        verdict = check(self.env, self.starts, got, tasks, {"gw-writer"}, self.agent_urls, checkpoints=checkpoints)
         logs = "\n".join(b.log()[-3000:] for b in self.bridges) + "\n" + self.readiness()
         print(f"cluster: {verdict.summary()}")
         assert verdict.clean, (verdict.summary(), verdict.notes, logs)
@@ -197,8 +231,25 @@ def load(
     request: pytest.FixtureRequest,
 ) -> Load:
     """Its two bridges stop with the test (the ``bridges`` fixture), before the cluster is restored."""
-    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.removeprefix("test_"))[:30] + f"-{int(time.time()) % 10000}"
-    return Load(cluster, gateway, bridges, log_dir, tmp_path, name)
+    return Load(cluster, gateway, bridges, log_dir, tmp_path, load_name(request))
+
+
+@pytest.fixture
+def bindings_load(
+    cluster: KafkaCluster,
+    gateway: Server,
+    sdk_agents: Server,
+    bridges: Bridges,
+    log_dir: Path,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Load:
+    """A :class:`Load` whose Tasks go in turn to the gateway and to a2a-sdk agents over HTTP+JSON and gRPC."""
+    return Load(cluster, gateway, bridges, log_dir, tmp_path, load_name(request), sdk=sdk_agents)
+
+
+def load_name(request: pytest.FixtureRequest) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", request.node.name.removeprefix("test_"))[:30] + f"-{int(time.time()) % 10000}"
 
 
 async def crash_and_return(cluster: KafkaCluster, node: int, down: float = 6.0) -> None:
@@ -227,7 +278,11 @@ async def test_a_crashed_leader_hands_its_partitions_on(cluster: KafkaCluster) -
     assert set((await cluster.partition("cluster-probe", 0))["isr"]) == {1, 2, 3}
 
 
-async def test_the_leader_of_events_and_checkpoints_crashes(cluster: KafkaCluster, load: Load) -> None:
+async def test_the_leader_of_events_and_checkpoints_crashes(cluster: KafkaCluster, bindings_load: Load) -> None:
+    """Crashed (SIGKILL) and back, one after the other, while Tasks stream over all
+    three bindings (the gateway's JSON-RPC, the a2a-sdk agents' HTTP+JSON and gRPC)."""
+    load = bindings_load
+
     async def fault() -> None:
         events_leader = await cluster.leader(load.events_topic, 0)
         await crash_and_return(cluster, events_leader)

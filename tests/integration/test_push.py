@@ -78,13 +78,18 @@ def js(env: Env) -> Iterator[str]:
 
 
 def push_agents(env: Env, js: str) -> dict[str, dict[str, Any]]:
-    """Writers and sleepers on both SDK servers, in both dialects (``v1-``: A2A 1.0)."""
+    """Writers and sleepers on both SDK servers, in both dialects (``v1-``: A2A 1.0), and
+    on the a2a-sdk's over HTTP+JSON and gRPC (``rest-``, ``grpc-``: their cards offer
+    nothing else; the push config rides in the send on every binding)."""
     agents: dict[str, dict[str, Any]] = {}
     for sdk, base in (("py", env.sdk), ("js", js)):
         for script in ("writer", "sleeper"):
             url = f"{base}/agents/{script}"
             agents[f"{sdk}-{script}"] = {"url": url, "dialect": "a2a-0.3"}
             agents[f"v1-{sdk}-{script}"] = {"url": url, "dialect": "a2a-1.0"}
+    for binding in ("rest", "grpc"):
+        for script in ("writer", "sleeper"):
+            agents[f"{binding}-py-{script}"] = {"url": f"{env.sdk}/agents/{script}-{binding}"}
     return agents
 
 
