@@ -7,6 +7,8 @@
 #                                 Kafka client that shares no code with the bridge.
 # And the @a2a-js/sdk agent server (agents-js/): `npm ci` from its package-lock.json
 # into agents-js/node_modules (Node >= 20 and npm must be installed; nothing global).
+# And the a2a-go agent server (agents-go/): `go build` into agents-go/bin/agents-go, the
+# modules pinned by agents-go/go.sum from the Go module proxy (Go >= 1.25 must be installed).
 #
 # Idempotent: exits at once when both are on PATH; otherwise installs the
 # missing packages with apt-get (running `apt-get update` first only when a
@@ -26,6 +28,16 @@ if [ ! -f "$stamp" ] || [ "$agents_js/package-lock.json" -nt "$stamp" ]; then
   echo "ensure-test-tools: npm ci in agents-js/" >&2
   (cd "$agents_js" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || die "npm ci in agents-js/ failed"
   touch "$stamp"
+fi
+
+# agents-go: built again only when a file under agents-go/ is newer than the binary.
+agents_go="$(dirname "$agents_js")/agents-go"
+binary="$agents_go/bin/agents-go"
+if [ ! -x "$binary" ] || [ -n "$(find "$agents_go" -path "$agents_go/bin" -prune -o -type f -newer "$binary" -print -quit)" ]; then
+  command -v go >/dev/null 2>&1 || die "go (>= 1.25) is not installed: the a2a-go agents (agents-go/) need it"
+  echo "ensure-test-tools: go build in agents-go/" >&2
+  (cd "$agents_go" && go build -o bin/agents-go .) || die "go build in agents-go/ failed"
+  touch "$binary" # go build leaves an up-to-date binary as it was: newer than the sources from now on
 fi
 
 declare -A wanted=([promtool]=prometheus [prometheus]=prometheus [kcat]=kcat)
