@@ -143,12 +143,9 @@ class Load:
         for _ in range(waves):
             if not self._feeding:
                 return
-            wave = [
-                start_command(
-                    self._key(), self.mix[len(self.starts) % len(self.mix)], f"chunks={CHUNKS} interval={INTERVAL}"
-                )
-                for _ in range(per_wave)
-            ]
+            script = f"chunks={CHUNKS} interval={INTERVAL}"
+            turn = len(self.starts)
+            wave = [start_command(self._key(), self.mix[(turn + i) % len(self.mix)], script) for i in range(per_wave)]
             self.starts += wave
             await send_commands(self.config, wave)
             await asyncio.sleep(every)
@@ -291,7 +288,8 @@ async def test_the_leader_of_events_and_checkpoints_crashes(cluster: KafkaCluste
         await crash_and_return(cluster, checkpoints_leader)
 
     await load.during(fault)
-    await load.check()
+    verdict = await load.check()
+    assert verdict.gateway_starts < verdict.starts, "no Task went to the HTTP+JSON and gRPC agents"
 
 
 async def test_the_transaction_coordinator_crashes(cluster: KafkaCluster, load: Load) -> None:
