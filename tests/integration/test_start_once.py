@@ -2,7 +2,7 @@
 
 The bridge commits a start as in flight before it sends it; killed after the send and
 before the agent's answer is committed, its next run does not know whether the agent
-made the Task. Against an A2A 1.0 agent (JSON-RPC or HTTP+JSON) it looks the start up
+made the Task. Against an A2A 1.0 agent (JSON-RPC, HTTP+JSON or gRPC) it looks the start up
 with ListTasks in the context it sent the start in, and follows the Task it finds; an
 A2A 0.3 agent lists no Tasks, so the start is sent again (at least once, counted).
 Bursts of starts to the a2a-sdk writer (which makes a new Task for every send, whatever
@@ -39,22 +39,25 @@ pytestmark = pytest.mark.integration
 
 ROUNDS = 3
 BURST = 20  # starts per agent and round
-AGENTS = ("sdk-writer", "v1-writer", "rest-writer")  # 0.3 JSON-RPC; 1.0 JSON-RPC; 1.0 HTTP+JSON
+# 0.3 JSON-RPC; 1.0 JSON-RPC; 1.0 HTTP+JSON; 1.0 gRPC (the writer-grpc agent: a task store of its own)
+AGENTS = ("sdk-writer", "v1-writer", "rest-writer", "grpc-writer")
 
 
 def agent_tasks(env: Env) -> list[dict[str, Any]]:
-    """Every Task the sdk writer made, with its history (ListTasks, paged)."""
+    """Every Task the sdk writers made, with its history (ListTasks, paged)."""
     tasks: list[dict[str, Any]] = []
-    token = ""
-    while True:
-        params: dict[str, Any] = {"pageSize": 100, "historyLength": 50, **({"pageToken": token} if token else {})}
-        body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": params}
-        url = f"{env.sdk}/agents/writer"
-        result = httpx.post(url, json=body, headers={"A2A-Version": "1.0"}, timeout=10).json()["result"]
-        tasks += result.get("tasks", [])
-        token = result.get("nextPageToken", "")
-        if not token:
-            return tasks
+    for served in ("writer", "writer-grpc"):
+        token = ""
+        while True:
+            params: dict[str, Any] = {"pageSize": 100, "historyLength": 50, **({"pageToken": token} if token else {})}
+            body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": params}
+            url = f"{env.sdk}/agents/{served}"
+            result = httpx.post(url, json=body, headers={"A2A-Version": "1.0"}, timeout=10).json()["result"]
+            tasks += result.get("tasks", [])
+            token = result.get("nextPageToken", "")
+            if not token:
+                break
+    return tasks
 
 
 def ran_twice(tasks: list[dict[str, Any]], message_ids: set[str]) -> list[str]:
@@ -109,5 +112,5 @@ async def test_a_start_killed_in_flight_runs_once_where_the_agent_lists_tasks(
         f"\nstarts that ran twice at the agent ({ROUNDS} kills, {ROUNDS * BURST} starts each): {counts};"
         f" found by ListTasks instead of sent again: {looked_up}"
     )
-    assert twice["v1-writer"] == [] and twice["rest-writer"] == [], twice
+    assert twice["v1-writer"] == twice["rest-writer"] == twice["grpc-writer"] == [], twice
     assert looked_up > 0, "no kill landed between a send and its commit: the test proved nothing"
