@@ -331,13 +331,14 @@ function agentCard(baseUrl, agent, grpcUrl) {
 // the ports) and given its service once the agent's request handler exists.
 async function bindGrpc(host, firstPort, names) {
   const servers = new Map();
+  const shown = host.includes(":") ? `[${host}]` : host; // an IPv6 address in brackets
   for (const [i, name] of names.entries()) {
     const server = new grpc.Server();
-    const address = `${host.includes(":") ? `[${host}]` : host}:${firstPort ? firstPort + i : 0}`;
+    const address = `${shown}:${firstPort ? firstPort + i : 0}`;
     const port = await new Promise((resolve, reject) => {
       server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (error, bound) => (error ? reject(error) : resolve(bound)));
     });
-    servers.set(name, { server, url: `grpc://${host.includes(":") ? `[${host}]` : host}:${port}` });
+    servers.set(name, { server, url: `grpc://${shown}:${port}` });
   }
   return servers;
 }
