@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from bridge.config.model import Config
-from bridge.config.schemas import validator
+from tests.support.flows import check_task_events
 from tests.support.services import (
     Bridges,
     Env,
@@ -49,19 +49,6 @@ def agent_task(env: Env, agent: str, task_id: str) -> dict[str, Any]:
     doc: dict[str, Any] = httpx.post(url, json=body, timeout=10).json()
     result: dict[str, Any] = doc["result"]
     return result
-
-
-def check_task_events(events: list[dict[str, Any]]) -> None:
-    """seq 1..N, one Task id, all valid against the schema, terminal last and only last."""
-    v = validator("event")
-    for e in events:
-        errors = [err.message for err in v.iter_errors(e)]
-        assert not errors, (e, errors)
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    assert len({e["taskId"] for e in events}) == 1
-    assert len({e["eventId"] for e in events}) == len(events)
-    terminal = [i for i, e in enumerate(events) if e.get("terminal")]
-    assert terminal == [len(events) - 1], [(e["seq"], e["kind"], e.get("state")) for e in events]
 
 
 async def test_tasks_flow_from_commands_to_events(env: Env, bridges: Bridges, tmp_path: Path) -> None:

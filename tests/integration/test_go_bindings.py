@@ -14,9 +14,8 @@ import httpx
 import pytest
 
 from bridge.demo.scripts import chunk_text
-from tests.integration.test_end_to_end import check_task_events
-from tests.integration.test_lifecycle_flows import Running, key, text_of
 from tests.support.agents_go import GO_AGENTS, drop, start_go_agents
+from tests.support.flows import Running, check_task_events, key, text_of
 from tests.support.services import (
     Bridges,
     Env,
@@ -66,7 +65,7 @@ async def running(env: Env, go_url: str, tmp_path_factory: pytest.TempPathFactor
     bridges = Bridges(env.log_dir)  # module-scoped: the bridges fixture is one test's
     bridge = bridges.start(path, "bridge-go-bindings")
     try:
-        yield Running(config, path, bridge, env, secured="")  # no secured gateway here
+        yield Running(config, path, bridge, env)
     finally:
         bridges.stop()
 

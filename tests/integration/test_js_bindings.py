@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from bridge.demo import scripts
-from tests.integration.test_lifecycle_flows import Running, key, text_of
 from tests.support.agents_js import drop, get_task, interface, start_js_agents
+from tests.support.flows import Running, key, text_of
 from tests.support.services import (
     Bridges,
     Env,
@@ -70,8 +70,7 @@ async def running(env: Env, js_url: str, tmp_path_factory: pytest.TempPathFactor
     assert run_cli(path, "topics").returncode == 0
     bridges = Bridges(env.log_dir)  # module-scoped: the bridges fixture is one test's
     try:
-        # No secured gateway here: Running's field for it is left empty.
-        yield Running(config, path, bridges.start(path, "bridge-js-bindings"), env, secured="")
+        yield Running(config, path, bridges.start(path, "bridge-js-bindings"), env)
     finally:
         bridges.stop()
 

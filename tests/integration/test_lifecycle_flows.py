@@ -4,22 +4,18 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import orjson
 import pytest
 
-from bridge.config.model import Config
 from bridge.core.task.artifacts import unsplit
 from bridge.demo.procs import free_port
+from tests.support.flows import Running, key, text_of
 from tests.support.services import (
-    BridgeProcess,
     Bridges,
-    Collected,
     Env,
     Server,
     bridge_config,
@@ -40,31 +36,6 @@ pytestmark = pytest.mark.integration
 DIALECTS = {"gateway": "gw", "a2a-0.3": "sdk", "a2a-1.0": "v1", "http+json": "rest", "grpc": "grpc"}
 TOKEN = "s3cret-token-do-not-log"
 CAP = 2048
-
-
-@dataclass
-class Running:
-    config: Config
-    path: Path
-    bridge: BridgeProcess
-    env: Env
-    secured: str
-
-    async def events(self, until: Callable[[Collected], bool], timeout: float = 40, settle: float = 0.5) -> Collected:
-        return await read_topic(
-            self.config, self.config.kafka.events_topic, until=until, timeout=timeout, settle=settle
-        )
-
-    async def task_events(self, key: str, timeout: float = 40) -> list[dict[str, Any]]:
-        got = await self.events(lambda c: key in closed_keys(c), timeout=timeout)
-        assert key in closed_keys(got), (got.by_task_key().get(key), self.bridge.log()[-3000:])
-        return got.by_task_key()[key]
-
-    async def dlq(self, n: int) -> list[tuple[bytes | None, str]]:
-        got = await read_topic(
-            self.config, self.config.kafka.dlq_topic, until=lambda c: len(c.records) >= n, timeout=30, settle=0.5
-        )
-        return [(r.key, r.headers["dlq_reason"].decode()) for r in got.records]
 
 
 @pytest.fixture(scope="module")
@@ -103,14 +74,6 @@ async def running(env: Env, tmp_path_factory: pytest.TempPathFactory) -> AsyncIt
         bridges.stop()
         secured.stop()
         assert TOKEN not in bridge.log(), "a token reached the bridge's log"
-
-
-def key(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
-
-
-def text_of(message: dict[str, Any] | None) -> str:
-    return "".join(p.get("text", "") for p in (message or {}).get("parts", []))
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
