@@ -81,6 +81,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Show one Task: its checkpoint, its events and the diagnosis order of docs/gateway-protocol.md; "
         "reads only the partitions its keys hash to. With --live, also ask the agent (tasks/get).",
     ),
+    "tasks": (
+        "the Task table: which Tasks there are, and each one's state",
+        "Read the Task table (kafka.tasks_topic): one row per taskKey, its Task's latest state, "
+        "written with the events that moved it. Never reads the events.",
+    ),
+    "tasks list": (
+        "one line per Task (bounded: never waits), filtered by agent, state and age",
+        "One line per row of the Task table, oldest change first, read up to the end offsets found at "
+        "the start. --state matches the agent's state (input-required, working, ...), the bridge's "
+        "outcome (timeout, cancel-requested, ...), live or terminal.",
+    ),
+    "tasks show": (
+        "one Task's row, as JSON",
+        "One taskKey's row of the Task table as JSON, read from the one partition its key hashes to.",
+    ),
     "dlq": (
         "read the dead-letter topics, replay what can be acted on now",
         "Read the dead-letter topics (list), or send dead letters back to the commands topic (replay).",
@@ -110,7 +125,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 # Commands that talk to Kafka once and exit: Kafka problems are one line and exit 2.
-ONE_SHOT = ("topics", "start", "reply", "cancel", "tail", "inspect", "dlq")
+ONE_SHOT = ("topics", "start", "reply", "cancel", "tail", "inspect", "tasks", "dlq")
 
 
 class UsageError(BridgeError):
@@ -238,6 +253,7 @@ def parser() -> argparse.ArgumentParser:
     command("topics").add_argument("--check", action="store_true", help="only verify; create nothing")
     _writers(command)
     _readers(command)
+    _tasks(command)
     _dlq(command)
     csub = command("config").add_subparsers(dest="config_cmd", required=True, metavar="ACTION")
     cc = command("config check", csub)
@@ -289,6 +305,20 @@ def _readers(command: Command) -> None:
     i = command("inspect")
     i.add_argument("key", help="a taskKey or a taskId")
     i.add_argument("--live", action="store_true", help="also ask the agent (tasks/get) and compare")
+
+
+def _tasks(command: Command) -> None:
+    tsub = command("tasks").add_subparsers(dest="tasks_cmd", required=True, metavar="ACTION")
+    tl = command("tasks list", tsub)
+    tl.add_argument("--agent", action="append", metavar="A", help="only this agent's Tasks (repeatable)")
+    tl.add_argument(
+        "--state", action="append", metavar="S", help="e.g. input-required, working, timeout, live (repeatable)"
+    )
+    tl.add_argument("--older-than", type=float, metavar="SECONDS", help="only rows that have not moved for this long")
+    tl.add_argument("--newer-than", type=float, metavar="SECONDS", help="only rows that moved this recently")
+    tl.add_argument("--limit", type=_whole(1), help="at most the N most recently moved")
+    tl.add_argument("--json", action="store_true", help="JSON lines: the rows as they are")
+    command("tasks show", tsub).add_argument("key", help="a taskKey")
 
 
 def _dlq(command: Command) -> None:
@@ -468,6 +498,27 @@ async def _one_shot(args: argparse.Namespace, config: Config) -> int:
         for name, n in sorted(counts.items()):
             print(f"{name}\t{n} partitions")
         return 0
+    if args.cmd in ("tail", "inspect", "tasks"):
+        return await _read(args, config)
+    if args.cmd == "dlq":
+        from bridge.ops import dlq
+
+        if args.dlq_cmd == "list":
+            return await dlq.dlq_list(config, args.topic, reason=args.reason, limit=args.limit, as_json_lines=args.json)
+        return await dlq.dlq_replay(
+            config,
+            args.topic,
+            offset=args.offset,
+            partition=args.partition,
+            reason=args.reason,
+            dry_run=args.dry_run,
+            again=args.again,
+        )
+    raise AssertionError(args.cmd)
+
+
+async def _read(args: argparse.Namespace, config: Config) -> int:
+    """tail, inspect, tasks: the commands that only read."""
     if args.cmd == "tail":
         from bridge.ops.tail import tail
 
@@ -485,18 +536,11 @@ async def _one_shot(args: argparse.Namespace, config: Config) -> int:
         from bridge.ops.inspect import inspect
 
         return await inspect(config, args.key, live_check=args.live)
-    if args.cmd == "dlq":
-        from bridge.ops import dlq
+    if args.cmd == "tasks":
+        from bridge.ops.tasks import Filters, tasks_list, tasks_show
 
-        if args.dlq_cmd == "list":
-            return await dlq.dlq_list(config, args.topic, reason=args.reason, limit=args.limit, as_json_lines=args.json)
-        return await dlq.dlq_replay(
-            config,
-            args.topic,
-            offset=args.offset,
-            partition=args.partition,
-            reason=args.reason,
-            dry_run=args.dry_run,
-            again=args.again,
-        )
+        if args.tasks_cmd == "show":
+            return await tasks_show(config, args.key)
+        filters = Filters(frozenset(args.agent or ()), frozenset(args.state or ()), args.older_than, args.newer_than)
+        return await tasks_list(config, filters, limit=args.limit, as_json_lines=args.json)
     raise AssertionError(args.cmd)

@@ -160,6 +160,11 @@ class KafkaConfig:
     dlq_topic: str = field(default="a2a.dlq", metadata=TOPIC)
     # Push notifications as the webhook received them, co-partitioned with the commands.
     notifications_topic: str = field(default="a2a.notifications", metadata=TOPIC)
+    # The Task table: one compacted record per taskKey, the latest row of its Task
+    # (schemas/task.schema.json), co-partitioned with the commands, written with the
+    # events that moved it. task_table = false writes none.
+    tasks_topic: str = field(default="a2a.tasks", metadata=TOPIC)
+    task_table: bool = True
     transactional_id_prefix: str = field(default="a2a-bridge", metadata=NOT_EMPTY)
     # Used by `bridge topics` when it creates topics.
     partitions: int = field(default=6, metadata=POSITIVE)
@@ -318,6 +323,7 @@ class AgentConfig:
     # Per-agent routing, so ACLs can keep a workspace's data in its own topics.
     events_topic: str | None = field(default=None, metadata=TOPIC)
     dlq_topic: str | None = field(default=None, metadata=TOPIC)
+    tasks_topic: str | None = field(default=None, metadata=TOPIC)
     # OAuth2 client credentials (RFC 6749 4.4): a token from the identity provider,
     # renewed before it expires, sent as a bearer token (instead of token_*).
     oauth2_token_url: str | None = None
@@ -439,6 +445,25 @@ class Config:
 
     def all_dlq_topics(self) -> list[str]:
         return sorted({self.kafka.dlq_topic, *(a.dlq_topic for a in self.agents.values() if a.dlq_topic)})
+
+    def tasks_topic(self, agent: str | None) -> str | None:
+        """Where the Task table rows of ``agent``'s Tasks go (None: no table). An agent
+        routed to events of its own has rows only in a table of its own: a row holds
+        its agent's questions and artifact names, which stay in its workspace's topics."""
+        if not self.kafka.task_table:
+            return None
+        a = self.agents.get(agent or "")
+        if a is None:
+            return self.kafka.tasks_topic
+        if a.events_topic and a.events_topic != self.kafka.events_topic:
+            return a.tasks_topic
+        return a.tasks_topic or self.kafka.tasks_topic
+
+    def all_tasks_topics(self) -> list[str]:
+        """Every Task table topic (none when ``kafka.task_table`` is off)."""
+        if not self.kafka.task_table:
+            return []
+        return sorted({self.kafka.tasks_topic, *(a.tasks_topic for a in self.agents.values() if a.tasks_topic)})
 
 
 # An agent's secrets (``<key>_file`` / ``<key>_env``) and the other files it names.

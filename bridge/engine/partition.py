@@ -52,7 +52,7 @@ from bridge.engine.notified import PartitionNotifications
 from bridge.engine.runner import TaskRunner
 from bridge.kafka.transaction import OutRecord, PartitionTransactions, TransactionFailed, partition_for
 from bridge.observe import metrics, tracing
-from bridge.wire import checkpoints, deadletters, events
+from bridge.wire import checkpoints, deadletters, events, task_row
 from bridge.wire.commands import Invalid, decode
 from bridge.wire.dialects import Push
 
@@ -212,6 +212,7 @@ class PartitionOwner:
                 live.append(record)
                 self.records[record.task_key] = record
         self.retention.restored(closed)
+        await self._rows(log_, live)
         metrics.CHECKPOINTS_RESTORED.inc(restorer.records)
         if rejected:
             metrics.CHECKPOINTS_REJECTED.inc(rejected)
@@ -232,6 +233,20 @@ class PartitionOwner:
             len(live),
             self.closed_held,
         )
+
+    async def _rows(self, log_: restore.PartitionLog, live: list[TaskRecord]) -> None:
+        """The live Tasks' rows, read back from the Task table (committed with their
+        checkpoints, so a row is the fold of the events up to the checkpoint's seq).
+        A Task without one (the table was off, or its row was lost) writes none until
+        it ends: a row must be the fold of every event."""
+        tables = self.config.all_tasks_topics()
+        if not live or not tables:
+            return
+        rows = await log_.rows(tables, {r.task_key for r in live})
+        for record in live:
+            row = rows.get(record.task_key)
+            if row is not None and row.get("taskId") == record.task_id and row.get("lastSeq") == record.seq:
+                record.row = row
 
     async def close(self, *, flush: bool = True) -> None:
         """Stop streams, commit what they produced (unless failed), close the producer."""
@@ -295,6 +310,7 @@ class PartitionOwner:
     def publish(self, record: TaskRecord, results: list[Event | Dropped]) -> None:
         now = time.time()
         topic = record.events_topic or self.config.events_topic(record.agent)
+        table = self.config.tasks_topic(record.agent)
         budget = self.host.budgets().budget(topic)
         partition = record.events_partition
         counts = self._counts
@@ -305,6 +321,10 @@ class PartitionOwner:
                 continue
             origin = f"event:{r.task_id}:{r.seq}"
             key, value, headers, written = events.encode_within(r, record, now, budget, refused=origin in refused)
+            if table is not None:
+                # The row folds the event as written (a projection, a marker): the table
+                # is the fold of what downstream reads.
+                _, record.row = task_row.fold(record.row, events.document(written, record, now))
             if written is not r:
                 replaced = written.kind == "bridge" and written.body.get("outcome") == "unpublishable"
                 metrics.EVENTS_FITTED.labels("unpublishable" if replaced else "projected").inc()
@@ -322,6 +342,8 @@ class PartitionOwner:
             counts[written.kind] += 1
         record.published(now, partition)
         self.txn.mark(record)
+        if table is not None and record.row is not None:
+            self.txn.row(table, record)
 
     def dead_letter(
         self, raw: Raw, reason: str, detail: str, command: Command | None = None, agent: str | None = None
@@ -517,8 +539,8 @@ class PartitionOwner:
             return record.closed_at if isinstance(record, ClosedTask) else None
 
         for key in self.retention.expired(now, closed_at):
-            del records[key]
-            self.txn.tombstone(checkpoints.task_key_bytes(key))
+            gone = records.pop(key)
+            self.txn.tombstone(checkpoints.task_key_bytes(key), self.config.tasks_topic(gone.agent))
             metrics.TOMBSTONES.inc()
 
     @property

@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncGenerator
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
+import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
@@ -74,6 +75,27 @@ class PartitionLog:
                 for r in records:
                     restorer.feed(r.key, r.value)
         return restorer
+
+    async def rows(self, topics: list[str], keys: set[str]) -> dict[str, dict[str, Any]]:
+        """The newest Task table row of each of ``keys`` in this partition of ``topics``,
+        read_committed (a tombstoned key has none)."""
+        newest: dict[bytes, bytes | None] = {}
+        wanted = {k.encode() for k in keys}
+        for topic in topics:
+            tp = TopicPartition(topic, self.partition)
+            async with contextlib.aclosing(self.batches(tp, "read_committed")) as batches:
+                async for records in batches:
+                    for r in records:
+                        if r.key in wanted:
+                            newest[r.key] = r.value
+        rows: dict[str, dict[str, Any]] = {}
+        for key, value in newest.items():
+            if value is not None:
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    row = orjson.loads(value)
+                    if isinstance(row, dict):
+                        rows[key.decode()] = row
+        return rows
 
     async def batches(
         self, tp: TopicPartition, isolation: str, start: int | None = None, end: int | None = None
@@ -153,7 +175,7 @@ async def close_left_open(
     cfg, p = log_.config, log_.partition
     tp = log_.checkpoints_tp()
     outputs: list[tuple[str, int | None]] = [
-        (topic, None) for topic in sorted({*cfg.all_events_topics(), *cfg.all_dlq_topics()})
+        (topic, None) for topic in sorted({*cfg.all_events_topics(), *cfg.all_dlq_topics(), *cfg.all_tasks_topics()})
     ]
     stable, end = await log_.ends(tp)
     # Kept for a retry, should this open fail from here on (bridge/core/partition/left_open.py).

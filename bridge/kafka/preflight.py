@@ -254,7 +254,13 @@ async def check_kafka(config: Config, timeout: float, *, connect: Connector = cr
     kafka = config.kafka
     opts = _connection_options(kafka)
     topics = sorted(
-        {kafka.commands_topic, kafka.checkpoints_topic, *config.all_events_topics(), *config.all_dlq_topics()}
+        {
+            kafka.commands_topic,
+            kafka.checkpoints_topic,
+            *config.all_events_topics(),
+            *config.all_dlq_topics(),
+            *config.all_tasks_topics(),
+        }
     )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

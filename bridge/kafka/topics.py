@@ -2,9 +2,9 @@
 
 Checkpoints must have exactly as many partitions as commands: a Task's
 checkpoint lives in the partition with its commands' number, so a mismatch
-would restore the wrong Tasks. So must notifications, when an agent pushes: a
-Task's notifications go to the partition number of its commands, whose owner
-applies them. The bridge refuses to run on a mismatch.
+would restore the wrong Tasks. So must the Task table, whose rows its owner reads
+back at an open, and notifications, when an agent pushes: a Task's notifications go
+to the partition number of its commands, whose owner applies them. The bridge refuses to run on a mismatch.
 """
 
 from __future__ import annotations
@@ -44,6 +44,11 @@ CHECKPOINTS_TOPIC_CONFIG = {
 }
 
 
+# The Task table is a changelog too, read by services downstream: a tombstone stays a
+# day, so a consumer that was away less than that sees the row go.
+TASKS_TOPIC_CONFIG = {**CHECKPOINTS_TOPIC_CONFIG, "delete.retention.ms": "86400000"}
+
+
 def wanted(config: Config) -> dict[str, dict[str, str]]:
     """Every topic the bridge uses, with its configs."""
     k = config.kafka
@@ -55,6 +60,8 @@ def wanted(config: Config) -> dict[str, dict[str, str]]:
         out[t] = durable
     for t in config.all_dlq_topics():
         out[t] = durable
+    for t in config.all_tasks_topics():
+        out[t] = {**TASKS_TOPIC_CONFIG, **durable}
     if config.push_agents():
         # A notification is the agent's body as it came, up to push.max_body_bytes.
         size = {"max.message.bytes": str(record_bytes(config.push.max_body_bytes))}
@@ -65,7 +72,11 @@ def wanted(config: Config) -> dict[str, dict[str, str]]:
 def co_partitioned(config: Config) -> list[str]:
     """The topics that must have as many partitions as the commands topic."""
     k = config.kafka
-    return [k.checkpoints_topic, *([k.notifications_topic] if config.push_agents() else [])]
+    return [
+        k.checkpoints_topic,
+        *config.all_tasks_topics(),  # a Task's row in its commands' partition number
+        *([k.notifications_topic] if config.push_agents() else []),
+    ]
 
 
 async def _partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int]:
@@ -201,7 +212,14 @@ async def _check_compacted(admin: AIOKafkaAdminClient, topic: str) -> None:
 
 def written(config: Config) -> list[str]:
     """Every topic the bridge produces to."""
-    return sorted({config.kafka.checkpoints_topic, *config.all_events_topics(), *config.all_dlq_topics()})
+    return sorted(
+        {
+            config.kafka.checkpoints_topic,
+            *config.all_events_topics(),
+            *config.all_dlq_topics(),
+            *config.all_tasks_topics(),
+        }
+    )
 
 
 async def record_budgets(config: Config) -> RecordBudgets:

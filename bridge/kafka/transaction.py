@@ -59,7 +59,7 @@ from bridge.kafka import producer_internals as internals
 from bridge.kafka.auth import client_options
 from bridge.kafka.epochs import Epochs
 from bridge.observe import metrics
-from bridge.wire import checkpoints
+from bridge.wire import checkpoints, task_row
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,10 @@ class Outbox:
     dirty: dict[str, TaskRecord] = field(default_factory=dict)
     # Checkpoint keys of closed Tasks whose dedupe window passed.
     tombstones: list[bytes] = field(default_factory=list)
+    # The Task table: each moved Task's row (its table topic and record, encoded at the
+    # cut: the last row of the tick), and the rows of the tombstoned ones.
+    rows: dict[str, tuple[str, TaskRecord]] = field(default_factory=dict)
+    row_tombstones: list[tuple[str, bytes]] = field(default_factory=list)
 
 
 _T = TypeVar("_T")
@@ -423,11 +427,19 @@ class PartitionTransactions:
         """``record`` changed: its checkpoint goes into this tick's transaction."""
         self._outbox.dirty[record.task_key] = record
 
-    def tombstone(self, key: bytes) -> None:
-        """Delete a closed Task's checkpoint in this tick's transaction (before any
-        checkpoint a new Task of the same key writes in it)."""
-        self._outbox.dirty.pop(key.decode(), None)
+    def row(self, topic: str, record: TaskRecord) -> None:
+        """``record``'s row moved: it goes to the Task table ``topic`` in this tick's transaction."""
+        self._outbox.rows[record.task_key] = (topic, record)
+
+    def tombstone(self, key: bytes, table: str | None = None) -> None:
+        """Delete a closed Task's checkpoint, and its row in the Task table ``table``,
+        in this tick's transaction (before any a new Task of the same key writes in it)."""
+        task_key = key.decode()
+        self._outbox.dirty.pop(task_key, None)
         self._outbox.tombstones.append(key)
+        if table is not None:
+            self._outbox.rows.pop(task_key, None)
+            self._outbox.row_tombstones.append((table, key))
 
     @property
     def epoch(self) -> int | None:
@@ -483,7 +495,8 @@ class PartitionTransactions:
         2. Begin the transaction.
         3. Send the events and DLQ copies, in the order readers added them.
         4. Send tombstones of closed Tasks past their window, then the checkpoint
-           of each Task that changed.
+           of each Task that changed (and, after the partition record, the Task
+           table's tombstones and moved rows).
         5. Send the partition record.
         6. Add the consumer offsets (commands, notifications) to the transaction,
            unless the last committed transaction of this object already holds them.
@@ -539,7 +552,7 @@ class PartitionTransactions:
         position = self._position()
         notified = self._notified()
         unmoved = position == self._last and notified == self._last_notified
-        if not outbox.records and not outbox.dirty and not outbox.tombstones and unmoved:
+        if not outbox.records and not outbox.dirty and not outbox.tombstones and not outbox.rows and unmoved:
             nothing: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             nothing.set_result(None)
             return _Cut(nothing, position, notified, 0, StepTimes(time.monotonic()))
@@ -561,6 +574,7 @@ class PartitionTransactions:
             if record_size(r.key, r.value, r.headers) > budget:
                 # Bounded by construction (see bridge.wire.checkpoints); a failure here is a bug.
                 raise TransactionFailed(self.partition, ValueError(f"checkpoint over {budget} bytes"))
+        staged += self._table(outbox)  # each fitted to its own topic's budget
         # Re-committing the offset of the last committed transaction changes nothing,
         # and costs two round trips (AddOffsetsToTxn, TxnOffsetCommit) and a marker on
         # __consumer_offsets in every tick of a partition whose Tasks stream while no
@@ -594,6 +608,17 @@ class PartitionTransactions:
         # Back on the main loop: the step ends here, not when the committer lands it.
         done.add_done_callback(lambda _: steps.mark("return"))
         return _Cut(done, position, notified, len(records), steps)
+
+    def _table(self, outbox: Outbox) -> list[OutRecord]:
+        """The Task table's records of this tick: the tombstones, then each moved row
+        (bridge.wire.task_row.record), in the partition of their commands."""
+        p = self.partition
+        out = [OutRecord(topic, key, None, [], "row-tombstone", p) for topic, key in outbox.row_tombstones]
+        for topic, record in outbox.rows.values():
+            if record.row is not None:
+                key, value, headers = task_row.record(record.row, self._budgets().budget(topic))
+                out.append(OutRecord(topic, key, value, headers, f"row:{record.task_key}", p))
+        return out
 
     async def _transact(
         self,

@@ -97,6 +97,12 @@ def _document(event: Event, record: TaskRecord, time: str, metadata: Any) -> dic
     return doc
 
 
+def document(event: Event, record: TaskRecord, now: float) -> dict[str, Any]:
+    """``event``'s value as published at ``now``, as a dict, without the start's
+    metadata (what the Task table folds: bridge.wire.task_row)."""
+    return _document(event, record, _stamp(now)[0], None)
+
+
 # Header names, and the values that are the same for every event, encoded once.
 _SPEC = ("ce_specversion", SPEC_VERSION)
 _CONTENT_TYPE = ("content-type", b"application/json")

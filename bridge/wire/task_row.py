@@ -27,6 +27,9 @@ from typing import Any, Literal
 
 import orjson
 
+from bridge.core.partition import budgets
+from bridge.wire.events import SOURCE_PREFIX, SPEC_VERSION
+
 JSON = dict[str, Any]
 
 # Artifacts a row lists (a Task with more lists the first ones and counts the rest):
@@ -137,3 +140,32 @@ def part_bytes(part: Any) -> int:
     if isinstance(file, dict) and isinstance(file.get("bytes"), str):
         return len(file["bytes"])
     return 0
+
+
+def record(row: JSON, budget: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """The Task table record of ``row``: its key (the taskKey), its value within
+    ``budget`` bytes as a record, and its CloudEvents headers (binary mode, as the
+    events'; ``ce_type`` ``a2a.task.row``, ``ce_subject`` the taskId).
+
+    A row past the budget (a huge question, long artifact names) is written with its
+    question projected into a quarter of it (bridge.core.partition.budgets.shrink),
+    then, if need be, without its artifact list (counted in ``artifactsOmitted``)."""
+    key = row["taskKey"].encode()
+    headers = [
+        ("ce_specversion", SPEC_VERSION),
+        ("ce_id", f"{row['taskId']}:{row['lastSeq']}".encode()),
+        ("ce_source", (SOURCE_PREFIX + row["agent"]).encode()),
+        ("ce_type", b"a2a.task.row"),
+        ("ce_subject", row["taskId"].encode()),
+        ("ce_time", row["updatedAt"].encode()),
+        ("content-type", b"application/json"),
+    ]
+    value = orjson.dumps(row)
+    if budgets.record_size(key, value, headers) <= budget:
+        return key, value, headers
+    fitted = {**row, "question": budgets.shrink(row["question"], budget // 4)}
+    value = orjson.dumps(fitted)
+    if budgets.record_size(key, value, headers) > budget:
+        omitted = fitted["artifactsOmitted"] + len(fitted["artifacts"])
+        value = orjson.dumps({**fitted, "artifacts": [], "artifactsOmitted": omitted})
+    return key, value, headers

@@ -208,7 +208,7 @@ def test_kustomize_build_keda(cfg: config_mod.Config) -> None:
 
 def test_kustomize_build_strimzi() -> None:
     kinds = sorted(d["kind"] for d in kustomize_build(DEPLOY / "strimzi"))
-    assert kinds == ["KafkaTopic"] * 5 + ["KafkaUser"]
+    assert kinds == ["KafkaTopic"] * 6 + ["KafkaUser"]
 
 
 # ---------------------------------------------------------------- workload --

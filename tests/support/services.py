@@ -78,6 +78,7 @@ def bridge_config(
         f'events_topic = "t-{n}.events"',
         f'checkpoints_topic = "t-{n}.checkpoints"',
         f'dlq_topic = "t-{n}.dlq"',
+        f'tasks_topic = "t-{n}.tasks"',
         f'transactional_id_prefix = "tx-{n}"',
         f"partitions = {partitions}",
         "session_timeout_ms = 6000",

@@ -273,6 +273,10 @@ class TaskRecord:
     metadata: JSON | None = None
     # The events topic partition of the Task's key, computed once (not checkpointed).
     events_partition: int | None = field(default=None, compare=False, repr=False)
+    # The Task's row in the Task table (bridge.wire.task_row): the fold of the events
+    # published so far. Not checkpointed (it holds the agent's content, which stays in
+    # the agent's own topics): read back from the table at an open.
+    row: JSON | None = field(default=None, compare=False, repr=False)
 
     # ---------------------------------------------------------- commands --
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.config.schemas import validator
-from bridge.wire.task_row import MAX_ARTIFACTS, fold
+from bridge.core.partition import budgets
+from bridge.wire.task_row import MAX_ARTIFACTS, fold, record
 from tests.support.strategies import FAST
 
 
@@ -156,3 +158,19 @@ def test_every_row_on_the_way_is_valid_against_the_published_schema() -> None:
         _, row = fold(row, e)
         assert row is not None
         assert [err.message for err in v.iter_errors(row)] == []
+
+
+def test_a_row_past_its_topics_budget_is_written_with_its_question_projected_then_without_its_artifacts() -> None:
+    _, paused = folded(STORY[:4])
+    assert paused is not None
+    huge = {**paused, "question": {**QUESTION, "parts": [{"kind": "text", "text": "?" * 50_000}]}}
+    key, value, headers = record(huge, 8_000)
+    assert key == b"order-17" and dict(headers)["ce_type"] == b"a2a.task.row"
+    assert budgets.record_size(key, value, headers) <= 8_000
+    assert orjson.loads(value)["artifacts"] == huge["artifacts"]
+    many = {**huge, "artifacts": [{**huge["artifacts"][0], "name": "n" * 300}] * MAX_ARTIFACTS}
+    key, value, headers = record(many, 8_000)
+    written = orjson.loads(value)
+    assert budgets.record_size(key, value, headers) <= 8_000
+    assert written["artifacts"] == [] and written["artifactsOmitted"] == MAX_ARTIFACTS
+    assert record(paused, 8_000)[1] == orjson.dumps(paused)  # a row that fits is written as it is
