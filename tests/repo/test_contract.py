@@ -6,6 +6,7 @@ from typing import Any, get_args
 
 import yaml
 
+from bridge.config.model import KafkaConfig
 from bridge.config.schemas import load, schema_dir, validator
 from bridge.core.task.commands import DlqReason
 from bridge.core.task.lifecycle import BridgeOutcome
@@ -26,7 +27,16 @@ def test_every_schema_is_a_valid_draft_2020_12_schema() -> None:
 def test_asyncapi_names_the_topics_and_points_at_the_schema_files() -> None:
     doc = asyncapi()
     assert doc["asyncapi"].startswith("3.")
-    assert set(doc["channels"]) == {"commands", "events", "checkpoints", "dlq", "notifications"}
+    k = KafkaConfig()
+    addresses = {name: channel["address"] for name, channel in doc["channels"].items()}
+    assert addresses == {
+        "commands": k.commands_topic,
+        "events": k.events_topic,
+        "checkpoints": k.checkpoints_topic,
+        "tasks": k.tasks_topic,
+        "dlq": k.dlq_topic,
+        "notifications": k.notifications_topic,
+    }
     for message in doc["components"]["messages"].values():
         ref = message.get("payload", {}).get("$ref")
         if ref:
