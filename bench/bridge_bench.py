@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -55,6 +56,8 @@ class Params:
     events_topic: str | None = None
     # The checkout whose bridge runs; None: this one (see BridgeProcess).
     bridge_root: Path | None = None
+    # Fields of the [agents.writer] table over write_config's (the bindings section's v1.0 agents).
+    agent: dict[str, Any] | None = None
 
 
 # What every benchmark bridge runs with, unless a measure says otherwise.
@@ -98,6 +101,7 @@ def write_config(
     }
     bridge_ = {"commit_interval_ms": commit_interval_ms, **BRIDGE_DEFAULTS, **(bridge or {})}
     agent_ = {"url": source_url, "dialect": "gateway", "agent_code": "writer", "mode": "stream", **(agent or {})}
+    agent_ = {k: v for k, v in agent_.items() if v is not None}  # None: a key left out (TOML has no null)
     lines = ["[kafka]", *_toml(kafka_), "", "[bridge]", *_toml(bridge_), "", "[agents.writer]", *_toml(agent_)]
     for more, fields in (agents or {}).items():
         lines += ["", f"[agents.{more}]", *_toml(fields)]
@@ -304,6 +308,7 @@ async def run_round(
         partitions=p.partitions,
         commit_interval_ms=p.commit_interval_ms,
         kafka={"events_topic": p.events_topic} if p.events_topic else None,
+        agent=p.agent,
     )
     config = config_mod.load(config_path, env={})
     await topics.ensure(config, create=True)
@@ -413,6 +418,8 @@ async def run_round(
         "dropped_updates": int(delta("bridge_events_dropped_total")),
         "stream_resumes": int(delta("bridge_stream_resumes_total")),
         "buffer_full_waits": int(delta("bridge_buffer_full_waits_total")),
+        # The agent calls by the binding they went over (the card's choice with binding = "auto").
+        "agent_requests_by_binding": _by_binding(before, after),
         "peak_rss_mib": peak_rss and round(peak_rss, 1),
         "cpu_seconds_window": round(window.cpu_seconds.get("bridge", 0.0), 2),
         "cpu_seconds_total": cpu_total and round(cpu_total, 2),
@@ -420,6 +427,16 @@ async def run_round(
         "broker_settle_seconds": settled,
         **({"arrivals": seen.arrivals, "encoded": seen.encoded} if track else {}),
     }
+
+
+def _by_binding(before: dict[str, float], after: dict[str, float]) -> dict[str, int]:
+    """``bridge_agent_requests_total`` between two scrapes, summed by its ``binding`` label."""
+    out: dict[str, int] = {}
+    for key, value in after.items():
+        m = re.match(r'bridge_agent_requests_total\{.*binding="([^"]*)"', key)
+        if m and (n := int(value - before.get(key, 0.0))):
+            out[m.group(1)] = out.get(m.group(1), 0) + n
+    return out
 
 
 __all__ = ["BenchFailure", "Params", "ServiceError", "run_round"]

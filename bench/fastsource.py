@@ -44,6 +44,26 @@ like ``mode=hold`` but with no stream; it sends no notification (the Task stays 
 quiet until ``POST /_release``). ``tasks/get`` and ``tasks/cancel`` work there too; its
 card (``GET /a2a/push/.well-known/agent-card.json``) says ``pushNotifications: true``.
 
+A2A 1.0, one agent per binding, each with a card that offers it alone (so a bridge agent
+with ``dialect = "a2a-1.0"`` and ``binding = "auto"`` configured at the agent's URL speaks
+it), for the throughput of the bindings side by side (``bench/bindings.py``): the same
+``run`` and ``pause`` Tasks as above, in v1.0 shapes (``StreamResponse``: the Task with the
+user's message in its history, ``statusUpdate`` and ``artifactUpdate`` events, states
+``TASK_STATE_*``), each shape rendered once per binding (:class:`V1Frames`) and a Task's
+events written at once; in the context the message names, if it names one. No ``mode=hold``
+and no pacing there.
+
+- ``/v1/jsonrpc``: JSON-RPC (``SendStreamingMessage``, ``GetTask``, ``SubscribeToTask``,
+  ``CancelTask``).
+- ``/v1/rest``: HTTP+JSON (``POST /message:stream``, ``GET /tasks/{id}``,
+  ``POST /tasks/{id}:subscribe``, ``POST /tasks/{id}:cancel``).
+- ``/v1/grpc``: its card only; the calls go to the gRPC port (``--grpc-port``, printed as
+  ``fastsource gRPC on grpc://HOST:PORT``), ``lf.a2a.v1.A2AService`` on grpcio's asyncio
+  server (:class:`GrpcAgent`).
+
+A subscribe answers the Task's snapshot and ends; a cancel is refused (every Task has ended
+or waits for input), an unknown Task is ``TASK_NOT_FOUND``, each as its binding says errors.
+
 Control: ``GET /_stats`` (open streams now, by kind; requests by method;
 Tasks by mode), ``POST /_release {"count"?: n}`` (ends held streams with
 ``completed``; held Tasks without a stream are completed too), ``GET
@@ -60,22 +80,37 @@ import asyncio
 import contextlib
 import itertools
 import os
+import re
 import secrets
 import signal
 import sys
 import time
 from collections import Counter, OrderedDict, deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import unquote
 
+import grpc
 import orjson
+from google.protobuf import json_format
 
+from bridge.agents.grpc import a2a_pb2, status_pb2
+from bridge.agents.grpc.convert import SERVICE
 from bridge.demo.scripts import params
+from bridge.wire.dialects import part_to_v1
+from bridge.wire.rest import A2A_DOMAIN, ERROR_INFO
 
 PATH = b"/newmoi/agents/a2a"
 PUSH_PATH = b"/a2a/push"
-CARD_PATH = PUSH_PATH + b"/.well-known/agent-card.json"
+CARD_SUFFIX = b"/.well-known/agent-card.json"
+CARD_PATH = PUSH_PATH + CARD_SUFFIX
+# The A2A 1.0 agents, one per binding, each with a card that offers only it.
+V1_PREFIX = b"/v1/"
+V1_JSONRPC = b"/v1/jsonrpc"
+V1_REST = b"/v1/rest"
+V1_BINDINGS = {V1_JSONRPC: "JSONRPC", V1_REST: "HTTP+JSON", b"/v1/grpc": "GRPC"}
 AGENT_CODES = ("writer",)
 # Placeholders in pre-rendered frames; never produced by orjson for our values.
 _TID = b"\x00T\x00"
@@ -171,6 +206,7 @@ class Frames:
             }
             events.append(_status("input-required", True, stamp, question))
         # seq 1 is the Task object, rendered per request (it carries the user's message).
+        self.events = events  # in v0.3 shapes, for the v1.0 bindings to render theirs (V1Frames)
         self.frames = [_frame(seq, e) for seq, e in enumerate(events, start=2)]
         self.joined = b"".join(self.frames)
         self.last_seq = 1 + len(events)
@@ -192,6 +228,151 @@ def inner(value: str) -> bytes:
 def chunk(body: bytes) -> bytes:
     """One HTTP/1.1 chunk."""
     return b"%x\r\n%s\r\n" % (len(body), body)
+
+
+# ---------------------------------------------------------------- A2A v1.0 --
+# The same Tasks over A2A v1.0's three bindings (docs/bindings.md): each event of a
+# shape's Frames as a v1.0 StreamResponse (ProtoJSON), rendered once per binding.
+
+V1_STATES = {
+    "submitted": "TASK_STATE_SUBMITTED",
+    "working": "TASK_STATE_WORKING",
+    "input-required": "TASK_STATE_INPUT_REQUIRED",
+    "completed": "TASK_STATE_COMPLETED",
+    "canceled": "TASK_STATE_CANCELED",
+}
+
+
+def v1_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A v0.3 Message as v1.0's: ``ROLE_*`` roles, oneof parts, no ``kind``."""
+    out = {k: v for k, v in message.items() if k in ("messageId", "contextId", "taskId")}
+    out["role"] = f"ROLE_{str(message.get('role', 'agent')).upper()}"
+    out["parts"] = [part_to_v1(p) for p in message.get("parts") or []]
+    return out
+
+
+def v1_status(status: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"state": V1_STATES[status["state"]], "timestamp": status["timestamp"]}
+    if status.get("message") is not None:
+        out["message"] = v1_message(status["message"])
+    return out
+
+
+def v1_task(task: dict[str, Any]) -> dict[str, Any]:
+    """A v0.3 Task object (:meth:`Task.task_object`, :meth:`Source.snapshot`) as v1.0's Task."""
+    out: dict[str, Any] = {"id": task["id"], "contextId": task["contextId"], "status": v1_status(task["status"])}
+    if task.get("artifacts"):
+        out["artifacts"] = [{**a, "parts": [part_to_v1(p) for p in a.get("parts") or []]} for a in task["artifacts"]]
+    if task.get("history"):
+        out["history"] = [v1_message(m) for m in task["history"]]
+    return out
+
+
+def v1_event(event: dict[str, Any]) -> dict[str, Any]:
+    """A v0.3 event of :class:`Frames` as the v1.0 ``StreamResponse`` carrying it (ProtoJSON:
+    false booleans and v0.3's ``final`` left out, as v1.0 has none)."""
+    ids = {"taskId": event["taskId"], "contextId": event["contextId"]}
+    if event["kind"] == "status-update":
+        return {"statusUpdate": {**ids, "status": v1_status(event["status"])}}
+    art = event["artifact"]
+    update: dict[str, Any] = {
+        **ids,
+        "artifact": {**art, "parts": [part_to_v1(p) for p in art["parts"]]},
+    }
+    if event.get("append"):
+        update["append"] = True
+    if event.get("lastChunk"):
+        update["lastChunk"] = True
+    return {"artifactUpdate": update}
+
+
+def _placeheld(obj: Any) -> bytes:
+    """``obj`` as JSON with the NUL placeholders of ids (and the rpc id) as raw bytes."""
+    data = orjson.dumps(obj).replace(b"\\u0000T\\u0000", _TID).replace(b"\\u0000C\\u0000", _CID)
+    return data.replace(b'"\\u0000R\\u0000"', _RID)
+
+
+class V1Frames:
+    """One shape's frames after the Task object over each v1.0 binding, rendered once:
+
+    - JSON-RPC: ``data: {"jsonrpc": "2.0", "id": <rpc id>, "result": <StreamResponse>}``;
+    - HTTP+JSON: ``data: <StreamResponse>``, no envelope;
+    - gRPC: each ``StreamResponse`` serialized, once per pair of the ids' lengths
+      (:func:`_grpc_template`).
+
+    No SSE ids (v1.0 has no resume after a seq; the a2a-sdk's servers send none).
+    """
+
+    def __init__(self, frames: Frames) -> None:
+        self.events = [v1_event(e) for e in frames.events]
+        self.jsonrpc = b"".join(
+            b"data: %s\n\n" % _placeheld({"jsonrpc": "2.0", "id": "\x00R\x00", "result": e}) for e in self.events
+        )
+        self.rest = b"".join(b"data: %s\n\n" % _placeheld(e) for e in self.events)
+        self._grpc: dict[tuple[int, int], list[bytes]] = {}
+
+    def grpc(self, task_id: str, context_id: str) -> list[bytes]:
+        """The serialized ``StreamResponse`` messages of one Task."""
+        tid, cid = task_id.encode(), context_id.encode()
+        key = (len(tid), len(cid))
+        templates = self._grpc.get(key)
+        if templates is None:
+            templates = self._grpc[key] = [_grpc_template(e, *key) for e in self.events]
+        ids = {b"T": tid, b"C": cid}
+        out = []
+        for pieces, order in templates:
+            parts = [pieces[0]]
+            for which, piece in zip(order, pieces[1:], strict=True):
+                parts += (ids[which], piece)
+            out.append(b"".join(parts))
+        return out
+
+
+def _grpc_template(event: dict[str, Any], tid_bytes: int, cid_bytes: int) -> tuple[list[bytes], list[bytes]]:
+    """``event`` serialized with ids of these lengths, as the pieces between its ids and which
+    id goes between each (``T``, ``C``). A protobuf string carries its length, so the ids'
+    placeholders are runs of NUL as long as the ids: no other byte of these messages is NUL (a
+    varint's last byte is not, nor is ASCII text), so the runs are exactly where ids go; which id
+    each run is comes from the same message serialized with the placeholders of :class:`Frames`
+    (fields are written in the order of their numbers whatever their lengths)."""
+    order = re.findall(rb"\x00([TC])\x00", _serialized(event))
+    text = orjson.dumps(event)
+    sized = text.replace(b"\\u0000T\\u0000", b"\\u0000" * tid_bytes).replace(b"\\u0000C\\u0000", b"\\u0000" * cid_bytes)
+    pieces = re.split(rb"\x00+", _serialized(orjson.loads(sized)))
+    assert len(pieces) == len(order) + 1, "an id's placeholder run is not where an id goes"
+    return pieces, order
+
+
+def _serialized(response: dict[str, Any]) -> bytes:
+    """A ``StreamResponse`` (ProtoJSON) serialized."""
+    return bytes(json_format.ParseDict(response, a2a_pb2.StreamResponse()).SerializeToString())
+
+
+def v1_card(name: str, binding: str, url: str) -> dict[str, Any]:
+    """A v1.0 agent card that offers ``binding`` only, at ``url``."""
+    return {
+        "name": name,
+        "description": f"the fast source's writer over A2A 1.0 {binding}",
+        "version": "1.0.0",
+        "supportedInterfaces": [{"url": url, "protocolBinding": binding, "protocolVersion": "1.0"}],
+        "capabilities": {"streaming": True},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [],
+    }
+
+
+def status_body(http_status: int, status: str, reason: str, message: str) -> dict[str, Any]:
+    """A ``google.rpc.Status`` error body of HTTP+JSON naming the A2A error ``reason``."""
+    detail = {"@type": ERROR_INFO, "reason": reason, "domain": A2A_DOMAIN}
+    return {"error": {"code": http_status, "status": status, "message": message, "details": [detail]}}
+
+
+def grpc_status_details(code: grpc.StatusCode, reason: str, message: str) -> bytes:
+    """The ``grpc-status-details-bin`` trailer of an A2A error: a ``google.rpc.Status`` with an ``ErrorInfo``."""
+    status = status_pb2.Status(code=code.value[0], message=message)
+    status.details.add().Pack(status_pb2.ErrorInfo(reason=reason, domain=A2A_DOMAIN))
+    return status.SerializeToString()
 
 
 @dataclass(eq=False, slots=True)
@@ -255,6 +436,8 @@ class Source:
         self.paced: deque[Paced] = deque()
         self.stamps: dict[str, list[float]] = {}
         self._pacer: asyncio.Task[None] | None = None
+        self.v1: dict[Shape, V1Frames] = {}
+        self.grpc_url = ""  # where GrpcAgent serves, for the gRPC agent's card
 
     # ------------------------------------------------------------ tasks --
 
@@ -333,6 +516,8 @@ class Source:
     async def route(
         self, method: bytes, path: bytes, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> bool:
+        if path.startswith(V1_PREFIX):
+            return await self.v1_http(method, path, body, writer)
         if method == b"POST" and path in (PATH, PUSH_PATH):
             return await self.rpc(body, reader, writer, gateway=path == PATH)
         if path == CARD_PATH:
@@ -474,6 +659,151 @@ class Source:
         else:
             err = {"code": -32601, "message": f"Method not found: {method}"[:200]}
             self.json(writer, {"jsonrpc": "2.0", "id": rpc_id, "error": err})
+        await writer.drain()
+        return True
+
+    # ------------------------------------------------------------- v1.0 --
+
+    def v1_frames(self, shape: Shape) -> V1Frames:
+        f = self.v1.get(shape)
+        if f is None:
+            f = self.v1[shape] = V1Frames(self.frames(shape))
+        return f
+
+    def v1_start(self, text: str, context_id: str) -> tuple[Task, V1Frames] | None:
+        """A new Task of a v1.0 binding in the context the client named (the bridge names one
+        of its own), with its frames; None for ``mode=hold``, which v1.0 is not served with."""
+        shape = Shape.parse(text)
+        if shape.mode == "hold":
+            return None
+        task = self.new_task(shape, text)
+        if context_id:
+            task.context_id = context_id
+        task.last_seq = self.frames(shape).last_seq
+        return task, self.v1_frames(shape)
+
+    def v1_done(self, task: Task) -> None:
+        """A v1.0 stream was written: a ``run`` Task is over, a ``pause`` one waits for input."""
+        if task.shape.mode == "pause":
+            task.state = "input-required"
+            self.live[task.id] = task
+        else:
+            self.finish(task, "completed")
+
+    def v1_first(self, task: Task) -> dict[str, Any]:
+        """The stream's first ``StreamResponse``: the Task, with the user's message in its history."""
+        return {"task": v1_task(task.task_object())}
+
+    async def v1_http(self, method: bytes, path: bytes, body: bytes, writer: asyncio.StreamWriter) -> bool:
+        """The v1.0 agents' HTTP routes: their cards, JSON-RPC at ``/v1/jsonrpc``, HTTP+JSON under ``/v1/rest``."""
+        if path.endswith(CARD_SUFFIX):
+            base = path[: -len(CARD_SUFFIX)]
+            host, port = writer.get_extra_info("sockname")[:2]
+            if base in V1_BINDINGS:
+                binding = V1_BINDINGS[base]
+                url = self.grpc_url if binding == "GRPC" else f"http://{host}:{port}{base.decode()}"
+                self.json(writer, v1_card(f"writer-{base.decode().rsplit('/', 1)[-1]}", binding, url))
+            else:
+                self.json(writer, {"error": "not found"}, b"404 Not Found")
+        elif method == b"POST" and path == V1_JSONRPC:
+            return await self.v1_rpc(body, writer)
+        elif path.startswith(V1_REST + b"/"):
+            return await self.rest(method, path[len(V1_REST) :], body, writer)
+        else:
+            self.json(writer, {"error": "not found"}, b"404 Not Found")
+        await writer.drain()
+        return True
+
+    async def v1_stream(self, writer: asyncio.StreamWriter, body: bytes, task: Task | None) -> bool:
+        """An SSE response of ``body`` in one write; ``task``'s stream is over once written."""
+        writer.write(SSE_HEAD + chunk(body) + END)
+        self.open["run"] += 1
+        try:
+            await writer.drain()
+        finally:
+            self.open["run"] -= 1
+        if task is not None:
+            self.v1_done(task)
+        return True
+
+    async def v1_rpc(self, body: bytes, writer: asyncio.StreamWriter) -> bool:
+        """A2A 1.0 JSON-RPC: ``SendStreamingMessage``, ``GetTask``, ``SubscribeToTask``, ``CancelTask``."""
+        try:
+            req = orjson.loads(body)
+            rpc_id, method, params = req["id"], str(req["method"]), req.get("params") or {}
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            self.json(writer, {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}})
+            await writer.drain()
+            return True
+        self.requests[f"jsonrpc {method}"] += 1
+
+        def error(code: int, message: str) -> None:
+            self.json(writer, {"jsonrpc": "2.0", "id": rpc_id, "error": {"code": code, "message": message}})
+
+        if method == "SendStreamingMessage":
+            message = params.get("message") or {}
+            started = self.v1_start(_v1_text(message), str(message.get("contextId") or ""))
+            if started is not None:
+                task, frames = started
+                first = b"data: %s\n\n" % orjson.dumps({"jsonrpc": "2.0", "id": rpc_id, "result": self.v1_first(task)})
+                rest = render(frames.jsonrpc, inner(task.id), inner(task.context_id), orjson.dumps(rpc_id))
+                return await self.v1_stream(writer, first + rest, task)
+            error(-32004, "mode=hold is not served over A2A 1.0")
+        elif method in ("GetTask", "SubscribeToTask", "CancelTask"):
+            found = self.lookup(str(params.get("id")))
+            if found is None:
+                error(-32001, "Task not found")
+            elif method == "GetTask":
+                self.json(writer, {"jsonrpc": "2.0", "id": rpc_id, "result": v1_task(self.snapshot(found))})
+            elif method == "SubscribeToTask":
+                snapshot = {"jsonrpc": "2.0", "id": rpc_id, "result": {"task": v1_task(self.snapshot(found))}}
+                return await self.v1_stream(writer, b"data: %s\n\n" % orjson.dumps(snapshot), None)
+            else:
+                error(-32002, "Task cannot be canceled")
+        else:
+            error(-32601, f"Method not found: {method}"[:200])
+        await writer.drain()
+        return True
+
+    async def rest(self, method: bytes, path: bytes, body: bytes, writer: asyncio.StreamWriter) -> bool:
+        """A2A 1.0 HTTP+JSON: ``POST /message:stream``, ``GET /tasks/{id}``, ``POST /tasks/{id}:subscribe``,
+        ``POST /tasks/{id}:cancel``; A2A errors as ``google.rpc.Status`` bodies."""
+        self.requests[f"rest {method.decode()} {path.split(b'/')[1].decode()}"] += 1
+        if method == b"POST" and path == b"/message:stream":
+            try:
+                message = orjson.loads(body).get("message") or {}
+            except (orjson.JSONDecodeError, AttributeError):
+                self.json(
+                    writer, status_body(400, "INVALID_ARGUMENT", "INVALID_REQUEST", "not JSON"), b"400 Bad Request"
+                )
+                await writer.drain()
+                return True
+            started = self.v1_start(_v1_text(message), str(message.get("contextId") or ""))
+            if started is not None:
+                task, frames = started
+                first = b"data: %s\n\n" % orjson.dumps(self.v1_first(task))
+                return await self.v1_stream(
+                    writer, first + render(frames.rest, inner(task.id), inner(task.context_id), b""), task
+                )
+            error = status_body(400, "UNIMPLEMENTED", "UNSUPPORTED_OPERATION", "mode=hold is not served over A2A 1.0")
+            self.json(writer, error, b"400 Bad Request")
+        elif path.startswith(b"/tasks/"):
+            name, _, action = path[len(b"/tasks/") :].partition(b":")
+            found = self.lookup(unquote(name.decode()))
+            if found is None:
+                self.json(writer, status_body(404, "NOT_FOUND", "TASK_NOT_FOUND", "Task not found"), b"404 Not Found")
+            elif method == b"GET" and not action:
+                self.json(writer, v1_task(self.snapshot(found)))
+            elif method == b"POST" and action == b"subscribe":
+                snapshot = {"task": v1_task(self.snapshot(found))}
+                return await self.v1_stream(writer, b"data: %s\n\n" % orjson.dumps(snapshot), None)
+            elif method == b"POST" and action == b"cancel":
+                error = status_body(409, "FAILED_PRECONDITION", "TASK_NOT_CANCELABLE", "Task cannot be canceled")
+                self.json(writer, error, b"409 Conflict")
+            else:
+                self.json(writer, {"error": "not found"}, b"404 Not Found")
+        else:
+            self.json(writer, {"error": "not found"}, b"404 Not Found")
         await writer.drain()
         return True
 
@@ -621,8 +951,92 @@ class Source:
                     self.paced.append(p)
 
 
-async def main_async(host: str, port: int, keep: int) -> None:
+def _v1_text(message: dict[str, Any]) -> str:
+    """The text of a v1.0 message's text parts (where a Task's shape is asked for)."""
+    return " ".join(str(p["text"]) for p in message.get("parts") or [] if isinstance(p, dict) and "text" in p)
+
+
+class GrpcAgent:
+    """A2A 1.0 over gRPC (``lf.a2a.v1.A2AService``) on grpcio's asyncio server, with the bridge's
+    own messages (bridge/agents/grpc): ``SendStreamingMessage``, ``GetTask``,
+    ``SubscribeToTask`` and ``CancelTask``. Answers go out as serialized bytes (the handlers
+    have no response serializer), each stream's rendered once per shape (:class:`V1Frames`),
+    so what a message costs here is grpcio's own work."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        stream, unary = grpc.unary_stream_rpc_method_handler, grpc.unary_unary_rpc_method_handler
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                "SendStreamingMessage": stream(self.send, request_deserializer=a2a_pb2.SendMessageRequest.FromString),
+                "SubscribeToTask": stream(
+                    self.subscribe, request_deserializer=a2a_pb2.SubscribeToTaskRequest.FromString
+                ),
+                "GetTask": unary(self.get, request_deserializer=a2a_pb2.GetTaskRequest.FromString),
+                "CancelTask": unary(self.cancel, request_deserializer=a2a_pb2.CancelTaskRequest.FromString),
+            },
+        )
+
+    async def send(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[bytes]:
+        source = self.source
+        source.requests["grpc SendStreamingMessage"] += 1
+        message = request.message
+        text = " ".join(p.text for p in message.parts if p.WhichOneof("content") == "text")
+        started = source.v1_start(text, message.context_id)
+        if started is None:
+            await _abort(context, grpc.StatusCode.UNIMPLEMENTED, "UNSUPPORTED_OPERATION", "mode=hold is not served")
+            return
+        task, frames = started
+        source.open["grpc"] += 1
+        try:
+            yield _serialized(source.v1_first(task))
+            for m in frames.grpc(task.id, task.context_id):
+                yield m
+        finally:
+            source.open["grpc"] -= 1
+        source.v1_done(task)
+
+    async def subscribe(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[bytes]:
+        self.source.requests["grpc SubscribeToTask"] += 1
+        task = self.source.lookup(request.id)
+        if task is None:
+            await _abort(context, grpc.StatusCode.NOT_FOUND, "TASK_NOT_FOUND", "Task not found")
+            return
+        yield _serialized({"task": v1_task(self.source.snapshot(task))})
+
+    async def get(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+        self.source.requests["grpc GetTask"] += 1
+        task = self.source.lookup(request.id)
+        if task is None:
+            await _abort(context, grpc.StatusCode.NOT_FOUND, "TASK_NOT_FOUND", "Task not found")
+        assert task is not None  # abort raises
+        return bytes(json_format.ParseDict(v1_task(self.source.snapshot(task)), a2a_pb2.Task()).SerializeToString())
+
+    async def cancel(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+        self.source.requests["grpc CancelTask"] += 1
+        found = self.source.lookup(request.id) is not None
+        reason = "TASK_NOT_CANCELABLE" if found else "TASK_NOT_FOUND"
+        code = grpc.StatusCode.FAILED_PRECONDITION if found else grpc.StatusCode.NOT_FOUND
+        await _abort(context, code, reason, "Task cannot be canceled" if found else "Task not found")
+        raise AssertionError("unreachable: abort raises")
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], code: grpc.StatusCode, reason: str, message: str) -> None:
+    """End the call with ``code`` and the A2A error ``reason`` in its status details, as A2A 1.0 servers do."""
+    details = grpc_status_details(code, reason, message)
+    await context.abort(code, message, trailing_metadata=(("grpc-status-details-bin", details),))
+
+
+async def main_async(host: str, port: int, keep: int, grpc_port: int = 0) -> None:
     source = Source(keep)
+    agent = grpc.aio.server()
+    agent.add_generic_rpc_handlers((GrpcAgent(source).handler(),))
+    source.grpc_url = f"grpc://{host}:{agent.add_insecure_port(f'{host}:{grpc_port}')}"
+    await agent.start()
+    print(f"fastsource gRPC on {source.grpc_url}", flush=True)
     server = await asyncio.start_server(source.serve, host, port, backlog=4096, limit=1 << 20)
     bound = server.sockets[0].getsockname()[1]
     print(f"fastsource listening on http://{host}:{bound}", flush=True)
@@ -643,8 +1057,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--keep", type=int, default=50_000, help="finished Tasks remembered for tasks/get and replay")
+    ap.add_argument("--grpc-port", type=int, default=0, help="the gRPC agent's port (0: a free one)")
     a = ap.parse_args(argv)
-    asyncio.run(main_async(a.host, a.port, a.keep))
+    asyncio.run(main_async(a.host, a.port, a.keep, a.grpc_port))
     os._exit(0)  # held connections need no orderly close
 
 

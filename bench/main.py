@@ -1,11 +1,11 @@
-"""``python -m bench [throughput|latency|transport|scale ...]``: run sections, write results.
+"""``python -m bench [throughput|bindings|latency|transport|scale ...]``: run sections, write results.
 
-Without arguments (``make bench``): the throughput section, the latency
-measure, the transport measure, then the scale section at its quick sizes
+Without arguments (``make bench``): the throughput section, the bindings section, the
+latency measure, the transport measure, then the scale section at its quick sizes
 (``BENCH_SECTIONS`` picks others). ``python -m bench scale`` (``make bench-scale``) runs the
 scale section alone, at its full sizes (bench/README.md, "Scale") unless ``BENCH_SCALE_SIZE=quick``.
 
-Results: ``.bench/results.json`` (throughput, latency, transport) and
+Results: ``.bench/results.json`` (throughput, bindings, latency, transport) and
 ``.bench/scale.json`` (scale), with a copy of each beside the logs of the
 run in ``.bench/logs/<run id>/``.
 """
@@ -24,12 +24,12 @@ from typing import Any
 
 import orjson
 
-from bench import latency, scale, suite, transport
+from bench import bindings, latency, scale, suite, transport
 from bench.bridge_bench import BenchFailure, Params, run_round
 from bench.services import Broker, FastSource, ServiceError, delete_topics
 
 OUT_DIR = suite.OUT_DIR
-SECTIONS = ("throughput", "latency", "transport", "scale")
+SECTIONS = ("throughput", "bindings", "latency", "transport", "scale")
 
 
 def _write(name: str, doc: dict[str, Any], log_dir: Path) -> Path:
@@ -194,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     broker = Broker()
     source: FastSource | None = None
     bench_suite: suite.Suite | None = None
+    bound: bindings.Bindings | None = None
     warmup: dict[str, Any] = {}
     lat: dict[str, Any] | None = None
     trans: dict[str, Any] | None = None
@@ -211,12 +212,24 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             asyncio.run(bench_suite.run())
+        if "bindings" in sections:
+            if bench_suite is None:  # the throughput section warms the broker; without it, this does
+                warmer = suite.Suite(run_id, log_dir, broker, source)
+                asyncio.run(warmer.warm_broker())
+                warmup = warmer.warmup
+            bound = bindings.Bindings(run_id, log_dir, broker, source)
+            print(
+                f"bench: bindings ({suite.size_mode()}): {bound.rounds} rounds of "
+                f"{', '.join(b.label for b in bound.bindings)} over {len(bound.cases)} case(s); logs in {log_dir}",
+                flush=True,
+            )
+            asyncio.run(bound.run())
         if "latency" in sections:
             saturated = None
             if bench_suite is not None:
                 first = bench_suite.results.get("1", {}).get("C") or []
                 saturated = suite._median([r["events_per_second"] for r in first])
-            else:
+            elif not warmup:
                 warmer = suite.Suite(run_id, log_dir, broker, source)
                 asyncio.run(warmer.warm_broker())
                 warmup = warmer.warmup
@@ -251,17 +264,20 @@ def main(argv: list[str] | None = None) -> int:
         "bridge_under_test": _bridge_version(),
         "logs": str(log_dir),
     }
-    if bench_suite is not None or lat is not None or trans is not None:
+    if bench_suite is not None or bound is not None or lat is not None or trans is not None:
         doc = {
             **common,
             "parameters": bench_suite.parameters() if bench_suite else {},
             "throughput": bench_suite.summary() if bench_suite else {},
+            "bindings": bound.summary() if bound else None,
             "warmup": bench_suite.warmup if bench_suite else warmup,
             "latency": lat,
             "transport": trans,
         }
         path = _write("results.json", doc, log_dir)
         suite.print_summary(doc)
+        if doc["bindings"]:
+            bindings.print_summary(doc["bindings"])
         if lat:
             for who, key in (("", "by_interval"), (" (B0)", "b0_by_interval")):
                 for interval, m in (lat.get(key) or {}).items():

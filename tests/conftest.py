@@ -7,7 +7,8 @@
 
 Each test carries its kind as a marker (``pytest -m repo``); a test file outside
 these folders is refused, so the kinds stay apart. ``tests/unit`` mirrors ``bridge/``
-(``tests/unit/engine/test_runner.py`` tests ``bridge/engine/runner.py``). Builders,
+(``tests/unit/engine/test_runner.py`` tests ``bridge/engine/runner.py``), and
+``tests/unit/bench`` the pure parts of ``bench/``. Builders,
 fakes and hypothesis settings that more than one test file uses live in
 ``tests/support/`` (``factories``, ``runner_fakes``, ``fake_producer``, ``strategies``).
 """
