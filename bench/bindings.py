@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
 from bench import suite
 from bench.bridge_bench import BenchFailure, Params, run_round
 from bench.services import Broker, FastSource
@@ -28,15 +30,23 @@ from bench.suite import Case
 
 @dataclass(frozen=True, slots=True)
 class Binding:
-    key: str  # the bridge's name (binding = "..."), the key in the results
+    key: str  # the key in the results (and BENCH_BINDINGS)
     label: str  # as the table shows it
     path: str  # its agent's URL path on the fast source
+    spoken: str = ""  # the bridge's name of the binding (binding = "..."), when not ``key``
+    table: bool = True  # whether the bridge writes its Task table (kafka.task_table)
+
+    @property
+    def binding(self) -> str:
+        return self.spoken or self.key
 
 
 BINDINGS = (
     Binding("jsonrpc", "JSON-RPC", "/v1/jsonrpc"),
     Binding("http+json", "HTTP+JSON", "/v1/rest"),
     Binding("grpc", "gRPC", "/v1/grpc"),
+    # JSON-RPC again with kafka.task_table = false: what the Task table costs, side by side.
+    Binding("jsonrpc-no-table", "JSON-RPC, no table", "/v1/jsonrpc", spoken="jsonrpc", table=False),
 )
 BASE = "jsonrpc"  # what the other bindings are compared with
 
@@ -109,12 +119,20 @@ class Bindings:
             log_dir=self.log_dir,
             events_topic=self.events_topic,
             agent={"dialect": "a2a-1.0", "agent_code": None, "binding": "auto"},
+            kafka=None if binding.table else {"task_table": False},
         )
-        result = await run_round(params, f"{self.prefix}-{label}", self.pids())
+        name = f"{self.prefix}-{label}"
+        result = await run_round(params, name, self.pids())
         spoken = result["agent_requests_by_binding"]
-        if set(spoken) != {binding.key} or spoken[binding.key] < case.tasks:
-            raise BenchFailure(f"{label}: the bridge's agent calls went over {spoken}, not {case.tasks}+ {binding.key}")
+        if set(spoken) != {binding.binding} or spoken[binding.binding] < case.tasks:
+            raise BenchFailure(
+                f"{label}: the bridge's agent calls went over {spoken}, not {case.tasks}+ {binding.binding}"
+            )
         self.source.check()
+        # Bytes the Task table took per Task (every row written, before compaction).
+        table = f"{name}.tasks"
+        written = await topic_bytes(self.broker.bootstrap, table, self.partitions) if binding.table else 0
+        result["table_bytes_per_task"] = round(written / case.tasks, 1)
         return result
 
     async def run(self) -> None:
@@ -157,6 +175,25 @@ class Bindings:
         }
 
 
+async def topic_bytes(bootstrap: str, topic: str, partitions: int) -> int:
+    """The bytes of every committed record's key and value in ``topic`` (co-partitioned
+    with the commands: ``partitions`` of them)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        total = 0
+        while any(await consumer.position(tp) < ends[tp] for tp in tps):
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                total += sum(len(r.key or b"") + len(r.value or b"") for r in records)
+        return total
+    finally:
+        await consumer.stop()
+
+
 def _slug(b: Binding) -> str:
     return b.key.replace("+", "")
 
@@ -179,6 +216,7 @@ def summarize(
             entry = suite._entry("C", rounds)
             entry["name"] = f"the bridge over {b.label}"
             entry["source_cpu_us_per_event"] = suite._median([_source_us(r) for r in rounds])
+            entry["table_bytes_per_task"] = suite._median([r.get("table_bytes_per_task") for r in rounds])
             entry["limiting"] = suite.limiting({"C": entry}).get("C") if rounds else None
             entries[b.key] = entry
         out[case.name] = {
@@ -212,8 +250,8 @@ def table(cases: dict[str, Any]) -> list[str]:
     """The results as a Markdown table: per case, per binding, medians and ratios to JSON-RPC."""
     lines = [
         "| case | binding | events/s | / JSON-RPC (paired) | bridge CPU µs/event | / JSON-RPC"
-        " | source CPU µs/event | bridge cores busy | peak RSS MiB |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        " | source CPU µs/event | bridge cores busy | peak RSS MiB | Task table B/Task |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     labels = {b.key: b.label for b in BINDINGS}
     for name, doc in cases.items():
@@ -230,7 +268,8 @@ def table(cases: dict[str, Any]) -> list[str]:
             lines.append(
                 f"| {shape} | {labels.get(key, key)} | {_fmt(e['median'], ',.0f')} | {rate_ratio}"
                 f" | {_fmt(e['cpu_us_per_event'], '.1f')} | {cpu_ratio} | {_fmt(e['source_cpu_us_per_event'], '.1f')}"
-                f" | {_fmt(e['cores_busy_median'].get('bridge'), '.2f')} | {_fmt(e['peak_rss_mib_median'], '.0f')} |"
+                f" | {_fmt(e['cores_busy_median'].get('bridge'), '.2f')} | {_fmt(e['peak_rss_mib_median'], '.0f')}"
+                f" | {_fmt(e.get('table_bytes_per_task'), ',.0f')} |"
             )
     return lines
 

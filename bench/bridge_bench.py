@@ -58,6 +58,8 @@ class Params:
     bridge_root: Path | None = None
     # Fields of the [agents.writer] table over write_config's (the bindings section's v1.0 agents).
     agent: dict[str, Any] | None = None
+    # Keys of the [kafka] table over write_config's (the bindings section's table-off run).
+    kafka: dict[str, Any] | None = None
 
 
 # What every benchmark bridge runs with, unless a measure says otherwise.
@@ -82,6 +84,7 @@ def write_config(
     agent: dict[str, Any] | None = None,
     agents: dict[str, dict[str, Any]] | None = None,
     push: dict[str, Any] | None = None,
+    table_key: bool = True,
 ) -> Path:
     """A ``bridge run`` config with fresh topic names (``{name}.commands`` ...) and one
     agent, ``writer``, on the fast source (dialect gateway, agent_code writer); ``agents``
@@ -93,6 +96,8 @@ def write_config(
         "events_topic": f"{name}.events",
         "checkpoints_topic": f"{name}.checkpoints",
         "dlq_topic": f"{name}.dlq",
+        # ``table_key``: a checkout that has a Task table (one from before it would refuse the key).
+        **({"tasks_topic": f"{name}.tasks"} if table_key else {}),
         "transactional_id_prefix": f"{name}-tx",
         "partitions": partitions,
         "session_timeout_ms": 6000,
@@ -294,6 +299,13 @@ async def _dlq_records(config: Config) -> int:
         await consumer.stop()
 
 
+def knows_task_table(root: Path) -> bool:
+    """Whether the checkout at ``root`` writes a Task table (its config has the key: a
+    checkout from before it, run as BENCH_AGAINST, would refuse the key)."""
+    model = root / "bridge" / "config" / "model.py"
+    return model.is_file() and "tasks_topic" in model.read_text()
+
+
 async def run_round(
     p: Params, name: str, extra_pids: dict[str, int], *, track: bool = False, fetch_max_wait_ms: int = 500
 ) -> dict[str, Any]:
@@ -307,8 +319,9 @@ async def run_round(
         source_url=p.source_url,
         partitions=p.partitions,
         commit_interval_ms=p.commit_interval_ms,
-        kafka={"events_topic": p.events_topic} if p.events_topic else None,
+        kafka={**({"events_topic": p.events_topic} if p.events_topic else {}), **(p.kafka or {})},
         agent=p.agent,
+        table_key=knows_task_table(p.bridge_root or ROOT),
     )
     config = config_mod.load(config_path, env={})
     await topics.ensure(config, create=True)

@@ -490,7 +490,14 @@ class Scale:
             k = config.kafka
             with contextlib.suppress(Exception):
                 await admin.delete_topics(
-                    [k.commands_topic, k.events_topic, k.checkpoints_topic, k.dlq_topic, k.notifications_topic]
+                    [
+                        k.commands_topic,
+                        k.events_topic,
+                        k.checkpoints_topic,
+                        k.dlq_topic,
+                        k.notifications_topic,
+                        k.tasks_topic,
+                    ]
                 )
         finally:
             await admin.close()

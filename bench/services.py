@@ -65,6 +65,7 @@ def one_partition_config(bootstrap: str, name: str) -> Config:
             checkpoints_topic=f"{name}.checkpoints",
             dlq_topic=f"{name}.dlq",
             notifications_topic=f"{name}.notifications",
+            tasks_topic=f"{name}.tasks",
             transactional_id_prefix=f"{name}-tx",
             partitions=1,
         ),

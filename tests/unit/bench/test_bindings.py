@@ -13,15 +13,15 @@ CASE = Case("1", 25, 300, 200)
 
 
 def test_bench_bindings_chooses_in_the_tables_order_and_refuses_unknown_names() -> None:
-    assert [b.key for b in chosen("")] == ["jsonrpc", "http+json", "grpc"]
+    assert [b.key for b in chosen("")] == ["jsonrpc", "http+json", "grpc", "jsonrpc-no-table"]
     assert [b.key for b in chosen("grpc, jsonrpc")] == ["jsonrpc", "grpc"]
     with pytest.raises(SystemExit, match="BENCH_BINDINGS"):
         chosen("jsonrpc,soap")
 
 
 def test_each_binding_goes_first_in_turn() -> None:
-    firsts = [turn(BINDINGS, r)[0].key for r in (1, 2, 3, 4)]
-    assert firsts == ["jsonrpc", "http+json", "grpc", "jsonrpc"]
+    firsts = [turn(BINDINGS, r)[0].key for r in (1, 2, 3, 4, 5)]
+    assert firsts == ["jsonrpc", "http+json", "grpc", "jsonrpc-no-table", "jsonrpc"]
 
 
 def test_the_quick_size_runs_cases_1_and_3_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
