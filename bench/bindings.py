@@ -186,7 +186,7 @@ async def topic_bytes(bootstrap: str, topic: str, partitions: int) -> int:
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
         total = 0
-        while any(await consumer.position(tp) < ends[tp] for tp in tps):
+        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
             for records in (await consumer.getmany(timeout_ms=500)).values():
                 total += sum(len(r.key or b"") + len(r.value or b"") for r in records)
         return total
