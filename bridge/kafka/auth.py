@@ -16,14 +16,18 @@ one. A broker without it keeps a connection past its token's expiry.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka.abc import AbstractTokenProvider
 from aiokafka.errors import KafkaConnectionError
 
 from bridge.config.model import ConfigError, KafkaConfig
 from bridge.errors import CredentialsUnavailable
-from bridge.identity import Grant, TokenSource, client_credentials, secret_from
+
+if TYPE_CHECKING:
+    # Imported where used: the identity layer brings httpx, which a one-shot command
+    # on a SASL/SCRAM or plaintext broker never needs (`bridge tasks list` starts faster).
+    from bridge.identity import Grant, TokenSource
 
 # Where the token is configured: the name of its source in logs and metrics.
 SOURCE = "kafka"
@@ -54,6 +58,8 @@ class OAuthBearer(AbstractTokenProvider):  # type: ignore[misc]  # aiokafka.abc 
 
 def grant(kafka: KafkaConfig) -> Grant:
     """The OAuth2 client ``[kafka]`` configures; :class:`ConfigError` when its secret cannot be read."""
+    from bridge.identity import Grant, secret_from
+
     if not (kafka.sasl_oauth_token_url and kafka.sasl_oauth_client_id):
         raise ConfigError("kafka: sasl_mechanism 'OAUTHBEARER' needs sasl_oauth_token_url and sasl_oauth_client_id")
     secret = secret_from(
@@ -76,6 +82,8 @@ def grant(kafka: KafkaConfig) -> Grant:
 def token_provider(kafka: KafkaConfig) -> OAuthBearer:
     """The one provider of ``kafka``'s tokens in this process (its secret file read once here,
     then followed through rotations by the source)."""
+    from bridge.identity import client_credentials
+
     return OAuthBearer(client_credentials(grant(kafka), SOURCE))
 
 

@@ -8,8 +8,9 @@ waits for more). Neither reads an events topic.
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -35,6 +36,16 @@ class Filters:
     older_than: float | None = None  # seconds since the row last moved
     newer_than: float | None = None
 
+    def may_keep(self, value: bytes) -> bool:
+        """Whether a row's bytes (compact JSON, as the bridge writes it) may pass
+        :meth:`keep`: the words it asks for are in them. Only such rows are decoded."""
+        if self.agents and not any(b'"agent":' + orjson.dumps(a) in value for a in self.agents):
+            return False
+        if self.states:
+            words = [_STATE_WORDS.get(s) or orjson.dumps(s) for s in self.states]
+            return any(w in value for w in words)
+        return True
+
     def keep(self, row: JSON, now: float) -> bool:
         if self.agents and row.get("agent") not in self.agents:
             return False
@@ -46,6 +57,10 @@ class Filters:
         return (self.older_than is None or age >= self.older_than) and (
             self.newer_than is None or age <= self.newer_than
         )
+
+
+# How "live" and "terminal" show in a row's bytes.
+_STATE_WORDS = {"live": b'"terminal":false', "terminal": b'"terminal":true'}
 
 
 def _states_of(row: JSON) -> set[str]:
@@ -63,26 +78,40 @@ def _epoch(stamp: Any) -> float:
         return 0.0
 
 
-def newest_rows(records: Iterable[tuple[bytes | None, bytes | None]]) -> dict[str, JSON]:
+def newest_rows(
+    records: Iterable[tuple[bytes | None, bytes | None]], may_keep: Callable[[bytes], bool] | None = None
+) -> dict[str, JSON]:
     """The newest row per key of a compacted table's records, in order (a tombstone
-    takes its key away; a value that is not a JSON object is skipped)."""
+    takes its key away; a value that is not a JSON object is skipped); with
+    ``may_keep``, only the rows whose bytes it passes."""
     newest: dict[bytes, bytes | None] = {}
     for key, value in records:
         if key is not None:
             newest[key] = value
     rows: dict[str, JSON] = {}
-    for key, value in newest.items():
-        if value:
-            try:
-                row = orjson.loads(value)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(row, dict):
-                rows[key.decode("utf-8", "replace")] = row
+    # A hundred thousand rows are a million new containers, none of them garbage: the
+    # cyclic collector would walk them all again and again (it took most of `tasks list`'s
+    # time on 100,000 rows, bench/results/tasks-list.json).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for key, value in newest.items():
+            if value and (may_keep is None or may_keep(value)):
+                try:
+                    row = orjson.loads(value)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(row, dict):
+                    rows[key.decode("utf-8", "replace")] = row
+    finally:
+        if collecting:
+            gc.enable()
     return rows
 
 
-async def _rows(config: Config, only_key: str | None = None) -> dict[str, JSON]:
+async def _rows(
+    config: Config, only_key: str | None = None, may_keep: Callable[[bytes], bool] | None = None
+) -> dict[str, JSON]:
     tables = config.all_tasks_topics()
     if not tables:
         raise NothingFound("no Task table: kafka.task_table is false")
@@ -93,13 +122,15 @@ async def _rows(config: Config, only_key: str | None = None) -> dict[str, JSON]:
         for p in (range(counts[t]) if only_key is None else [partition_for(only_key.encode(), counts[t])])
     ]
     want = only_key.encode() if only_key is not None else None
+    records: list[tuple[bytes | None, bytes | None]] = []
     async with reading.consumer(config) as c:
-        records = [(r.key, r.value) async for r in reading.read_to_end(c, tps) if want is None or r.key == want]
-    return newest_rows(records)
+        async for batch in reading.batches_to_end(c, tps):
+            records += [(r.key, r.value) for r in batch if want is None or r.key == want]
+    return newest_rows(records, may_keep)
 
 
 async def tasks_list(config: Config, filters: Filters, *, limit: int | None, as_json_lines: bool) -> int:
-    rows = await _rows(config)
+    rows = await _rows(config, may_keep=filters.may_keep)
     now = time.time()
     kept = sorted((r for r in rows.values() if filters.keep(r, now)), key=lambda r: str(r.get("updatedAt")))
     if limit is not None:

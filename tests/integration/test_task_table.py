@@ -6,7 +6,8 @@ Against the real broker and agents: Tasks of every kind (streams on three bindin
 paused one, a failed one, a cancelled one), the bridge SIGKILLed while they stream and
 started again; then the table as an independent reader (kcat) sees it must equal the
 fold of the events topic as the same reader sees it (bridge/wire/task_row.py), Task by
-Task.
+Task. And ``bridge tasks list`` on a table of a hundred thousand Tasks (how long it
+takes is bench/tasks_list.py's to measure).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from pathlib import Path
 
 import orjson
 import pytest
+from aiokafka import AIOKafkaProducer
 
+from bench.tasks_list import PARTITIONS, PAUSED_EVERY, row, write_rows
 from bridge.config.schemas import validator
 from bridge.kafka.transaction import partition_for
 from tests.support.flows import key
@@ -95,3 +98,37 @@ async def test_the_table_is_the_fold_of_the_events_through_a_kill(env: Env, brid
     assert shown.returncode == 0 and orjson.loads(shown.stdout) == rows[failer]
     missing = run_cli(path, "tasks", "show", "no-such-key")
     assert missing.returncode == 1 and "no Task table row" in missing.stderr
+
+
+async def test_tasks_list_reads_a_table_of_a_hundred_thousand_tasks(env: Env, tmp_path: Path) -> None:
+    """Rows as the bridge writes them (keyed, partitioned, compacted topic), older versions
+    and tombstones among them: `tasks list` answers from the newest row of each key."""
+    rows = 100_000
+    path, config = bridge_config(env, tmp_path, partitions=PARTITIONS)
+    table = config.kafka.tasks_topic
+    await write_rows(env.bootstrap, table, rows)
+    # Then: the first 1,000 paused Tasks answered (a newer row), ten others tombstoned.
+    producer = AIOKafkaProducer(bootstrap_servers=env.bootstrap)
+    await producer.start()
+    try:
+        answered = [row(i) for i in range(0, 1000 * PAUSED_EVERY, PAUSED_EVERY)]
+        for r in answered:
+            r.update(state="working", question=None, lastSeq=r["lastSeq"] + 1)
+        gone = [f"order-{i:07d}".encode() for i in range(1, 11)]
+        for r in answered:
+            k = r["taskKey"].encode()
+            await producer.send(table, orjson.dumps(r), key=k, partition=partition_for(k, PARTITIONS))
+        for k in gone:
+            await producer.send(table, None, key=k, partition=partition_for(k, PARTITIONS))
+        await producer.flush()
+    finally:
+        await producer.stop()
+    listed = run_cli(path, "tasks", "list", "--state", "input-required", "--json")
+    assert listed.returncode == 0, listed.stderr
+    keys = {orjson.loads(line)["taskKey"] for line in listed.stdout.splitlines()}
+    assert keys == {f"order-{i:07d}" for i in range(1000 * PAUSED_EVERY, rows, PAUSED_EVERY)}
+    newest = run_cli(path, "tasks", "list", "--state", "live", "--limit", "3", "--json")
+    assert [orjson.loads(line)["state"] for line in newest.stdout.splitlines()] == ["input-required"] * 3
+    assert run_cli(path, "tasks", "show", "order-0000005").returncode == 1  # tombstoned
+    shown = run_cli(path, "tasks", "show", "order-0000000")
+    assert orjson.loads(shown.stdout) == answered[0]

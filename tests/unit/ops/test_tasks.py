@@ -58,3 +58,31 @@ def test_a_line_shows_the_state_the_outcome_and_the_pending_question() -> None:
     )
     assert "working/timeout" in line(row("a", "working", terminal=True, outcome="timeout"))
     assert "\\x1b" in line({**row("a", "working"), "taskKey": "evil\x1b[2J"})  # caller input made safe
+
+
+def test_only_rows_whose_bytes_may_pass_are_decoded_and_none_that_would_pass_is_skipped() -> None:
+    """``may_keep`` looks for the words a filter asks for in the row's bytes before it is
+    decoded: it may let through a row ``keep`` then refuses, never the other way round."""
+    now = 1_796_551_200.0
+    rows = [
+        row("a", "working"),
+        row("b", "input-required"),
+        row("c", "completed", terminal=True),
+        row("d", "working", terminal=True, outcome="timeout"),
+        {**row("e", "working"), "question": {"parts": [{"text": "input-required"}]}},  # the word, not the state
+    ]
+    filters = [
+        Filters(states=frozenset({"input-required"})),
+        Filters(states=frozenset({"live"})),
+        Filters(states=frozenset({"terminal", "timeout"})),
+        Filters(agents=frozenset({"asker"})),
+        Filters(agents=frozenset({"writer"}), states=frozenset({"working"})),
+        Filters(),
+    ]
+    for f in filters:
+        for r in rows:
+            if f.keep(r, now):
+                assert f.may_keep(orjson.dumps(r)), (f, r["taskKey"])
+    records = [(r["taskKey"].encode(), orjson.dumps(r)) for r in rows]
+    only = Filters(states=frozenset({"input-required"}))
+    assert sorted(newest_rows(records, only.may_keep)) == ["b", "e"]  # e decoded, then refused by keep
