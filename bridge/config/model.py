@@ -446,18 +446,20 @@ class Config:
     def all_dlq_topics(self) -> list[str]:
         return sorted({self.kafka.dlq_topic, *(a.dlq_topic for a in self.agents.values() if a.dlq_topic)})
 
-    def tasks_topic(self, agent: str | None) -> str | None:
-        """Where the Task table rows of ``agent``'s Tasks go (None: no table). An agent
-        routed to events of its own has rows only in a table of its own: a row holds
-        its agent's questions and artifact names, which stay in its workspace's topics."""
+    def tasks_topic(self, agent: str | None, routed: bool | None = None) -> str | None:
+        """Where the Task table rows of ``agent``'s Tasks go (None: no table). A Task
+        routed to events of its own (``routed``: as its record says; None: as its agent
+        is configured now) has rows only in its agent's own table: a row holds its
+        agent's questions and artifact names, which stay in its workspace's topics; so
+        a routed Task whose agent is gone, or no longer names a table, has none."""
         if not self.kafka.task_table:
             return None
         a = self.agents.get(agent or "")
-        if a is None:
-            return self.kafka.tasks_topic
-        if a.events_topic and a.events_topic != self.kafka.events_topic:
-            return a.tasks_topic
-        return a.tasks_topic or self.kafka.tasks_topic
+        if routed is None:
+            routed = a is not None and a.events_topic not in (None, self.kafka.events_topic)
+        if routed:
+            return a.tasks_topic if a is not None and a.tasks_topic != self.kafka.tasks_topic else None
+        return (a.tasks_topic if a else None) or self.kafka.tasks_topic
 
     def all_tasks_topics(self) -> list[str]:
         """Every Task table topic (none when ``kafka.task_table`` is off)."""

@@ -374,12 +374,15 @@ def agent_name(name: str, pattern: str) -> list[Problem]:
 
 
 def topics(k: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
-    """A topic serves one purpose: commands, events, checkpoints, dead letters or notifications."""
+    """A topic serves one purpose: commands, events, checkpoints, dead letters, the Task
+    table or notifications (a row on the checkpoints topic, under a Task's own key, would
+    be read back as its checkpoint)."""
     uses: dict[str, list[tuple[str, str]]] = {}
-    for role in ("commands", "events", "checkpoints", "dlq", "notifications"):
-        uses.setdefault(k[f"{role}_topic"], []).append((role, f"kafka.{role}_topic"))
+    for role in ("commands", "events", "checkpoints", "dlq", "tasks", "notifications"):
+        if f"{role}_topic" in k:
+            uses.setdefault(k[f"{role}_topic"], []).append((role, f"kafka.{role}_topic"))
     for name, a in agents.items():
-        for role in ("events", "dlq"):
+        for role in ("events", "dlq", "tasks"):
             if a.get(f"{role}_topic"):
                 uses.setdefault(a[f"{role}_topic"], []).append((role, f"agents.{name}.{role}_topic"))
     return [
@@ -406,8 +409,11 @@ def routing(k: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]]) -> li
         return str(a.get("dlq_topic") or k["dlq_topic"])
 
     served: dict[str, set[str]] = {k["dlq_topic"]: {k["events_topic"]}}
+    tables: dict[str, set[str]] = {str(k.get("tasks_topic", "a2a.tasks")): {k["events_topic"]}}
     for a in agents.values():
         served.setdefault(dlq(a), set()).add(events(a))
+        if a.get("tasks_topic"):
+            tables.setdefault(a["tasks_topic"], set()).add(events(a))
     out: list[Problem] = []
     for name, a in agents.items():
         routed = events(a) != k["events_topic"]
@@ -425,6 +431,14 @@ def routing(k: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]]) -> li
                 "(its dead letters carry its agents' users' messages)"
             )
             out.append(Problem(f"agents.{name}.dlq_topic", message))
+        table = a.get("tasks_topic")
+        if table and len(tables[table]) > 1:
+            others = ", ".join(repr(t) for t in sorted(tables[table] - {events(a)}))
+            message = (
+                f"{table!r} is also the Task table of events topic {others}: a table keeps one routing "
+                "(its rows hold its agents' questions)"
+            )
+            out.append(Problem(f"agents.{name}.tasks_topic", message))
         if routed and a.get("push"):
             message = (
                 "not with events_topic: its notifications, artifacts included, would pass through the shared "

@@ -236,17 +236,20 @@ class PartitionOwner:
 
     async def _rows(self, log_: restore.PartitionLog, live: list[TaskRecord]) -> None:
         """The live Tasks' rows, read back from the Task table (committed with their
-        checkpoints, so a row is the fold of the events up to the checkpoint's seq).
-        A Task without one (the table was off, or its row was lost) writes none until
-        it ends: a row must be the fold of every event."""
-        tables = self.config.all_tasks_topics()
-        if not live or not tables:
-            return
-        rows = await log_.rows(tables, {r.task_key for r in live})
+        checkpoints, so a row is the fold of the events up to the checkpoint's seq), each
+        from its own table. A Task without one (the table was off, or its row was lost)
+        starts a partial one at its next event (:meth:`_fold`)."""
+        by_table: dict[str, list[TaskRecord]] = {}
         for record in live:
-            row = rows.get(record.task_key)
-            if row is not None and row.get("taskId") == record.task_id and row.get("lastSeq") == record.seq:
-                record.row = row
+            table = self._table_of(record)
+            if table is not None:
+                by_table.setdefault(table, []).append(record)
+        for table, records in sorted(by_table.items()):
+            rows = await log_.rows(table, {r.task_key for r in records})
+            for record in records:
+                row = rows.get(record.task_key)
+                if row is not None and row.get("taskId") == record.task_id and row.get("lastSeq") == record.seq:
+                    record.row = row
 
     async def close(self, *, flush: bool = True) -> None:
         """Stop streams, commit what they produced (unless failed), close the producer."""
@@ -310,7 +313,8 @@ class PartitionOwner:
     def publish(self, record: TaskRecord, results: list[Event | Dropped]) -> None:
         now = time.time()
         topic = record.events_topic or self.config.events_topic(record.agent)
-        table = self.config.tasks_topic(record.agent)
+        table = self._table_of(record)
+        moved = False
         budget = self.host.budgets().budget(topic)
         partition = record.events_partition
         counts = self._counts
@@ -322,9 +326,7 @@ class PartitionOwner:
             origin = f"event:{r.task_id}:{r.seq}"
             key, value, headers, written = events.encode_within(r, record, now, budget, refused=origin in refused)
             if table is not None:
-                # The row folds the event as written (a projection, a marker): the table
-                # is the fold of what downstream reads.
-                _, record.row = task_row.fold(record.row, events.document(written, record, now))
+                moved = self._fold(record, written, now) or moved
             if written is not r:
                 replaced = written.kind == "bridge" and written.body.get("outcome") == "unpublishable"
                 metrics.EVENTS_FITTED.labels("unpublishable" if replaced else "projected").inc()
@@ -342,8 +344,34 @@ class PartitionOwner:
             counts[written.kind] += 1
         record.published(now, partition)
         self.txn.mark(record)
-        if table is not None and record.row is not None:
+        if moved and table is not None:
             self.txn.row(table, record)
+
+    def _table_of(self, record: TaskRecord) -> str | None:
+        """The Task table of ``record``'s Task, routed as its record says (the events
+        topic it started on), not as its agent is configured now."""
+        routed = None if record.events_topic is None else record.events_topic != self.config.kafka.events_topic
+        return self.config.tasks_topic(record.agent, routed)
+
+    def _ended_table(self, ended: TaskRecord | ClosedTask) -> str | None:
+        """The Task table an ended Task's row is in (a closed one keeps no events topic:
+        a routed Task's DLQ is its workspace's own, bridge.config.rules.routing)."""
+        if isinstance(ended, TaskRecord):
+            return self._table_of(ended)
+        routed = ended.dlq_topic is not None and ended.dlq_topic != self.config.kafka.dlq_topic
+        return self.config.tasks_topic(ended.agent, routed)
+
+    def _fold(self, record: TaskRecord, written: Event, now: float) -> bool:
+        """Fold the event as written (a projection, a marker: the table is the fold of
+        what downstream reads) into the Task's row; whether the row moved. A Task whose
+        row was not read back at the open starts one from its checkpoint
+        (:func:`bridge.wire.task_row.seeded`)."""
+        doc = events.document(written, record, now)
+        if record.row is None and written.seq != 1:
+            known = {"state": record.state, "outcome": record.outcome, "startCommandId": record.start_command_id}
+            record.row = task_row.seeded(doc, known)
+        result, record.row = task_row.fold(record.row, doc)
+        return result == "applied"
 
     def dead_letter(
         self, raw: Raw, reason: str, detail: str, command: Command | None = None, agent: str | None = None
@@ -460,6 +488,9 @@ class PartitionOwner:
         )
         if isinstance(previous, ClosedTask):
             self.retention.reopened()
+        if previous is not None and (old := self._ended_table(previous)) not in (None, self._table_of(fresh)):
+            # The new Task's rows go to another table: the ended one's row would stay for good.
+            self.txn.row_tombstone(old, checkpoints.task_key_bytes(cmd.task_key))
         self.records[cmd.task_key] = fresh
         self._run(fresh, (cmd, raw))
 
@@ -540,7 +571,7 @@ class PartitionOwner:
 
         for key in self.retention.expired(now, closed_at):
             gone = records.pop(key)
-            self.txn.tombstone(checkpoints.task_key_bytes(key), self.config.tasks_topic(gone.agent))
+            self.txn.tombstone(checkpoints.task_key_bytes(key), self._ended_table(gone))
             metrics.TOMBSTONES.inc()
 
     @property

@@ -76,18 +76,17 @@ class PartitionLog:
                     restorer.feed(r.key, r.value)
         return restorer
 
-    async def rows(self, topics: list[str], keys: set[str]) -> dict[str, dict[str, Any]]:
-        """The newest Task table row of each of ``keys`` in this partition of ``topics``,
+    async def rows(self, topic: str, keys: set[str]) -> dict[str, dict[str, Any]]:
+        """The newest Task table row of each of ``keys`` in this partition of ``topic``,
         read_committed (a tombstoned key has none)."""
         newest: dict[bytes, bytes | None] = {}
         wanted = {k.encode() for k in keys}
-        for topic in topics:
-            tp = TopicPartition(topic, self.partition)
-            async with contextlib.aclosing(self.batches(tp, "read_committed")) as batches:
-                async for records in batches:
-                    for r in records:
-                        if r.key in wanted:
-                            newest[r.key] = r.value
+        tp = TopicPartition(topic, self.partition)
+        async with contextlib.aclosing(self.batches(tp, "read_committed")) as batches:
+            async for records in batches:
+                for r in records:
+                    if r.key in wanted:
+                        newest[r.key] = r.value
         rows: dict[str, dict[str, Any]] = {}
         for key, value in newest.items():
             if value is not None:
@@ -175,8 +174,10 @@ async def close_left_open(
     cfg, p = log_.config, log_.partition
     tp = log_.checkpoints_tp()
     outputs: list[tuple[str, int | None]] = [
-        (topic, None) for topic in sorted({*cfg.all_events_topics(), *cfg.all_dlq_topics(), *cfg.all_tasks_topics()})
+        (topic, None) for topic in sorted({*cfg.all_events_topics(), *cfg.all_dlq_topics()})
     ]
+    # The Task tables are co-partitioned: only this partition of each is written.
+    outputs += [(topic, p) for topic in cfg.all_tasks_topics()]
     stable, end = await log_.ends(tp)
     # Kept for a retry, should this open fail from here on (bridge/core/partition/left_open.py).
     last = memory.described = verified(last, txn.epoch, end)

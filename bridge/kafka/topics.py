@@ -151,12 +151,17 @@ async def ensure(config: Config, *, create: bool) -> dict[str, int]:
         c = counts[config.kafka.commands_topic]
         for topic in co_partitioned(config):
             if counts[topic] != c:
-                role = "checkpoints" if topic == config.kafka.checkpoints_topic else "notifications"
+                k = config.kafka
+                role = {k.checkpoints_topic: "checkpoints", k.notifications_topic: "notifications"}.get(
+                    topic, "Task table"
+                )
                 raise StartupError(
                     f"{role} topic {topic!r} has {counts[topic]} partitions but commands topic "
                     f"{config.kafka.commands_topic!r} has {c}: they must be co-partitioned (same count)"
                 )
         await _check_compacted(admin, config.kafka.checkpoints_topic)
+        for table in config.all_tasks_topics():
+            await _check_compacted(admin, table, "Task table", "rows")
         return counts
     finally:
         await admin.close()
@@ -178,8 +183,11 @@ def not_compacted(policy: str, retention_ms: str, retention_bytes: str = "-1") -
     return None
 
 
-async def _check_compacted(admin: AIOKafkaAdminClient, topic: str) -> None:
-    """:class:`StartupError` unless the checkpoints topic keeps every key's newest record."""
+async def _check_compacted(
+    admin: AIOKafkaAdminClient, topic: str, role: str = "checkpoints", records: str = "checkpoints"
+) -> None:
+    """:class:`StartupError` unless the checkpoints topic (or a Task table: ``role``, whose
+    ``records`` are rows) keeps every key's newest record."""
     wanted = {"cleanup.policy": None, "retention.ms": None, "retention.bytes": None}
     responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs=wanted)])
     values: dict[str, str] = {}
@@ -189,7 +197,8 @@ async def _check_compacted(admin: AIOKafkaAdminClient, topic: str) -> None:
                 # Not allowed to read topic configs (DescribeConfigs is not among the
                 # ACLs deploy/strimzi/kafkauser.yaml grants): nothing to check against.
                 log.warning(
-                    "cannot read the checkpoints topic %r's cleanup.policy (error %d): make sure it is compact",
+                    "cannot read the %s topic %r's cleanup.policy (error %d): make sure it is compact",
+                    role,
                     topic,
                     res["error_code"],
                 )
@@ -204,8 +213,8 @@ async def _check_compacted(admin: AIOKafkaAdminClient, topic: str) -> None:
     )
     if why is not None:
         raise StartupError(
-            f"checkpoints topic {topic!r} has {why}: it must be compacted, or paused Tasks are lost "
-            f"when their checkpoints age out (kafka-configs.sh --alter --entity-type topics "
+            f"{role} topic {topic!r} has {why}: it must be compacted, or paused Tasks are lost "
+            f"when their {records} age out (kafka-configs.sh --alter --entity-type topics "
             f"--entity-name {topic} --add-config cleanup.policy=compact)"
         )
 

@@ -166,6 +166,11 @@ class Outbox:
     rows: dict[str, tuple[str, TaskRecord]] = field(default_factory=dict)
     row_tombstones: list[tuple[str, bytes]] = field(default_factory=list)
 
+    @property
+    def empty(self) -> bool:
+        """Nothing to write (the positions may have moved all the same)."""
+        return not (self.records or self.dirty or self.tombstones or self.rows or self.row_tombstones)
+
 
 _T = TypeVar("_T")
 
@@ -431,6 +436,10 @@ class PartitionTransactions:
         """``record``'s row moved: it goes to the Task table ``topic`` in this tick's transaction."""
         self._outbox.rows[record.task_key] = (topic, record)
 
+    def row_tombstone(self, table: str, key: bytes) -> None:
+        """Delete a Task's row in the Task table ``table`` in this tick's transaction."""
+        self._outbox.row_tombstones.append((table, key))
+
     def tombstone(self, key: bytes, table: str | None = None) -> None:
         """Delete a closed Task's checkpoint, and its row in the Task table ``table``,
         in this tick's transaction (before any a new Task of the same key writes in it)."""
@@ -552,7 +561,7 @@ class PartitionTransactions:
         position = self._position()
         notified = self._notified()
         unmoved = position == self._last and notified == self._last_notified
-        if not outbox.records and not outbox.dirty and not outbox.tombstones and not outbox.rows and unmoved:
+        if outbox.empty and unmoved:
             nothing: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             nothing.set_result(None)
             return _Cut(nothing, position, notified, 0, StepTimes(time.monotonic()))
@@ -616,7 +625,7 @@ class PartitionTransactions:
         out = [OutRecord(topic, key, None, [], "row-tombstone", p) for topic, key in outbox.row_tombstones]
         for topic, record in outbox.rows.values():
             if record.row is not None:
-                key, value, headers = task_row.record(record.row, self._budgets().budget(topic))
+                key, value, headers, record.row = task_row.record(record.row, self._budgets().budget(topic))
                 out.append(OutRecord(topic, key, value, headers, f"row:{record.task_key}", p))
         return out
 

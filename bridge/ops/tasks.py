@@ -111,7 +111,7 @@ def newest_rows(
 
 async def _rows(
     config: Config, only_key: str | None = None, may_keep: Callable[[bytes], bool] | None = None
-) -> dict[str, JSON]:
+) -> list[JSON]:
     tables = config.all_tasks_topics()
     if not tables:
         raise NothingFound("no Task table: kafka.task_table is false")
@@ -122,17 +122,22 @@ async def _rows(
         for p in (range(counts[t]) if only_key is None else [partition_for(only_key.encode(), counts[t])])
     ]
     want = only_key.encode() if only_key is not None else None
-    records: list[tuple[bytes | None, bytes | None]] = []
+    # Per table: a key has a row in each table its Tasks were routed to.
+    records: dict[str, list[tuple[bytes | None, bytes | None]]] = {t: [] for t in tables}
     async with reading.consumer(config) as c:
         async for batch in reading.batches_to_end(c, tps):
-            records += [(r.key, r.value) for r in batch if want is None or r.key == want]
-    return newest_rows(records, may_keep)
+            if batch:
+                records[batch[0].topic] += [(r.key, r.value) for r in batch if want is None or r.key == want]
+    rows: list[JSON] = []
+    for table in tables:
+        rows += newest_rows(records[table], may_keep).values()
+    return rows
 
 
 async def tasks_list(config: Config, filters: Filters, *, limit: int | None, as_json_lines: bool) -> int:
     rows = await _rows(config, may_keep=filters.may_keep)
     now = time.time()
-    kept = sorted((r for r in rows.values() if filters.keep(r, now)), key=lambda r: str(r.get("updatedAt")))
+    kept = sorted((r for r in rows if filters.keep(r, now)), key=lambda r: str(r.get("updatedAt")))
     if limit is not None:
         kept = kept[-limit:]
     for row in kept:
@@ -141,7 +146,8 @@ async def tasks_list(config: Config, filters: Filters, *, limit: int | None, as_
 
 
 async def tasks_show(config: Config, key: str) -> int:
-    row = (await _rows(config, key)).get(key)
+    # The key's newest Task, should its Tasks have had rows in more than one table.
+    row = max(await _rows(config, key), key=lambda r: str(r.get("updatedAt")), default=None)
     if row is None:
         raise NothingFound(f"no Task table row for taskKey {key!r} (none yet, or tombstoned after its retention)")
     print(orjson.dumps(row, option=orjson.OPT_INDENT_2).decode())

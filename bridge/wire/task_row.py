@@ -2,9 +2,12 @@
 
 The bridge folds every event it publishes into its Task's row and writes the row to
 the Task table topic in the same transaction as the event (schemas/task.schema.json);
-a downstream service that folds the events it reads with :func:`fold` (``bridge.kit``)
-gets the same row. So the table is the fold of the events by construction, and a
-consumer can bootstrap from the table and go on folding events from there.
+a downstream service that folds the events it reads with :func:`fold` gets the same
+row. So the table is the fold of the events by construction, and a consumer can
+bootstrap from the table and go on folding events from there. Two exceptions, both
+marked: a row written in a smaller form to fit its topic (:func:`record`: the bridge
+goes on from the row as written), and a row the bridge could not read back at a
+partition's open, seeded from the Task's checkpoint (:func:`seeded`, ``partial``).
 
 The guards are those docs/consuming.md gives every consumer: an event at or below the
 row's ``lastSeq`` is a duplicate (a redelivery); one past ``lastSeq + 1`` means events
@@ -37,6 +40,10 @@ JSON = dict[str, Any]
 MAX_ARTIFACTS = 64
 # The states in which the agent waits for the user: the row shows its question.
 PAUSED = frozenset({"input-required", "auth-required"})
+# The most of a question a row keeps (JSON bytes; a longer one is projected, as
+# bridge.core.partition.budgets.shrink does): the whole message is in the events, and
+# the bridge holds every paused Task's row in memory.
+QUESTION_BYTES = 4096
 
 Folded = Literal["applied", "duplicate", "gap", "after-terminal", "other-task"]
 
@@ -93,7 +100,8 @@ def _apply(row: JSON, event: JSON) -> None:
     if kind == "status":
         state = event.get("state")
         row["state"] = state
-        row["question"] = event.get("message") if state in PAUSED else None
+        question = event.get("message") if state in PAUSED else None
+        row["question"] = budgets.shrink(question, QUESTION_BYTES) if question is not None else None
     elif kind == "artifact":
         _artifact(row, event.get("artifact") or {})
     elif kind == "bridge":
@@ -142,14 +150,32 @@ def part_bytes(part: Any) -> int:
     return 0
 
 
-def record(row: JSON, budget: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
-    """The Task table record of ``row``: its key (the taskKey), its value within
-    ``budget`` bytes as a record, and its CloudEvents headers (binary mode, as the
-    events'; ``ce_type`` ``a2a.task.row``, ``ce_subject`` the taskId).
+def seeded(event: JSON, checkpoint: JSON) -> JSON:
+    """A row for a Task whose row was not read back (the table was turned on while it
+    ran, or its row was lost), before ``event``: what its checkpoint tells (``state``,
+    ``outcome``, ``lastSeq``), marked ``partial`` (its artifacts and times before
+    ``event`` are unknown)."""
+    row = new_row(event)
+    row.update(
+        state=checkpoint.get("state"),
+        outcome=checkpoint.get("outcome"),
+        lastSeq=event["seq"] - 1,
+        startCommandId=checkpoint.get("startCommandId") or event["commandId"],
+        partial=True,
+    )
+    return row
 
-    A row past the budget (a huge question, long artifact names) is written with its
-    question projected into a quarter of it (bridge.core.partition.budgets.shrink),
-    then, if need be, without its artifact list (counted in ``artifactsOmitted``)."""
+
+def record(row: JSON, budget: int) -> tuple[bytes, bytes, list[tuple[str, bytes]], JSON]:
+    """The Task table record of ``row``: its key (the taskKey), its value within
+    ``budget`` bytes as a record, its CloudEvents headers (binary mode, as the events';
+    ``ce_type`` ``a2a.task.row``, ``ce_subject`` the taskId), and the row as written.
+
+    A row past the budget (long artifact names, ids at their caps) is written without
+    its artifact list (counted in ``artifactsOmitted``), and past it still without its
+    question (``truncated``). The
+    bridge goes on from the row as written, so the table is the same whether or not a
+    restart came between."""
     key = row["taskKey"].encode()
     headers = [
         ("ce_specversion", SPEC_VERSION),
@@ -160,12 +186,15 @@ def record(row: JSON, budget: int) -> tuple[bytes, bytes, list[tuple[str, bytes]
         ("ce_time", row["updatedAt"].encode()),
         ("content-type", b"application/json"),
     ]
-    value = orjson.dumps(row)
-    if budgets.record_size(key, value, headers) <= budget:
-        return key, value, headers
-    fitted = {**row, "question": budgets.shrink(row["question"], budget // 4)}
-    value = orjson.dumps(fitted)
-    if budgets.record_size(key, value, headers) > budget:
-        omitted = fitted["artifactsOmitted"] + len(fitted["artifacts"])
-        value = orjson.dumps({**fitted, "artifacts": [], "artifactsOmitted": omitted})
-    return key, value, headers
+    for written in _smaller(row):
+        value = orjson.dumps(written)
+        if budgets.record_size(key, value, headers) <= budget:
+            return key, value, headers, written
+    return key, value, headers, written  # the smallest: refused by the broker, the transaction says so
+
+
+def _smaller(row: JSON) -> list[JSON]:
+    """``row``, then smaller forms of it (see :func:`record`)."""
+    omitted = row["artifactsOmitted"] + len(row["artifacts"])
+    bare = {**row, "artifacts": [], "artifactsOmitted": omitted}
+    return [row, bare, {**bare, "question": None, "truncated": True}]

@@ -284,3 +284,22 @@ sasl_password_file = "{pw}"
 def test_plaintext_client_options_carry_no_credentials() -> None:
     opts = KafkaConfig().client_options()
     assert opts == {"bootstrap_servers": "127.0.0.1:19092", "security_protocol": "PLAINTEXT"}
+
+
+def test_a_tasks_table_follows_the_tasks_routing_and_stays_in_its_workspace() -> None:
+    cfg = Config(
+        kafka=KafkaConfig(events_topic="shared.events", tasks_topic="shared.tasks"),
+        agents={
+            "plain": AgentConfig(name="plain", url="http://a/a2a"),
+            "ws": AgentConfig(name="ws", url="http://b/a2a", events_topic="ws.events", tasks_topic="ws.tasks"),
+            "ws-no-table": AgentConfig(name="ws-no-table", url="http://c/a2a", events_topic="ws2.events"),
+        },
+    )
+    assert cfg.tasks_topic("plain") == "shared.tasks"
+    assert cfg.tasks_topic("ws") == "ws.tasks"
+    assert cfg.tasks_topic("ws-no-table") is None  # its rows would carry its users' questions
+    assert cfg.tasks_topic("gone") == "shared.tasks" and cfg.tasks_topic("gone", routed=True) is None
+    assert cfg.tasks_topic("plain", routed=True) is None  # a Task that started routed stays out
+    assert cfg.all_tasks_topics() == ["shared.tasks", "ws.tasks"]
+    off = Config(kafka=KafkaConfig(task_table=False), agents=cfg.agents)
+    assert off.tasks_topic("plain") is None and off.all_tasks_topics() == []

@@ -287,3 +287,20 @@ def test_suggestions() -> None:
         rules.suggest("bootstrap_server", ["bootstrap_servers", "group_id"]) == " (did you mean 'bootstrap_servers'?)"
     )
     assert rules.suggest("zzz", ["bootstrap_servers"]) == ""
+
+
+def test_a_task_table_is_no_other_topic_and_keeps_one_routing() -> None:
+    """A row under a Task's key on the checkpoints topic would be read back as its
+    checkpoint; a routed agent's rows (its users' questions) stay out of the shared table."""
+    (same,) = rules.topics(kafka(tasks_topic="a2a.checkpoints"), {})
+    assert same.where == "topic 'a2a.checkpoints'" and "kafka.tasks_topic" in same.message
+    (events,) = rules.topics(kafka(), {"a": {"tasks_topic": "a2a.events"}})
+    assert "agents.a.tasks_topic" in events.message
+    own = {"events_topic": "ws.events", "dlq_topic": "ws.dlq", "tasks_topic": "ws.tasks"}
+    assert rules.routing(kafka(), {"a": own}) == []
+    (shared,) = rules.routing(kafka(), {"a": {**own, "tasks_topic": "a2a.tasks"}})
+    assert shared.where == "agents.a.tasks_topic" and "'a2a.events'" in shared.message
+    two = rules.routing(
+        kafka(), {"a": own, "b": {"events_topic": "wb.events", "dlq_topic": "wb.dlq", "tasks_topic": "ws.tasks"}}
+    )
+    assert [p.where for p in two] == ["agents.a.tasks_topic", "agents.b.tasks_topic"]

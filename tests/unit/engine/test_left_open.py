@@ -94,7 +94,7 @@ async def test_records_past_the_stable_offset_are_aborted_everywhere_the_produce
     partition alike."""
     o, txn = owner([(4, 8), (8, 8)])
     await o.close_left_open()
-    assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None), ("tasks", None)])]
+    assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None), ("tasks", 2)])]
 
 
 @pytest.mark.parametrize("state", sorted(COMMITTED))
@@ -103,14 +103,14 @@ async def test_one_transaction_the_coordinator_committed_is_committed_everywhere
     here: aborting its checkpoints would publish those events again (repeats)."""
     o, txn = owner([(4, 8), (8, 8)], state=state)
     await o.close_left_open()
-    assert txn.closed == [("commit", [("cps", 2), ("dlq", None), ("ev", None), ("tasks", None)])]
+    assert txn.closed == [("commit", [("cps", 2), ("dlq", None), ("ev", None), ("tasks", 2)])]
 
 
 @pytest.mark.parametrize("state", ["CompleteAbort", "PrepareAbort", "Ongoing", "Empty", "PrepareEpochFence", None])
 async def test_one_transaction_not_known_committed_is_aborted(state: str | None) -> None:
     o, txn = owner([(4, 8), (8, 8)], state=state)
     await o.close_left_open()
-    assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None), ("tasks", None)])]
+    assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None), ("tasks", 2)])]
 
 
 @pytest.mark.parametrize(
@@ -127,7 +127,7 @@ async def test_what_is_not_one_transaction_is_aborted_even_when_the_last_committ
     whose events were aborted where their marker was written (a gap)."""
     o, txn = owner([(4, 8), (8, 8)], state="CompleteCommit", left=left)
     await o.close_left_open()
-    assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None), ("tasks", None)])]
+    assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None), ("tasks", 2)])]
     assert not commit_left_open(Described("CompleteCommit", 4, 8), left)
 
 
@@ -138,7 +138,7 @@ async def test_with_the_checkpoints_closed_what_events_partitions_hold_open_is_c
     committed, and the next restore would skip them (the gap: 1, 2, 3, 4, 6, ...)."""
     o, txn = owner([(8, 8)])
     await o.close_left_open()
-    assert txn.closed == [("commit", [("dlq", None), ("ev", None), ("tasks", None)])]
+    assert txn.closed == [("commit", [("dlq", None), ("ev", None), ("tasks", 2)])]
 
 
 async def test_still_open_after_the_abort_fails_the_open_so_it_is_retried() -> None:
@@ -153,7 +153,7 @@ async def test_records_written_after_the_question_make_the_answer_stale() -> Non
     one transaction's, are not the one the coordinator said committed."""
     o, txn = owner([(4, 9), (9, 9)], state="CompleteCommit")
     await o.close_left_open()
-    assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None), ("tasks", None)])]
+    assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None), ("tasks", 2)])]
 
 
 @pytest.mark.parametrize("epoch", [5, 3, None])
@@ -162,7 +162,7 @@ async def test_an_init_that_did_not_move_the_epoch_by_one_makes_the_answer_stale
     here yet). Not by one, or not known: somebody else's init came in between."""
     o, txn = owner([(4, 8), (8, 8)], state="CompleteCommit", epoch=epoch)
     await o.close_left_open()
-    assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None), ("tasks", None)])]
+    assert txn.closed == [("abort", [("cps", 2), ("dlq", None), ("ev", None), ("tasks", 2)])]
 
 
 def test_a_retried_open_goes_by_what_the_first_attempt_found_after_its_init() -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from bridge.config.schemas import validator
 from bridge.core.partition import budgets
-from bridge.wire.task_row import MAX_ARTIFACTS, fold, record
+from bridge.wire.task_row import MAX_ARTIFACTS, QUESTION_BYTES, fold, record, seeded
 from tests.support.strategies import FAST
 
 
@@ -160,17 +160,34 @@ def test_every_row_on_the_way_is_valid_against_the_published_schema() -> None:
         assert [err.message for err in v.iter_errors(row)] == []
 
 
-def test_a_row_past_its_topics_budget_is_written_with_its_question_projected_then_without_its_artifacts() -> None:
+def test_a_row_past_its_topics_budget_is_written_without_its_artifacts_then_without_its_question() -> None:
     _, paused = folded(STORY[:4])
     assert paused is not None
-    huge = {**paused, "question": {**QUESTION, "parts": [{"kind": "text", "text": "?" * 50_000}]}}
-    key, value, headers = record(huge, 8_000)
-    assert key == b"order-17" and dict(headers)["ce_type"] == b"a2a.task.row"
-    assert budgets.record_size(key, value, headers) <= 8_000
-    assert orjson.loads(value)["artifacts"] == huge["artifacts"]
-    many = {**huge, "artifacts": [{**huge["artifacts"][0], "name": "n" * 300}] * MAX_ARTIFACTS}
-    key, value, headers = record(many, 8_000)
-    written = orjson.loads(value)
-    assert budgets.record_size(key, value, headers) <= 8_000
-    assert written["artifacts"] == [] and written["artifactsOmitted"] == MAX_ARTIFACTS
     assert record(paused, 8_000)[1] == orjson.dumps(paused)  # a row that fits is written as it is
+    many = {**paused, "artifacts": [{**paused["artifacts"][0], "name": "n" * 300}] * MAX_ARTIFACTS}
+    key, value, headers, written = record(many, 8_000)
+    assert key == b"order-17" and dict(headers)["ce_type"] == b"a2a.task.row"
+    assert budgets.record_size(key, value, headers) <= 8_000 and orjson.loads(value) == written
+    assert written["artifacts"] == [] and written["artifactsOmitted"] == MAX_ARTIFACTS
+    assert written["question"] == QUESTION and "truncated" not in written
+    huge = {**paused, "question": {**QUESTION, "parts": [{"kind": "text", "text": "?" * 50_000}]}}
+    key, value, headers, written = record(huge, 8_000)
+    assert budgets.record_size(key, value, headers) <= 8_000
+    assert written["question"] is None and written["truncated"] is True
+    assert not list(validator("task").iter_errors(written))
+
+
+def test_a_long_question_is_kept_projected_within_its_bound() -> None:
+    long = {**QUESTION, "parts": [{"kind": "text", "text": "?" * 50_000}]}
+    _, row = folded([*STORY[:3], status(4, "input-required", message=long)])
+    assert row is not None and row["state"] == "input-required"
+    assert len(orjson.dumps(row["question"])) <= QUESTION_BYTES
+
+
+def test_a_row_not_read_back_is_seeded_from_the_checkpoint_and_marked_partial() -> None:
+    seed = seeded(STORY[4], {"state": "input-required", "outcome": None, "startCommandId": "c-start"})
+    result, row = fold(seed, STORY[4])
+    assert result == "applied" and row is not None
+    assert row["partial"] is True and row["lastSeq"] == 5 and row["state"] == "working"
+    assert row["startCommandId"] == "c-start" and row["artifacts"] == []
+    assert not list(validator("task").iter_errors(row))
