@@ -5,6 +5,9 @@
 #                                 a live bridge (tests/integration/test_prometheus.py);
 #   kcat     (package kcat)       reads the events topic in the chaos test, a
 #                                 Kafka client that shares no code with the bridge.
+#   initdb, pg_ctl, postgres (package postgresql) the throwaway PostgreSQL cluster of the
+#                                 consumer kit's tests (scripts/postgres.sh); Debian keeps
+#                                 them in /usr/lib/postgresql/<major>/bin, off PATH.
 # And the @a2a-js/sdk agent server (agents-js/): `npm ci` from its package-lock.json
 # into agents-js/node_modules (Node >= 20 and npm must be installed; nothing global).
 # And the a2a-go agent server (agents-go/): `go build` into agents-go/bin/agents-go, the
@@ -46,6 +49,9 @@ for tool in "${!wanted[@]}"; do
   pkg="${wanted[$tool]}"
   command -v "$tool" >/dev/null 2>&1 || [[ " ${missing[*]} " == *" $pkg "* ]] || missing+=("$pkg")
 done
+# The server's programs are off PATH (one directory per major version).
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null 2>&1 ||
+  missing+=(postgresql)
 [ ${#missing[@]} -eq 0 ] && exit 0
 command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and apt-get is not available; install them by hand"
 SUDO=""
@@ -69,3 +75,5 @@ $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 
 for tool in "${!wanted[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || die "installed ${wanted[$tool]} but $tool is not on PATH"
 done
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null 2>&1 ||
+  die "installed postgresql but no initdb under /usr/lib/postgresql/*/bin"
