@@ -1,0 +1,199 @@
+""":class:`EventConsumer`: the events topics read ``read_committed``, each poll folded
+into the Tasks' rows and written to a :class:`~bridge.kit.store.Store` together with the
+offsets, one transaction per poll.
+
+Each :meth:`EventConsumer.step`:
+
+1. polls up to ``max_records`` records (``read_committed``: aborted transactions of the
+   bridge are never seen);
+2. decodes them (:func:`~bridge.wire.event_values.decode_event`) and loads from the
+   store the rows of Tasks the book does not hold;
+3. folds them (:class:`~bridge.kit.book.TaskBook`) into a batch;
+4. awaits ``on_batch(batch)``, the service's own effects, if it has any;
+5. commits the batch and the offsets in one store transaction.
+
+A crash anywhere before step 5 completes leaves the store as it was: the same records are
+read again at the next start and step 4 runs again for them, so effects outside the store
+must be idempotent (derive their ids from ``eventId``). The offsets live in the store only;
+the consumer never commits offsets to Kafka. Partitions are assigned by the consumer itself
+(every partition of ``topics``; one consumer per store), or, with a ``group_id``, by a
+consumer group, each member seeking to the store's offsets of what it is given; a member
+that lost a partition and writes it anyway is refused by the store (OffsetConflict) and
+reloads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+
+from bridge.kit.book import Batch, Partition, Record, TaskBook, decode_records, events_of
+from bridge.kit.store import OffsetConflict, Store
+
+log = logging.getLogger("bridge.kit")
+
+OnBatch = Callable[[Batch], Awaitable[None]]
+
+# A poll waits at most this long for records: the loop then looks at its stop event.
+POLL_MS = 500
+# Records folded and written per transaction: a batch is one round trip to the store,
+# and bounded so that a consumer far behind still commits often.
+MAX_RECORDS = 500
+
+
+class EventConsumer:
+    """Follows the Tasks of the events ``topics`` into ``store`` (see the module).
+
+    ``client_options`` go to aiokafka's consumer as they are (TLS, SASL, client id);
+    ``isolation_level`` is always ``read_committed`` and auto-commit always off.
+    ``keep_parts``: also hand the artifacts' parts to the store (not only the rows'
+    artifact index)."""
+
+    def __init__(
+        self,
+        store: Store,
+        topics: Sequence[str],
+        *,
+        bootstrap_servers: str,
+        group_id: str | None = None,
+        on_batch: OnBatch | None = None,
+        keep_parts: bool = True,
+        max_records: int = MAX_RECORDS,
+        poll_ms: int = POLL_MS,
+        **client_options: Any,
+    ) -> None:
+        self.store = store
+        self.topics = list(topics)
+        self.on_batch = on_batch
+        self.book = TaskBook(keep_parts=keep_parts)
+        self.max_records = max_records
+        self.poll_ms = poll_ms
+        self.group_id = group_id
+        # How every record read so far fared (decode_event and the fold's results).
+        self.results: Counter[str] = Counter()
+        self._kafka = AIOKafkaConsumer(
+            **{
+                **client_options,
+                "bootstrap_servers": bootstrap_servers,
+                "group_id": group_id,
+                "isolation_level": "read_committed",
+                "enable_auto_commit": False,
+                "auto_offset_reset": "earliest",
+            }
+        )
+        # Each assigned partition's next offset as the store holds it (None: none yet).
+        self._starts: dict[Partition, int | None] = {}
+        self._reseek = False
+
+    async def start(self) -> None:
+        """Connect, take the partitions and seek each to the store's offset."""
+        await self._kafka.start()
+        try:
+            if self.group_id is None:
+                await self._kafka.topics()  # the cluster's metadata, for partitions_for_topic
+                tps = []
+                for topic in self.topics:
+                    found = self._kafka.partitions_for_topic(topic)
+                    if not found:
+                        raise LookupError(f"events topic {topic!r} does not exist")
+                    tps += [TopicPartition(topic, p) for p in sorted(found)]
+                self._kafka.assign(tps)
+                await self._seek_to_store(tps)
+            else:
+                self._kafka.subscribe(self.topics, listener=_Rebalance(self))
+        except BaseException:
+            await self._kafka.stop()
+            raise
+
+    async def stop(self) -> None:
+        await self._kafka.stop()
+
+    async def __aenter__(self) -> EventConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """:meth:`step` until ``stop`` is set (or forever)."""
+        while stop is None or not stop.is_set():
+            await self.step()
+
+    async def step(self) -> Batch | None:
+        """One poll, folded and committed (the module's steps 1-5); None when nothing was read."""
+        if self._reseek:
+            await self._seek_to_store(list(self._kafka.assignment()))
+        # Step 1. Poll.
+        fetched = await self._kafka.getmany(timeout_ms=self.poll_ms, max_records=self.max_records)
+        records = [Record(tp.topic, tp.partition, r.offset, r.value) for tp, rs in fetched.items() for r in rs]
+        if not records:
+            return None
+        try:
+            # Step 2. Decode; the rows of Tasks not in the book, from the store.
+            decoded = decode_records(records)
+            missing = self.book.missing(events_of(decoded))
+            if missing:
+                self.book.seed(await self.store.rows(missing))
+            # Step 3. Fold.
+            batch = self.book.fold_records(decoded, self._starts)
+            # Step 4. The service's effects.
+            if self.on_batch is not None:
+                await self.on_batch(batch)
+            # Step 5. Rows and offsets in one transaction.
+            await self.store.commit(batch)
+        except OffsetConflict as exc:
+            log.warning("the store holds other offsets than this consumer read from (%s): reloading", exc)
+            self._drop()
+            return None
+        except BaseException:
+            self._drop()
+            raise
+        self.results.update(batch.results)
+        for where, position in batch.positions.items():
+            self._starts[where] = position.next
+        self.book.forget_closed()
+        return batch
+
+    def _drop(self) -> None:
+        """After a batch that was not written: the book's rows are ahead of the store and
+        the fetch positions past its offsets; both are taken from the store again."""
+        self.book.clear()
+        self._reseek = True
+
+    async def _seek_to_store(self, tps: list[TopicPartition]) -> None:
+        """Each of ``tps`` to the store's next offset, or to its beginning when the store has none."""
+        stored = await self.store.offsets(self.topics)
+        for tp in tps:
+            offset = stored.get((tp.topic, tp.partition))
+            self._starts[(tp.topic, tp.partition)] = offset
+            if offset is None:
+                await self._kafka.seek_to_beginning(tp)
+            else:
+                self._kafka.seek(tp, offset)
+        self._reseek = False
+
+    async def _assigned(self, tps: list[TopicPartition]) -> None:
+        self.book.clear()  # rows of partitions another member wrote meanwhile are stale
+        self._starts = {}
+        await self._seek_to_store(tps)
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is not typed
+    """With a consumer group: seek what is assigned to the store's offsets. Nothing is
+    pending at a rebalance: aiokafka rebalances inside ``getmany``, and each batch is
+    committed before the next ``getmany``."""
+
+    def __init__(self, consumer: EventConsumer) -> None:
+        self.consumer = consumer
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        pass
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        await self.consumer._assigned(list(assigned))
