@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from bridge.kit.book import Batch, Partition, Record, TaskBook, decode_records, events_of
 from bridge.kit.store import OffsetConflict, Store
@@ -44,6 +45,9 @@ POLL_MS = 500
 # Records folded and written per transaction: a batch is one round trip to the store,
 # and bounded so that a consumer far behind still commits often.
 MAX_RECORDS = 500
+# A topic made a moment ago may not show in the metadata yet: looked for this many
+# times, 0.2 s apart, before the consumer says it does not exist.
+TOPIC_LOOKS = 50
 
 
 class EventConsumer:
@@ -76,10 +80,10 @@ class EventConsumer:
         self.group_id = group_id
         # How every record read so far fared (decode_event and the fold's results).
         self.results: Counter[str] = Counter()
+        self._client_options = {**client_options, "bootstrap_servers": bootstrap_servers}
         self._kafka = AIOKafkaConsumer(
             **{
-                **client_options,
-                "bootstrap_servers": bootstrap_servers,
+                **self._client_options,
                 "group_id": group_id,
                 "isolation_level": "read_committed",
                 "enable_auto_commit": False,
@@ -95,13 +99,7 @@ class EventConsumer:
         await self._kafka.start()
         try:
             if self.group_id is None:
-                await self._kafka.topics()  # the cluster's metadata, for partitions_for_topic
-                tps = []
-                for topic in self.topics:
-                    found = self._kafka.partitions_for_topic(topic)
-                    if not found:
-                        raise LookupError(f"events topic {topic!r} does not exist")
-                    tps += [TopicPartition(topic, p) for p in sorted(found)]
+                tps = await self._partitions()
                 self._kafka.assign(tps)
                 await self._seek_to_store(tps)
             else:
@@ -112,6 +110,22 @@ class EventConsumer:
 
     async def stop(self) -> None:
         await self._kafka.stop()
+
+    async def _partitions(self) -> list[TopicPartition]:
+        """Every partition of the topics (a consumer that is not subscribed learns none)."""
+        admin = AIOKafkaAdminClient(**self._client_options)
+        await admin.start()
+        try:
+            for _ in range(TOPIC_LOOKS):
+                described: list[Any] = await admin.describe_topics(self.topics)
+                counts = {d["topic"]: len(d.get("partitions") or []) for d in described if d.get("error_code", 0) == 0}
+                if all(counts.get(t) for t in self.topics):
+                    return [TopicPartition(t, p) for t in self.topics for p in range(counts[t])]
+                await asyncio.sleep(0.2)
+        finally:
+            await admin.close()
+        missing = [t for t in self.topics if not counts.get(t)]
+        raise LookupError(f"events topic(s) {missing} do not exist")
 
     async def __aenter__(self) -> EventConsumer:
         await self.start()
