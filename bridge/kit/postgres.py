@@ -21,11 +21,11 @@ two consumers that both believe they own a partition cannot both write it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 import orjson
-from psycopg import AsyncConnection, sql
+from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.types.json import Jsonb
 
 from bridge.core.task.artifacts import unsplit
@@ -82,17 +82,25 @@ ON CONFLICT (task_id, artifact_id) DO UPDATE SET
 """
 
 
+# A service's own writes in the batch's transaction (its tables beside the kit's).
+AlsoWrite = Callable[[AsyncCursor[Any], Batch], Awaitable[None]]
+
+
 def _jsonb(value: Any) -> Jsonb:
     return Jsonb(value, dumps=lambda v: orjson.dumps(v).decode())
 
 
 class PostgresStore:
     """The kit's store in PostgreSQL, in ``schema`` (see the module). Open it with
-    ``async with PostgresStore(conninfo) as store`` (or :meth:`open` / :meth:`close`)."""
+    ``async with PostgresStore(conninfo) as store`` (or :meth:`open` / :meth:`close`).
 
-    def __init__(self, conninfo: str, *, schema: str = "bridge_kit") -> None:
+    ``also``: awaited with the cursor inside each batch's transaction, after the kit's
+    writes: a service's own tables change exactly once with the rows and offsets."""
+
+    def __init__(self, conninfo: str, *, schema: str = "bridge_kit", also: AlsoWrite | None = None) -> None:
         self.conninfo = conninfo
         self.schema = schema
+        self.also = also
         self._conn: AsyncConnection[Any] | None = None
 
     async def open(self) -> None:
@@ -185,6 +193,8 @@ class PostgresStore:
                     self._sql(_ARTIFACT),
                     [[a.task_id, a.artifact_id, _jsonb(a.parts), a.last_chunk, a.append] for a in batch.artifacts],
                 )
+            if self.also is not None:
+                await self.also(cur, batch)
 
     # --- What a service reads -------------------------------------------------------
 
