@@ -10,6 +10,8 @@
 #                                 them in /usr/lib/postgresql/<major>/bin, off PATH.
 # And the @a2a-js/sdk agent server (agents-js/): `npm ci` from its package-lock.json
 # into agents-js/node_modules (Node >= 20 and npm must be installed; nothing global).
+# And the Node.js consumer of docs/consuming.md (examples/consumer-js/): `npm ci` of kafkajs
+# into its own node_modules, the same way.
 # And the a2a-go agent server (agents-go/): `go build` into agents-go/bin/agents-go, the
 # modules pinned by agents-go/go.sum from the Go module proxy (Go >= 1.25 must be installed).
 #
@@ -30,6 +32,16 @@ if [ ! -f "$stamp" ] || [ "$agents_js/package-lock.json" -nt "$stamp" ]; then
   command -v npm >/dev/null 2>&1 || die "npm is not installed: agents-js/ is installed with npm ci"
   echo "ensure-test-tools: npm ci in agents-js/" >&2
   (cd "$agents_js" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || die "npm ci in agents-js/ failed"
+  touch "$stamp"
+fi
+
+# examples/consumer-js: the same, from its own package-lock.json.
+consumer_js="$(dirname "$agents_js")/examples/consumer-js"
+stamp="$consumer_js/node_modules/.ensure-test-tools"
+if [ ! -f "$stamp" ] || [ "$consumer_js/package-lock.json" -nt "$stamp" ]; then
+  command -v npm >/dev/null 2>&1 || die "npm is not installed: examples/consumer-js/ is installed with npm ci"
+  echo "ensure-test-tools: npm ci in examples/consumer-js/" >&2
+  (cd "$consumer_js" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || die "npm ci in examples/consumer-js/ failed"
   touch "$stamp"
 fi
 
