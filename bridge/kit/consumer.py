@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -53,8 +53,10 @@ TOPIC_LOOKS = 50
 class EventConsumer:
     """Follows the Tasks of the events ``topics`` into ``store`` (see the module).
 
-    ``client_options`` go to aiokafka's consumer as they are (TLS, SASL, client id);
-    ``isolation_level`` is always ``read_committed`` and auto-commit always off.
+    ``client_options`` (connection: TLS, SASL, client id) go to aiokafka's consumer and
+    to the admin client that looks up the topics' partitions; ``consumer_options`` (group
+    tuning such as ``session_timeout_ms``) to the consumer only. ``isolation_level`` is
+    always ``read_committed`` and auto-commit always off.
     ``keep_parts``: also hand the artifacts' parts to the store (not only the rows'
     artifact index)."""
 
@@ -69,6 +71,7 @@ class EventConsumer:
         keep_parts: bool = True,
         max_records: int = MAX_RECORDS,
         poll_ms: int = POLL_MS,
+        consumer_options: Mapping[str, Any] | None = None,
         **client_options: Any,
     ) -> None:
         self.store = store
@@ -83,6 +86,7 @@ class EventConsumer:
         self._client_options = {**client_options, "bootstrap_servers": bootstrap_servers}
         self._kafka = AIOKafkaConsumer(
             **{
+                **(consumer_options or {}),
                 **self._client_options,
                 "group_id": group_id,
                 "isolation_level": "read_committed",
@@ -193,6 +197,7 @@ class EventConsumer:
         self._reseek = False
 
     async def _assigned(self, tps: list[TopicPartition]) -> None:
+        log.info("assigned %s", ", ".join(f"{tp.topic}/{tp.partition}" for tp in sorted(tps)) or "nothing")
         self.book.clear()  # rows of partitions another member wrote meanwhile are stale
         self._starts = {}
         await self._seek_to_store(tps)

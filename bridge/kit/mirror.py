@@ -29,7 +29,16 @@ async def mirror(args: argparse.Namespace, conninfo: str) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with PostgresStore(conninfo, schema=args.schema) as store:
-        consumer = EventConsumer(store, args.topic, bootstrap_servers=args.bootstrap, group_id=args.group)
+        consumer = EventConsumer(
+            store,
+            args.topic,
+            bootstrap_servers=args.bootstrap,
+            group_id=args.group,
+            consumer_options={
+                "session_timeout_ms": args.session_timeout_ms,
+                "heartbeat_interval_ms": max(100, args.session_timeout_ms // 6),
+            },
+        )
         async with consumer:
             print(f"mirror: following {', '.join(args.topic)} into schema {args.schema}", file=sys.stderr, flush=True)
             await consumer.run(stop)
@@ -43,10 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres", default=os.environ.get("BRIDGE_KIT_POSTGRES"), help="libpq connection string")
     parser.add_argument("--schema", default="bridge_kit", help="the store's schema (made when missing)")
     parser.add_argument("--group", default=None, help="share the partitions with a consumer group")
+    parser.add_argument(
+        "--session-timeout-ms", type=int, default=10_000, help="with --group: how soon a dead member's partitions move"
+    )
     args = parser.parse_args(argv)
     if not args.postgres:
         parser.error("--postgres or BRIDGE_KIT_POSTGRES is required")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("bridge.kit").setLevel(logging.INFO)  # what it is given, at each rebalance
     asyncio.run(mirror(args, args.postgres))
     return 0
 

@@ -106,6 +106,10 @@ class PostgresStore:
     async def open(self) -> None:
         self._conn = await AsyncConnection.connect(self.conninfo)
         async with self._conn.transaction():
+            # CREATE ... IF NOT EXISTS is not safe against itself: two consumers of one
+            # group starting at once would both try, and one fail on the catalog's unique
+            # index. One at a time, per schema, for the length of this transaction.
+            await self._conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"bridge.kit:{self.schema}"])
             await self._conn.execute(self._sql(_SCHEMA))
 
     async def close(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -126,3 +127,52 @@ async def applied(postgres: Postgres, schema: str) -> int:
     """How many events the store holds as applied now."""
     async with PostgresStore(postgres.dsn, schema=schema) as store:
         return sum(c["applied"] for c in (await store.counts()).values())
+
+
+async def test_two_mirrors_in_a_consumer_group_share_the_partitions_exactly_once(
+    env: Env, bridges: Bridges, postgres: Postgres, tmp_path: Path, log_dir: Path
+) -> None:
+    """With ``--group``, the members split the partitions and each seeks to the store's
+    offsets of what it is given; one is SIGKILLed twice while Tasks stream, so the
+    partitions move between them. The store ends as the fold of the topic, no
+    event handed to it twice."""
+    path, config = bridge_config(env, tmp_path, partitions=4)
+    assert run_cli(path, "topics").returncode == 0
+    bridges.start(path, "bridge-kit-group")
+    topic = config.kafka.events_topic
+    schema = postgres.schema()
+    group = f"kit-{schema}"
+    a = Mirror(env.bootstrap, topic, postgres.dsn, schema, log_dir, f"mirror-a-{schema}", group=group)
+    b = Mirror(env.bootstrap, topic, postgres.dsn, schema, log_dir, f"mirror-b-{schema}", group=group)
+    a.start()
+    b.start()
+    keys: set[str] = set()
+    try:
+        for n in range(2):
+            commands = [
+                start_command(f"group-{n}-{i}", "gw-writer", "chunks=10 interval=0.15") for i in range(TASKS_PER_WAVE)
+            ]
+            keys |= {c["taskKey"] for c in commands}
+            await send_commands(config, commands)
+            await asyncio.sleep(1.0)
+            b.kill()
+            await asyncio.sleep(1.0)
+            b.start()
+        got = await read_topic(config, topic, timeout=90, until=lambda c: closed_keys(c) >= keys)
+        assert closed_keys(got) >= keys
+        truth = kcat_read(env.bootstrap, topic)
+        expected = folded_rows(truth)
+        async with PostgresStore(postgres.dsn, schema=schema) as store:
+            deadline = time.monotonic() + 60
+            while (await store.tasks()) != expected and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+            assert await store.tasks() == expected, f"a:\n{a.log()[-2000:]}\nb:\n{b.log()[-2000:]}"
+            counts = await store.counts()
+            assert all(c["applied"] == c["lastSeq"] and c["skipped"] == 0 for c in counts.values()), counts
+        # Both members were given partitions, and partitions moved between them.
+        given = {m.log_path.name: re.findall(r"bridge.kit assigned (.+)", m.log()) for m in (a, b)}
+        assert all(any(g != "nothing" for g in lines) for lines in given.values()), given
+        assert len(set(given[a.log_path.name])) >= 2, given
+    finally:
+        a.stop()
+        b.stop()

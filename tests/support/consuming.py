@@ -54,9 +54,11 @@ def artifacts(collected: Collected) -> dict[tuple[str, str], list[Any]]:
 class Mirror:
     """``python -m bridge.kit.mirror`` as a subprocess, to be killed and started again."""
 
-    def __init__(self, bootstrap: str, topic: str, dsn: str, schema: str, log_dir: Path, name: str = "mirror") -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, dsn: str, schema: str, log_dir: Path, name: str = "mirror", group: str = ""
+    ) -> None:
         self.argv = [sys.executable, "-m", "bridge.kit.mirror", "--bootstrap", bootstrap, "--topic", topic]
-        self.argv += ["--schema", schema]
+        self.argv += ["--schema", schema, *(["--group", group, "--session-timeout-ms", "6000"] if group else [])]
         self.env = {**os.environ, "BRIDGE_KIT_POSTGRES": dsn}
         self.log_path = log_dir / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
