@@ -17,6 +17,10 @@ Exactly once, end to end, though it may crash anywhere:
    the batch's own transaction (``PostgresStore(also=...)``): one row per question.
 
 Questions it has no answer for are left for a person: the row's ``question`` shows them.
+
+``DESK_CRASH_BEFORE_COMMIT=1`` makes it exit at once (as a SIGKILL would stop it) right
+after it wrote a reply, before the batch commits: the moment step 2 is about; the tests
+use it to show the reply taken once.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from bridge.kit.postgres import PostgresStore
 # What the desk answers, by a word of the question (the demo agent `asker` asks
 # "Which format do you want? Options: json, csv").
 ANSWERS = {"format": "csv"}
+# The exit status of DESK_CRASH_BEFORE_COMMIT (see the module).
+CRASHED = 70
 
 
 def answer_to(question: str) -> str | None:
@@ -82,6 +88,8 @@ class Desk:
             reply = reply_for(event, answer)
             await self.producer.send_and_wait(self.commands_topic, orjson.dumps(reply), key=event["taskKey"].encode())
             self.replied.append((event, question, reply))
+        if self.replied and os.environ.get("DESK_CRASH_BEFORE_COMMIT") == "1":
+            os._exit(CRASHED)  # no cleanup, no commit: what a crash leaves
 
     async def also(self, cur: AsyncCursor[Any], batch: Batch) -> None:
         if not self.replied:
