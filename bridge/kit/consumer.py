@@ -97,6 +97,9 @@ class EventConsumer:
         # Each assigned partition's next offset as the store holds it (None: none yet).
         self._starts: dict[Partition, int | None] = {}
         self._reseek = False
+        # Set while no batch is between its poll and its commit (a revocation waits for it).
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     async def start(self) -> None:
         """Connect, take the partitions and seek each to the store's offset."""
@@ -144,7 +147,8 @@ class EventConsumer:
             await self.step()
 
     async def step(self) -> Batch | None:
-        """One poll, folded and committed (the module's steps 1-5); None when nothing was read."""
+        """One poll, folded and committed (the module's steps 1-5); None when nothing was
+        written (nothing read, or a rebalance moved the positions: see :meth:`_continues`)."""
         if self._reseek:
             await self._seek_to_store(list(self._kafka.assignment()))
         # Step 1. Poll.
@@ -152,6 +156,10 @@ class EventConsumer:
         records = [Record(tp.topic, tp.partition, r.offset, r.value) for tp, rs in fetched.items() for r in rs]
         if not records:
             return None
+        if not self._continues(records):
+            self._drop()
+            return None
+        self._idle.clear()
         try:
             # Step 2. Decode; the rows of Tasks not in the book, from the store.
             decoded = decode_records(records)
@@ -172,11 +180,27 @@ class EventConsumer:
         except BaseException:
             self._drop()
             raise
+        finally:
+            self._idle.set()
         self.results.update(batch.results)
         for where, position in batch.positions.items():
             self._starts[where] = position.next
         self.book.forget_closed()
         return batch
+
+    def _continues(self, records: list[Record]) -> bool:
+        """Whether ``records`` go on from where the store is: each partition one this
+        consumer has sought to the store's offset, and no record before that offset.
+        A rebalance resets the positions of what it assigns (to the beginning: no offset
+        is committed to Kafka), possibly before the listener has said so."""
+        for r in records:
+            where = (r.topic, r.partition)
+            if where not in self._starts:
+                return False
+            start = self._starts[where]
+            if start is not None and r.offset < start:
+                return False
+        return True
 
     def _drop(self) -> None:
         """After a batch that was not written: the book's rows are ahead of the store and
@@ -185,8 +209,12 @@ class EventConsumer:
         self._reseek = True
 
     async def _seek_to_store(self, tps: list[TopicPartition]) -> None:
-        """Each of ``tps`` to the store's next offset, or to its beginning when the store has none."""
+        """Each of ``tps`` to the store's next offset, or to its beginning when the store
+        has none; the book's rows are dropped (another consumer may have moved them)."""
+        self._reseek = False  # before awaiting: a rebalance meanwhile asks again
+        self.book.clear()
         stored = await self.store.offsets(self.topics)
+        self._starts = {}
         for tp in tps:
             offset = stored.get((tp.topic, tp.partition))
             self._starts[(tp.topic, tp.partition)] = offset
@@ -194,25 +222,21 @@ class EventConsumer:
                 await self._kafka.seek_to_beginning(tp)
             else:
                 self._kafka.seek(tp, offset)
-        self._reseek = False
-
-    async def _assigned(self, tps: list[TopicPartition]) -> None:
-        log.info("assigned %s", ", ".join(f"{tp.topic}/{tp.partition}" for tp in sorted(tps)) or "nothing")
-        self.book.clear()  # rows of partitions another member wrote meanwhile are stale
-        self._starts = {}
-        await self._seek_to_store(tps)
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is not typed
-    """With a consumer group: seek what is assigned to the store's offsets. Nothing is
-    pending at a rebalance: aiokafka rebalances inside ``getmany``, and each batch is
-    committed before the next ``getmany``."""
+    """With a consumer group. aiokafka runs these in its coordination task, beside
+    :meth:`EventConsumer.step`: they must not use the store (one connection, in use by
+    the step). A revocation waits for the batch in hand to be written (so the next owner
+    starts where it ended); an assignment only asks the next step to seek to the store's
+    offsets, and the step refuses records until it has (``_continues``)."""
 
     def __init__(self, consumer: EventConsumer) -> None:
         self.consumer = consumer
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        pass
+        await self.consumer._idle.wait()
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        await self.consumer._assigned(list(assigned))
+        log.info("assigned %s", ", ".join(f"{tp.topic}/{tp.partition}" for tp in sorted(assigned)) or "nothing")
+        self.consumer._reseek = True
