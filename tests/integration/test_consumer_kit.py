@@ -38,8 +38,10 @@ pytestmark = pytest.mark.integration
 CAP = 1024
 WAVES = 3
 TASKS_PER_WAVE = 8
-# SIGKILLs of the mirror: at least this many, spread over the waves.
-MIN_KILLS = 8
+# SIGKILLs of the mirror in each wave of Tasks.
+KILLS_PER_WAVE = 3
+# How long a kill waits for the mirror to write something after its last start.
+PROGRESS_WAIT = 10.0
 
 
 def wave(n: int) -> list[dict[str, Any]]:
@@ -47,7 +49,7 @@ def wave(n: int) -> list[dict[str, Any]]:
     commands = []
     for i in range(TASKS_PER_WAVE):
         agent = agents[i % len(agents)]
-        text = "chunks=8 size=1500 interval=0.15" if agent.endswith("writer") else "interval=0.05"
+        text = "chunks=8 size=1500 interval=0.3" if agent.endswith("writer") else "interval=0.05"
         commands.append(start_command(f"kit-{n}-{i}", agent, text))
     return commands
 
@@ -74,10 +76,13 @@ async def test_the_mirror_killed_at_random_moments_equals_the_fold_of_the_events
             commands = wave(n)
             keys |= {c["taskKey"] for c in commands}
             await send_commands(config, commands)
-            # Kill while this wave's events stream in: at any moment of the mirror's life,
-            # from its start (imports, connecting) to the middle of a transaction.
-            for _ in range(MIN_KILLS // WAVES + 1):
-                await asyncio.sleep(rng.uniform(0.1, 1.2))
+            # Kill while this wave's events stream in: once at a random moment of the
+            # mirror's start (imports, connecting, seeking), then each time at a random
+            # moment after it wrote something (a batch in hand, a transaction open).
+            for k in range(KILLS_PER_WAVE):
+                if k:
+                    await progress(postgres, schema, applied_at_kills[-1])
+                await asyncio.sleep(rng.uniform(0.0, 0.6))
                 mirror.kill()
                 applied_at_kills.append(await applied(postgres, schema))
                 kills += 1
@@ -118,9 +123,17 @@ async def test_the_mirror_killed_at_random_moments_equals_the_fold_of_the_events
             }
     finally:
         mirror.stop()
-    assert kills >= MIN_KILLS and mirror.starts == kills + 1
+    assert kills == WAVES * KILLS_PER_WAVE + 1 and mirror.starts == kills + 1
     part_way = [n for n in applied_at_kills if 0 < n < len(truth.records)]
     assert len(set(part_way)) >= 3, f"the kills did not land while the events streamed in: {applied_at_kills}"
+
+
+async def progress(postgres: Postgres, schema: str, since: int) -> None:
+    """Until the store holds more than ``since`` applied events (at most PROGRESS_WAIT:
+    a wave's events may all be in already)."""
+    deadline = time.monotonic() + PROGRESS_WAIT
+    while await applied(postgres, schema) <= since and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
 
 
 async def applied(postgres: Postgres, schema: str) -> int:
