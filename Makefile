@@ -39,8 +39,8 @@ kafka-down:
 	scripts/kafka.sh down
 
 lint: venv
-	$(VENV)/bin/ruff check bridge tests bench
-	$(VENV)/bin/ruff format --check bridge tests bench
+	$(VENV)/bin/ruff check bridge tests bench examples
+	$(VENV)/bin/ruff format --check bridge tests bench examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

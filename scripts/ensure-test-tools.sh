@@ -5,8 +5,13 @@
 #                                 a live bridge (tests/integration/test_prometheus.py);
 #   kcat     (package kcat)       reads the events topic in the chaos test, a
 #                                 Kafka client that shares no code with the bridge.
+#   initdb, pg_ctl, postgres (package postgresql) the throwaway PostgreSQL cluster of the
+#                                 consumer kit's tests (scripts/postgres.sh); Debian keeps
+#                                 them in /usr/lib/postgresql/<major>/bin, off PATH.
 # And the @a2a-js/sdk agent server (agents-js/): `npm ci` from its package-lock.json
 # into agents-js/node_modules (Node >= 20 and npm must be installed; nothing global).
+# And the Node.js consumer of docs/consuming.md (examples/consumer-js/): `npm ci` of kafkajs
+# into its own node_modules, the same way.
 # And the a2a-go agent server (agents-go/): `go build` into agents-go/bin/agents-go, the
 # modules pinned by agents-go/go.sum from the Go module proxy (Go >= 1.25 must be installed).
 #
@@ -30,6 +35,16 @@ if [ ! -f "$stamp" ] || [ "$agents_js/package-lock.json" -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
+# examples/consumer-js: the same, from its own package-lock.json.
+consumer_js="$(dirname "$agents_js")/examples/consumer-js"
+stamp="$consumer_js/node_modules/.ensure-test-tools"
+if [ ! -f "$stamp" ] || [ "$consumer_js/package-lock.json" -nt "$stamp" ]; then
+  command -v npm >/dev/null 2>&1 || die "npm is not installed: examples/consumer-js/ is installed with npm ci"
+  echo "ensure-test-tools: npm ci in examples/consumer-js/" >&2
+  (cd "$consumer_js" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || die "npm ci in examples/consumer-js/ failed"
+  touch "$stamp"
+fi
+
 # agents-go: built again only when a file under agents-go/ is newer than the binary.
 agents_go="$(dirname "$agents_js")/agents-go"
 binary="$agents_go/bin/agents-go"
@@ -46,6 +61,9 @@ for tool in "${!wanted[@]}"; do
   pkg="${wanted[$tool]}"
   command -v "$tool" >/dev/null 2>&1 || [[ " ${missing[*]} " == *" $pkg "* ]] || missing+=("$pkg")
 done
+# The server's programs are off PATH (one directory per major version).
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null 2>&1 ||
+  missing+=(postgresql)
 [ ${#missing[@]} -eq 0 ] && exit 0
 command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and apt-get is not available; install them by hand"
 SUDO=""
@@ -69,3 +87,5 @@ $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 
 for tool in "${!wanted[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || die "installed ${wanted[$tool]} but $tool is not on PATH"
 done
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null 2>&1 ||
+  die "installed postgresql but no initdb under /usr/lib/postgresql/*/bin"

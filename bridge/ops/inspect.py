@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from aiokafka import TopicPartition
 
 from bridge.config.model import AgentConfig, Config
@@ -33,6 +32,7 @@ from bridge.ops import NothingFound
 from bridge.ops.display import escape
 from bridge.ops.tail import timeline_line
 from bridge.wire import checkpoints
+from bridge.wire.event_values import decode_event
 from bridge.wire.events import rfc3339
 
 
@@ -89,10 +89,9 @@ async def task_events(config: Config, record: TaskRecord) -> tuple[list[dict[str
     found: list[dict[str, Any]] = []
     async with reading.consumer(config) as c:
         async for r in reading.read_to_end(c, [tp]):
-            if r.key == tid and r.value:
-                event = orjson.loads(r.value)
-                if event.get("taskId") == record.task_id:
-                    found.append(event)
+            event = decode_event(r.value) if r.key == tid else None
+            if event is not None and event["taskId"] == record.task_id:
+                found.append(event)
     return found, f"read events partition {tp.topic}/{tp.partition} (taskId hashes there)"
 
 

@@ -17,6 +17,7 @@ from bridge.kafka.topics import partitions
 from bridge.ops import NothingFound
 from bridge.ops.display import escape
 from bridge.ops.timeline import Merge
+from bridge.wire.event_values import decode_event
 
 
 async def read_events(
@@ -28,6 +29,7 @@ async def read_events(
     by_time: bool = False,
 ) -> AsyncIterator[dict[str, Any]]:
     """Decoded event values from ``topics``; stops after ``idle_exit`` quiet seconds if given.
+    A record that is not an event (:func:`~bridge.wire.event_values.decode_event`) is skipped.
 
     In each partition's order; with ``by_time``, ordered by the events' ``time``
     across partitions as well (:class:`~bridge.ops.timeline.Merge`)."""
@@ -74,7 +76,9 @@ def _take(merge: Merge[dict[str, Any]], batch: dict[TopicPartition, list[Any]], 
     each partition's order."""
     for tp, records in batch.items():
         for r in records:
-            event = orjson.loads(r.value)
+            event = decode_event(r.value)
+            if event is None:
+                continue
             if by_time:
                 merge.push(tp, str(event.get("time", "")), event, now, lane=event.get("taskId"))
             else:

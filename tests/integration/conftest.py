@@ -20,6 +20,7 @@ from bridge.demo.procs import free_port
 from tests.support import toxiproxy as toxiproxy_mod
 from tests.support.cluster import KafkaCluster
 from tests.support.keycloak import Keycloak
+from tests.support.postgres import Postgres, postgres_cluster
 from tests.support.services import Bridges, Env, Server, service_script, single_broker
 
 
@@ -171,3 +172,10 @@ def proxied_broker(
             yield broker
     except toxiproxy_mod.BrokerDidNotStart as e:
         pytest.fail(f"the proxied broker did not start: {e}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """A PostgreSQL cluster of this session alone (scripts/postgres.sh), for the consumer kit."""
+    with postgres_cluster() as pg:
+        yield pg

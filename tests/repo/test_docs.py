@@ -27,7 +27,7 @@ import pytest
 from tests.support import ROOT
 
 # The folders of the repository a document names paths in.
-TOP = ("agents-js", "bench", "bridge", "deploy", "docs", "kafka", "keycloak", "schemas", "scripts", "tests")
+TOP = ("agents-js", "bench", "bridge", "deploy", "docs", "examples", "kafka", "keycloak", "schemas", "scripts", "tests")
 HISTORY = {"CHANGELOG.md"}
 # Written like a repository path, but not one.
 NOT_PATHS = {"kafka/password": "deploy/README.md: a file under /etc/bridge-secrets/ in the pod"}

@@ -12,6 +12,7 @@ import uvicorn
 from bridge.demo.procs import free_port
 from bridge.demo.sdk_agents import GRPC, HOSTED, create_app
 from bridge.demo.sdk_grpc import GrpcServers
+from tests.support.postgres import Postgres, postgres_cluster
 from tests.support.waiting import blocking_until
 
 
@@ -45,3 +46,10 @@ def base_url() -> Iterator[str]:
     yield url
     held["server"].should_exit = True
     thread.join(10)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """A PostgreSQL cluster of this session alone (scripts/postgres.sh), for the consumer kit."""
+    with postgres_cluster() as pg:
+        yield pg
