@@ -46,7 +46,7 @@ from tests.support.services import (
     send_commands,
     start_command,
 )
-from tests.support.task_table import folded_rows, table_rows
+from tests.support.task_table import folded_table, table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -184,7 +184,7 @@ async def test_chaos_exactly_once(env: Env, bridges: Bridges, tmp_path: Path) ->
         assert kills >= KILLS
         assert verdict.clean, (verdict.summary(), logs)
         # The Task table, written in the events' transactions and read back after each kill.
-        assert table_rows(kcat_read(env.bootstrap, config.kafka.tasks_topic)) == folded_rows(got)
+        assert table_rows(kcat_read(env.bootstrap, config.kafka.tasks_topic)) == folded_table(got)
         # (Snapshot-resumed a2a-sdk Tasks may fold missed chunks into fewer records.) A
         # gateway Task is folded only after three resubscribes in a row brought nothing
         # new (each may be cut right after the 3 redelivered events: ~9 % each), then

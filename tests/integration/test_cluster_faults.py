@@ -44,7 +44,7 @@ from tests.support.services import (
     send_commands,
     start_command,
 )
-from tests.support.task_table import folded_rows, table_rows
+from tests.support.task_table import folded_table, table_rows
 from tests.support.waiting import until, until_awaited
 
 pytestmark = pytest.mark.integration
@@ -202,7 +202,7 @@ class Load:
         checkpoints = kcat_read(self.cluster.bootstrap, self.config.kafka.checkpoints_topic)
         verdict = check(self.env, self.starts, got, tasks, {"gw-writer"}, self.agent_urls, checkpoints=checkpoints)
         table = kcat_read(self.cluster.bootstrap, self.config.kafka.tasks_topic)
-        assert table_rows(table) == folded_rows(got), "the Task table is not the fold of the events"
+        assert table_rows(table) == folded_table(got), "the Task table is not the fold of the events"
         logs = "\n".join(b.log()[-3000:] for b in self.bridges) + "\n" + self.readiness()
         print(f"cluster: {verdict.summary()}")
         assert verdict.clean, (verdict.summary(), verdict.notes, logs)

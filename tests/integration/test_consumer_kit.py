@@ -30,6 +30,7 @@ from tests.support.services import (
     send_commands,
     start_command,
 )
+from tests.support.task_table import table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -102,6 +103,9 @@ async def test_the_mirror_killed_at_random_moments_equals_the_fold_of_the_events
             while (await store.tasks()) != expected and time.monotonic() < deadline:
                 await asyncio.sleep(0.5)
             assert await store.tasks() == expected, f"seed {seed}; mirror log:\n{mirror.log()[-3000:]}"
+            # And equal to the bridge's own Task table (one Task per key here).
+            table = table_rows(kcat_read(env.bootstrap, config.kafka.tasks_topic))
+            assert {r["taskKey"]: r for r in (await store.tasks()).values()} == table
             # None applied twice, none missed: each Task's events applied once each, and
             # not one handed to the store again (its offsets are exact, restart after restart).
             counts = await store.counts()

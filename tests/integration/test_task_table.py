@@ -35,7 +35,7 @@ from tests.support.services import (
     send_commands,
     start_command,
 )
-from tests.support.task_table import folded_rows, table_rows
+from tests.support.task_table import folded_table, table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -71,7 +71,7 @@ async def test_the_table_is_the_fold_of_the_events_through_a_kill(env: Env, brid
     await read_topic(config, events_topic, until=settled, timeout=120, settle=1.0)
     events = kcat_read(env.bootstrap, events_topic)
     table = kcat_read(env.bootstrap, table_topic)
-    rows, folded = table_rows(table), folded_rows(events)
+    rows, folded = table_rows(table), folded_table(events)
     assert rows == folded, bridge.log()[-3000:]
     assert set(rows) == {*ended, asker}
 

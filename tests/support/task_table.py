@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from bridge.wire.task_row import fold
+from tests.support.consuming import folded_rows
 from tests.support.services import Collected
 
 
@@ -23,16 +23,11 @@ def table_rows(table: Collected) -> dict[str, dict[str, Any]]:
     return rows
 
 
-def folded_rows(events: Collected) -> dict[str, dict[str, Any]]:
-    """Each taskKey's newest Task (by its first event's time) folded from its events, in
-    their order on the topic (a Task's events share a partition)."""
-    by_task: dict[str, dict[str, Any] | None] = {}
-    for e in events.events():
-        result, by_task[e["taskId"]] = fold(by_task.get(e["taskId"]), e)
-        assert result == "applied", (result, e)
+def folded_table(events: Collected) -> dict[str, dict[str, Any]]:
+    """What the table must be: each taskKey's newest Task (by its first event's time)
+    as the fold of its events (tests/support/consuming.py ``folded_rows``)."""
     rows: dict[str, dict[str, Any]] = {}
-    for row in by_task.values():
-        assert row is not None
+    for row in folded_rows(events).values():
         held = rows.get(row["taskKey"])
         if held is None or held["createdAt"] <= row["createdAt"]:
             rows[row["taskKey"]] = row
