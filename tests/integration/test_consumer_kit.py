@@ -189,7 +189,9 @@ async def test_two_mirrors_in_a_consumer_group_share_the_partitions_exactly_once
         # Both members were given partitions, and partitions moved between them.
         given = {m.log_path.name: re.findall(r"bridge.kit assigned (.+)", m.log()) for m in (a, b)}
         assert all(any(g != "nothing" for g in lines) for lines in given.values()), given
-        assert len(set(given[a.log_path.name])) >= 2, given
+        # (Which member sees its share change depends on who joined first and on the
+        # assignor: a member that rejoins quickly can leave the other's share as it was.)
+        assert any(len(set(lines)) >= 2 for lines in given.values()), given
     finally:
         a.stop()
         b.stop()
