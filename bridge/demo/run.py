@@ -40,6 +40,7 @@ def _config(base: Config, gateway: str, sdk: str) -> Config:
         events_topic=f"{run}.events",
         checkpoints_topic=f"{run}.checkpoints",
         dlq_topic=f"{run}.dlq",
+        tasks_topic=f"{run}.tasks",
         transactional_id_prefix=run,
         partitions=3,
     )

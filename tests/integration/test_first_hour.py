@@ -86,7 +86,7 @@ def test_without_a_config_file_a_failure_names_the_defaults_it_used(env: Env) ->
     # As `make demo` does: no file, the broker (and here fresh topic names) from the environment.
     variables = {
         "BRIDGE_KAFKA_BOOTSTRAP_SERVERS": env.bootstrap,
-        **{f"BRIDGE_KAFKA_{role.upper()}_TOPIC": f"fh-{n}.{role}" for role in ("commands", "events", "dlq")},
+        **{f"BRIDGE_KAFKA_{role.upper()}_TOPIC": f"fh-{n}.{role}" for role in ("commands", "events", "dlq", "tasks")},
         "BRIDGE_KAFKA_CHECKPOINTS_TOPIC": f"fh-{n}.checkpoints",
         "BRIDGE_KAFKA_TRANSACTIONAL_ID_PREFIX": f"fh-{n}",
     }
@@ -119,9 +119,10 @@ def test_without_a_config_file_a_failure_names_the_defaults_it_used(env: Env) ->
     (error,) = [line for line in run.stderr.splitlines() if " ERROR " in line]
     assert error.endswith(
         f"ERROR bridge.engine.service: topics missing: ['fh-{n}.commands', 'fh-{n}.checkpoints', "
-        f"'fh-{n}.events', 'fh-{n}.dlq']; create them with `bridge topics`{note}BRIDGE_BRIDGE_HTTP_PORT, "
-        "BRIDGE_KAFKA_BOOTSTRAP_SERVERS, BRIDGE_KAFKA_CHECKPOINTS_TOPIC, BRIDGE_KAFKA_COMMANDS_TOPIC, "
-        "BRIDGE_KAFKA_DLQ_TOPIC, BRIDGE_KAFKA_EVENTS_TOPIC, BRIDGE_KAFKA_TRANSACTIONAL_ID_PREFIX"
+        f"'fh-{n}.events', 'fh-{n}.dlq', 'fh-{n}.tasks']; create them with `bridge topics`{note}"
+        "BRIDGE_BRIDGE_HTTP_PORT, BRIDGE_KAFKA_BOOTSTRAP_SERVERS, BRIDGE_KAFKA_CHECKPOINTS_TOPIC, "
+        "BRIDGE_KAFKA_COMMANDS_TOPIC, BRIDGE_KAFKA_DLQ_TOPIC, BRIDGE_KAFKA_EVENTS_TOPIC, "
+        "BRIDGE_KAFKA_TASKS_TOPIC, BRIDGE_KAFKA_TRANSACTIONAL_ID_PREFIX"
     ), error
 
     # The environment overrides stay valid: with the topics there, the same commands work.

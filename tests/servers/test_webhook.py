@@ -72,7 +72,10 @@ def write_config(
     lines = [
         "[kafka]",
         f'bootstrap_servers = "{bootstrap}"',
-        *(f'{role}_topic = "w-{n}.{role}"' for role in ("commands", "events", "checkpoints", "dlq", "notifications")),
+        *(
+            f'{role}_topic = "w-{n}.{role}"'
+            for role in ("commands", "events", "checkpoints", "dlq", "notifications", "tasks")
+        ),
         "",
         "[agents.writer]",
         'url = "http://127.0.0.1:1/a2a"',
