@@ -132,7 +132,8 @@ async def _found(f: Following, command: Command) -> Step | None:
     looked up with ListTasks in the context it was sent in before it is sent again
     (:func:`bridge.core.task.commands.started`): the Task found is absorbed with its
     snapshot and followed from there (:func:`_listed_goes_on`). None: the agent lists
-    no Tasks, the start is not among them, or the lookup failed: it is sent again."""
+    no Tasks, the start is not among them, or the lookup failed: it is sent again.
+    The Task found is absorbed from its ``tasks/get``: the listing has no artifacts."""
     client = f.client
     context = start_context(f, command)
     if not client.dialect.lists or context is None or f.record.binding == "auto":  # auto: unspoken
@@ -145,8 +146,13 @@ async def _found(f: Following, command: Command) -> Step | None:
             # looked for again once an answer to it would have been given up on.
             await asyncio.sleep(timeout)
             found = await _listed(f, command, context)
+        if found is not None:
+            # ListTasks leaves artifacts out (A2A 1.0: includeArtifacts defaults to
+            # false); absorbed as listed, a Task that ended would close without them.
+            async with asyncio.timeout(timeout):
+                found = await f.snapshot(found.task_id)
     except (AgentError, TimeoutError) as exc:
-        log.info("start sent again: ListTasks in its context failed (%s)", exc)
+        log.info("start sent again: looking its Task up (ListTasks, tasks/get) failed (%s)", exc)
         return None
     if found is None:
         return None

@@ -551,16 +551,38 @@ async def test_a_start_listtasks_shows_is_followed_by_its_notifications_not_a_st
     would publish each later chunk twice."""
     script = Script()
     history = ({"messageId": message_id("c-start")},)
-    found = TaskSnapshot("t-1", "ctx", "working", artifacts=snapshot("working", "x").artifacts, history=history)
-    client = ListingPushClient(script, found)
+    client = ListingPushClient(script, TaskSnapshot("t-1", "ctx", "working", history=history))
+    await client.snapshots.put(
+        TaskSnapshot("t-1", "ctx", "working", artifacts=snapshot("working", "x").artifacts, history=history)
+    )
     part = push_part(script, client)
     part.resent.add("c-start")
     part.notes_read.set()
     runner = TaskRunner(part, part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
     runner.launch(start_cmd())
     await until(lambda: runner.follow.mode is PUSH, "the Task is followed by push")
-    assert [r.op for r in client.sent] == ["list"] and script.requests == []  # no send, no stream
+    assert [r.op for r in client.sent] == ["list", "get"] and script.requests == []  # no send, no stream
     assert runner.notified(sdk_chunk("y", last=True)) == "applied"
     arts = [p["text"] for e in part.events if e["kind"] == "artifact" for p in e["artifact"]["parts"]]
     assert arts == ["x", "y"] and part.absorbed == [(1, "c-start")]
+    await runner.stop()
+
+
+async def test_a_start_listtasks_shows_ended_is_published_with_the_artifacts_of_its_tasks_get() -> None:
+    """ListTasks leaves artifacts out (A2A 1.0's includeArtifacts defaults to false): a
+    Task found ended is published from its tasks/get, artifacts and all, and closed."""
+    script = Script()
+    history = ({"messageId": message_id("c-start")},)
+    client = ListingPushClient(script, TaskSnapshot("t-1", "ctx", "completed", history=history))
+    full = snapshot("completed", "x", "y")
+    await client.snapshots.put(TaskSnapshot("t-1", "ctx", "completed", artifacts=full.artifacts, history=history))
+    part = push_part(script, client)
+    part.resent.add("c-start")
+    part.notes_read.set()
+    runner = TaskRunner(part, part, new_task("k", AGENT.name, "c-start", deadline=None, metadata=None))
+    runner.launch(start_cmd())
+    await until(lambda: runner.record.closed, "the Task closes")
+    assert [r.op for r in client.sent] == ["list", "get"] and script.requests == []
+    arts = [p["text"] for e in part.events if e["kind"] == "artifact" for p in e["artifact"]["parts"]]
+    assert arts == ["x", "y"] and part.events[-1]["state"] == "completed"
     await runner.stop()
