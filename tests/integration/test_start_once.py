@@ -29,6 +29,7 @@ from tests.support.services import (
     closed_keys,
     gapless,
     read_topic,
+    reassemble,
     run_cli,
     send_commands,
     start_command,
@@ -44,12 +45,14 @@ AGENTS = ("sdk-writer", "v1-writer", "rest-writer", "grpc-writer")
 
 
 def agent_tasks(env: Env) -> list[dict[str, Any]]:
-    """Every Task the sdk writers made, with its history (ListTasks, paged)."""
+    """Every Task the sdk writers made, with its history and artifacts (ListTasks, paged)."""
     tasks: list[dict[str, Any]] = []
     for served in ("writer", "writer-grpc"):
         token = ""
         while True:
-            params: dict[str, Any] = {"pageSize": 100, "historyLength": 50, **({"pageToken": token} if token else {})}
+            params: dict[str, Any] = {"pageSize": 100, "historyLength": 50, "includeArtifacts": True}
+            if token:
+                params["pageToken"] = token
             body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": params}
             url = f"{env.sdk}/agents/{served}"
             result = httpx.post(url, json=body, headers={"A2A-Version": "1.0"}, timeout=10).json()["result"]
@@ -104,6 +107,13 @@ async def test_a_start_killed_in_flight_runs_once_where_the_agent_lists_tasks(
         gapless(by_key[k])
         assert by_key[k][-1]["state"] == "completed", by_key[k][-1]
     tasks = agent_tasks(env)
+    # A Task found by ListTasks (which leaves artifacts out) after it ended still carries them.
+    texts = {
+        t["id"]: {a["artifactId"]: [p.get("text") for p in a["parts"]] for a in t.get("artifacts", [])} for t in tasks
+    }
+    for k in everyone:
+        published = {a: [p.get("text") for p in parts] for a, parts in reassemble(by_key[k]).items()}
+        assert published == texts[by_key[k][0]["taskId"]], (k, published)
     twice = {a: ran_twice(tasks, {f"bridge-{c}" for c in commands[a]}) for a in AGENTS}
     counts = {a: len(m) for a, m in twice.items()}
     log = bridge.log()
