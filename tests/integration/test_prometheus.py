@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from bridge.demo.procs import free_port
-from tests.support.monitoring import ALERTS, EXTERNAL_METRICS, dashboard_exprs, metric_names
+from tests.support.monitoring import ALERTS, EXTERNAL_METRICS, dashboard_panels, metric_names, variable_exprs
 from tests.support.services import (
     Bridges,
     Env,
@@ -235,7 +235,8 @@ async def test_dashboard_and_alert_queries_run_on_prometheus(env: Env, bridges: 
 
         names, sampled = exported(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
         recorded = {r["record"] for g in rule_groups() for r in g["rules"] if "record" in r}
-        queries = [(f"dashboard-{i}", e) for i, e in enumerate(dashboard_exprs())]
+        queries = [(f"dashboard panel {p.title!r}", e) for p in dashboard_panels() for e in p.exprs]
+        queries += [("dashboard variable", e) for e in variable_exprs()]
         queries += [(r.get("alert") or r["record"], r["expr"]) for g in rule_groups() for r in g["rules"]]
         problems: list[str] = []
         for where, expr in queries:

@@ -85,11 +85,10 @@ def render_script() -> ModuleType:
     return module
 
 
-def dashboard_exprs() -> list[str]:
-    """Every PromQL expression of the dashboard: its panels' targets and its query
-    variables' (``label_values(expr, label)`` read as ``expr``)."""
+def variable_exprs() -> list[str]:
+    """The PromQL of the dashboard's query variables (``label_values(expr, label)`` read as ``expr``)."""
     dash = json.loads(DASHBOARD.read_text())
-    exprs = [t["expr"] for p in _walk(dash["panels"]) for t in p.get("targets", []) if t.get("expr")]
+    exprs = []
     for var in dash["templating"]["list"]:
         query = var.get("query")
         query = query.get("query") if isinstance(query, dict) else query
@@ -97,3 +96,8 @@ def dashboard_exprs() -> list[str]:
             m = re.fullmatch(r"\s*label_values\((.*),\s*(\w+)\)\s*", query)
             exprs.append(m.group(1) if m else query)
     return exprs
+
+
+def dashboard_exprs() -> list[str]:
+    """Every PromQL expression of the dashboard: its panels' targets and its query variables'."""
+    return [e for p in dashboard_panels() for e in p.exprs] + variable_exprs()
