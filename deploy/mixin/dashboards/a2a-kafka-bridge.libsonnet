@@ -5,6 +5,9 @@
 local panel = import 'panels.libsonnet';
 local q = panel.target;
 local Z = ' or on () vector(0)';
+// A failure ratio that is 0, not NaN or nothing, where nothing failed or nothing ran:
+// the failures' series may not exist yet, and an idle replica divides 0 by 0.
+local ratio(failed, all) = '(%s or 0 * %s) / (%s > 0) or 0 * %s' % [failed, all, all, all];
 
 {
   grafanaDashboards+:: {
@@ -133,7 +136,7 @@ local Z = ' or on () vector(0)';
       panel.timeseries(
         'Failed transactions',
         'percentunit',
-        [q('sum by (pod) (rate(bridge_transactions_total{result="failed", %(sel)s}[$__rate_interval])) / sum by (pod) (rate(bridge_transactions_total{%(sel)s}[$__rate_interval]))', '{{pod}}')],
+        [q(ratio('sum by (pod) (rate(bridge_transactions_total{result="failed", %(sel)s}[$__rate_interval]))', 'sum by (pod) (rate(bridge_transactions_total{%(sel)s}[$__rate_interval]))'), '{{pod}}')],
         'Share of commit transactions that failed, by replica: each failure aborts the tick and rebuilds the partition from Kafka (events late, never lost). Alert: A2ABridgeTransactionsFailing (over 5 %).',
         zero=true,
       ),
@@ -353,7 +356,7 @@ local Z = ' or on () vector(0)';
         'Agent error ratio',
         'percentunit',
         [
-          q('(sum by (agent) (rate(bridge_agent_requests_total{result!="ok", %(sel)s}[$__rate_interval])) or 0 * sum by (agent) (rate(bridge_agent_requests_total{%(sel)s}[$__rate_interval]))) / sum by (agent) (rate(bridge_agent_requests_total{%(sel)s}[$__rate_interval]))', '{{agent}}'),
+          q(ratio('sum by (agent) (rate(bridge_agent_requests_total{result!="ok", %(sel)s}[$__rate_interval]))', 'sum by (agent) (rate(bridge_agent_requests_total{%(sel)s}[$__rate_interval]))'), '{{agent}}'),
         ],
         'Share of calls that failed, by agent (0 for an agent whose calls all succeeded). Alert: A2ABridgeAgentErrorsHigh (over 10 %).',
         zero=true,
