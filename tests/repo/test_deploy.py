@@ -695,8 +695,19 @@ def test_the_runbook_has_a_section_for_each_alert_and_none_for_another() -> None
     sections = runbook_sections()
     alerts = [r["alert"] for r in alert_rules()]
     assert sorted(sections) == sorted(alerts)
+    panels = {(p.title, p.row): p for p in dashboard_panels()}  # titles repeat across rows
     for name, body in sections.items():
         assert len(body.split()) >= 15, f"the runbook's {name} says too little to act on"
+        # From the page to the panel: the section names the panels that name the alert.
+        m = re.search(r"^Dashboard: (.*)\.$", body, re.M)
+        assert m, f"the runbook's {name} names no panel (a 'Dashboard: \"Title\" (Row).' line)"
+        named = re.findall(r'"([^"]+)" \(([^)]+)\)', m.group(1))
+        assert named, name
+        for title, row in named:
+            assert (title, row) in panels, f"{name}: no panel {title!r} in row {row!r}"
+            assert re.search(rf"\b{name}\b", panels[title, row].description), (
+                f"{name}: panel {title!r} does not name it"
+            )
 
 
 def test_every_alert_has_a_panel_that_shows_what_it_fires_on() -> None:
