@@ -19,7 +19,7 @@ help:
 	@echo "make kafka-up / kafka-down - a local broker on 127.0.0.1:19092"
 	@echo "make lock    - regenerate requirements.lock (the image's hashed runtime deps)"
 	@echo "make image   - build the image with podman (sets podman up; no Docker, no registry), SBOM in .image/"
-	@echo "make monitoring - regenerate deploy/monitoring/prometheusrule.yaml from the alerts"
+	@echo "make monitoring - render the monitoring mixin (deploy/mixin/, jsonnet from scripts/ensure-test-tools.sh): dashboard, alerts.yaml, prometheusrule.yaml"
 	@echo "make config-reference - regenerate the key tables of docs/configuration.md from the config model"
 	@echo "make proto   - regenerate the Python of bridge/agents/grpc/*.proto (the gRPC binding)"
 
@@ -95,10 +95,12 @@ lock: venv
 image:
 	scripts/image.sh
 
-# deploy/monitoring's PrometheusRule wraps deploy/prometheus/alerts.yaml; run
-# after editing the alerts (tests/repo/test_deploy.py fails until they agree).
+# The dashboard (deploy/monitoring/a2a-kafka-bridge.json), deploy/prometheus/alerts.yaml and
+# deploy/monitoring/prometheusrule.yaml rendered from the monitoring mixin in deploy/mixin/;
+# run after editing it (tests/repo/test_deploy.py fails until they agree). jsonnet is the
+# pinned go-jsonnet scripts/ensure-test-tools.sh installs into .tools/bin.
 monitoring: venv
-	$(PY) scripts/render-prometheusrule.py
+	$(PY) scripts/render-monitoring.py
 
 # docs/configuration.md's key tables come from bridge/config/model.py; run after adding
 # or changing a key (tests/repo/test_config_reference.py fails until they agree).

@@ -14,6 +14,9 @@
 # into its own node_modules, the same way.
 # And the a2a-go agent server (agents-go/): `go build` into agents-go/bin/agents-go, the
 # modules pinned by agents-go/go.sum from the Go module proxy (Go >= 1.25 must be installed).
+# And jsonnet (go-jsonnet, the version pinned below): `go install` into .tools/bin/jsonnet,
+# which renders the monitoring mixin (deploy/mixin/: `make monitoring`, and the tests that
+# check the committed dashboard and rules are what it renders).
 #
 # Idempotent: exits at once when both are on PATH; otherwise installs the
 # missing packages with apt-get (running `apt-get update` first only when a
@@ -53,6 +56,20 @@ if [ ! -x "$binary" ] || [ -n "$(find "$agents_go" -path "$agents_go/bin" -prune
   echo "ensure-test-tools: go build in agents-go/" >&2
   (cd "$agents_go" && go build -o bin/agents-go .) || die "go build in agents-go/ failed"
   touch "$binary" # go build leaves an up-to-date binary as it was: newer than the sources from now on
+fi
+
+# jsonnet: installed again only when the binary is missing or not the pinned version.
+# go-jsonnet's releases are Go modules; `go install …@version` is reproducible (go.sum of the
+# module, checked against the checksum database) and needs no checkout.
+jsonnet_version=v0.22.0
+jsonnet="$(dirname "$agents_js")/.tools/bin/jsonnet"
+if [ ! -x "$jsonnet" ] || [ "$("$jsonnet" --version 2>/dev/null | awk '{print $NF}')" != "$jsonnet_version" ]; then
+  command -v go >/dev/null 2>&1 || die "go is not installed: jsonnet (go-jsonnet $jsonnet_version) is installed with go install"
+  echo "ensure-test-tools: go install go-jsonnet $jsonnet_version into .tools/bin/" >&2
+  # Outside the repository: agents-go's go.mod must not become this install's module.
+  (cd / && GOBIN="$(dirname "$jsonnet")" go install "github.com/google/go-jsonnet/cmd/jsonnet@$jsonnet_version") ||
+    die "go install github.com/google/go-jsonnet/cmd/jsonnet@$jsonnet_version failed"
+  [ "$("$jsonnet" --version | awk '{print $NF}')" = "$jsonnet_version" ] || die "installed jsonnet is not $jsonnet_version"
 fi
 
 declare -A wanted=([promtool]=prometheus [prometheus]=prometheus [kcat]=kcat)

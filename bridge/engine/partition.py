@@ -311,6 +311,9 @@ class PartitionOwner:
             self.active.discard(task_key)
 
     def publish(self, record: TaskRecord, results: list[Event | Dropped]) -> None:
+        # Called in the turn the agent's update was read (following, pushing): when
+        # its events arrived, for bridge_event_visible_seconds. One clock read per update.
+        arrived = time.monotonic()
         now = time.time()
         topic = record.events_topic or self.config.events_topic(record.agent)
         table = self._table_of(record)
@@ -340,7 +343,7 @@ class PartitionOwner:
                 )
             if partition is None and (n := self.host.partitions(topic)):
                 partition = partition_for(key, n)
-            self.txn.add(OutRecord(topic, key, value, headers, origin, partition))
+            self.txn.add(OutRecord(topic, key, value, headers, origin, partition), arrived)
             counts[written.kind] += 1
         record.published(now, partition)
         self.txn.mark(record)

@@ -165,6 +165,10 @@ class Outbox:
     # cut: the last row of the tick), and the rows of the tombstoned ones.
     rows: dict[str, tuple[str, TaskRecord]] = field(default_factory=dict)
     row_tombstones: list[tuple[str, bytes]] = field(default_factory=list)
+    # When each event of ``records`` reached the bridge (time.monotonic()), for
+    # bridge_event_visible_seconds once the transaction commits. Beside the records,
+    # not in them: DLQ copies and checkpoints have none, and OutRecord stays lean.
+    arrivals: list[float] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -419,9 +423,13 @@ class PartitionTransactions:
 
     # ------------------------------------------------------------ readers --
 
-    def add(self, record: OutRecord) -> None:
+    def add(self, record: OutRecord, arrived: float | None = None) -> None:
+        """``record`` into this tick's transaction; ``arrived`` (time.monotonic()) is
+        when the agent's event it carries reached the bridge."""
         box = self._outbox
         box.records.append(record)
+        if arrived is not None:
+            box.arrivals.append(arrived)
         box.size += len(record.value or b"")
         cfg = self.config.bridge
         if len(box.records) >= cfg.max_buffered_events or box.size >= cfg.max_buffered_bytes:
@@ -547,6 +555,7 @@ class PartitionTransactions:
         for step, seconds in steps.seconds.items():
             metrics.TRANSACTION_STEP[step].observe(seconds)
         metrics.TRANSACTION_RECORDS.observe(cut.count)
+        observe_visible(cut.arrivals, time.monotonic())
         return cut.count
 
     def _begin(self) -> _Cut:
@@ -616,7 +625,7 @@ class PartitionTransactions:
         done = contextvars.Context().run(self._producers.submit, transact)
         # Back on the main loop: the step ends here, not when the committer lands it.
         done.add_done_callback(lambda _: steps.mark("return"))
-        return _Cut(done, position, notified, len(records), steps)
+        return _Cut(done, position, notified, len(records), steps, outbox.arrivals)
 
     def _table(self, outbox: Outbox) -> list[OutRecord]:
         """The Task table's records of this tick: the tombstones, then each moved row
@@ -777,7 +786,16 @@ class _Cut:
     notified: int | None
     count: int
     steps: StepTimes
+    arrivals: list[float] = field(default_factory=list)  # see Outbox.arrivals
     no: int = 0  # its number among the transactions cut (see committed_from_now)
+
+
+def observe_visible(arrivals: list[float], committed: float) -> None:
+    """Each event of a committed transaction into bridge_event_visible_seconds: from
+    its arrival to ``committed`` (both time.monotonic())."""
+    observe = metrics.EVENT_VISIBLE_SECONDS.observe
+    for arrived in arrivals:
+        observe(committed - arrived)
 
 
 def batches(producer: AIOKafkaProducer, records: list[OutRecord]) -> Batches:

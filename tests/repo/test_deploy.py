@@ -28,7 +28,16 @@ from bridge.core.task.push import record_bytes
 from bridge.kafka import topics, transaction
 from bridge.observe import metrics
 from tests.support import ROOT
-from tests.support.monitoring import ALERTS, DASHBOARD, EXTERNAL_METRICS, dashboard_exprs
+from tests.support.monitoring import (
+    ALERTS,
+    DASHBOARD,
+    EXTERNAL_METRICS,
+    RUNBOOK,
+    dashboard_exprs,
+    dashboard_panels,
+    metric_names,
+    render_script,
+)
 
 DEPLOY = ROOT / "deploy"
 BASE = DEPLOY / "base"
@@ -643,15 +652,17 @@ def test_alert_rules_shape(cfg: config_mod.Config) -> None:
     rules = alert_rules()
     names = [r["alert"] for r in rules]
     assert len(names) == len(set(names))
-    readme = README.read_text()
+    runbook = runbook_sections()
     tested = {t["alertname"] for case in docs(ALERT_TESTS)[0]["tests"] for t in case.get("alert_rule_test", [])}
     for r in rules:
         name = r["alert"]
         assert re.fullmatch(r"\d+[smh]", str(r.get("for", ""))), f"{name}: needs a `for`"
         assert r["labels"]["severity"] in SEVERITIES, name
         assert {"summary", "description", "runbook_url"} <= r["annotations"].keys(), name
-        anchor = r["annotations"]["runbook_url"].rsplit("#", 1)[-1]
-        assert anchor == name.lower() and f"\n### {name}\n" in readme, f"{name}: documented in deploy/README.md"
+        page, _, anchor = r["annotations"]["runbook_url"].partition("#")
+        assert page.endswith("/docs/operating.md"), f"{name}: its runbook_url is not the runbook's page"
+        # GitHub's anchor of a heading of one word is that word in lower case.
+        assert anchor == name.lower() and name in runbook, f"{name}: no section in the runbook of docs/operating.md"
         assert name in tested, f"{name}: no case in {ALERT_TESTS.name}"
     exprs = {r["alert"]: r["expr"] for r in rules}
 
@@ -670,6 +681,89 @@ def test_alert_rules_shape(cfg: config_mod.Config) -> None:
     lag, unowned = exprs["A2ABridgeConsumerLagHigh"], exprs["A2ABridgePartitionsUnowned"]
     assert "a2a_bridge_config:consumer_group" in lag and "consumergroup=" not in lag and "topic=" not in lag
     assert "a2a_bridge_config:commands_partitions" in unowned and not re.search(r"!=\s*\d", unowned)
+
+
+def runbook_sections() -> dict[str, str]:
+    """The runbook's sections (the ### headings under docs/operating.md's "## Runbook") by title."""
+    text = RUNBOOK.read_text()
+    assert "\n## Runbook\n" in text, "docs/operating.md has no Runbook"
+    runbook = re.split(r"\n## (?!#)", text.split("\n## Runbook\n", 1)[1], maxsplit=1)[0]
+    return {m.group(1): m.group(2) for m in re.finditer(r"^### (\S+)\n(.*?)(?=^### |\Z)", runbook, re.M | re.S)}
+
+
+def test_the_runbook_has_a_section_for_each_alert_and_none_for_another() -> None:
+    sections = runbook_sections()
+    alerts = [r["alert"] for r in alert_rules()]
+    assert sorted(sections) == sorted(alerts)
+    panels = {(p.title, p.row): p for p in dashboard_panels()}  # titles repeat across rows
+    for name, body in sections.items():
+        assert len(body.split()) >= 15, f"the runbook's {name} says too little to act on"
+        # From the page to the panel: the section names the panels that name the alert.
+        m = re.search(r"^Dashboard: (.*)\.$", body, re.M)
+        assert m, f"the runbook's {name} names no panel (a 'Dashboard: \"Title\" (Row).' line)"
+        named = re.findall(r'"([^"]+)" \(([^)]+)\)', m.group(1))
+        assert named, name
+        for title, row in named:
+            assert (title, row) in panels, f"{name}: no panel {title!r} in row {row!r}"
+            assert re.search(rf"\b{name}\b", panels[title, row].description), (
+                f"{name}: panel {title!r} does not name it"
+            )
+
+
+def test_every_alert_has_a_panel_that_shows_what_it_fires_on() -> None:
+    """An on-call engineer paged by an alert finds its panel: one names the alert in
+    its description and reads the alert's series, and every series the alert reads is
+    on the dashboard."""
+    panels = dashboard_panels()
+    recorded = {r["record"] for g in rule_groups() for r in g["rules"] if "record" in r}
+    on_dashboard = set().union(*(metric_names(e) for p in panels for e in p.exprs))
+    for r in alert_rules():
+        name, read = r["alert"], metric_names(r["expr"]) - recorded
+        assert read, name
+        assert read <= on_dashboard, f"{name}: no panel shows {sorted(read - on_dashboard)}"
+        named = [p for p in panels if re.search(rf"\b{name}\b", p.description)]
+        assert any(read & set().union(*map(metric_names, p.exprs)) for p in named), (
+            f"{name}: no panel names it in its description and reads {sorted(read)}"
+        )
+
+
+# The top row answers "is it healthy and keeping up": what each of its panels must read.
+TOP_ROW = {
+    "consumer lag by partition": r"by \(partition\) \(bridge_commands_lag\{",
+    "stalled partitions": r"bridge_kafka_partitions_stalled\{",
+    "Kafka write failures": r"bridge_kafka_write_failures_total\{",
+    "Task outcomes": r"by \(outcome\) \(rate\(bridge_task_outcomes_total\{",
+    "end-to-end latency p50": r"histogram_quantile\(0\.5, sum by \(le\) \(rate\(bridge_event_visible_seconds_bucket\{",
+    "end-to-end latency p99": r"histogram_quantile\(0\.99, sum by \(le\) \(rate\(bridge_event_visible_seconds_bucket\{",
+}
+
+
+def test_the_top_row_answers_is_it_healthy_and_keeping_up() -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    first = dash["panels"][0]
+    assert first["type"] == "row" and first["gridPos"]["y"] == 0, "the dashboard starts with a row"
+    top = [p for p in dashboard_panels() if p.row == first["title"]]
+    exprs = [e for p in top for e in p.exprs]
+    for what, pattern in TOP_ROW.items():
+        assert any(re.search(pattern, e) for e in exprs), f"the top row has no panel on {what}"
+    assert len(top) <= 6, "the top row is read at a glance: six panels at most"
+
+
+# Panels of errors and failures: Grafana shows "No data" for a query that returns
+# nothing, which reads as broken; they show 0 when nothing went wrong.
+FAILURE_TITLE = re.compile(r"fail|error|dlq|stalled|refused|dropped|resend", re.I)
+
+
+def test_error_and_failure_panels_show_zero_when_nothing_happened() -> None:
+    failures = [p for p in dashboard_panels() if FAILURE_TITLE.search(p.title)]
+    assert len(failures) >= 8
+    for p in failures:
+        assert p.no_value == "0", f"{p.title!r}: noValue is not 0"
+    for p in dashboard_panels():
+        for e in p.exprs:
+            if "vector(0)" in e:
+                assert re.search(r"\bor on \(\) vector\(0\)$", e), f"{p.title!r}: `or on () vector(0)` last: {e}"
+                assert p.no_value == "0", f"{p.title!r}: a zero-filled query on a panel without noValue 0"
 
 
 def test_alert_parameters_match_the_deployment(cfg: config_mod.Config) -> None:
@@ -718,11 +812,19 @@ def test_promtool_parses_dashboard_queries(tmp_path: Path) -> None:
 # ------------------------------------------------------- monitoring component --
 
 
+def test_the_generated_monitoring_files_are_what_the_mixin_renders() -> None:
+    """The dashboard, alerts.yaml and the PrometheusRule come from deploy/mixin/ alone:
+    rendered again here with jsonnet, each committed file is exactly what it renders."""
+    render = render_script()
+    stale = [str(path.relative_to(ROOT)) for path, text in render.render().items() if path.read_text() != text]
+    assert not stale, f"{stale} differ from what deploy/mixin/ renders: run `make monitoring`"
+
+
 def test_prometheusrule_wraps_the_alert_file() -> None:
     (rule,) = [d for d in docs(PROMETHEUS_RULE) if is_resource(d)]
     assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["kind"] == "PrometheusRule"
     assert rule["spec"]["groups"] == rule_groups(), (
-        "deploy/monitoring/prometheusrule.yaml is stale: run `make monitoring` (scripts/render-prometheusrule.py)"
+        "deploy/monitoring/prometheusrule.yaml is stale: run `make monitoring` (scripts/render-monitoring.py)"
     )
 
 

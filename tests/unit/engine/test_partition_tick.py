@@ -8,12 +8,16 @@ import asyncio
 import contextlib
 import time
 
+import prometheus_client
+
 from bridge.config.model import BridgeConfig, Config, KafkaConfig
 from bridge.core.partition.budgets import RecordBudgets
+from bridge.core.task.lifecycle import Dropped, Event
 from bridge.engine.host import StandAlone
 from bridge.engine.partition import PartitionOwner
 from bridge.kafka.transaction import OutRecord, PartitionTransactions
 from bridge.wire import checkpoints
+from tests.support.factories import task_record
 from tests.support.fake_producer import POS, Fake
 
 # Partition 5's first tick comes at 9 % of the interval (bridge.core.partition.ticks): 0.45 s after
@@ -114,3 +118,21 @@ async def test_a_cut_on_its_way_when_the_partition_fails_is_landed_and_nothing_a
     assert not o.txn.in_flight
     assert [v for *_, v in fake.sends() if v in (b"1", b"2")] == [b"1"]
     await o.txn.stop()
+
+
+async def test_an_agents_event_is_timed_from_its_publish_to_the_commit_that_carries_it() -> None:
+    """bridge_event_visible_seconds: publish (the turn the agent's update was read)
+    stamps its events; the commit, not the cut, ends their time."""
+    fake = Fake()
+    o = await committing(fake)
+    sample = prometheus_client.REGISTRY.get_sample_value
+    before = (sample("bridge_event_visible_seconds_count") or 0.0, sample("bridge_event_visible_seconds_sum") or 0.0)
+    record = task_record("a", 0)
+    o.publish(record, [Event("t-a", 1, "status", {"state": "working"}), Dropped("replayed")])
+    time.sleep(0.05)  # the event waits for its tick
+    await o.txn.commit()
+    count = (sample("bridge_event_visible_seconds_count") or 0.0) - before[0]
+    seconds = (sample("bridge_event_visible_seconds_sum") or 0.0) - before[1]
+    assert count == 1, "one event published (a dropped update is none)"
+    assert 0.05 <= seconds < 5
+    await o.close()

@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +38,7 @@ from bridge.kafka.transaction import (
     PartitionTransactions,
     ProducerLoop,
     TransactionFailed,
+    observe_visible,
     partition_for,
     transactional_id,
 )
@@ -304,6 +306,40 @@ async def test_a_committed_transaction_says_where_its_time_went_step_by_step() -
     with pytest.raises(TransactionFailed):
         await t.commit()
     assert all(n == 0 for n, _ in _moved(before, _steps()).values())
+
+
+def _visible() -> tuple[float, float]:
+    """(count, sum) of bridge_event_visible_seconds."""
+    sample = prometheus_client.REGISTRY.get_sample_value
+    return sample("bridge_event_visible_seconds_count") or 0.0, sample("bridge_event_visible_seconds_sum") or 0.0
+
+
+def test_each_event_is_visible_from_its_arrival_to_the_commit() -> None:
+    before = _visible()
+    observe_visible([10.0, 10.25, 10.5], committed=11.0)
+    count, total = _visible()
+    assert count - before[0] == 3
+    assert total - before[1] == pytest.approx(1.0 + 0.75 + 0.5)
+
+
+async def test_events_are_timed_once_when_their_transaction_commits_and_never_when_it_aborts() -> None:
+    fake = Fake()
+    t = await txn(POS, fake)
+    before = _visible()
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0), time.monotonic() - 0.2)
+    t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0), time.monotonic())
+    t.add(OutRecord("dlq", b"k", b"bad", [], "dlq:8", 1))  # no agent event: not timed
+    assert _visible() == before, "nothing is visible before the commit"
+    await t.commit()
+    count, total = _visible()
+    assert count - before[0] == 2 and total - before[1] >= 0.2
+    await t.commit()  # nothing new: the committed events are not counted again
+    assert _visible() == (count, total)
+    fake.mock.commit_transaction.side_effect = KafkaConnectionError()
+    t.add(OutRecord("events", b"t-a", b"e3", [], "event:t-a:3", 0), time.monotonic())
+    with pytest.raises(TransactionFailed):
+        await t.commit()
+    assert _visible() == (count, total)
 
 
 async def test_an_offset_moved_by_an_aborted_transaction_goes_into_the_next_one() -> None:
