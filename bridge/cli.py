@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 import orjson
 
 import bridge
+from bridge import pipe
 from bridge.config import model as config_mod
 from bridge.config.model import Config, ConfigError
 from bridge.errors import BridgeError, StartupError
@@ -41,6 +42,8 @@ exit codes:
        command, or the service cannot start
   3    fenced: a bridge outside the consumer group took its partitions (run)
   130  interrupted (Ctrl-C)
+  141  stdout closed by its reader (bridge tail | head): the command stopped
+       writing, quietly, as a process that SIGPIPE ends
 """
 
 # What each subcommand does: its line in `bridge --help`, then the description
@@ -123,6 +126,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "and their timeline ordered by time until every Task has ended.",
     ),
 }
+
+# --log-level's words: a misspelt one is a usage error that names them (exit 2), not
+# the logging module's ValueError.
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 # Commands that talk to Kafka once and exit: Kafka problems are one line and exit 2.
 ONE_SHOT = ("topics", "start", "reply", "cancel", "tail", "inspect", "tasks", "dlq")
@@ -221,7 +228,13 @@ def parser() -> argparse.ArgumentParser:
     # --config and --log-level work before or after the subcommand.
     common = Parser(add_help=False)
     common.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file (default: $BRIDGE_CONFIG)")
-    common.add_argument("--log-level", default=argparse.SUPPRESS, help="debug, info, warning (default: info)")
+    common.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        default=argparse.SUPPRESS,
+        help=f"{', '.join(LOG_LEVELS)} (default: info)",
+    )
     common.add_argument(
         "--log-format",
         choices=("text", "json"),
@@ -396,8 +409,9 @@ def _config_check(args: argparse.Namespace) -> int:
 def no_config_note(args: argparse.Namespace, config: Config, env: Mapping[str, str] = os.environ) -> str:
     """When no config file was given (no --config, no BRIDGE_CONFIG): that, and the
     defaults used, to go with a failure; else nothing. ``BRIDGE_*`` variables still
-    apply (``make demo`` sets the bootstrap servers that way), and are named."""
-    if getattr(args, "config", None) or env.get("BRIDGE_CONFIG"):
+    apply (``make demo`` sets the bootstrap servers that way), and are named. Not for
+    ``demo``: it makes topics and agents of its own, and takes only Kafka's address."""
+    if getattr(args, "config", None) or env.get("BRIDGE_CONFIG") or args.cmd == "demo":
         return ""
     k = config.kafka
     agents = f"agents {', '.join(sorted(config.agents))}" if config.agents else "no agent registry"
@@ -411,6 +425,22 @@ def no_config_note(args: argparse.Namespace, config: Config, env: Mapping[str, s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Once stdout's reader has gone (`bridge tail | head`), the command ends quietly
+    # (bridge/pipe.py); everything still buffered is written before that can be told.
+    stdout = sys.stdout
+    sys.stdout = pipe.guarded(stdout)
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+        return code
+    except pipe.StdoutClosed:
+        pipe.silence()
+        return pipe.STDOUT_CLOSED
+    finally:
+        sys.stdout = stdout
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = parser().parse_args(argv)
     level = getattr(args, "log_level", "info")
     logs.setup(level, getattr(args, "log_format", None))
@@ -425,6 +455,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `run` also needs the secret and certificate files it names here, as
         # `bridge config check` does; a one-shot command reads only what it uses.
         config = config_mod.load(getattr(args, "config", None), here=args.cmd == "run")
+        if args.cmd == "run" and (defaults := no_config_note(args, config)):
+            # The service's first line: a bridge on the defaults, where a file was
+            # meant, should be noticed before it says anything else.
+            log.warning("running on the built-in defaults%s", defaults)
+        if args.cmd == "demo":
+            with _quiet(quiet):
+                asyncio.run(_demo_broker(config))
         if args.cmd == "run":
             # A wrong password, CA or ACL: one line and exit 2, where aiokafka would
             # report a broker that is down. `run` waits for a broker that is down
@@ -444,6 +481,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1 if isinstance(exc, NothingFound) else 2
     except KeyboardInterrupt:
         return 130
+
+
+async def _demo_broker(config: Config) -> None:
+    """The check every one-shot command makes, before the demo starts its agents: a
+    broker that is not there is one line that says how to start one (exit 2)."""
+    try:
+        await check_kafka(config, PREFLIGHT_TIMEOUT_SECONDS)
+    except KafkaUnreachable as exc:
+        default = config_mod.KafkaConfig().bootstrap_servers
+        raise KafkaUnreachable(
+            f"the demo's broker is unreachable: {exc}; start one with `make kafka-up` (it listens on "
+            f"{default}, the default), or run `make demo`, which starts one for the demo and stops it after"
+        ) from None
 
 
 @contextlib.contextmanager
