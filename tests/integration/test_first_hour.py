@@ -464,6 +464,18 @@ async def test_a_timeline_is_ordered_by_time_and_run_stops_on_ctrl_c_with_130(
     assert "Traceback" not in log
 
 
+def test_the_ops_endpoints_listen_on_the_configured_host_only(env: Env, bridges: Bridges, tmp_path: Path) -> None:
+    # 127.0.0.2 is loopback too, so the test can tell a socket bound to it from one on every address.
+    path, _ = bridge_config(env, tmp_path, partitions=1, bridge={"http_host": "127.0.0.2"})
+    assert run_cli(path, "topics").returncode == 0
+    running = bridges.start(path, f"bridge-fh-host-{uuid.uuid4().hex[:6]}")
+    port = ops_port(running)
+    assert f"ops endpoints on :{port} (/metrics /healthz /readyz), listening on 127.0.0.2" in running.log()
+    assert httpx.get(f"http://127.0.0.2:{port}/healthz", timeout=5).text == "ok\n"
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+
+
 def test_tail_stops_on_ctrl_c_with_130_and_run_on_sigterm_with_0(env: Env, bridges: Bridges, tmp_path: Path) -> None:
     path, _ = bridge_config(env, tmp_path, partitions=1)
     assert run_cli(path, "topics").returncode == 0
