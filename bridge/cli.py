@@ -22,6 +22,7 @@ import bridge
 from bridge import pipe
 from bridge.config import model as config_mod
 from bridge.config.model import Config, ConfigError
+from bridge.config.rules import Problem
 from bridge.errors import BridgeError, StartupError
 from bridge.kafka.auth import client_options
 from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, KafkaUnreachable, check_kafka
@@ -272,7 +273,11 @@ def parser() -> argparse.ArgumentParser:
     cc = command("config check", csub)
     for flag, meaning in (
         ("--static", "do not check that the secret, certificate and CA files or variables it names exist here"),
-        ("--live", "also get each agent's token and card: one line per agent whose credentials would not do"),
+        (
+            "--live",
+            "also get each agent's token and card, and describe every topic the config names: one line per "
+            "agent whose credentials would not do, per topic missing, not co-partitioned or not compacted",
+        ),
     ):
         cc.add_argument(flag, action="store_true", help=meaning)
     dm = command("demo")
@@ -391,12 +396,11 @@ def _config_check(args: argparse.Namespace) -> int:
     if args.live and report.config is not None:
         if args.static:
             raise UsageError("--live uses the secrets and certificates here; it cannot go with --static")
-        from bridge.agents.live import check_live
-
-        # What the check finds is its output, one line per agent; the log lines of the
+        # What the check finds is its output, one line per problem; the log lines of the
         # token sources and clients on the way would only repeat it.
         logging.getLogger("bridge").setLevel(logging.CRITICAL)
-        live, lines = asyncio.run(check_live(report.config))
+        with _quiet(("aiokafka", "bridge.identity")):
+            live, lines = asyncio.run(_live(report.config))
         for problem in live:
             print(f"bridge config: {'warning: ' if problem.warning else ''}{problem}", file=sys.stderr)
         if any(not p.warning for p in live):
@@ -404,6 +408,22 @@ def _config_check(args: argparse.Namespace) -> int:
         print("".join(f"# {line}\n" for line in lines), end="")
     print(check.render(report), end="")
     return 0
+
+
+async def _live(config: Config) -> tuple[list[Problem], list[str]]:
+    """``config check --live``: each agent's token and card (and the interface each is
+    spoken to at), then every topic the config names as the cluster has it."""
+    from bridge.agents.live import check_live
+    from bridge.kafka import layout, topics
+
+    found, lines = await check_live(config)
+    try:
+        await check_kafka(config, PREFLIGHT_TIMEOUT_SECONDS)
+        async with topics.kafka_errors(config):
+            found += layout.problems(config, await topics.survey(config))
+    except BridgeError as exc:
+        found.append(Problem("kafka.bootstrap_servers", f"the topics cannot be checked: {exc}"))
+    return found, lines
 
 
 def no_config_note(args: argparse.Namespace, config: Config, env: Mapping[str, str] = os.environ) -> str:

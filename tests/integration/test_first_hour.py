@@ -27,8 +27,10 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from bridge.cli import EXIT_CODES
+from bridge.config import model as config_mod
 from bridge.config.model import Config
 from bridge.demo.procs import free_port
+from bridge.kafka.topics import TASKS_TOPIC_CONFIG
 from tests.support import ROOT
 from tests.support.services import (
     BridgeProcess,
@@ -36,6 +38,7 @@ from tests.support.services import (
     Env,
     bridge_config,
     closed_keys,
+    create_topics,
     ops_port,
     produce,
     read_topic,
@@ -280,6 +283,44 @@ async def test_a_reader_that_stops_after_one_line_ends_the_command_quietly_with_
         finally:
             proc.kill()
             proc.stderr.close()
+
+
+async def test_config_check_live_finds_a_misspelt_topic_and_each_topic_problem(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    n = uuid.uuid4().hex[:8]
+
+    def config(**topics: str) -> Path:
+        names = {role: f"fh-{n}.{role}" for role in ("commands", "events", "checkpoints", "dlq", "tasks")}
+        path = tmp_path / f"live-{len(list(tmp_path.iterdir()))}.toml"
+        path.write_text(
+            f'[kafka]\nbootstrap_servers = "{kafka_bootstrap}"\npartitions = 2\n'
+            + "".join(f'{role}_topic = "{topic}"\n' for role, topic in {**names, **topics}.items())
+        )
+        return path
+
+    good = config()
+    assert bridge("--config", str(good), "topics").returncode == 0
+    checked = bridge("--config", str(good), "config", "check", "--live")
+    assert checked.returncode == 0 and checked.stderr == "", checked.stderr
+
+    # A Task table with 3 partitions where the commands have 2, a checkpoints topic that deletes.
+    await create_topics(config_mod.load(good, env={}), {f"fh-{n}.tasks3": TASKS_TOPIC_CONFIG}, partitions=3)
+    await create_topics(config_mod.load(good, env={}), {f"fh-{n}.cps-deleting": {"cleanup.policy": "delete"}})
+    wrong = config(events=f"fh-{n}.evnts", tasks=f"fh-{n}.tasks3", checkpoints=f"fh-{n}.cps-deleting")
+    # Without --live nothing is asked of Kafka: the names are well formed.
+    assert bridge("--config", str(wrong), "config", "check").returncode == 0
+    checked = bridge("--config", str(wrong), "config", "check", "--live")
+    assert checked.returncode == 2 and checked.stdout == "", checked.stdout
+    assert checked.stderr.splitlines() == [
+        f"bridge config: kafka.events_topic: topic 'fh-{n}.evnts' does not exist "
+        f"(did you mean 'fh-{n}.events'?); `bridge topics` creates it",
+        f"bridge config: kafka.tasks_topic: topic 'fh-{n}.tasks3' has 3 partitions but the commands topic "
+        f"'fh-{n}.commands' has 2: they must be co-partitioned (same count)",
+        f"bridge config: kafka.checkpoints_topic: topic 'fh-{n}.cps-deleting' has cleanup.policy=delete, not "
+        "compact: it must be compacted (kafka-configs.sh --alter --entity-type topics "
+        f"--entity-name fh-{n}.cps-deleting --add-config cleanup.policy=compact)",
+    ]
 
 
 # ------------------------------------------------------------------ the DLQ --
