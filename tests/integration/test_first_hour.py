@@ -255,6 +255,8 @@ async def test_a_reader_that_stops_after_one_line_ends_the_command_quietly_with_
             event = {"taskKey": f"k{i}", "taskId": f"t{i}", "seq": 1, "kind": "status", "state": "working"}
             await producer.send(names["events"], orjson.dumps({**event, "time": "2026-01-01T00:00:00.000Z"}))
             await producer.send(names["dlq"], b"{}", key=f"k{i}".encode(), headers=[("dlq_reason", b"x")])
+            row = {"taskKey": f"k{i}", "agent": "w", "state": "working", "updatedAt": "2026-01-01T00:00:00.000Z"}
+            await producer.send(names["tasks"], orjson.dumps(row), key=f"k{i}".encode())
         await producer.flush()
     finally:
         await producer.stop()
@@ -263,6 +265,7 @@ async def test_a_reader_that_stops_after_one_line_ends_the_command_quietly_with_
         ("tail", "--from-beginning", "--timeout", "60"),
         ("tail", "--timeline", "--from-beginning"),
         ("dlq", "list"),
+        ("tasks", "list"),
     ):
         # As `| head -1` does: read one line, then close the pipe.
         proc = subprocess.Popen(
