@@ -450,9 +450,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     stdout = sys.stdout
     sys.stdout = pipe.guarded(stdout)
     try:
-        code = _main(argv)
-        sys.stdout.flush()
-        return code
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # --help and --version end with SystemExit: theirs too
     except pipe.StdoutClosed:
         pipe.silence()
         return pipe.STDOUT_CLOSED
