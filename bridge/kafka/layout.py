@@ -19,10 +19,8 @@ from bridge.kafka.topics import Survey, cleanup_problem, co_partitioned, wanted
 
 def named(config: Config) -> dict[str, str]:
     """Each topic the bridge uses, and the (first) config key that names it."""
-    k = config.kafka
-    keys = [(getattr(k, f"{role}_topic"), f"kafka.{role}_topic") for role in ("commands", "checkpoints")]
-    keys += [(k.events_topic, "kafka.events_topic"), (k.dlq_topic, "kafka.dlq_topic")]
-    keys += [(k.tasks_topic, "kafka.tasks_topic"), (k.notifications_topic, "kafka.notifications_topic")]
+    roles = ("commands", "checkpoints", "events", "dlq", "tasks", "notifications")
+    keys = [(getattr(config.kafka, f"{role}_topic"), f"kafka.{role}_topic") for role in roles]
     for name, a in sorted(config.agents.items()):
         keys += [
             (t, f"agents.{name}.{role}_topic")

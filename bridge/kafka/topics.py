@@ -248,10 +248,15 @@ async def survey(config: Config) -> Survey:
     await admin.start()
     try:
         topics = wanted(config)
-        counts = await _partition_counts(admin, list(topics))
+        existing = sorted(await admin.list_topics())
+        # Only those that exist are described: aiokafka's admin asks for the others with
+        # allow_auto_topic_creation, and a broker that auto-creates topics would make
+        # the misspelt one this check is there to find.
+        present = [t for t in topics if t in existing]
+        counts = await _partition_counts(admin, present) if present else {}
         compacted = [t for t, c in topics.items() if c.get("cleanup.policy") == "compact" and t in counts]
         cleanup = {t: await _cleanup(admin, t) for t in compacted}
-        return Survey(sorted(await admin.list_topics()), counts, cleanup)
+        return Survey(existing, counts, cleanup)
     finally:
         await admin.close()
 
