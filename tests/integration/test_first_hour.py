@@ -2,10 +2,13 @@
 executable as a subprocess, its exit code, its stdout, and a failure as exactly
 one line on stderr with no traceback.
 
-Covered: a command run without a config file, config mistakes `run` refuses,
+Covered: a command run without a config file (and `run` saying so first), config
+mistakes `run` refuses, a misspelt `--log-level`, `demo` with no broker, a misspelt
+topic that `config check --live` finds, a reader that closes stdout after one line,
 `dlq replay` run twice before the cause is fixed, timelines ordered by time,
 `inspect`'s deadline, `dlq list` of records that failed validation, the metrics
-of an idle bridge, SIGINT and SIGTERM, and a fenced run. Every exit code `--help` documents is produced
+of an idle bridge and the address they are served on, SIGINT and SIGTERM, and a
+fenced run. Every exit code `--help` documents is produced
 here by at least one test (:data:`EXIT_CODE_TESTS`).
 """
 
