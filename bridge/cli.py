@@ -19,8 +19,10 @@ from typing import Any, NoReturn
 import orjson
 
 import bridge
+from bridge import pipe
 from bridge.config import model as config_mod
 from bridge.config.model import Config, ConfigError
+from bridge.config.rules import Problem
 from bridge.errors import BridgeError, StartupError
 from bridge.kafka.auth import client_options
 from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, KafkaUnreachable, check_kafka
@@ -41,6 +43,8 @@ exit codes:
        command, or the service cannot start
   3    fenced: a bridge outside the consumer group took its partitions (run)
   130  interrupted (Ctrl-C)
+  141  stdout closed by its reader (bridge tail | head): the command stopped
+       writing, quietly, as a process that SIGPIPE ends
 """
 
 # What each subcommand does: its line in `bridge --help`, then the description
@@ -123,6 +127,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "and their timeline ordered by time until every Task has ended.",
     ),
 }
+
+# --log-level's words: a misspelt one is a usage error that names them (exit 2), not
+# the logging module's ValueError.
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 # Commands that talk to Kafka once and exit: Kafka problems are one line and exit 2.
 ONE_SHOT = ("topics", "start", "reply", "cancel", "tail", "inspect", "tasks", "dlq")
@@ -221,7 +229,13 @@ def parser() -> argparse.ArgumentParser:
     # --config and --log-level work before or after the subcommand.
     common = Parser(add_help=False)
     common.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file (default: $BRIDGE_CONFIG)")
-    common.add_argument("--log-level", default=argparse.SUPPRESS, help="debug, info, warning (default: info)")
+    common.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        default=argparse.SUPPRESS,
+        help=f"{', '.join(LOG_LEVELS)} (default: info)",
+    )
     common.add_argument(
         "--log-format",
         choices=("text", "json"),
@@ -259,7 +273,11 @@ def parser() -> argparse.ArgumentParser:
     cc = command("config check", csub)
     for flag, meaning in (
         ("--static", "do not check that the secret, certificate and CA files or variables it names exist here"),
-        ("--live", "also get each agent's token and card: one line per agent whose credentials would not do"),
+        (
+            "--live",
+            "also get each agent's token and card, and describe every topic the config names: one line per "
+            "agent whose credentials would not do, per topic missing, not co-partitioned or not compacted",
+        ),
     ):
         cc.add_argument(flag, action="store_true", help=meaning)
     dm = command("demo")
@@ -378,12 +396,11 @@ def _config_check(args: argparse.Namespace) -> int:
     if args.live and report.config is not None:
         if args.static:
             raise UsageError("--live uses the secrets and certificates here; it cannot go with --static")
-        from bridge.agents.live import check_live
-
-        # What the check finds is its output, one line per agent; the log lines of the
+        # What the check finds is its output, one line per problem; the log lines of the
         # token sources and clients on the way would only repeat it.
         logging.getLogger("bridge").setLevel(logging.CRITICAL)
-        live, lines = asyncio.run(check_live(report.config))
+        with _quiet(("aiokafka", "bridge.identity")):
+            live, lines = asyncio.run(_live(report.config))
         for problem in live:
             print(f"bridge config: {'warning: ' if problem.warning else ''}{problem}", file=sys.stderr)
         if any(not p.warning for p in live):
@@ -393,11 +410,28 @@ def _config_check(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _live(config: Config) -> tuple[list[Problem], list[str]]:
+    """``config check --live``: each agent's token and card (and the interface each is
+    spoken to at), then every topic the config names as the cluster has it."""
+    from bridge.agents.live import check_live
+    from bridge.kafka import layout, topics
+
+    found, lines = await check_live(config)
+    try:
+        await check_kafka(config, PREFLIGHT_TIMEOUT_SECONDS)
+        async with topics.kafka_errors(config):
+            found += layout.problems(config, await topics.survey(config))
+    except BridgeError as exc:
+        found.append(Problem("kafka.bootstrap_servers", f"the topics cannot be checked: {exc}"))
+    return found, lines
+
+
 def no_config_note(args: argparse.Namespace, config: Config, env: Mapping[str, str] = os.environ) -> str:
     """When no config file was given (no --config, no BRIDGE_CONFIG): that, and the
     defaults used, to go with a failure; else nothing. ``BRIDGE_*`` variables still
-    apply (``make demo`` sets the bootstrap servers that way), and are named."""
-    if getattr(args, "config", None) or env.get("BRIDGE_CONFIG"):
+    apply (``make demo`` sets the bootstrap servers that way), and are named. Not for
+    ``demo``: it makes topics and agents of its own, and takes only Kafka's address."""
+    if getattr(args, "config", None) or env.get("BRIDGE_CONFIG") or args.cmd == "demo":
         return ""
     k = config.kafka
     agents = f"agents {', '.join(sorted(config.agents))}" if config.agents else "no agent registry"
@@ -411,6 +445,23 @@ def no_config_note(args: argparse.Namespace, config: Config, env: Mapping[str, s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Once stdout's reader has gone (`bridge tail | head`), the command ends quietly
+    # (bridge/pipe.py); everything still buffered is written before that can be told.
+    stdout = sys.stdout
+    sys.stdout = pipe.guarded(stdout)
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # --help and --version end with SystemExit: theirs too
+    except pipe.StdoutClosed:
+        pipe.silence()
+        return pipe.STDOUT_CLOSED
+    finally:
+        sys.stdout = stdout
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = parser().parse_args(argv)
     level = getattr(args, "log_level", "info")
     logs.setup(level, getattr(args, "log_format", None))
@@ -425,6 +476,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `run` also needs the secret and certificate files it names here, as
         # `bridge config check` does; a one-shot command reads only what it uses.
         config = config_mod.load(getattr(args, "config", None), here=args.cmd == "run")
+        if args.cmd == "run" and (defaults := no_config_note(args, config)):
+            # The service's first line: a bridge on the defaults, where a file was
+            # meant, should be noticed before it says anything else.
+            log.warning("running on the built-in defaults%s", defaults)
+        if args.cmd == "demo":
+            with _quiet(quiet):
+                asyncio.run(_demo_broker(config))
         if args.cmd == "run":
             # A wrong password, CA or ACL: one line and exit 2, where aiokafka would
             # report a broker that is down. `run` waits for a broker that is down
@@ -444,6 +502,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1 if isinstance(exc, NothingFound) else 2
     except KeyboardInterrupt:
         return 130
+
+
+async def _demo_broker(config: Config) -> None:
+    """The check every one-shot command makes, before the demo starts its agents: a
+    broker that is not there is one line that says how to start one (exit 2)."""
+    try:
+        await check_kafka(config, PREFLIGHT_TIMEOUT_SECONDS)
+    except KafkaUnreachable as exc:
+        default = config_mod.KafkaConfig().bootstrap_servers
+        raise KafkaUnreachable(
+            f"the demo's broker is unreachable: {exc}; start one with `make kafka-up` (it listens on "
+            f"{default}, the default), or run `make demo`, which starts one for the demo and stops it after"
+        ) from None
 
 
 @contextlib.contextmanager

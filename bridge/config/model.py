@@ -257,6 +257,9 @@ class BridgeConfig:
     default_deadline_seconds: float = field(default=3600.0, metadata={"rule": rules.deadline})
     max_artifact_bytes: int = field(default=256 * 1024, metadata=POSITIVE)
     http_port: int = field(default=8080, metadata={"rule": rules.port})
+    # The address /metrics /healthz /readyz listen on: every interface by default, as a
+    # container's probes and scraper reach it from outside; 127.0.0.1 keeps them on the host.
+    http_host: str = field(default="0.0.0.0", metadata=NOT_EMPTY)
     # Events waiting for the next commit, per partition: at the bound the committer
     # commits at once and readers wait for it (a larger bound stretches a tick's
     # transaction under bursts: bench/results/tuned-config-buffers-pools.json).

@@ -278,10 +278,12 @@ class Service:
             self.clients.update(await client.clients(cfg, pools, limits, shards))
             self._producers = ProducerLoop.threaded()
             cards = asyncio.create_task(self._check_cards(), name="agent-cards")
-            ops = OpsServer(cfg.bridge.http_port, self.ready) if cfg.bridge.http_port >= 0 else None
+            ops = (
+                OpsServer(cfg.bridge.http_port, self.ready, cfg.bridge.http_host) if cfg.bridge.http_port >= 0 else None
+            )
             if ops:
                 await ops.start()
-                log.info("ops endpoints on :%d (/metrics /healthz /readyz)", ops.port)
+                log.info("ops endpoints on :%d (/metrics /healthz /readyz), listening on %s", ops.port, ops.host)
             settle_heap()
             keep_freed_memory()
             watch = asyncio.create_task(self._watch(), name="watch")

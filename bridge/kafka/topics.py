@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -183,40 +184,81 @@ def not_compacted(policy: str, retention_ms: str, retention_bytes: str = "-1") -
     return None
 
 
-async def _check_compacted(
-    admin: AIOKafkaAdminClient, topic: str, role: str = "checkpoints", records: str = "checkpoints"
-) -> None:
-    """:class:`StartupError` unless the checkpoints topic (or a Task table: ``role``, whose
-    ``records`` are rows) keeps every key's newest record."""
+def cleanup_problem(values: Mapping[str, str]) -> str | None:
+    """:func:`not_compacted` of a topic's ``cleanup.policy``, ``retention.ms`` and
+    ``retention.bytes`` as the broker shows them (Kafka's defaults for those not shown)."""
+    return not_compacted(
+        values.get("cleanup.policy", "delete"),
+        values.get("retention.ms", "604800000"),
+        values.get("retention.bytes", "-1"),
+    )
+
+
+async def _cleanup(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str] | int:
+    """The topic's ``cleanup.policy``, ``retention.ms`` and ``retention.bytes`` as set,
+    or the error code of a broker that would not tell."""
     wanted = {"cleanup.policy": None, "retention.ms": None, "retention.bytes": None}
     responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs=wanted)])
     values: dict[str, str] = {}
     for response in responses:
         for res in response.to_object()["resources"]:
             if res["error_code"]:
-                # Not allowed to read topic configs (DescribeConfigs is not among the
-                # ACLs deploy/strimzi/kafkauser.yaml grants): nothing to check against.
-                log.warning(
-                    "cannot read the %s topic %r's cleanup.policy (error %d): make sure it is compact",
-                    role,
-                    topic,
-                    res["error_code"],
-                )
-                return
+                return int(res["error_code"])
             for entry in res["config_entries"]:
                 if entry["config_names"] in wanted and entry["config_value"] is not None:
                     values[entry["config_names"]] = entry["config_value"]
-    why = not_compacted(
-        values.get("cleanup.policy", "delete"),
-        values.get("retention.ms", "604800000"),
-        values.get("retention.bytes", "-1"),
-    )
+    return values
+
+
+async def _check_compacted(
+    admin: AIOKafkaAdminClient, topic: str, role: str = "checkpoints", records: str = "checkpoints"
+) -> None:
+    """:class:`StartupError` unless the checkpoints topic (or a Task table: ``role``, whose
+    ``records`` are rows) keeps every key's newest record."""
+    values = await _cleanup(admin, topic)
+    if isinstance(values, int):
+        # Not allowed to read topic configs (DescribeConfigs is not among the
+        # ACLs deploy/strimzi/kafkauser.yaml grants): nothing to check against.
+        log.warning(
+            "cannot read the %s topic %r's cleanup.policy (error %d): make sure it is compact", role, topic, values
+        )
+        return
+    why = cleanup_problem(values)
     if why is not None:
         raise StartupError(
             f"{role} topic {topic!r} has {why}: it must be compacted, or paused Tasks are lost "
             f"when their {records} age out (kafka-configs.sh --alter --entity-type topics "
             f"--entity-name {topic} --add-config cleanup.policy=compact)"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Survey:
+    """What the cluster shows of the topics a config names (:func:`survey`)."""
+
+    existing: list[str]  # every topic of the cluster, the config's or not
+    counts: dict[str, int]  # partitions of the config's topics that exist
+    # The settings of those that must be compacted, or the error code of a broker that would not tell.
+    cleanup: dict[str, dict[str, str] | int]
+
+
+async def survey(config: Config) -> Survey:
+    """The topics :func:`wanted` names as the cluster has them; nothing is created."""
+    admin = AIOKafkaAdminClient(**client_options(config.kafka))
+    await admin.start()
+    try:
+        topics = wanted(config)
+        existing = sorted(await admin.list_topics())
+        # Only those that exist are described: aiokafka's admin asks for the others with
+        # allow_auto_topic_creation, and a broker that auto-creates topics would make
+        # the misspelt one this check is there to find.
+        present = [t for t in topics if t in existing]
+        counts = await _partition_counts(admin, present) if present else {}
+        compacted = [t for t, c in topics.items() if c.get("cleanup.policy") == "compact" and t in counts]
+        cleanup = {t: await _cleanup(admin, t) for t in compacted}
+        return Survey(existing, counts, cleanup)
+    finally:
+        await admin.close()
 
 
 def written(config: Config) -> list[str]:

@@ -307,13 +307,14 @@ async def test_each_scheme_runs_tasks_end_to_end(
             httpx.post(f"{mtls.server.url}/agents/writer", json={}, verify=trusting(mtls.ca), timeout=5)
 
         path, config = bridge_config(env, tmp_path, partitions=2, agents=agents)
+        # First the topics: --live also checks that each topic of the config is there.
+        assert run_cli(path, "topics").returncode == 0
         checks = {
             "config check": run_cli(path, "config", "check"),
             "config check --live": run_cli(path, "config", "check", "--live"),
         }
         for what, done in checks.items():
             assert done.returncode == 0, f"{what}: {done.stdout}\n{done.stderr}"
-        assert run_cli(path, "topics").returncode == 0
         bridge = bridges.start(path, "identity-schemes", log_level="debug")
         starts = [start_command(f"{agent}-{uuid.uuid4().hex[:6]}", agent, "chunks=3 interval=0.05") for agent in agents]
         by_key = await run_to_the_end(config, starts)
@@ -590,6 +591,7 @@ def test_config_check_live_tells_a_bad_credential_in_one_line(
         }
     path, _ = bridge_config(env, tmp_path, agents={"guarded": agent}, only_these_agents=True)
     assert run_cli(path, "config", "check").returncode == 0  # the file itself is fine
+    assert run_cli(path, "topics").returncode == 0  # the topics too: only the credential is wrong
     out = run_cli(path, "config", "check", "--live", timeout=60)
     assert out.returncode == 2, f"exit {out.returncode}\n{out.stdout}\n{out.stderr}"
     assert "Traceback" not in out.stderr

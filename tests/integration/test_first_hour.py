@@ -2,10 +2,13 @@
 executable as a subprocess, its exit code, its stdout, and a failure as exactly
 one line on stderr with no traceback.
 
-Covered: a command run without a config file, config mistakes `run` refuses,
+Covered: a command run without a config file (and `run` saying so first), config
+mistakes `run` refuses, a misspelt `--log-level`, `demo` with no broker, a misspelt
+topic that `config check --live` finds, a reader that closes stdout after one line,
 `dlq replay` run twice before the cause is fixed, timelines ordered by time,
 `inspect`'s deadline, `dlq list` of records that failed validation, the metrics
-of an idle bridge, SIGINT and SIGTERM, and a fenced run. Every exit code `--help` documents is produced
+of an idle bridge and the address they are served on, SIGINT and SIGTERM, and a
+fenced run. Every exit code `--help` documents is produced
 here by at least one test (:data:`EXIT_CODE_TESTS`).
 """
 
@@ -24,9 +27,13 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from aiokafka import AIOKafkaProducer
 
 from bridge.cli import EXIT_CODES
+from bridge.config import model as config_mod
 from bridge.config.model import Config
+from bridge.demo.procs import free_port
+from bridge.kafka.topics import TASKS_TOPIC_CONFIG
 from tests.support import ROOT
 from tests.support.services import (
     BridgeProcess,
@@ -34,6 +41,7 @@ from tests.support.services import (
     Env,
     bridge_config,
     closed_keys,
+    create_topics,
     ops_port,
     produce,
     read_topic,
@@ -116,6 +124,12 @@ def test_without_a_config_file_a_failure_names_the_defaults_it_used(env: Env) ->
     # The service logs its failure in one ERROR line, with the same word on the config.
     run = bridge("run", env={**variables, "BRIDGE_BRIDGE_HTTP_PORT": "0"})
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    # Its first line says it runs on the defaults, and where it looked for a file.
+    assert (
+        run.stderr.splitlines()[0]
+        .split(" ", 2)[2]
+        .startswith(f"WARNING bridge: running on the built-in defaults{note}")
+    ), run.stderr
     (error,) = [line for line in run.stderr.splitlines() if " ERROR " in line]
     assert error.endswith(
         f"ERROR bridge.engine.service: topics missing: ['fh-{n}.commands', 'fh-{n}.checkpoints', "
@@ -199,6 +213,120 @@ def test_a_bad_flag_or_a_missing_message_is_one_line_and_exit_2(env: Env, tmp_pa
     assert line == "bridge: no message to send: give --text, --data (a JSON object) or both"
     line = failure(bridge("tail", "--bogus"), 2)
     assert line == "bridge: unrecognized arguments: --bogus (see `bridge --help`)"
+
+
+def test_a_misspelt_log_level_is_a_usage_error_that_names_the_levels() -> None:
+    line = failure(bridge("--log-level", "verbose", "tail"), 2)
+    assert line == (
+        "bridge: argument --log-level: invalid choice: 'verbose' (choose from 'debug', 'info', 'warning', 'error') "
+        "(see `bridge --help`)"
+    )
+    # Upper case is the same level, as logging spells it.
+    assert bridge("--log-level", "WARNING", "--version").returncode == 0
+
+
+def test_demo_without_a_broker_says_in_one_line_how_to_start_one() -> None:
+    port = free_port()  # nothing listens there
+    done = bridge("demo", env={"BRIDGE_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{port}"}, timeout=60)
+    line = failure(done, 2)
+    assert line.startswith(f"bridge: the demo's broker is unreachable: Kafka 127.0.0.1:{port}: cannot connect ("), line
+    assert line.endswith(
+        "; start one with `make kafka-up` (it listens on 127.0.0.1:19092, the default), or run `make demo`, "
+        "which starts one for the demo and stops it after"
+    ), line
+
+
+# ------------------------------------------------------------- a closed pipe --
+
+
+async def test_a_reader_that_stops_after_one_line_ends_the_command_quietly_with_141(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    n = uuid.uuid4().hex[:8]
+    path = tmp_path / "pipe.toml"
+    names = {role: f"fh-{n}.{role}" for role in ("commands", "events", "checkpoints", "dlq", "tasks")}
+    path.write_text(
+        f'[kafka]\nbootstrap_servers = "{kafka_bootstrap}"\npartitions = 1\n'
+        + "".join(f'{role}_topic = "{topic}"\n' for role, topic in names.items())
+    )
+    assert bridge("--config", str(path), "topics").returncode == 0
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    try:
+        # Far more than a pipe holds (64 KiB): the command is still writing when the reader goes.
+        for i in range(3000):
+            event = {"taskKey": f"k{i}", "taskId": f"t{i}", "seq": 1, "kind": "status", "state": "working"}
+            await producer.send(names["events"], orjson.dumps({**event, "time": "2026-01-01T00:00:00.000Z"}))
+            await producer.send(names["dlq"], b"{}", key=f"k{i}".encode(), headers=[("dlq_reason", b"x")])
+            row = {"taskKey": f"k{i}", "agent": "w", "state": "working", "updatedAt": "2026-01-01T00:00:00.000Z"}
+            await producer.send(names["tasks"], orjson.dumps(row), key=f"k{i}".encode())
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+    for argv in (
+        ("tail", "--from-beginning", "--timeout", "60"),
+        ("tail", "--timeline", "--from-beginning"),
+        ("dlq", "list"),
+        ("tasks", "list"),
+    ):
+        # As `| head -1` does: read one line, then close the pipe.
+        proc = subprocess.Popen(
+            [str(BRIDGE), "--config", str(path), *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            first = proc.stdout.readline()
+            proc.stdout.close()
+            assert proc.wait(60) == 141, (argv, proc.stderr.read())
+            assert first.strip(), argv
+            # Not "Kafka ... is unreachable: [Errno 32] Broken pipe", nor Python's
+            # "Exception ignored ... BrokenPipeError" at exit: nothing at all.
+            assert proc.stderr.read() == b"", argv
+        finally:
+            proc.kill()
+            proc.stderr.close()
+
+
+async def test_config_check_live_finds_a_misspelt_topic_and_each_topic_problem(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    n = uuid.uuid4().hex[:8]
+
+    def config(**topics: str) -> Path:
+        names = {role: f"fh-{n}.{role}" for role in ("commands", "events", "checkpoints", "dlq", "tasks")}
+        path = tmp_path / f"live-{len(list(tmp_path.iterdir()))}.toml"
+        path.write_text(
+            f'[kafka]\nbootstrap_servers = "{kafka_bootstrap}"\npartitions = 2\n'
+            + "".join(f'{role}_topic = "{topic}"\n' for role, topic in {**names, **topics}.items())
+        )
+        return path
+
+    good = config()
+    assert bridge("--config", str(good), "topics").returncode == 0
+    checked = bridge("--config", str(good), "config", "check", "--live")
+    assert checked.returncode == 0 and checked.stderr == "", checked.stderr
+
+    # A Task table with 3 partitions where the commands have 2, a checkpoints topic that deletes.
+    await create_topics(config_mod.load(good, env={}), {f"fh-{n}.tasks3": TASKS_TOPIC_CONFIG}, partitions=3)
+    await create_topics(config_mod.load(good, env={}), {f"fh-{n}.cps-deleting": {"cleanup.policy": "delete"}})
+    wrong = config(events=f"fh-{n}.evnts", tasks=f"fh-{n}.tasks3", checkpoints=f"fh-{n}.cps-deleting")
+    # Without --live nothing is asked of Kafka: the names are well formed.
+    assert bridge("--config", str(wrong), "config", "check").returncode == 0
+    checked = bridge("--config", str(wrong), "config", "check", "--live")
+    assert checked.returncode == 2 and checked.stdout == "", checked.stdout
+    assert checked.stderr.splitlines() == [
+        f"bridge config: kafka.events_topic: topic 'fh-{n}.evnts' does not exist "
+        f"(did you mean 'fh-{n}.events'?); `bridge topics` creates it",
+        f"bridge config: kafka.tasks_topic: topic 'fh-{n}.tasks3' has 3 partitions but the commands topic "
+        f"'fh-{n}.commands' has 2: they must be co-partitioned (same count)",
+        f"bridge config: kafka.checkpoints_topic: topic 'fh-{n}.cps-deleting' has cleanup.policy=delete, not "
+        "compact: it must be compacted (kafka-configs.sh --alter --entity-type topics "
+        f"--entity-name fh-{n}.cps-deleting --add-config cleanup.policy=compact)",
+    ]
 
 
 # ------------------------------------------------------------------ the DLQ --
@@ -383,6 +511,18 @@ async def test_a_timeline_is_ordered_by_time_and_run_stops_on_ctrl_c_with_130(
     assert "Traceback" not in log
 
 
+def test_the_ops_endpoints_listen_on_the_configured_host_only(env: Env, bridges: Bridges, tmp_path: Path) -> None:
+    # 127.0.0.2 is loopback too, so the test can tell a socket bound to it from one on every address.
+    path, _ = bridge_config(env, tmp_path, partitions=1, bridge={"http_host": "127.0.0.2"})
+    assert run_cli(path, "topics").returncode == 0
+    running = bridges.start(path, f"bridge-fh-host-{uuid.uuid4().hex[:6]}")
+    port = ops_port(running)
+    assert f"ops endpoints on :{port} (/metrics /healthz /readyz), listening on 127.0.0.2" in running.log()
+    assert httpx.get(f"http://127.0.0.2:{port}/healthz", timeout=5).text == "ok\n"
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+
+
 def test_tail_stops_on_ctrl_c_with_130_and_run_on_sigterm_with_0(env: Env, bridges: Bridges, tmp_path: Path) -> None:
     path, _ = bridge_config(env, tmp_path, partitions=1)
     assert run_cli(path, "topics").returncode == 0
@@ -451,9 +591,10 @@ EXIT_CODE_TESTS = {
     2: test_a_bad_flag_or_a_missing_message_is_one_line_and_exit_2,
     3: test_a_fenced_run_exits_3_without_a_traceback,
     130: test_a_timeline_is_ordered_by_time_and_run_stops_on_ctrl_c_with_130,
+    141: test_a_reader_that_stops_after_one_line_ends_the_command_quietly_with_141,
 }
 
 
 def test_every_documented_exit_code_is_produced_by_a_test() -> None:
     documented = {int(code) for code in re.findall(r"^  (\d+) ", EXIT_CODES, re.M)}
-    assert documented == set(EXIT_CODE_TESTS) == {0, 1, 2, 3, 130}
+    assert documented == set(EXIT_CODE_TESTS) == {0, 1, 2, 3, 130, 141}

@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from bridge.engine.service import Service
 from tests.servers.raw import LIMITS, serve
 from tests.servers.test_agent_credentials import Agent, Pki, bearer, get, pki  # noqa: F401 (pki: a fixture)
 from tests.servers.test_token_endpoint import TOKEN, Endpoint, issued, json_answer
+from tests.support.services import single_broker
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT_SECRET = "cs-Hh77-never-print"
@@ -116,6 +120,35 @@ async def test_bridge_run_logs_one_warning_per_agent_whose_card_is_not_met(
 # ----------------------------------------------------- config check --live --
 
 
+# `config check --live` also asks Kafka about every topic the config names: the broker
+# and topics these checks run with (BRIDGE_KAFKA_* variables), made once, so that
+# only the agent is in question.
+KAFKA: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kafka_topics() -> Iterator[None]:
+    with single_broker() as bootstrap:
+        n = uuid.uuid4().hex[:8]
+        KAFKA["BRIDGE_KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
+        for role in ("commands", "events", "checkpoints", "dlq", "tasks"):
+            KAFKA[f"BRIDGE_KAFKA_{role.upper()}_TOPIC"] = f"live-{n}.{role}"
+        made = subprocess.run(
+            [sys.executable, "-m", "bridge", "topics"],
+            cwd=ROOT,
+            env={"PATH": "/usr/bin:/bin", **KAFKA},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert made.returncode == 0, made.stderr
+        try:
+            yield
+        finally:
+            KAFKA.clear()
+
+
 async def check_live(config: Path, **env: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -127,7 +160,7 @@ async def check_live(config: Path, **env: str) -> tuple[int, str, str]:
         "--config",
         str(config),
         cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", **env},
+        env={"PATH": "/usr/bin:/bin", **KAFKA, **env},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
