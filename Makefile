@@ -6,10 +6,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
-.PHONY: help venv lint unit integration test chaos soak demo bench bench-scale bench-restart kafka-up kafka-down clean lock monitoring image config-reference proto
+.PHONY: help venv lint unit integration test chaos soak demo dev dev-down bench bench-scale bench-restart kafka-up kafka-down clean lock monitoring image config-reference proto
 
 help:
 	@echo "make demo    - the bridge end to end on a local broker with demo agents"
+	@echo "make dev     - a playground left running: broker, demo agents, .dev/bridge.toml, commands to try"
+	@echo "make dev-down - stop what make dev started"
 	@echo "make test    - lint, type-check, unit and integration tests (starts Kafka itself)"
 	@echo "make chaos   - the long exactly-once chaos run"
 	@echo "make soak    - a thousand kills, network faults and delayed transactional requests (SOAK_KILLS, SOAK_TASKS, SOAK_SEED), result in .bench/soak.json"
@@ -71,6 +73,14 @@ demo: venv
 	@started=0; scripts/kafka.sh status >/dev/null 2>&1 || { scripts/kafka.sh up || exit 1; started=1; }; \
 	BRIDGE_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:$${KAFKA_PORT:-19092} $(VENV)/bin/bridge --log-level warning demo; rc=$$?; \
 	if [ $$started = 1 ]; then scripts/kafka.sh down; fi; exit $$rc
+
+# The playground: the broker (KAFKA_PORT, reused if kafka.sh runs one there), the demo's
+# agents in the background and .dev/bridge.toml; dev-down stops only what dev started.
+dev: venv
+	@scripts/dev.sh up
+
+dev-down:
+	@scripts/dev.sh down
 
 # Throughput, latency and the transport, then the scale section at quick sizes; see bench/README.md.
 bench: venv
