@@ -18,7 +18,7 @@ help:
 	@echo "make bench   - benchmarks (throughput, latency, transport, quick scale), JSON results in .bench/"
 	@echo "make bench-scale - the scale section alone at its full sizes (long), .bench/scale.json"
 	@echo "make bench-restart - static membership: a restarted container against a replaced pod, .bench/scale.json"
-	@echo "make kafka-up / kafka-down - a local broker on 127.0.0.1:19092"
+	@echo "make kafka-up / kafka-down - a local broker on 127.0.0.1:19092 (KAFKA_PORT / KAFKA_CONTROLLER_PORT: another, of its own)"
 	@echo "make lock    - regenerate requirements.lock (the image's hashed runtime deps)"
 	@echo "make image   - build the image with podman (sets podman up; no Docker, no registry), SBOM in .image/"
 	@echo "make monitoring - regenerate deploy/monitoring/prometheusrule.yaml from the alerts"
@@ -122,5 +122,6 @@ proto: venv
 	$(PY) scripts/gen-proto.py
 
 clean:
+	-scripts/dev.sh down
 	-scripts/kafka.sh down
 	rm -rf $(VENV) .bench .pytest_cache .mypy_cache .ruff_cache

@@ -277,10 +277,24 @@ failure_reason() {
     echo "${line:0:300}"
 }
 
+# The pid of a broker an earlier scripts/kafka.sh started in the one state dir all
+# ports shared (.kafka/), if it still runs.
+legacy_broker_pid() {
+    [[ -z "${KAFKA_STATE_DIR:-}" && -f "$ROOT/.kafka/kafka.pid" ]] || return 1
+    local pid
+    pid="$(cat "$ROOT/.kafka/kafka.pid" 2>/dev/null)" || return 1
+    [[ "$pid" =~ ^[0-9]+$ ]] && pid_alive "$pid" || return 1
+    [[ "$(ps -ww -o args= -p "$pid" 2>/dev/null)" == *kafka.Kafka*"$ROOT/.kafka/server.properties"* ]] || return 1
+    echo "$pid"
+}
+
 check_ports_free() {
-    local p
+    local p legacy
     for p in "$PORT" "$CONTROLLER_PORT" $SASL_PORT; do
         if port_open "$p"; then
+            if legacy="$(legacy_broker_pid)"; then
+                die "port $p is in use by the broker an earlier scripts/kafka.sh started (pid $legacy, state in .kafka/): stop it with 'kill $legacy', or choose other ports with KAFKA_PORT / KAFKA_CONTROLLER_PORT"
+            fi
             die "port $p is already in use by a process that is not the broker this script started for port $PORT (choose others with KAFKA_PORT / KAFKA_CONTROLLER_PORT)"
         fi
     done
