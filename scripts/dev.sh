@@ -59,9 +59,10 @@ failer, sdk-writer, sdk-sleeper; topics playground.*). Try, from $ROOT:
   $BRIDGE --config $config tail --timeline --until-closed hello-1
   $BRIDGE --config $config tasks list
   $BRIDGE --config $config dlq list
-(\`run\` stays in the foreground: give it a terminal of its own. The asker asks a
-question: answer with \`reply --task-key KEY --text json\`.)
-Stop it all: make dev-down
+(\`run\` stays in the foreground: give it a terminal of its own; its /metrics, /healthz
+and /readyz are on http://127.0.0.1:$(sed -n 's/^http_port = \([0-9]*\).*/\1/p' "$config"). The asker asks a question:
+answer with \`reply --task-key KEY --text json\`.)
+Stop it all: Ctrl-C the \`run\`, then make dev-down
 EOF
 }
 
