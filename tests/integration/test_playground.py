@@ -173,6 +173,20 @@ def test_a_broker_process_that_exits_while_starting_is_one_line_with_its_reason(
     assert took < 30, f"kafka.sh up took {took:.0f}s to notice"
 
 
+def test_up_without_java_says_so_in_one_line(tmp_path: Path) -> None:
+    """PATH: every directory of ours with its programs linked, except java."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for d in os.environ["PATH"].split(os.pathsep):
+        for prog in Path(d).glob("*") if Path(d).is_dir() else ():
+            if prog.name != "java" and not (bin_dir / prog.name).exists():
+                (bin_dir / prog.name).symlink_to(prog)
+    port, controller = ports(2)
+    up = kafka_sh("up", port, controller, PATH=str(bin_dir), KAFKA_STATE_DIR=str(tmp_path / "kafka"))
+    assert up.returncode == 1
+    assert "java is not installed" in one_error_line(up.stderr)
+
+
 def test_make_dev_brings_up_a_playground_whose_printed_commands_work(tmp_path: Path) -> None:
     port, controller = ports(2)
     dev = tmp_path / "dev"
