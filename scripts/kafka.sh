@@ -518,7 +518,7 @@ cmd_kill_broker() {
         for i in $(seq 50); do pid_alive "$pid" || break; sleep 0.1; done
     fi
     rm -f "$PID_FILE"
-    echo "kafka killed"
+    echo "kafka killed (port $PORT)"
 }
 
 cmd_start_broker() {
