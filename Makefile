@@ -6,17 +6,19 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
-.PHONY: help venv lint unit integration test chaos soak demo bench bench-scale bench-restart kafka-up kafka-down clean lock monitoring image config-reference proto
+.PHONY: help venv lint unit integration test chaos soak demo dev dev-down bench bench-scale bench-restart kafka-up kafka-down clean lock monitoring image config-reference proto
 
 help:
 	@echo "make demo    - the bridge end to end on a local broker with demo agents"
+	@echo "make dev     - a playground left running: broker, demo agents, .dev/bridge.toml, commands to try"
+	@echo "make dev-down - stop what make dev started"
 	@echo "make test    - lint, type-check, unit and integration tests (starts Kafka itself)"
 	@echo "make chaos   - the long exactly-once chaos run"
 	@echo "make soak    - a thousand kills, network faults and delayed transactional requests (SOAK_KILLS, SOAK_TASKS, SOAK_SEED), result in .bench/soak.json"
 	@echo "make bench   - benchmarks (throughput, latency, transport, quick scale), JSON results in .bench/"
 	@echo "make bench-scale - the scale section alone at its full sizes (long), .bench/scale.json"
 	@echo "make bench-restart - static membership: a restarted container against a replaced pod, .bench/scale.json"
-	@echo "make kafka-up / kafka-down - a local broker on 127.0.0.1:19092"
+	@echo "make kafka-up / kafka-down - a local broker on 127.0.0.1:19092 (KAFKA_PORT / KAFKA_CONTROLLER_PORT: another, of its own)"
 	@echo "make lock    - regenerate requirements.lock (the image's hashed runtime deps)"
 	@echo "make image   - build the image with podman (sets podman up; no Docker, no registry), SBOM in .image/"
 	@echo "make monitoring - render the monitoring mixin (deploy/mixin/, jsonnet from scripts/ensure-test-tools.sh): dashboard, alerts.yaml, prometheusrule.yaml"
@@ -65,11 +67,20 @@ soak: venv
 	scripts/ensure-test-tools.sh
 	$(PY) -m pytest tests/integration/test_soak.py -m soak -q -s
 
-# Uses a running local broker if there is one; otherwise starts one and removes it after.
+# Uses the broker scripts/kafka.sh runs for KAFKA_PORT if there is one; otherwise starts
+# one and removes it after (never another port's). A broker that cannot start ends it at once.
 demo: venv
-	@started=0; scripts/kafka.sh status >/dev/null 2>&1 || { scripts/kafka.sh up && started=1; }; \
+	@started=0; scripts/kafka.sh status >/dev/null 2>&1 || { scripts/kafka.sh up || exit 1; started=1; }; \
 	BRIDGE_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:$${KAFKA_PORT:-19092} $(VENV)/bin/bridge --log-level warning demo; rc=$$?; \
 	if [ $$started = 1 ]; then scripts/kafka.sh down; fi; exit $$rc
+
+# The playground: the broker (KAFKA_PORT, reused if kafka.sh runs one there), the demo's
+# agents in the background and .dev/bridge.toml; dev-down stops only what dev started.
+dev: venv
+	@scripts/dev.sh up
+
+dev-down:
+	@scripts/dev.sh down
 
 # Throughput, latency and the transport, then the scale section at quick sizes; see bench/README.md.
 bench: venv
@@ -113,5 +124,6 @@ proto: venv
 	$(PY) scripts/gen-proto.py
 
 clean:
+	-scripts/dev.sh down
 	-scripts/kafka.sh down
 	rm -rf $(VENV) .bench .pytest_cache .mypy_cache .ruff_cache

@@ -2,7 +2,8 @@
 # Local single-node Apache Kafka (KRaft, broker+controller) for tests and demos,
 # run from the jars that kafka/pom.xml resolves from Maven Central.
 #
-#   scripts/kafka.sh up              format a fresh broker and start it (no-op if running)
+#   scripts/kafka.sh up              format a fresh broker and start it (no-op if running);
+#                                    fails at once, in one line, when it cannot start
 #   scripts/kafka.sh down            stop it and delete its data
 #   scripts/kafka.sh restart-broker  stop + start keeping data and config
 #   scripts/kafka.sh kill-broker     SIGKILL the broker (a crash), keeping data and config
@@ -27,8 +28,12 @@
 #                                  (default their own): fault proxies' (read by cluster-up)
 #   The ports are fixed by cluster-up (written into each node's config).
 #
+# Each port has a broker of its own: every command acts only on the broker this script
+# started for KAFKA_PORT (state dir .kafka/<KAFKA_PORT>), never on one on another port.
+#
 # Environment:
-#   KAFKA_STATE_DIR        state dir, relative to the repo root (default .kafka)
+#   KAFKA_STATE_DIR        state dir, relative to the repo root (default .kafka/<KAFKA_PORT>);
+#                          holds one broker: a command for another port refuses it
 #   KAFKA_PORT             PLAINTEXT port (default 19092)
 #   KAFKA_CONTROLLER_PORT  CONTROLLER port (default 19093)
 #   KAFKA_ADVERTISED_PORT  the PLAINTEXT port clients are told to connect to (default
@@ -67,9 +72,11 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-STATE_DIR="${KAFKA_STATE_DIR:-.kafka}"
-case "$STATE_DIR" in /*) ;; *) STATE_DIR="$ROOT/$STATE_DIR" ;; esac
 PORT="${KAFKA_PORT:-19092}"
+[[ "$PORT" =~ ^[0-9]+$ ]] || { echo "kafka.sh: ERROR: KAFKA_PORT must be a port number, got '$PORT'" >&2; exit 1; }
+# Per port: a broker on another port (another `make demo`, the tests) keeps its own state.
+STATE_DIR="${KAFKA_STATE_DIR:-.kafka/$PORT}"
+case "$STATE_DIR" in /*) ;; *) STATE_DIR="$ROOT/$STATE_DIR" ;; esac
 CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-19093}"
 SASL_PORT="${KAFKA_SASL_PORT:-}"
 KEYSTORE_PEM="${KAFKA_SSL_KEYSTORE_PEM:-}"
@@ -158,6 +165,21 @@ broker_pid() {
     echo "$pid"
 }
 
+# The PLAINTEXT port the broker of this state dir was configured with (by `up`).
+state_port() {
+    sed -n 's|^listeners=PLAINTEXT://[^:]*:\([0-9]*\).*|\1|p' "$CONFIG" 2>/dev/null
+}
+
+# Refuse to act on a broker of this state dir that listens on another port than
+# KAFKA_PORT (a KAFKA_STATE_DIR shared by two ports): it is not the one asked for.
+guard_port() {
+    local pid other
+    pid="$(broker_pid)" || return 0
+    other="$(state_port)"
+    [[ -z "$other" || "$other" == "$PORT" ]] && return 0
+    die "$STATE_DIR holds the broker on port $other (pid $pid), not one on port $PORT: left it alone (KAFKA_PORT=$other to address it, or another KAFKA_STATE_DIR)"
+}
+
 # ready.py BOOTSTRAP TIMEOUT_S PIDS WARM NODE_IDS
 #   Polls until a Metadata request lists every node of NODE_IDS (comma-separated) and (if WARM=1) the group and
 #   transaction coordinators answer FindCoordinator, which also creates
@@ -239,19 +261,54 @@ show_failure_logs() {
     fi
 }
 
+# One line: why the broker process ended, from its output and its log (the JVM's
+# own complaint, else the root exception, else the last error, else the last line).
+failure_reason() {
+    local text line
+    text="$(cat "$OUT_FILE" "$SERVER_LOG" 2>/dev/null | grep -v '^[[:space:]]*at ' | sed 's/[[:space:]]*$//' | grep -v '^$')" || true
+    line="$(grep -vE '^Error: (Could not create the Java Virtual Machine|A fatal exception has occurred)' <<<"$text" |
+        grep -m1 -E '^(Unrecognized|Invalid|Error occurred|Too small|Improperly specified|Terminating due to|bash: )' || true)"
+    [[ -n "$line" ]] || line="$(grep -E '^Caused by: ' <<<"$text" | tail -n 1 | sed 's/^Caused by: //' || true)"
+    [[ -n "$line" ]] || line="$(grep -m1 -E '^[A-Za-z0-9_.$]+(Exception|Error): ' <<<"$text" || true)"
+    [[ -n "$line" ]] || line="$(grep -E ' ERROR ' <<<"$text" | tail -n 1 || true)"
+    [[ -n "$line" ]] || line="$(grep -v '^[[:space:]]' "$OUT_FILE" 2>/dev/null | tail -n 1 || true)"
+    [[ -n "$line" ]] || line="no error in the log (signal?)"
+    line="$(sed -E 's/^\[[^]]*\] *//' <<<"$line")"
+    echo "${line:0:300}"
+}
+
+# The pid of a broker an earlier scripts/kafka.sh started in the one state dir all
+# ports shared (.kafka/), if it still runs.
+legacy_broker_pid() {
+    [[ -z "${KAFKA_STATE_DIR:-}" && -f "$ROOT/.kafka/kafka.pid" ]] || return 1
+    local pid
+    pid="$(cat "$ROOT/.kafka/kafka.pid" 2>/dev/null)" || return 1
+    [[ "$pid" =~ ^[0-9]+$ ]] && pid_alive "$pid" || return 1
+    [[ "$(ps -ww -o args= -p "$pid" 2>/dev/null)" == *kafka.Kafka*"$ROOT/.kafka/server.properties"* ]] || return 1
+    echo "$pid"
+}
+
 check_ports_free() {
-    local p
+    local p legacy
     for p in "$PORT" "$CONTROLLER_PORT" $SASL_PORT; do
         if port_open "$p"; then
-            die "port $p is already in use by another process (set KAFKA_PORT / KAFKA_CONTROLLER_PORT)"
+            if legacy="$(legacy_broker_pid)"; then
+                die "port $p is in use by the broker an earlier scripts/kafka.sh started (pid $legacy, state in .kafka/): stop it with 'kill $legacy', or choose other ports with KAFKA_PORT / KAFKA_CONTROLLER_PORT"
+            fi
+            die "port $p is already in use by a process that is not the broker this script started for port $PORT (choose others with KAFKA_PORT / KAFKA_CONTROLLER_PORT)"
         fi
     done
+}
+
+need_java() {
+    command -v java >/dev/null 2>&1 || die "java is not installed (the broker needs Java 17 or newer on PATH)"
 }
 
 # --- start / stop ---------------------------------------------------------------
 start_broker() {
     [[ -f "$CONFIG" && -d "$DATA_DIR" ]] || die "no formatted broker in $STATE_DIR (run: scripts/kafka.sh up)"
     check_ports_free
+    need_java
     mkdir -p "$LOG_DIR"
     : >"$OUT_FILE"
     local start=$SECONDS
@@ -277,7 +334,8 @@ start_broker() {
     ready "$READY_TIMEOUT" "$pid" "$READY_WARM" || rc=$?
     case $rc in
         0) log "broker ready in $((SECONDS - start))s (pid $pid)" ;;
-        2) show_failure_logs; rm -f "$PID_FILE"; die "broker process $pid exited during startup" ;;
+        2) rm -f "$PID_FILE"
+           die "the broker for port $PORT (pid $pid) exited during startup: $(failure_reason) (log: $OUT_FILE, $SERVER_LOG)" ;;
         3) stop_broker; die "the readiness check needs aiokafka: install it into $PYTHON or set PYTHON" ;;
         *) show_failure_logs; stop_broker
            die "broker not ready within ${READY_TIMEOUT}s on $BOOTSTRAP (stopped it; logs above)" ;;
@@ -382,18 +440,20 @@ EOF_OAUTH
 # --- subcommands ----------------------------------------------------------------
 cmd_up() {
     lock_state
+    guard_port
     local pid
     if pid="$(broker_pid)"; then
         if port_open "$PORT" && ready 10 "$pid" 0; then
             echo "kafka up at $BOOTSTRAP (already running, pid $pid)"
             return 0
         fi
-        log "broker pid $pid is alive but not answering on $BOOTSTRAP; restarting it from scratch"
+        log "the broker this script started for port $PORT (pid $pid) is alive but not answering on $BOOTSTRAP; restarting it from scratch"
         stop_broker
     fi
     "$PYTHON" -c 'import aiokafka' 2>/dev/null ||
         die "the readiness check needs aiokafka: install it into $PYTHON or set PYTHON"
     check_ports_free
+    need_java
     resolve_jars
 
     local t0=$SECONDS
@@ -432,13 +492,15 @@ cmd_up() {
 
 cmd_down() {
     lock_state
+    guard_port
     stop_broker
     rm -rf "$DATA_DIR"
-    echo "kafka down"
+    echo "kafka down (port $PORT)"
 }
 
 cmd_restart_broker() {
     lock_state
+    guard_port
     local t0=$SECONDS
     stop_broker
     log "broker stopped in $((SECONDS - t0))s; starting again"
@@ -448,6 +510,7 @@ cmd_restart_broker() {
 
 cmd_kill_broker() {
     lock_state
+    guard_port
     local pid
     if pid="$(broker_pid)"; then
         kill -KILL "$pid" 2>/dev/null || true
@@ -455,11 +518,12 @@ cmd_kill_broker() {
         for i in $(seq 50); do pid_alive "$pid" || break; sleep 0.1; done
     fi
     rm -f "$PID_FILE"
-    echo "kafka killed"
+    echo "kafka killed (port $PORT)"
 }
 
 cmd_start_broker() {
     lock_state
+    guard_port
     local pid
     if pid="$(broker_pid)"; then
         echo "kafka up at $BOOTSTRAP (already running, pid $pid)"
@@ -470,12 +534,19 @@ cmd_start_broker() {
 }
 
 cmd_status() {
-    local pid
-    if pid="$(broker_pid)" && port_open "$PORT" && ready 5 "$pid" 0; then
-        echo "kafka running at $BOOTSTRAP (pid $pid)"
-        return 0
+    local pid other
+    if pid="$(broker_pid)"; then
+        other="$(state_port)"
+        if [[ -n "$other" && "$other" != "$PORT" ]]; then
+            echo "kafka not running on port $PORT ($STATE_DIR holds the broker on port $other, pid $pid)"
+            return 1
+        fi
+        if port_open "$PORT" && ready 5 "$pid" 0; then
+            echo "kafka running at $BOOTSTRAP (pid $pid)"
+            return 0
+        fi
     fi
-    echo "kafka not running"
+    echo "kafka not running at $BOOTSTRAP"
     return 1
 }
 

@@ -52,6 +52,29 @@ def start_listening(
     raise ServerDidNotStart(f"{argv[2] if len(argv) > 2 else argv[0]} did not start; log tail:\n{tail}")
 
 
+def start_detached(argv: list[str], log_path: Path, *, timeout: float = 60) -> tuple[int, str]:
+    """Start ``argv`` in a session of its own that outlives this process, its output
+    appended to ``log_path``; its pid and the URL it announced there."""
+    offset = log_path.stat().st_size if log_path.exists() else 0
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with log_path.open("rb") as f:
+            f.seek(offset)
+            m = re.search(r"listening on (https?://\S+)", f.read().decode(errors="replace"))
+        if m:
+            return proc.pid, m.group(1).rstrip("/")
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    stop_group(proc, 5)
+    lines = log_path.read_text(errors="replace")[offset:].strip().splitlines()
+    raise ServerDidNotStart(f"{' '.join(argv[1:3])} did not start: {lines[-1] if lines else 'no output'} ({log_path})")
+
+
 def stop_group(proc: subprocess.Popen[bytes], grace: float = 10) -> int:
     """SIGTERM the child's process group, SIGKILL it after ``grace`` seconds; its exit code."""
     if proc.poll() is None:

@@ -44,16 +44,20 @@ def _config(base: Config, gateway: str, sdk: str) -> Config:
         transactional_id_prefix=run,
         partitions=3,
     )
+    bridge = dataclasses.replace(base.bridge, http_port=0, commit_interval_ms=100)
+    return Config(kafka=kafka, bridge=bridge, agents=demo_agents(gateway, sdk))
+
+
+def demo_agents(gateway: str, sdk: str) -> dict[str, AgentConfig]:
+    """The demo's agent registry: three behind the demo gateway, two a2a-sdk agents."""
     gw = f"{gateway}/newmoi/agents/a2a"
-    agents = {
+    return {
         "writer": AgentConfig("writer", gw, "gateway", agent_code="writer"),
         "asker": AgentConfig("asker", gw, "gateway", agent_code="asker"),
         "failer": AgentConfig("failer", gw, "gateway", agent_code="failer"),
         "sdk-writer": AgentConfig("sdk-writer", f"{sdk}/agents/writer", "a2a-1.0"),
         "sdk-sleeper": AgentConfig("sdk-sleeper", f"{sdk}/agents/sleeper", "a2a-0.3"),
     }
-    bridge = dataclasses.replace(base.bridge, http_port=0, commit_interval_ms=100)
-    return Config(kafka=kafka, bridge=bridge, agents=agents)
 
 
 def _start(key: str, agent: str, text: str) -> dict[str, Any]:
