@@ -194,8 +194,8 @@ async def _check_compacted(
     for response in responses:
         for res in response.to_object()["resources"]:
             if res["error_code"]:
-                # Not allowed to read topic configs (DescribeConfigs is not among the
-                # ACLs deploy/strimzi/kafkauser.yaml grants): nothing to check against.
+                # Not allowed to read topic configs (a user without the DescribeConfigs
+                # ACL deploy/strimzi/kafkauser.yaml grants): nothing to check against.
                 log.warning(
                     "cannot read the %s topic %r's cleanup.policy (error %d): make sure it is compact",
                     role,

@@ -462,28 +462,55 @@ def allowed(acls: list[dict[str, Any]], rtype: str, name: str) -> set[str]:
     return ops
 
 
+def bridge_acls(cfg: config_mod.Config) -> dict[tuple[str, str, str], set[str]]:
+    """(resource type, name, pattern type) -> the operations the bridge running ``cfg`` uses, and no more."""
+    k = cfg.kafka
+    want: dict[tuple[str, str, str], set[str]] = {}
+
+    def grant(rtype: str, name: str, *ops: str, pattern: str = "literal") -> None:
+        want.setdefault((rtype, name, pattern), set()).update(ops)
+
+    # The start-up check (bridge/kafka/preflight.py, topics.ensure) describes every topic.
+    for t in topics.wanted(cfg):
+        grant("topic", t, "Describe")
+    grant("topic", k.commands_topic, "Read")
+    # The consumer group; Read also covers the offsets each transaction commits (TxnOffsetCommit).
+    grant("group", k.group_id, "Read", "Describe")
+    # Every written topic: its max.message.bytes sizes the records (topics.record_budgets),
+    # and checkpoints and the Task tables are checked to be compacted.
+    for t in topics.written(cfg):
+        grant("topic", t, "Write", "DescribeConfigs")
+    # Read back when a partition is assigned: its checkpoints and its live Tasks' rows.
+    for t in [k.checkpoints_topic, *cfg.all_tasks_topics()]:
+        grant("topic", t, "Read")
+    if cfg.push_agents():
+        # Every replica's webhook writes notifications, the partition's owner reads them.
+        grant("topic", k.notifications_topic, "Read", "Write")
+    # One prefix covering the transactional id of every commands partition.
+    grant("transactionalId", f"{k.transactional_id_prefix}-", "Write", "Describe", pattern="prefix")
+    return want
+
+
+def granted(acls: list[dict[str, Any]]) -> dict[tuple[str, str, str], set[str]]:
+    out: dict[tuple[str, str, str], set[str]] = {}
+    for acl in acls:
+        r = acl["resource"]
+        assert acl.get("type", "allow") == "allow" and acl.get("host", "*") == "*", acl
+        ops = out.setdefault((r["type"], r["name"], r.get("patternType", "literal")), set())
+        ops.update(acl["operations"])
+    return out
+
+
 def test_kafkauser_acls(cfg: config_mod.Config) -> None:
     user = one(DEPLOY / "strimzi", "KafkaUser")
     assert user["metadata"]["name"] == cfg.kafka.sasl_username
     assert user["spec"]["authentication"]["type"] == "scram-sha-512"
     assert user["spec"]["authorization"]["type"] == "simple"
     acls = user["spec"]["authorization"]["acls"]
-    k = cfg.kafka
-    assert {"Read"} <= allowed(acls, "topic", k.commands_topic)
-    assert {"Read"} <= allowed(acls, "group", k.group_id)
-    for t in [*cfg.all_events_topics(), *cfg.all_dlq_topics(), k.checkpoints_topic]:
-        assert {"Write", "Describe"} <= allowed(acls, "topic", t), t
-    assert {"Read"} <= allowed(acls, "topic", k.checkpoints_topic), "restore reads checkpoints back"
-    if cfg.push_agents():
-        ops = allowed(acls, "topic", k.notifications_topic)
-        assert {"Read", "Write", "Describe"} <= ops, "webhooks write notifications, owners read them"
-    for t in topics.wanted(cfg):
-        assert "Describe" in allowed(acls, "topic", t), f"{t}: the start-up topic check describes it"
-    # The transactional ids: one prefix ACL "<prefix>-" covering the id of every partition.
-    (txn,) = [a for a in acls if a["resource"]["type"] == "transactionalId"]
-    assert txn["resource"]["name"] == f"{k.transactional_id_prefix}-"
-    assert txn["resource"]["patternType"] == "prefix"
-    assert {"Write", "Describe"} <= set(txn["operations"])
+    # Exactly what the bridge uses: a missing operation fails at start (or, for
+    # DescribeConfigs, sizes records blind), an extra one is a grant nobody needs.
+    assert granted(acls) == bridge_acls(cfg)
+    assert len(acls) == len(granted(acls)), "one ACL entry per resource"
     for p in range(commands_partitions(cfg)):
         assert {"Write", "Describe"} <= allowed(acls, "transactionalId", transaction.transactional_id(cfg, p))
     # Topic names in literal ACLs are real topics (a typo would grant nothing).
@@ -802,6 +829,6 @@ def test_workspace_users_reach_only_their_workspace() -> None:
     assert not allowed(reader, "topic", "ws-a.commands") and not allowed(reader, "topic", "ws-a.checkpoints")
     assert not allowed(reader, "topic", "ws-b.events")
     bridge = users["a2a-bridge-ws-a"]["spec"]["authorization"]["acls"]
-    for topic in ("ws-a.events", "ws-a.dlq", "ws-a.checkpoints"):
-        assert {"Write", "Describe"} <= allowed(bridge, "topic", topic)
+    for topic in ("ws-a.events", "ws-a.dlq", "ws-a.checkpoints", "ws-a.tasks"):
+        assert {"Write", "Describe", "DescribeConfigs"} <= allowed(bridge, "topic", topic)
     assert {"Write", "Describe"} <= allowed(bridge, "transactionalId", "ws-a-bridge-ws-a.commands-0")
