@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
-.PHONY: help venv lint unit integration test chaos soak demo bench bench-scale bench-restart kafka-up kafka-down clean lock monitoring image config-reference proto
+.PHONY: help venv lint unit integration test chaos soak demo bench bench-scale bench-restart kafka-up kafka-down clean lock monitoring image config-reference proto chart
 
 help:
 	@echo "make demo    - the bridge end to end on a local broker with demo agents"
@@ -22,6 +22,7 @@ help:
 	@echo "make monitoring - regenerate deploy/monitoring/prometheusrule.yaml from the alerts"
 	@echo "make config-reference - regenerate the key tables of docs/configuration.md from the config model"
 	@echo "make proto   - regenerate the Python of bridge/agents/grpc/*.proto (the gRPC binding)"
+	@echo "make chart   - the Helm chart deploy/helm/a2a-kafka-bridge packaged as an OCI-ready .tgz in .chart/"
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python >= 3.11 needed"; exit 1; }
@@ -109,6 +110,11 @@ config-reference: venv
 # them (tests/repo/test_proto.py fails until they agree).
 proto: venv
 	$(PY) scripts/gen-proto.py
+
+# deploy/helm's chart: copies deploy/monitoring's rule and dashboard into its files/, lints it
+# and packages it into .chart/ (push it with `helm push`). Builds the pinned helm first.
+chart:
+	scripts/chart.sh
 
 clean:
 	-scripts/kafka.sh down

@@ -14,6 +14,8 @@
 # into its own node_modules, the same way.
 # And the a2a-go agent server (agents-go/): `go build` into agents-go/bin/agents-go, the
 # modules pinned by agents-go/go.sum from the Go module proxy (Go >= 1.25 must be installed).
+# And helm (scripts/ensure-helm.sh): built from helm.sh/helm/v4 at a pinned version into
+# .tools/bin, for tests/repo/test_helm.py.
 #
 # Idempotent: exits at once when both are on PATH; otherwise installs the
 # missing packages with apt-get (running `apt-get update` first only when a
@@ -54,6 +56,9 @@ if [ ! -x "$binary" ] || [ -n "$(find "$agents_go" -path "$agents_go/bin" -prune
   (cd "$agents_go" && go build -o bin/agents-go .) || die "go build in agents-go/ failed"
   touch "$binary" # go build leaves an up-to-date binary as it was: newer than the sources from now on
 fi
+
+# helm: rebuilt only when .tools/bin/helm is missing or of another version.
+"$(dirname "$0")/ensure-helm.sh" >/dev/null || die "scripts/ensure-helm.sh failed"
 
 declare -A wanted=([promtool]=prometheus [prometheus]=prometheus [kcat]=kcat)
 missing=()
