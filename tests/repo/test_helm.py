@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from bridge.config import model as config_mod
-from tests.repo.test_deploy import DEPLOY, kustomize_build
+from bridge.kafka import topics
+from tests.repo.test_deploy import DEPLOY, bridge_acls, granted, kustomize_build
 from tests.support import ROOT, strimzi
 
 CHART = DEPLOY / "helm" / "a2a-kafka-bridge"
@@ -143,10 +144,37 @@ def test_keda_renders_the_keda_overlay() -> None:
     assert_same(helm_template("keda.enabled=true"), kustomize_build(DEPLOY / "keda"))
 
 
-def test_strimzi_renders_the_strimzi_resources() -> None:
-    chart = helm_template("strimzi.enabled=true")
-    assert_same(chart, kustomize_build(DEPLOY / "base") + kustomize_build(DEPLOY / "strimzi"))
+def test_strimzi_renders_the_strimzi_resources(tmp_path: Path) -> None:
+    # deploy/strimzi provisions for push (its notifications topic and ACL); the chart
+    # only with push on.
+    chart = helm_template("strimzi.enabled=true", "push.enabled=true")
+    assert_same(chart, kustomize_with(tmp_path, ["push"]) + kustomize_build(DEPLOY / "strimzi"))
     for doc in chart:
+        if strimzi.is_strimzi(doc):
+            assert strimzi.errors(doc) == []
+
+
+@pytest.mark.parametrize("push", [False, True], ids=["no-push", "push"])
+def test_strimzi_grants_exactly_what_the_rendered_config_uses(push: bool, tmp_path: Path) -> None:
+    """An agent routed to topics of its own gets them as KafkaTopics and in the ACLs;
+    the KafkaUser grants what the bridge running the rendered config uses, no more."""
+    ws = {"name": "ws-a-agent", "url": "https://ws-a.agents.svc/a2a", "dialect": "a2a-1.0",
+          "events_topic": "ws-a.events", "dlq_topic": "ws-a.dlq", "tasks_topic": "ws-a.tasks"}  # fmt: skip
+    agents = [*default_agents(), ws]
+    if push:
+        agents[1]["push"] = True
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"agents": agents}))
+    objects = helm_template("strimzi.enabled=true", f"push.enabled={str(push).lower()}", values_file=values)
+    (dep,) = [o for o in objects if o["kind"] == "Deployment"]
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    cfg = rendered_config(objects, tmp_path, {e["name"]: e["value"] for e in c["env"] if "value" in e})
+    assert bool(cfg.push_agents()) == push
+    (user,) = [o for o in objects if o["kind"] == "KafkaUser"]
+    assert granted(user["spec"]["authorization"]["acls"]) == bridge_acls(cfg)
+    made = {o["spec"]["topicName"] for o in objects if o["kind"] == "KafkaTopic"}
+    assert made == set(topics.wanted(cfg))
+    for doc in objects:
         if strimzi.is_strimzi(doc):
             assert strimzi.errors(doc) == []
 
