@@ -14,7 +14,8 @@ podman up (scripts/podman-setup.sh). Every test here runs the CONTAINER:
   gRPC), the ops endpoints, ``podman stop`` within terminationGracePeriodSeconds draining to
   exit 0, and a second container finishing a Task the first was streaming,
   checked from an independent reader (kcat);
-- ``podman kube play`` of what ``kubectl kustomize deploy/base`` renders.
+- ``podman kube play`` of what ``kubectl kustomize deploy/base`` renders, and of what
+  ``helm template`` renders of the chart deploy/helm/a2a-kafka-bridge with its defaults.
 
 Containers share the host's network and listen on loopback addresses only
 (the broker, the agents and the ops port are on 127.0.0.1). If podman cannot
@@ -466,14 +467,21 @@ async def test_run_hardened_drains_on_stop_and_a_second_container_finishes_the_t
         assert len(parts) == n, key
 
 
-def kube_manifests(image: str, toml: str, secrets: dict[str, Path]) -> list[dict[str, Any]]:
-    """What ``kubectl kustomize deploy/base`` renders, made to run on this machine
-    (deploy/README.md lists why each change): the local image, the test config in
-    the generated ConfigMap, one replica on the host network without ``ports``,
-    and the Secret volumes as host directories laid out the same way."""
-    rendered = subprocess.run(
-        ["kubectl", "kustomize", str(ROOT / "deploy" / "base")], capture_output=True, text=True, timeout=60, check=True
-    ).stdout
+# How the manifests are rendered: kustomize's base, or the Helm chart with its defaults
+# (tests/repo/test_helm.py holds the two to the same objects; this runs the chart's too).
+RENDERERS = {
+    "kustomize": ["kubectl", "kustomize", str(ROOT / "deploy" / "base")],
+    "helm": [str(ROOT / ".tools" / "bin" / "helm"), "template", "a2a-kafka-bridge",
+             str(ROOT / "deploy" / "helm" / "a2a-kafka-bridge"), "--namespace", "bridge"],
+}  # fmt: skip
+
+
+def kube_manifests(image: str, toml: str, secrets: dict[str, Path], renderer: str) -> list[dict[str, Any]]:
+    """What ``renderer`` renders, made to run on this machine (deploy/README.md lists
+    why each change): the local image, the test config in the generated ConfigMap,
+    one replica on the host network without ``ports``, and the Secret volumes as
+    host directories laid out the same way."""
+    rendered = subprocess.run(RENDERERS[renderer], capture_output=True, text=True, timeout=60, check=True).stdout
     docs = [d for d in yaml.safe_load_all(rendered) if d]
     for doc in docs:
         if doc["kind"] == "ConfigMap":
@@ -494,8 +502,9 @@ def kube_manifests(image: str, toml: str, secrets: dict[str, Path]) -> list[dict
     return docs
 
 
-async def test_kube_play_runs_the_rendered_deployment(image: str, env: Env, tmp_path: Path) -> None:
-    assert shutil.which("kubectl"), "kubectl renders deploy/base (kubectl kustomize)"
+@pytest.mark.parametrize("renderer", list(RENDERERS))
+async def test_kube_play_runs_the_rendered_deployment(image: str, env: Env, tmp_path: Path, renderer: str) -> None:
+    assert shutil.which(RENDERERS[renderer][0]), f"{RENDERERS[renderer][0]} renders the manifests"
     port = free_port()
     agents = {"gw-writer": {"url": f"{env.gateway}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "writer",
                             "token_file": "/etc/bridge-agents/gw-writer"}}  # fmt: skip
@@ -505,7 +514,7 @@ async def test_kube_play_runs_the_rendered_deployment(image: str, env: Env, tmp_
     assert topics.returncode == 0, topics.stdout + topics.stderr
     files = {path: b"not-a-secret\n" for path in secret_files(pod_spec())}
     files["/etc/bridge-agents/gw-writer"] = TOKEN.encode()
-    docs = kube_manifests(image, path.read_text(), lay_out_secrets(tmp_path, files))
+    docs = kube_manifests(image, path.read_text(), lay_out_secrets(tmp_path, files), renderer)
     manifest = tmp_path / "kube.yaml"
     manifest.write_text(yaml.safe_dump_all(docs))
     # kube play keeps a ConfigMap's volume after `kube down`, under the ConfigMap's
