@@ -219,3 +219,12 @@ def test_an_agent_pushing_without_push_is_refused(tmp_path: Path) -> None:
     out = run_helm_template(values_file=values)
     assert out.returncode != 0 and "set push.enabled" in out.stderr, out.stderr
     assert run_helm_template("push.enabled=true", values_file=values).returncode == 0
+
+
+def test_values_schema_refuses_an_agent_without_url_and_a_tag_for_a_digest(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"agents": [{"name": "no-url"}]}))
+    out = run_helm_template(values_file=values)
+    assert out.returncode != 0 and "url" in out.stderr, out.stderr
+    out = run_helm_template("image.digest=0.1.0")
+    assert out.returncode != 0 and "digest" in out.stderr, out.stderr
