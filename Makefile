@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
-.PHONY: help venv lint unit integration test chaos soak demo dev dev-down bench bench-scale bench-restart kafka-up kafka-down clean lock monitoring image config-reference proto
+.PHONY: help venv lint unit integration test chaos soak demo dev dev-down bench bench-scale bench-restart kafka-up kafka-down clean lock monitoring image config-reference proto chart
 
 help:
 	@echo "make demo    - the bridge end to end on a local broker with demo agents"
@@ -24,6 +24,7 @@ help:
 	@echo "make monitoring - render the monitoring mixin (deploy/mixin/, jsonnet from scripts/ensure-test-tools.sh): dashboard, alerts.yaml, prometheusrule.yaml"
 	@echo "make config-reference - regenerate the key tables of docs/configuration.md from the config model"
 	@echo "make proto   - regenerate the Python of bridge/agents/grpc/*.proto (the gRPC binding)"
+	@echo "make chart   - the Helm chart deploy/helm/a2a-kafka-bridge packaged as an OCI-ready .tgz in .chart/"
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python >= 3.11 needed"; exit 1; }
@@ -108,10 +109,12 @@ image:
 
 # The dashboard (deploy/monitoring/a2a-kafka-bridge.json), deploy/prometheus/alerts.yaml and
 # deploy/monitoring/prometheusrule.yaml rendered from the monitoring mixin in deploy/mixin/;
-# run after editing it (tests/repo/test_deploy.py fails until they agree). jsonnet is the
+# run after editing it (tests/repo/test_deploy.py fails until they agree), with the Helm chart's
+# copies (scripts/chart.sh files; tests/repo/test_helm.py likewise). jsonnet is the
 # pinned go-jsonnet scripts/ensure-test-tools.sh installs into .tools/bin.
 monitoring: venv
 	$(PY) scripts/render-monitoring.py
+	scripts/chart.sh files
 
 # docs/configuration.md's key tables come from bridge/config/model.py; run after adding
 # or changing a key (tests/repo/test_config_reference.py fails until they agree).
@@ -122,6 +125,11 @@ config-reference: venv
 # them (tests/repo/test_proto.py fails until they agree).
 proto: venv
 	$(PY) scripts/gen-proto.py
+
+# deploy/helm's chart: copies deploy/monitoring's rule and dashboard into its files/, lints it
+# and packages it into .chart/ (push it with `helm push`). Builds the pinned helm first.
+chart:
+	scripts/chart.sh
 
 clean:
 	-scripts/dev.sh down

@@ -17,6 +17,8 @@
 # And jsonnet (go-jsonnet, the version pinned below): `go install` into .tools/bin/jsonnet,
 # which renders the monitoring mixin (deploy/mixin/: `make monitoring`, and the tests that
 # check the committed dashboard and rules are what it renders).
+# And helm (scripts/ensure-helm.sh): built from helm.sh/helm/v4 at a pinned version into
+# .tools/bin, for tests/repo/test_helm.py.
 #
 # Idempotent: exits at once when both are on PATH; otherwise installs the
 # missing packages with apt-get (running `apt-get update` first only when a
@@ -71,6 +73,8 @@ if [ ! -x "$jsonnet" ] || [ "$("$jsonnet" --version 2>/dev/null | awk '{print $N
     die "go install github.com/google/go-jsonnet/cmd/jsonnet@$jsonnet_version failed"
   [ "$("$jsonnet" --version | awk '{print $NF}')" = "$jsonnet_version" ] || die "installed jsonnet is not $jsonnet_version"
 fi
+# helm: rebuilt only when .tools/bin/helm is missing or of another version.
+"$(dirname "$0")/ensure-helm.sh" >/dev/null || die "scripts/ensure-helm.sh failed"
 
 declare -A wanted=([promtool]=prometheus [prometheus]=prometheus [kcat]=kcat)
 missing=()

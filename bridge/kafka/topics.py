@@ -217,8 +217,8 @@ async def _check_compacted(
     ``records`` are rows) keeps every key's newest record."""
     values = await _cleanup(admin, topic)
     if isinstance(values, int):
-        # Not allowed to read topic configs (DescribeConfigs is not among the
-        # ACLs deploy/strimzi/kafkauser.yaml grants): nothing to check against.
+        # Not allowed to read topic configs (a user without the DescribeConfigs
+        # ACL deploy/strimzi/kafkauser.yaml grants): nothing to check against.
         log.warning(
             "cannot read the %s topic %r's cleanup.policy (error %d): make sure it is compact", role, topic, values
         )

@@ -14,7 +14,8 @@ podman up (scripts/podman-setup.sh). Every test here runs the CONTAINER:
   gRPC), the ops endpoints, ``podman stop`` within terminationGracePeriodSeconds draining to
   exit 0, and a second container finishing a Task the first was streaming,
   checked from an independent reader (kcat);
-- ``podman kube play`` of what ``kubectl kustomize deploy/base`` renders.
+- ``podman kube play`` of what ``kubectl kustomize deploy/base`` renders, and of what
+  ``helm template`` renders of the chart deploy/helm/a2a-kafka-bridge with its defaults.
 
 Containers share the host's network and listen on loopback addresses only
 (the broker, the agents and the ops port are on 127.0.0.1). If podman cannot
@@ -40,6 +41,7 @@ import yaml
 
 import bridge
 from bridge.config.model import Config
+from bridge.config.model import load as load_config
 from bridge.demo.procs import free_port
 from tests.support import ROOT
 from tests.support.dockerfile import pins
@@ -54,7 +56,7 @@ from tests.support.services import (
     send_commands,
     start_command,
 )
-from tests.support.tls import issue, make_ca
+from tests.support.tls import make_ca
 
 pytestmark = pytest.mark.integration
 
@@ -127,7 +129,7 @@ def write(path):
 print(json.dumps({"uid": int(status["Uid"].split()[0]), "gid": int(status["Gid"].split()[0]),
                   "CapEff": status["CapEff"].strip(), "NoNewPrivs": status["NoNewPrivs"].strip(),
                   "root": write("/"), "tmp": write("/tmp"),
-                  "token": pathlib.Path("/etc/bridge-secrets/agents/gw-writer").read_text()}))
+                  "token": pathlib.Path("/etc/bridge-agents/gw-writer").read_text()}))
 """
 
 
@@ -187,25 +189,45 @@ def container_spec() -> dict[str, Any]:
     return dict(container)
 
 
+def secret_mounts(pod: dict[str, Any]) -> dict[str, str]:
+    """Volume name -> mount path of each Secret volume (projected, or a whole Secret) of the container."""
+    secret_volumes = {v["name"] for v in pod["volumes"] if "projected" in v or "secret" in v}
+    (container,) = pod["containers"]
+    return {m["name"]: m["mountPath"] for m in container["volumeMounts"] if m["name"] in secret_volumes}
+
+
 def secret_files(pod: dict[str, Any]) -> list[str]:
-    """The paths the Deployment's projected `secrets` volume puts under its mount."""
-    (vol,) = [v for v in pod["volumes"] if v["name"] == "secrets"]
-    return [item["path"] for src in vol["projected"]["sources"] for item in src["secret"]["items"]]
+    """The paths in the container the Deployment's projected volumes put there by item
+    (a Secret mounted whole has the keys the config names, e.g. one per agent)."""
+    mounts = secret_mounts(pod)
+    return [
+        f"{mounts[v['name']]}/{item['path']}"
+        for v in pod["volumes"]
+        if v["name"] in mounts and "projected" in v
+        for src in v["projected"]["sources"]
+        for item in src["secret"]["items"]
+    ]
 
 
-def lay_out_secrets(tmp: Path, files: dict[str, bytes]) -> Path:
-    """A read-only tree like the projected volume: files 0440, group = the pod's fsGroup."""
-    root = tmp / "secrets"
-    fs_group = pod_spec()["securityContext"]["fsGroup"]
-    for rel, data in files.items():
-        path = root / rel
+def lay_out_secrets(tmp: Path, files: dict[str, bytes]) -> dict[str, Path]:
+    """Read-only trees like the Secret volumes (volume name -> host folder), ``files`` by
+    their path in the container: files 0440, group = the pod's fsGroup."""
+    pod = pod_spec()
+    mounts = secret_mounts(pod)
+    roots = {name: tmp / "secrets" / name for name in mounts}
+    fs_group = pod["securityContext"]["fsGroup"]
+    for where, data in files.items():
+        (name,) = [n for n, m in mounts.items() if where.startswith(m.rstrip("/") + "/")]
+        path = roots[name] / where.removeprefix(mounts[name].rstrip("/") + "/")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         os.chown(path, 0, fs_group)
         path.chmod(0o440)
-    for d in [root, *(p for p in root.rglob("*") if p.is_dir())]:
-        d.chmod(0o755)
-    return root
+    for root in roots.values():
+        root.mkdir(parents=True, exist_ok=True)
+        for d in [root, *(p for p in root.rglob("*") if p.is_dir())]:
+            d.chmod(0o755)
+    return roots
 
 
 def deployment_flags(sources: dict[str, Path]) -> list[str]:
@@ -339,19 +361,19 @@ def test_version_config_check_and_topics_in_the_container(image: str, env: Env, 
     version = podman("run", "--rm", image, "--version")
     assert version.stdout.strip() == f"bridge {bridge.__version__}"
 
-    # deploy/base/bridge.toml as shipped, its secret files where the Deployment mounts them.
+    # deploy/base/bridge.toml as shipped, its secret files where the Deployment mounts them
+    # (the agents' tokens are keys of the agents' Secret, mounted whole).
     pod, container = pod_spec(), container_spec()
-    files = {rel: b"not-a-secret\n" for rel in secret_files(pod)}
+    shipped = load_config(ROOT / "deploy" / "base" / "bridge.toml", env={})
+    files = {path: b"not-a-secret\n" for path in secret_files(pod)}
+    files |= {str(a.token_file): b"not-a-secret\n" for a in shipped.agents.values()}
     ca = make_ca("image-test")
-    files |= {rel: ca.pem() for rel in files if rel.endswith(".crt")}
-    # The push webhook's certificate and key are one pair; its token secret is 32 bytes or more.
-    key, cert = issue(ca, ["a2a-kafka-bridge-push.bridge.svc"])
-    files |= {"push-tls/tls.key": key, "push-tls/tls.crt": cert, "push/token-secret": b"not-a-secret-" * 4}
+    files |= {path: ca.pem() for path in files if path.endswith(".crt")}
     secrets = lay_out_secrets(tmp_path, files)
     config_dir = tmp_path / "config"
     config_dir.mkdir()
     shutil.copy(ROOT / "deploy" / "base" / "bridge.toml", config_dir / "bridge.toml")
-    flags = deployment_flags({"config": config_dir, "secrets": secrets})
+    flags = deployment_flags({"config": config_dir, **secrets})
     config_arg = container["args"][: container["args"].index("run")]
     check = podman("run", "--rm", *flags, image, *config_arg, "config", "check", check=False)
     assert check.returncode == 0, check.stdout + check.stderr
@@ -369,13 +391,13 @@ def hardened(env: Env, tmp_path: Path) -> Iterator[tuple[Config, list[str], int]
     mount it as the Deployment does, and the ops port the container will listen on."""
     port = free_port()
     agents = {"gw-writer": {"url": f"{env.gateway}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "writer",
-                            "token_file": "/etc/bridge-secrets/agents/gw-writer"}}  # fmt: skip
+                            "token_file": "/etc/bridge-agents/gw-writer"}}  # fmt: skip
     path, config = bridge_config(env, tmp_path, partitions=2, bridge={"http_port": port}, agents=agents)
     config_dir = tmp_path / "config"
     config_dir.mkdir()
     shutil.move(path, config_dir / "bridge.toml")
-    secrets = lay_out_secrets(tmp_path, {"agents/gw-writer": TOKEN.encode()})
-    flags = deployment_flags({"config": config_dir, "secrets": secrets})
+    secrets = lay_out_secrets(tmp_path, {"/etc/bridge-agents/gw-writer": TOKEN.encode()})
+    flags = deployment_flags({"config": config_dir, **secrets})
     yield config, flags, port
 
 
@@ -445,14 +467,21 @@ async def test_run_hardened_drains_on_stop_and_a_second_container_finishes_the_t
         assert len(parts) == n, key
 
 
-def kube_manifests(image: str, toml: str, secrets: Path) -> list[dict[str, Any]]:
-    """What ``kubectl kustomize deploy/base`` renders, made to run on this machine
-    (deploy/README.md lists why each change): the local image, the test config in
-    the generated ConfigMap, one replica on the host network without ``ports``,
-    and the projected Secrets as a host directory laid out the same way."""
-    rendered = subprocess.run(
-        ["kubectl", "kustomize", str(ROOT / "deploy" / "base")], capture_output=True, text=True, timeout=60, check=True
-    ).stdout
+# How the manifests are rendered: kustomize's base, or the Helm chart with its defaults
+# (tests/repo/test_helm.py holds the two to the same objects; this runs the chart's too).
+RENDERERS = {
+    "kustomize": ["kubectl", "kustomize", str(ROOT / "deploy" / "base")],
+    "helm": [str(ROOT / ".tools" / "bin" / "helm"), "template", "a2a-kafka-bridge",
+             str(ROOT / "deploy" / "helm" / "a2a-kafka-bridge"), "--namespace", "bridge"],
+}  # fmt: skip
+
+
+def kube_manifests(image: str, toml: str, secrets: dict[str, Path], renderer: str) -> list[dict[str, Any]]:
+    """What ``renderer`` renders, made to run on this machine (deploy/README.md lists
+    why each change): the local image, the test config in the generated ConfigMap,
+    one replica on the host network without ``ports``, and the Secret volumes as
+    host directories laid out the same way."""
+    rendered = subprocess.run(RENDERERS[renderer], capture_output=True, text=True, timeout=60, check=True).stdout
     docs = [d for d in yaml.safe_load_all(rendered) if d]
     for doc in docs:
         if doc["kind"] == "ConfigMap":
@@ -465,23 +494,27 @@ def kube_manifests(image: str, toml: str, secrets: Path) -> list[dict[str, Any]]
             (c,) = pod["containers"]
             c["image"] = image
             del c["ports"]  # podman refuses port mappings on the host network
-            (vol,) = [v for v in pod["volumes"] if v["name"] == "secrets"]
-            vol.clear()
-            vol.update({"name": "secrets", "hostPath": {"path": str(secrets), "type": "Directory"}})
+            for vol in pod["volumes"]:
+                if vol["name"] in secrets:
+                    name = vol["name"]
+                    vol.clear()
+                    vol.update({"name": name, "hostPath": {"path": str(secrets[name]), "type": "Directory"}})
     return docs
 
 
-async def test_kube_play_runs_the_rendered_deployment(image: str, env: Env, tmp_path: Path) -> None:
-    assert shutil.which("kubectl"), "kubectl renders deploy/base (kubectl kustomize)"
+@pytest.mark.parametrize("renderer", list(RENDERERS))
+async def test_kube_play_runs_the_rendered_deployment(image: str, env: Env, tmp_path: Path, renderer: str) -> None:
+    assert shutil.which(RENDERERS[renderer][0]), f"{RENDERERS[renderer][0]} renders the manifests"
     port = free_port()
     agents = {"gw-writer": {"url": f"{env.gateway}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "writer",
-                            "token_file": "/etc/bridge-secrets/agents/gw-writer"}}  # fmt: skip
+                            "token_file": "/etc/bridge-agents/gw-writer"}}  # fmt: skip
     path, config = bridge_config(env, tmp_path, partitions=2, bridge={"http_port": port}, agents=agents)
     topics = podman("run", "--rm", "--network", "host", "-v", f"{path}:/c.toml:ro", image, "--config", "/c.toml",
                     "topics", check=False)  # fmt: skip
     assert topics.returncode == 0, topics.stdout + topics.stderr
-    files = {rel: b"not-a-secret\n" for rel in secret_files(pod_spec())} | {"agents/gw-writer": TOKEN.encode()}
-    docs = kube_manifests(image, path.read_text(), lay_out_secrets(tmp_path, files))
+    files = {path: b"not-a-secret\n" for path in secret_files(pod_spec())}
+    files["/etc/bridge-agents/gw-writer"] = TOKEN.encode()
+    docs = kube_manifests(image, path.read_text(), lay_out_secrets(tmp_path, files), renderer)
     manifest = tmp_path / "kube.yaml"
     manifest.write_text(yaml.safe_dump_all(docs))
     # kube play keeps a ConfigMap's volume after `kube down`, under the ConfigMap's

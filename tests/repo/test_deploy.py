@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 import subprocess
+import tempfile
 from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -41,6 +42,9 @@ from tests.support.monitoring import (
 
 DEPLOY = ROOT / "deploy"
 BASE = DEPLOY / "base"
+PUSH = DEPLOY / "push"
+# The example agent that pushes once deploy/push is added (base/bridge.toml's comment says so).
+PUSH_AGENT = "report-writer"
 MONITORING = DEPLOY / "monitoring"
 ALERT_TESTS = DEPLOY / "prometheus" / "alerts.test.yaml"
 PROMETHEUS_RULE = MONITORING / "prometheusrule.yaml"
@@ -57,8 +61,12 @@ SEVERITIES = {"critical", "warning", "info"}
 # ------------------------------------------------------------------ loading --
 
 
+# The Helm chart's templates are Go templates, not YAML: tests/repo/test_helm.py renders them.
+HELM = DEPLOY / "helm"
+
+
 def yaml_files() -> list[Path]:
-    return sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml"))
+    return sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml") and HELM not in p.parents)
 
 
 @cache
@@ -112,13 +120,36 @@ def cfg(tmp_path_factory: pytest.TempPathFactory) -> config_mod.Config:
     return config_mod.load(path, env={})
 
 
+def push_env() -> dict[str, str]:
+    """The [push] keys deploy/push sets on the container (BRIDGE_PUSH_*), and the example agent's push."""
+    (patch,) = docs(PUSH / "deployment-patch.yaml")
+    (c,) = patch["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: str(e["value"]) for e in c["env"]} | {config_mod.env_prefix(PUSH_AGENT) + "PUSH": "true"}
+
+
+@pytest.fixture(scope="module")
+def push_cfg(tmp_path_factory: pytest.TempPathFactory) -> config_mod.Config:
+    """The config as a pod of base + deploy/push runs it, the example agent pushing:
+    what deploy/strimzi provisions for (its notifications topic and ACL serve push)."""
+    path = tmp_path_factory.mktemp("cm") / "bridge.toml"
+    path.write_text(config_file().read_text())
+    return config_mod.load(path, env=push_env())
+
+
+@cache
+def push_deployment() -> dict[str, Any]:
+    """The Deployment of base + deploy/push, as kustomize renders it."""
+    (dep,) = [d for d in kustomize_build(PUSH_OVERLAY) if d["kind"] == "Deployment"]
+    return dep
+
+
 def deployment() -> dict[str, Any]:
     return one(BASE, "Deployment", "a2a-kafka-bridge")
 
 
-def container() -> dict[str, Any]:
+def container(dep: dict[str, Any] | None = None) -> dict[str, Any]:
     found: list[dict[str, Any]] = [
-        c for c in deployment()["spec"]["template"]["spec"]["containers"] if c["name"] == "bridge"
+        c for c in (dep or deployment())["spec"]["template"]["spec"]["containers"] if c["name"] == "bridge"
     ]
     assert len(found) == 1, "one container named bridge"
     return found[0]
@@ -174,13 +205,21 @@ def test_kustomization_references_exist(folder: Path) -> None:
         assert (folder / component / "kustomization.yaml").is_file(), f"{folder}: component {component} not found"
     # Nothing written and then forgotten: every manifest here is listed.
     listed = {(folder / r).resolve() for r in k["resources"]}
+    listed |= {(folder / p["path"]).resolve() for p in k.get("patches", []) if "path" in p}
     for path in folder.glob("*.yaml"):
         if path.name != "kustomization.yaml" and any(is_resource(d) for d in docs(path)):
             assert path.resolve() in listed, f"{path.relative_to(ROOT)} is not listed in its kustomization.yaml"
 
 
+# base + deploy/push, as the README's overlay (built in a copy of deploy/, see overlay()).
+PUSH_OVERLAY = Path("<push overlay>")
+
+
 def kustomize_build(folder: Path) -> list[dict[str, Any]]:
     """``kustomize build`` (or ``kubectl kustomize``) of ``folder``, parsed."""
+    if folder == PUSH_OVERLAY:
+        with tempfile.TemporaryDirectory() as tmp:
+            return overlay(Path(tmp), readme_block("<!-- overlay: push -->"))
     if shutil.which("kustomize"):
         cmd = ["kustomize", "build", str(folder)]
     elif shutil.which("kubectl"):
@@ -196,7 +235,7 @@ def test_kustomize_build_base() -> None:
     built = kustomize_build(BASE)
     kinds = sorted(d["kind"] for d in built)
     # Only core Kubernetes kinds: the base applies on a cluster without the Prometheus Operator.
-    assert kinds == sorted(["ConfigMap", "Deployment", "PodDisruptionBudget", "Service", "Service", "ServiceAccount"])
+    assert kinds == sorted(["ConfigMap", "Deployment", "PodDisruptionBudget", "Service", "ServiceAccount"])
     (cm,) = [d for d in built if d["kind"] == "ConfigMap"]
     (dep,) = [d for d in built if d["kind"] == "Deployment"]
     assert cm["data"]["bridge.toml"] == config_file().read_text()
@@ -286,16 +325,31 @@ def test_service_and_servicemonitor_scrape_metrics(cfg: config_mod.Config) -> No
     assert deployment()["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
 
 
-def test_the_push_webhook_is_served_on_its_own_port(cfg: config_mod.Config) -> None:
-    c = container()
+def test_the_push_webhook_is_served_on_its_own_port(push_cfg: config_mod.Config) -> None:
+    cfg = push_cfg
+    assert cfg.push_agents() == [PUSH_AGENT]
+    c = container(push_deployment())
     assert port_number(c, "push") == cfg.push.listen_port != cfg.bridge.http_port
-    svc = one(BASE, "Service", "a2a-kafka-bridge-push")
+    svc = one(PUSH, "Service", "a2a-kafka-bridge-push")
     assert svc["spec"]["selector"].items() <= deployment()["spec"]["template"]["metadata"]["labels"].items()
     (port,) = svc["spec"]["ports"]
     assert port["targetPort"] == "push"
     # base_url names this Service, on its port, over TLS (the server certificate is configured).
     assert cfg.push.base_url == f"https://{svc['metadata']['name']}.bridge.svc:{port['port']}"
     assert cfg.push.tls_cert_file and cfg.push.tls_key_file
+
+
+def test_push_is_a_component_the_base_does_without(cfg: config_mod.Config) -> None:
+    """Without deploy/push nothing of the webhook is there: no port, no Service, no
+    Secrets to create, and no agent of the example config pushes."""
+    assert kustomization(PUSH)["kind"] == "Component"
+    assert not cfg.push_agents() and not cfg.push.base_url and not cfg.push.token_secret_file
+    assert "push" not in {p["name"] for p in container()["ports"]}
+    assert not [r for r in resources(BASE) if "push" in r["metadata"]["name"]]
+    assert not [m for m in mounted_files().values() if "push" in m[1]]
+    # Both of the Component's Secrets are mounted once it is added.
+    pushed = {name for kind, name, _ in mounted_files(push_deployment()).values() if kind == "secret"}
+    assert {"a2a-kafka-bridge-push", "a2a-kafka-bridge-push-tls"} <= pushed
 
 
 def test_only_agents_reach_the_push_webhook() -> None:
@@ -358,11 +412,17 @@ def test_config_loads(cfg: config_mod.Config) -> None:
             assert agent.agent_code
 
 
-def mounted_files() -> dict[str, tuple[str, str, str]]:
-    """Every file the pod's volumes put in the bridge container: path -> (kind, object name, key)."""
-    volumes = {v["name"]: v for v in deployment()["spec"]["template"]["spec"]["volumes"]}
+# A whole Secret or ConfigMap mounted without items: any of its keys is a file there.
+ANY_KEY = "*"
+
+
+def mounted_files(dep: dict[str, Any] | None = None) -> dict[str, tuple[str, str, str]]:
+    """Every file the pod's volumes put in the bridge container: path -> (kind, object name, key);
+    a whole object mounted without items as ``<mountPath>/*`` -> (kind, name, ``*``)."""
+    dep = dep or deployment()
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
     out: dict[str, tuple[str, str, str]] = {}
-    for mount in container()["volumeMounts"]:
+    for mount in container(dep)["volumeMounts"]:
         volume = volumes[mount["name"]]
         if "projected" in volume:
             sources = volume["projected"]["sources"]
@@ -373,7 +433,17 @@ def mounted_files() -> dict[str, tuple[str, str, str]]:
                 name = ref.get("secretName") or ref.get("name")
                 for item in ref.get("items", []):
                     out[str(PurePosixPath(mount["mountPath"]) / item["path"])] = (kind, name, item["key"])
+                if "items" not in ref:
+                    out[str(PurePosixPath(mount["mountPath"]) / ANY_KEY)] = (kind, name, ANY_KEY)
     return out
+
+
+def mounted_file(mounted: dict[str, tuple[str, str, str]], path: str) -> tuple[str, str, str] | None:
+    """Where ``path`` comes from: an item, or the key of its file name in a whole mounted object."""
+    if path in mounted:
+        return mounted[path]
+    whole = mounted.get(str(PurePosixPath(path).parent / ANY_KEY))
+    return (whole[0], whole[1], PurePosixPath(path).name) if whole else None
 
 
 def secret_paths(cfg: config_mod.Config) -> dict[str, str]:
@@ -386,17 +456,24 @@ def secret_paths(cfg: config_mod.Config) -> dict[str, str]:
     return {k: v for k, v in paths.items() if v}
 
 
-def test_every_secret_file_is_mounted(cfg: config_mod.Config) -> None:
-    mounted = mounted_files()
-    for key, path in secret_paths(cfg).items():
-        assert path in mounted, f"{key} = {path!r} is not a file any volume mounts"
-        assert mounted[path][0] == "secret", f"{key}: {path} must come from a Secret"
+@pytest.mark.parametrize("with_push", [False, True], ids=["base", "base+push"])
+def test_every_secret_file_is_mounted(cfg: config_mod.Config, push_cfg: config_mod.Config, with_push: bool) -> None:
+    c, mounted = (push_cfg, mounted_files(push_deployment())) if with_push else (cfg, mounted_files())
+    for key, path in secret_paths(c).items():
+        source = mounted_file(mounted, path)
+        assert source, f"{key} = {path!r} is not a file any volume mounts"
+        assert source[0] == "secret", f"{key}: {path} must come from a Secret"
     kafka_user = one(DEPLOY / "strimzi", "KafkaUser")
     # Strimzi writes the SCRAM password to a Secret named after the KafkaUser.
-    assert mounted[str(cfg.kafka.sasl_password_file)] == ("secret", kafka_user["metadata"]["name"], "password")
+    assert mounted[str(c.kafka.sasl_password_file)] == ("secret", kafka_user["metadata"]["name"], "password")
+    # Every agent's token is the key of its name in the agents' Secret, mounted whole:
+    # a new agent needs its table and its key, no edit of the Deployment.
+    for agent in c.agents.values():
+        assert mounted_file(mounted, str(agent.token_file)) == ("secret", "a2a-kafka-bridge-agent-tokens", agent.name)
 
 
-def test_secrets_are_read_only_when_used(cfg: config_mod.Config, tmp_path: Path) -> None:
+def test_secrets_are_read_only_when_used(push_cfg: config_mod.Config, tmp_path: Path) -> None:
+    cfg = push_cfg
     # Where the Secrets are not mounted (here), loading works and reading fails clearly.
     first = next(iter(cfg.agents.values()))
     assert not Path(str(first.token_file)).exists()
@@ -404,7 +481,7 @@ def test_secrets_are_read_only_when_used(cfg: config_mod.Config, tmp_path: Path)
         first.token()
     # The same file with the mounted paths moved under tmp_path by env overrides
     # (BRIDGE_<SECTION>_<KEY>), as an operator would for a local run.
-    env = {"BRIDGE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}  # no CA to load here
+    env = push_env() | {"BRIDGE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}  # no CA to load here
     expected: dict[str, str] = {}
     for key, path in secret_paths(cfg).items():
         local = tmp_path / path.lstrip("/")
@@ -427,7 +504,8 @@ def test_secrets_are_read_only_when_used(cfg: config_mod.Config, tmp_path: Path)
 # -------------------------------------------------------------------- Kafka --
 
 
-def test_strimzi_topics_match_the_config(cfg: config_mod.Config) -> None:
+def test_strimzi_topics_match_the_config(push_cfg: config_mod.Config) -> None:
+    cfg = push_cfg
     found = strimzi_topics()
     assert set(found) == set(topics.wanted(cfg)), "one KafkaTopic per topic the bridge uses"
     for name, topic in found.items():
@@ -439,7 +517,8 @@ def test_strimzi_topics_match_the_config(cfg: config_mod.Config) -> None:
             assert str(topic["spec"].get("config", {}).get(key)) == value, f"{name}: {key}"
 
 
-def test_notifications_are_co_partitioned_and_take_a_whole_body(cfg: config_mod.Config) -> None:
+def test_notifications_are_co_partitioned_and_take_a_whole_body(push_cfg: config_mod.Config) -> None:
+    cfg = push_cfg
     assert cfg.push_agents(), "the example configures an agent that pushes"
     found = strimzi_topics()
     notifications = found[cfg.kafka.notifications_topic]
@@ -471,28 +550,58 @@ def allowed(acls: list[dict[str, Any]], rtype: str, name: str) -> set[str]:
     return ops
 
 
-def test_kafkauser_acls(cfg: config_mod.Config) -> None:
+def bridge_acls(cfg: config_mod.Config) -> dict[tuple[str, str, str], set[str]]:
+    """(resource type, name, pattern type) -> the operations the bridge running ``cfg`` uses, and no more."""
+    k = cfg.kafka
+    want: dict[tuple[str, str, str], set[str]] = {}
+
+    def grant(rtype: str, name: str, *ops: str, pattern: str = "literal") -> None:
+        want.setdefault((rtype, name, pattern), set()).update(ops)
+
+    # The start-up check (bridge/kafka/preflight.py, topics.ensure) describes every topic.
+    for t in topics.wanted(cfg):
+        grant("topic", t, "Describe")
+    grant("topic", k.commands_topic, "Read")
+    # The consumer group; Read also covers the offsets each transaction commits (TxnOffsetCommit).
+    grant("group", k.group_id, "Read", "Describe")
+    # Every written topic: its max.message.bytes sizes the records (topics.record_budgets),
+    # and checkpoints and the Task tables are checked to be compacted.
+    for t in topics.written(cfg):
+        grant("topic", t, "Write", "DescribeConfigs")
+    # Read back when a partition is assigned: its checkpoints and its live Tasks' rows.
+    for t in [k.checkpoints_topic, *cfg.all_tasks_topics()]:
+        grant("topic", t, "Read")
+    if cfg.push_agents():
+        # Every replica's webhook writes notifications, the partition's owner reads them.
+        grant("topic", k.notifications_topic, "Read", "Write")
+    # One prefix covering the transactional id of every commands partition.
+    grant("transactionalId", f"{k.transactional_id_prefix}-", "Write", "Describe", pattern="prefix")
+    return want
+
+
+def granted(acls: list[dict[str, Any]]) -> dict[tuple[str, str, str], set[str]]:
+    out: dict[tuple[str, str, str], set[str]] = {}
+    for acl in acls:
+        r = acl["resource"]
+        assert acl.get("type", "allow") == "allow" and acl.get("host", "*") == "*", acl
+        ops = out.setdefault((r["type"], r["name"], r.get("patternType", "literal")), set())
+        ops.update(acl["operations"])
+    return out
+
+
+def test_kafkauser_acls(push_cfg: config_mod.Config) -> None:
+    # deploy/strimzi provisions for push too (a deployment without it leaves the
+    # notifications topic and its ACL unused).
+    cfg = push_cfg
     user = one(DEPLOY / "strimzi", "KafkaUser")
     assert user["metadata"]["name"] == cfg.kafka.sasl_username
     assert user["spec"]["authentication"]["type"] == "scram-sha-512"
     assert user["spec"]["authorization"]["type"] == "simple"
     acls = user["spec"]["authorization"]["acls"]
-    k = cfg.kafka
-    assert {"Read"} <= allowed(acls, "topic", k.commands_topic)
-    assert {"Read"} <= allowed(acls, "group", k.group_id)
-    for t in [*cfg.all_events_topics(), *cfg.all_dlq_topics(), k.checkpoints_topic]:
-        assert {"Write", "Describe"} <= allowed(acls, "topic", t), t
-    assert {"Read"} <= allowed(acls, "topic", k.checkpoints_topic), "restore reads checkpoints back"
-    if cfg.push_agents():
-        ops = allowed(acls, "topic", k.notifications_topic)
-        assert {"Read", "Write", "Describe"} <= ops, "webhooks write notifications, owners read them"
-    for t in topics.wanted(cfg):
-        assert "Describe" in allowed(acls, "topic", t), f"{t}: the start-up topic check describes it"
-    # The transactional ids: one prefix ACL "<prefix>-" covering the id of every partition.
-    (txn,) = [a for a in acls if a["resource"]["type"] == "transactionalId"]
-    assert txn["resource"]["name"] == f"{k.transactional_id_prefix}-"
-    assert txn["resource"]["patternType"] == "prefix"
-    assert {"Write", "Describe"} <= set(txn["operations"])
+    # Exactly what the bridge uses: a missing operation fails at start (or, for
+    # DescribeConfigs, sizes records blind), an extra one is a grant nobody needs.
+    assert granted(acls) == bridge_acls(cfg)
+    assert len(acls) == len(granted(acls)), "one ACL entry per resource"
     for p in range(commands_partitions(cfg)):
         assert {"Write", "Describe"} <= allowed(acls, "transactionalId", transaction.transactional_id(cfg, p))
     # Topic names in literal ACLs are real topics (a typo would grant nothing).
@@ -904,6 +1013,6 @@ def test_workspace_users_reach_only_their_workspace() -> None:
     assert not allowed(reader, "topic", "ws-a.commands") and not allowed(reader, "topic", "ws-a.checkpoints")
     assert not allowed(reader, "topic", "ws-b.events")
     bridge = users["a2a-bridge-ws-a"]["spec"]["authorization"]["acls"]
-    for topic in ("ws-a.events", "ws-a.dlq", "ws-a.checkpoints"):
-        assert {"Write", "Describe"} <= allowed(bridge, "topic", topic)
+    for topic in ("ws-a.events", "ws-a.dlq", "ws-a.checkpoints", "ws-a.tasks"):
+        assert {"Write", "Describe", "DescribeConfigs"} <= allowed(bridge, "topic", topic)
     assert {"Write", "Describe"} <= allowed(bridge, "transactionalId", "ws-a-bridge-ws-a.commands-0")
