@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 
 from bridge.config.model import Config
+from bridge.config.rules import suggest
 from bridge.core.partition.budgets import MIN_RECORD_BYTES, RecordBudgets, min_insync_replicas
 from bridge.core.task.push import record_bytes
 from bridge.errors import StartupError
@@ -148,7 +149,8 @@ async def ensure(config: Config, *, create: bool) -> dict[str, int]:
             await _create(admin, config, topics, counts)
         missing = [t for t in topics if t not in counts]
         if missing:
-            raise StartupError(f"topics missing: {missing}; create them with `bridge topics`")
+            existing = await admin.list_topics() if len(missing) < len(topics) else []
+            raise StartupError(missing_topics(missing, existing, topics))
         c = counts[config.kafka.commands_topic]
         for topic in co_partitioned(config):
             if counts[topic] != c:
@@ -182,6 +184,18 @@ def not_compacted(policy: str, retention_ms: str, retention_bytes: str = "-1") -
     if "delete" in policies and retention_bytes.strip() != "-1":
         return f"cleanup.policy={policy} deletes checkpoints past retention.bytes={retention_bytes}"
     return None
+
+
+def missing_topics(missing: list[str], existing: Iterable[str], wanted: Iterable[str]) -> str:
+    """Why a start stops on ``missing`` topics. Where the config's other topics exist, a
+    missing one is most likely misspelt, not yet to be made: the nearest name among
+    ``existing`` (neither Kafka's own nor the config's others) is given with it. Where
+    none exists it is a first start, and every topic is simply to be made."""
+    configured = set(wanted)
+    others = [t for t in existing if not t.startswith("__") and t not in configured]
+    hints = [f"{t!r}{hint}" for t in missing if (hint := suggest(t, others))]
+    near = f"; {', '.join(hints)}" if hints else ""
+    return f"topics missing: {missing}{near}; create them with `bridge topics`"
 
 
 def cleanup_problem(values: Mapping[str, str]) -> str | None:

@@ -327,6 +327,15 @@ async def test_config_check_live_finds_a_misspelt_topic_and_each_topic_problem(
         "compact: it must be compacted (kafka-configs.sh --alter --entity-type topics "
         f"--entity-name fh-{n}.cps-deleting --add-config cleanup.policy=compact)",
     ]
+    # `run` stops on the misspelt one alone, with the same nearest name.
+    misspelt = config(events=f"fh-{n}.evnts")
+    run = bridge("--config", str(misspelt), "run", env={"BRIDGE_BRIDGE_HTTP_PORT": "0"})
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    (error,) = [line for line in run.stderr.splitlines() if " ERROR " in line]
+    assert error.endswith(
+        f"topics missing: ['fh-{n}.evnts']; 'fh-{n}.evnts' (did you mean 'fh-{n}.events'?); "
+        "create them with `bridge topics`"
+    ), error
 
 
 # ------------------------------------------------------------------ the DLQ --

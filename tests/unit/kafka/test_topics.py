@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from bridge.errors import StartupError
-from bridge.kafka.topics import CHECKPOINTS_TOPIC_CONFIG, _check_compacted, not_compacted
+from bridge.kafka.topics import CHECKPOINTS_TOPIC_CONFIG, _check_compacted, missing_topics, not_compacted
 
 
 @pytest.mark.parametrize(
@@ -80,3 +80,20 @@ async def test_a_principal_not_allowed_to_describe_configs_is_warned_not_refused
 ) -> None:
     await _check_compacted(FakeAdmin(29, {}), "cps")
     assert "cannot read the checkpoints topic 'cps''s cleanup.policy (error 29)" in caplog.text
+
+
+def test_a_missing_topic_beside_existing_ones_is_given_the_nearest_name_there_is() -> None:
+    wanted = ["orders.commands", "orders.events", "orders.checkpoints"]
+    existing = ["orders.commands", "orders.checkpoints", "orders.events-v2", "__consumer_offsets"]
+    message = missing_topics(["orders.evnets"], existing, [*wanted[:1], "orders.evnets", wanted[2]])
+    assert message == (
+        "topics missing: ['orders.evnets']; 'orders.evnets' (did you mean 'orders.events-v2'?); "
+        "create them with `bridge topics`"
+    )
+
+
+def test_missing_topics_with_no_near_name_are_only_to_be_made() -> None:
+    message = missing_topics(["a.events"], ["a.commands", "zzz"], ["a.commands", "a.events"])
+    assert message == "topics missing: ['a.events']; create them with `bridge topics`"
+    # The config's own topics and Kafka's are never offered for a missing one.
+    assert "did you mean" not in missing_topics(["a.event"], ["a.events", "__a.event"], ["a.events", "a.event"])
