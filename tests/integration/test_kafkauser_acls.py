@@ -7,15 +7,20 @@ ports chosen at run time, ``StandardAuthorizer``, nothing allowed without an ACL
 an ``admin`` super user that creates the topics and sends the commands, and the
 bridge's user with exactly those ACLs. The bridge then runs Tasks end to end and
 logs no authorization problem; without DescribeConfigs it says it cannot read the
-topics' configs, so that grant is one the bridge uses.
+topics' configs, so that grant is one the bridge uses. With the exact ACLs it is also
+SIGKILLed mid-Task and restarted (the chaos test's short form): its next run reads the
+checkpoints back, resumes its transactional ids, and every Task is published once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import secrets
+import signal
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +34,16 @@ from bridge.config import model as config_mod
 from bridge.demo.procs import free_port
 from bridge.kafka.auth import client_options
 from tests.repo.test_deploy import bridge_acls
-from tests.support.services import Bridges, Env, bridge_config, run_cli, service_script
+from tests.support.services import (
+    BridgeProcess,
+    Bridges,
+    Env,
+    bridge_config,
+    gapless,
+    reassemble,
+    run_cli,
+    service_script,
+)
 from tests.support.tls import make_ca, server_keystore_pem, write_private
 
 pytestmark = pytest.mark.integration
@@ -147,9 +161,37 @@ def test_the_bridge_runs_on_exactly_the_kafkausers_acls(
     for key in keys:
         assert [e for e in closed if e["taskKey"] == key][-1]["state"] == "completed", key
     assert bridge.alive, bridge.log()[-3000:]
+    if describe_configs:
+        killed_mid_task(bridge, admin_path)
     bridge.stop()
     assert bridge.proc is not None and bridge.proc.returncode == 0, bridge.log()[-3000:]
     log = bridge.log()
     assert "uthoriz" not in log, log[-3000:]  # Authorization / authorized: nothing refused
     cannot_read = "cannot read the checkpoints topic" in log
     assert cannot_read != describe_configs, log[-3000:]
+
+
+def killed_mid_task(bridge: BridgeProcess, admin_path: Path) -> None:
+    """Tasks streaming, a SIGKILL, a restart: each Task's events once, gap-free, whole."""
+    keys = [f"acl-kill-{i}" for i in range(3)]
+    for key in keys:
+        start = run_cli(
+            admin_path, "start", "--task-key", key, "--agent", "gw-writer", "--text", "chunks=30 interval=0.1"
+        )
+        assert start.returncode == 0, start.stderr
+    time.sleep(1.5)  # about half of each Task's three seconds
+    bridge.signal(signal.SIGKILL)
+    bridge.wait(10)
+    bridge.start()
+    tail = run_cli(
+        admin_path, "tail", "--from-beginning", "--until-closed", ",".join(keys), "--timeout", "90", timeout=120
+    )
+    assert tail.returncode == 0, f"{tail.stdout}\n{tail.stderr}\n{bridge.log()[-3000:]}"
+    events = [orjson.loads(line) for line in tail.stdout.splitlines()]
+    for key in keys:
+        mine = [e for e in events if e["taskKey"] == key]
+        gapless(mine)
+        assert mine[-1]["state"] == "completed", mine[-1]
+        assert len(reassemble(mine)["result"]) == 30, key
+    # The premise: the restart found Tasks left live (their checkpoints read back).
+    assert re.search(r"restored: \d+ records read, [1-9]\d* live Tasks", bridge.log()), bridge.log()[-3000:]
