@@ -191,9 +191,10 @@ def rendered_config(objects: list[dict[str, Any]], tmp_path: Path, env: dict[str
 
 def test_an_agent_is_one_entry(tmp_path: Path) -> None:
     """A third agent in ``agents:`` becomes its table, its token file in the agents' Secret
-    (mounted whole: no Deployment change), and pushes once push is on."""
+    (mounted whole: no Deployment change), and pushes once push is on. Its name has a dot,
+    as names may: its table's key is quoted, not read as a sub-table."""
     # A list given in a values file replaces the chart's whole list (so does --set).
-    planner = {"name": "planner", "url": "https://planner.agents.svc/a2a", "dialect": "a2a-1.0", "push": True}
+    planner = {"name": "team.planner", "url": "https://planner.agents.svc/a2a", "dialect": "a2a-1.0", "push": True}
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump({"agents": [*default_agents(), planner]}))
     objects = helm_template("push.enabled=true", "secrets.agents=my-agents", values_file=values)
@@ -201,9 +202,9 @@ def test_an_agent_is_one_entry(tmp_path: Path) -> None:
     (c,) = dep["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
     cfg = rendered_config(objects, tmp_path, env)
-    assert set(cfg.agents) == {"support-triage", "report-writer", "planner"}
-    assert cfg.agents["planner"].token_file == "/etc/bridge-agents/planner"
-    assert cfg.push_agents() == ["planner"]
+    assert set(cfg.agents) == {"support-triage", "report-writer", "team.planner"}
+    assert cfg.agents["team.planner"].token_file == "/etc/bridge-agents/team.planner"
+    assert cfg.push_agents() == ["team.planner"]
     assert cfg.push.base_url == f"https://a2a-kafka-bridge-push.{NAMESPACE}.svc:8443"
     volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
     assert volumes["agent-secrets"]["secret"] == {"secretName": "my-agents", "defaultMode": 0o440}

@@ -41,7 +41,8 @@
 {{- fail (printf "agent %s pushes: set push.enabled" .name) }}
 {{- end }}
 
-[agents.{{ .name }}]
+{{- /* A name with a dot (the command schema allows one) is a quoted key: bare, TOML reads a sub-table. */}}
+[agents.{{ if regexMatch "^[A-Za-z0-9_-]+$" .name }}{{ .name }}{{ else }}{{ .name | toJson }}{{ end }}]
 {{- include "bridge.tomlKeys" $agent }}
 {{- end }}
 {{- if .Values.push.config }}
