@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -19,6 +19,7 @@ from aiokafka.structs import ConsumerRecord
 from bridge.config.model import Config
 from bridge.errors import StartupError
 from bridge.kafka.auth import client_options
+from bridge.kafka.topics import existing_counts
 
 Raw: TypeAlias = "ConsumerRecord[bytes, bytes]"
 
@@ -29,14 +30,12 @@ _FETCH_WAIT_MS = 500
 
 async def partition_counts(config: Config, topics: Iterable[str]) -> dict[str, int]:
     """How many partitions each of ``topics`` has; a topic that does not exist is absent."""
-    names = sorted(set(topics))
     admin = AIOKafkaAdminClient(**client_options(config.kafka))
     await admin.start()
     try:
-        described: list[Any] = await admin.describe_topics(names)
+        return await existing_counts(admin, sorted(set(topics)))  # asks for none that is missing
     finally:
         await admin.close()
-    return {t["topic"]: len(t.get("partitions") or []) for t in described if t.get("error_code", 0) == 0}
 
 
 async def require_topics(config: Config, topics: Iterable[str]) -> dict[str, int]:

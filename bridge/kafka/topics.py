@@ -81,8 +81,16 @@ def co_partitioned(config: Config) -> list[str]:
     ]
 
 
-async def _partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int]:
-    described: list[Any] = await admin.describe_topics(topics)
+async def existing_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int]:
+    """Partition counts of those of ``topics`` that exist. Only topics the cluster lists
+    are described: aiokafka's admin asks for the others with allow_auto_topic_creation,
+    and a broker that auto-creates topics (Kafka's default) would make each one asked
+    about, a misspelt name with the broker's partitions and cleanup policy."""
+    listed = set(await admin.list_topics())
+    present = [t for t in topics if t in listed]
+    if not present:
+        return {}
+    described: list[Any] = await admin.describe_topics(present)
     counts: dict[str, int] = {}
     for t in described:
         if t.get("error_code", 0) == 0:
@@ -104,7 +112,7 @@ async def partitions(config: Config, names: list[str]) -> list[TopicPartition]:
 async def _shown(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
     """Partition counts of ``names``, waiting a moment for fresh topics' metadata."""
     for _ in range(50):
-        counts = await _partition_counts(admin, names)
+        counts = await existing_counts(admin, names)
         if all(t in counts for t in names):
             break
         await asyncio.sleep(0.2)
@@ -144,7 +152,7 @@ async def ensure(config: Config, *, create: bool) -> dict[str, int]:
     await admin.start()
     try:
         topics = wanted(config)
-        counts = await _partition_counts(admin, list(topics))
+        counts = await existing_counts(admin, list(topics))
         if create and any(t not in counts for t in topics):
             await _create(admin, config, topics, counts)
         missing = [t for t in topics if t not in counts]
@@ -263,11 +271,7 @@ async def survey(config: Config) -> Survey:
     try:
         topics = wanted(config)
         existing = sorted(await admin.list_topics())
-        # Only those that exist are described: aiokafka's admin asks for the others with
-        # allow_auto_topic_creation, and a broker that auto-creates topics would make
-        # the misspelt one this check is there to find.
-        present = [t for t in topics if t in existing]
-        counts = await _partition_counts(admin, present) if present else {}
+        counts = await existing_counts(admin, list(topics))  # asks for none that is missing
         compacted = [t for t, c in topics.items() if c.get("cleanup.policy") == "compact" and t in counts]
         cleanup = {t: await _cleanup(admin, t) for t in compacted}
         return Survey(existing, counts, cleanup)

@@ -7,7 +7,13 @@ from typing import Any
 import pytest
 
 from bridge.errors import StartupError
-from bridge.kafka.topics import CHECKPOINTS_TOPIC_CONFIG, _check_compacted, missing_topics, not_compacted
+from bridge.kafka.topics import (
+    CHECKPOINTS_TOPIC_CONFIG,
+    _check_compacted,
+    existing_counts,
+    missing_topics,
+    not_compacted,
+)
 
 
 @pytest.mark.parametrize(
@@ -97,3 +103,30 @@ def test_missing_topics_with_no_near_name_are_only_to_be_made() -> None:
     assert message == "topics missing: ['a.events']; create them with `bridge topics`"
     # The config's own topics and Kafka's are never offered for a missing one.
     assert "did you mean" not in missing_topics(["a.event"], ["a.events", "__a.event"], ["a.events", "a.event"])
+
+
+class ListingAdmin:
+    """An admin client of a cluster holding ``topics`` (name: partitions) that records
+    which topics it was asked to describe."""
+
+    def __init__(self, topics: dict[str, int]) -> None:
+        self.topics = topics
+        self.described: list[list[str]] = []
+
+    async def list_topics(self) -> list[str]:
+        return list(self.topics)
+
+    async def describe_topics(self, names: list[str]) -> list[dict[str, Any]]:
+        self.described.append(names)
+        return [{"topic": t, "error_code": 0, "partitions": [{}] * self.topics[t]} for t in names]
+
+
+async def test_a_missing_topic_is_never_asked_about_so_no_broker_creates_it() -> None:
+    """aiokafka describes topics with allow_auto_topic_creation: a broker that auto-creates
+    topics would make a misspelt one with its own partitions and cleanup policy."""
+    admin = ListingAdmin({"a.commands": 4, "a.events": 4})
+    counts = await existing_counts(admin, ["a.commands", "a.evnets", "a.events"])
+    assert counts == {"a.commands": 4, "a.events": 4}
+    assert admin.described == [["a.commands", "a.events"]]
+    assert await existing_counts(admin, ["nowhere"]) == {}
+    assert len(admin.described) == 1
