@@ -9,7 +9,7 @@
 #                         started it), remove .dev/bridge.toml
 #
 # Environment:
-#   KAFKA_PORT, KAFKA_CONTROLLER_PORT  the broker's ports (default 19092, 19093), as for
+#   KAFKA_PORT, KAFKA_CONTROLLER_PORT  the broker's ports (default 19092, KAFKA_PORT + 1), as for
 #                          scripts/kafka.sh; a broker kafka.sh already runs there is used
 #                          and left running by `down`
 #   DEV_DIR                the playground's folder (default .dev): pid files, logs,
@@ -39,11 +39,12 @@ cmd_up() {
             die "a playground on port $recorded runs already in $DEV_DIR (make dev-down, or KAFKA_PORT=$recorded)"
         read -r _ _ how <"$KAFKA_FILE"
     fi
-    if ! scripts/kafka.sh status >/dev/null 2>&1; then
-        scripts/kafka.sh up >/dev/null || exit 1
-        how=started
-    fi
-    echo "$PORT ${KAFKA_CONTROLLER_PORT:-19093} $how" >"$KAFKA_FILE"
+    # up says whether it started the broker or found it running: a status check first
+    # could time out on a busy host, and dev-down would then stop a broker it never started.
+    local said
+    said="$(scripts/kafka.sh up)" || exit 1
+    [[ "$said" == *"(already running"* ]] || how=started
+    echo "$PORT ${KAFKA_CONTROLLER_PORT:-$((PORT + 1))} $how" >"$KAFKA_FILE"
     if ! "$PY" -m bridge.demo.playground up --dir "$DEV_DIR" --bootstrap "127.0.0.1:$PORT"; then
         cmd_down >/dev/null 2>&1 || true
         exit 1

@@ -35,7 +35,7 @@
 #   KAFKA_STATE_DIR        state dir, relative to the repo root (default .kafka/<KAFKA_PORT>);
 #                          holds one broker: a command for another port refuses it
 #   KAFKA_PORT             PLAINTEXT port (default 19092)
-#   KAFKA_CONTROLLER_PORT  CONTROLLER port (default 19093)
+#   KAFKA_CONTROLLER_PORT  CONTROLLER port (default KAFKA_PORT + 1: 19093)
 #   KAFKA_ADVERTISED_PORT  the PLAINTEXT port clients are told to connect to (default
 #                          KAFKA_PORT): a fault proxy's, in front of the listener
 #   KAFKA_SASL_PORT        also open a SASL_SSL listener on this port (SCRAM-SHA-512,
@@ -77,7 +77,8 @@ PORT="${KAFKA_PORT:-19092}"
 # Per port: a broker on another port (another `make demo`, the tests) keeps its own state.
 STATE_DIR="${KAFKA_STATE_DIR:-.kafka/$PORT}"
 case "$STATE_DIR" in /*) ;; *) STATE_DIR="$ROOT/$STATE_DIR" ;; esac
-CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-19093}"
+# Beside its own PLAINTEXT port, so KAFKA_PORT alone moves a whole second broker.
+CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-$((PORT + 1))}"
 SASL_PORT="${KAFKA_SASL_PORT:-}"
 KEYSTORE_PEM="${KAFKA_SSL_KEYSTORE_PEM:-}"
 SCRAM_CREDENTIALS="${KAFKA_SCRAM_CREDENTIALS:-}"

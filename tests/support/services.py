@@ -184,13 +184,12 @@ def single_broker() -> Iterator[str]:
     if given:
         yield given
         return
-    already = service_script("kafka.sh", "status").returncode == 0
-    if not already:
-        up = service_script("kafka.sh", "up")
-        if up.returncode != 0:
-            pytest.fail(
-                f"the Kafka broker did not start (scripts/kafka.sh up):\n{up.stdout}\n{up.stderr}", pytrace=False
-            )
+    # up says whether it found the broker running: a status check first could time out on
+    # a busy host, and the session would then stop a broker someone else had started.
+    up = service_script("kafka.sh", "up")
+    if up.returncode != 0:
+        pytest.fail(f"the Kafka broker did not start (scripts/kafka.sh up):\n{up.stdout}\n{up.stderr}", pytrace=False)
+    already = "(already running" in up.stdout
     try:
         yield f"127.0.0.1:{os.environ.get('KAFKA_PORT', '19092')}"
     finally:
