@@ -229,3 +229,21 @@ def test_values_schema_refuses_an_agent_without_url_and_a_tag_for_a_digest(tmp_p
     assert out.returncode != 0 and "url" in out.stderr, out.stderr
     out = run_helm_template("image.digest=0.1.0")
     assert out.returncode != 0 and "digest" in out.stderr, out.stderr
+
+
+def test_more_secret_sources_and_environment_are_values_not_template_edits(tmp_path: Path) -> None:
+    """What deploy/base/deployment.yaml shows commented out (a Kafka OAUTHBEARER client
+    secret under /etc/bridge-secrets, a variable from a Secret for a *_env key) is values."""
+    oauth = {"name": "kafka-oauth", "items": [{"key": "client-secret", "path": "kafka-oauth/client-secret"}]}
+    client_id = {
+        "name": "BRIDGE_KAFKA_SASL_OAUTH_CLIENT_ID",
+        "valueFrom": {"secretKeyRef": {"name": "kafka-oauth", "key": "id"}},
+    }
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"secrets": {"extraSources": [{"secret": oauth}]}, "extraEnv": [client_id]}))
+    (dep,) = [o for o in helm_template(values_file=values) if o["kind"] == "Deployment"]
+    pod = dep["spec"]["template"]["spec"]
+    (secrets,) = [v for v in pod["volumes"] if v["name"] == "secrets"]
+    assert secrets["projected"]["sources"][-1] == {"secret": oauth}
+    (c,) = pod["containers"]
+    assert c["env"][-1] == client_id
