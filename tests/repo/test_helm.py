@@ -247,3 +247,28 @@ def test_more_secret_sources_and_environment_are_values_not_template_edits(tmp_p
     assert secrets["projected"]["sources"][-1] == {"secret": oauth}
     (c,) = pod["containers"]
     assert c["env"][-1] == client_id
+
+
+@pytest.mark.parametrize(
+    ("protocol", "mechanism", "sasl", "tls"),
+    [
+        ("SASL_SSL", "SCRAM-SHA-512", "scram_sha512", "enable"),
+        ("SASL_SSL", "SCRAM-SHA-256", "scram_sha256", "enable"),
+        ("SASL_PLAINTEXT", "PLAIN", "plaintext", "disable"),
+        ("SSL", "SCRAM-SHA-512", "none", "enable"),
+    ],
+)
+def test_keda_logs_in_to_kafka_as_the_bridge_does(protocol: str, mechanism: str, sasl: str, tls: str) -> None:
+    settings = (f"kafka.security_protocol={protocol}", f"kafka.sasl_mechanism={mechanism}")
+    (scaled,) = [o for o in helm_template("keda.enabled=true", *settings) if o["kind"] == "ScaledObject"]
+    (trigger,) = scaled["spec"]["triggers"]
+    assert (trigger["metadata"]["sasl"], trigger["metadata"]["tls"]) == (sasl, tls)
+
+
+def test_settings_the_chart_cannot_express_are_refused_not_rendered_wrong() -> None:
+    """KEDA's TriggerAuthentication carries a password, Strimzi's KafkaUser here SCRAM-SHA-512
+    credentials: another mechanism with them on fails the render and says why."""
+    out = run_helm_template("keda.enabled=true", "kafka.sasl_mechanism=OAUTHBEARER")
+    assert out.returncode != 0 and "TriggerAuthentication of your own" in out.stderr, out.stderr
+    out = run_helm_template("strimzi.enabled=true", "kafka.sasl_mechanism=SCRAM-SHA-256")
+    assert out.returncode != 0 and "manage the user yourself" in out.stderr, out.stderr

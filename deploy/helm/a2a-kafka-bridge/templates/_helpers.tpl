@@ -55,3 +55,26 @@
 {{- define "bridge.pushBaseUrl" -}}
 {{- .Values.push.baseUrl | default (printf "https://a2a-kafka-bridge-push.%s.svc:%d" .Release.Namespace (int .Values.push.port)) -}}
 {{- end -}}
+
+{{/*
+KEDA's kafka scaler's sasl and tls from the bridge's own Kafka settings, so the scaler
+logs in as the bridge does. Its TriggerAuthentication carries a user name and password:
+SASL mechanisms without one (OAUTHBEARER, GSSAPI) are refused here, not rendered wrong.
+*/}}
+{{- define "bridge.kedaSasl" -}}
+{{- $k := .Values.kafka -}}
+{{- if not (hasPrefix "SASL_" ($k.security_protocol | default "PLAINTEXT")) -}}
+none
+{{- else -}}
+{{- $m := dict "PLAIN" "plaintext" "SCRAM-SHA-256" "scram_sha256" "SCRAM-SHA-512" "scram_sha512" -}}
+{{- $sasl := get $m ($k.sasl_mechanism | default "") -}}
+{{- if not $sasl -}}
+{{- fail (printf "keda.enabled: KEDA's trigger logs in with a user name and password; kafka.sasl_mechanism %s needs a TriggerAuthentication of your own" ($k.sasl_mechanism | toString)) -}}
+{{- end -}}
+{{- $sasl -}}
+{{- end -}}
+{{- end }}
+
+{{- define "bridge.kedaTls" -}}
+{{- if has (.Values.kafka.security_protocol | default "PLAINTEXT") (list "SSL" "SASL_SSL") }}enable{{ else }}disable{{ end -}}
+{{- end }}
