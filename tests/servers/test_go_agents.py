@@ -1,6 +1,6 @@
 """The a2a-go v2 agent server (agents-go/) serves what its cards offer and runs
 bridge/demo/scripts.py's scripts step for step, so the bridge's tests against it
-(tests/integration/test_go_bindings.py) hold a third SDK to the same Tasks as the
+(tests/integration/test_independent_agents.py) hold a third SDK to the same Tasks as the
 a2a-sdk and @a2a-js/sdk servers. Plain HTTP here, no bridge code on the wire."""
 
 from __future__ import annotations
