@@ -4,14 +4,13 @@ its tables (`make config-reference`)."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from types import ModuleType
 
 import pytest
 
 from bridge.config import model
-from tests.support import ROOT
+from tests.support import ROOT, script_module
 
 DOC = ROOT / "docs" / "configuration.md"
 SCRIPT = ROOT / "scripts" / "render-config-reference.py"
@@ -24,11 +23,7 @@ SECTIONS = {
 
 
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("render_config_reference", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module(SCRIPT, "render_config_reference")
 
 
 def documented(section: str) -> list[str]:

@@ -4,7 +4,6 @@ a2a.proto gives each field the same number and type."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
@@ -12,18 +11,14 @@ import pytest
 from google.protobuf.descriptor import Descriptor
 
 from bridge.agents.grpc import a2a_pb2
-from tests.support import ROOT
+from tests.support import ROOT, script_module
 
 SCRIPT = ROOT / "scripts" / "gen-proto.py"
 PACKAGE = ROOT / "bridge" / "agents" / "grpc"
 
 
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_proto", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module(SCRIPT, "gen_proto")
 
 
 def test_the_generated_code_is_what_the_protos_generate(tmp_path: Path) -> None:

@@ -4,6 +4,17 @@ servers, ``bridge run``) the integration tests drive."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def script_module(path: Path, name: str) -> ModuleType:
+    """The script at ``path`` (scripts/*.py: its file name is no module name) as module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -6,7 +6,6 @@ bridge's metrics; the integration test runs them on a real Prometheus."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from tests.support import ROOT
+from tests.support import ROOT, script_module
 
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yaml"
 DASHBOARD = ROOT / "deploy" / "monitoring" / "a2a-kafka-bridge.json"
@@ -78,11 +77,7 @@ def dashboard_panels() -> list[Panel]:
 
 def render_script() -> ModuleType:
     """scripts/render-monitoring.py as a module (its file name is no module name)."""
-    spec = importlib.util.spec_from_file_location("render_monitoring", RENDER_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module(RENDER_SCRIPT, "render_monitoring")
 
 
 def variable_exprs() -> list[str]:
