@@ -11,6 +11,7 @@ import contextlib
 import gc
 import os
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -226,3 +227,36 @@ def report(result: dict[str, object]) -> None:
     sys.stdout.flush()
     if not sys.stdin.isatty():
         sys.stdin.read()
+
+
+def profile(pid: int, name: str, seconds: float) -> None:
+    """Opt-in (``BENCH_PROFILE=<folder>``): py-spy samples ``pid`` for ``seconds`` in the
+    background, its collapsed stacks written to ``<folder>/<name>.txt`` (py-spy's raw
+    format: one stack and its count per line). For finding where a measured phase's time
+    goes; the run's figures with a profiler attached are not the ones to report."""
+    folder = os.environ.get("BENCH_PROFILE")
+    if not folder:
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    spy = Path(sys.executable).parent / "py-spy"
+
+    subprocess.Popen(
+        [
+            str(spy),
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(int(seconds)),
+            "--rate",
+            "250",
+            "--format",
+            "raw",
+            "--nonblocking",
+            "-o",
+            str(Path(folder) / f"{name}.txt"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )

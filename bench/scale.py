@@ -67,7 +67,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import murmur2
 
 from bench import bridge_bench, proc
-from bench.services import BridgeProcess, FastSource, ServiceError
+from bench.services import ROOT, BridgeProcess, FastSource, ServiceError
 from bridge.config import model as config_mod
 from bridge.config.model import BridgeConfig, Config
 from bridge.demo.procs import free_port
@@ -89,7 +89,10 @@ SIZES: dict[str, tuple[str, int, int]] = {
 TARGETS = {
     "live": "<= 48 KB of RSS per live Task at 10,000 live",
     "resume": "<= 5 s to resume 1,000 live Tasks after a SIGKILL",
-    "restart": "<= 5 s from a SIGKILL to 2,000 live Tasks resumed by a restart under the same group_instance_id",
+    "restart": (
+        "<= 5 s from a SIGKILL to every live Task (2,000 at full size) resumed by a restart "
+        "under the same group_instance_id"
+    ),
     "rebalance": "group stable (no second rebalance); 10,000 live Tasks resumed <= 60 s (1,000,000 closed checkpoints)",
     "churn": "RSS flat: within 10 % of the value after the first 100,000 of 1,000,000 Tasks",
     "held": "<= 0.5 KB of RSS per closed Task inside the dedupe window",
@@ -413,6 +416,9 @@ class Scale:
     partitions: int = 6
     results: dict[str, Any] = field(default_factory=dict)
     extra_pids: dict[str, int] = field(default_factory=dict)
+    # BENCH_SCALE_BRIDGE: a checkout of another commit whose bridge the measures run
+    # (with this harness and venv), for a change's before and after in alternating runs.
+    root: Path = field(default_factory=lambda: Path(os.environ.get("BENCH_SCALE_BRIDGE") or ROOT).resolve())
 
     def n(self, key: str) -> int:
         env, full, quick = SIZES[key]
@@ -463,7 +469,7 @@ class Scale:
         config = config_mod.load(path, env={})
         if create:
             await topics.ensure(config, create=True)
-        process = BridgeProcess(path, self.log_dir / f"{name}.bridge.log", env=env)
+        process = BridgeProcess(path, self.log_dir / f"{name}.bridge.log", env=env, root=self.root)
         async with httpx.AsyncClient(timeout=10) as http:
             await process.ready(http, timeout=300)
         return process, config, path
@@ -516,6 +522,7 @@ class Scale:
                 result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
                 print(f"  FAILED: {result['error']}", flush=True)
             result["target"] = TARGETS[m]
+            result["bridge_checkout"] = str(self.root)
             result["wall_seconds"] = round(time.monotonic() - started, 1)
             self.results[m] = result
             print(f"  -> {headline(m, result)}", flush=True)
@@ -703,10 +710,14 @@ class Scale:
             waited = await wait_for("the group to be empty", lambda: self._group_empty(config.kafka.group_id), 120)
         t_spawn = time.monotonic()
         spawn_wall = time.time()
-        bridge = BridgeProcess(path, bridge.log_path, env=env)
+        bridge = BridgeProcess(path, bridge.log_path, env=env, root=self.root)
+        profiled = f"{path.stem}-{(env or {}).get('BRIDGE_KAFKA_GROUP_INSTANCE_ID', 'respawn')}"
+        proc.profile(bridge.pid, profiled, 15)
+        proc.profile(source.pid, f"{profiled}-source", 15)
         ready_s: float | None = None
         all_s: float | None = None
         deadline = t_spawn + 300
+        timeline: list[tuple[float, int]] = []  # (seconds since the spawn, streams open)
         while time.monotonic() < deadline:
             bridge.check()
             if ready_s is None and bridge.ops:
@@ -715,8 +726,12 @@ class Scale:
                         ready_s = time.monotonic() - t_spawn
             else:
                 bridge.find_ops()
-            if (await source.stats(http))["open"].get("resubscribe", 0) >= n:
-                all_s = time.monotonic() - t_spawn
+            opened = (await source.stats(http))["open"].get("resubscribe", 0)
+            now = time.monotonic() - t_spawn
+            if not timeline or now - timeline[-1][0] >= 0.25:
+                timeline.append((round(now, 2), opened))
+            if opened >= n:
+                all_s = now
                 break
             await asyncio.sleep(0.02)
         if all_s is None:
@@ -738,6 +753,7 @@ class Scale:
             "seconds_waited_for_empty_group": round(waited, 3),
             "resubscribe_requests": stats["requests"].get("tasks/resubscribe", 0) - before,
             "unknown_resubscribes": stats["unknown_resubscribes"],
+            "streams_open_over_time": timeline,
             "log": dataclasses.asdict(facts),
         }
 
@@ -797,7 +813,9 @@ class Scale:
                 bridge, config, path, tail = await self._hold(n, name, source, http, env={pod: "bridge-pod-a"})
                 # Restored Tasks reconnect at this pace (BRIDGE_BRIDGE_RESUME_RATE_PER_SECOND overrides it).
                 rate = os.environ.get("BRIDGE_BRIDGE_RESUME_RATE_PER_SECOND")
-                out["resume_rate_per_second"] = float(rate) if rate else config.bridge.resume_rate_per_second
+                # Another checkout's bridge (BENCH_SCALE_BRIDGE) has its own default: not known here.
+                default = config.bridge.resume_rate_per_second if self.root == ROOT.resolve() else None
+                out["resume_rate_per_second"] = float(rate) if rate else default
                 # (variant, the new process's group_instance_id)
                 for variant, instance in (("container_restart", "bridge-pod-a"), ("pod_deletion", "bridge-pod-b")):
                     bridge, out[variant] = await self._respawn(
@@ -856,7 +874,7 @@ class Scale:
             await tail.start()
             t_spawn = time.monotonic()
             spawn_wall = time.time()
-            bridge = BridgeProcess(path, self.log_dir / f"{name}.bridge.log")
+            bridge = BridgeProcess(path, self.log_dir / f"{name}.bridge.log", root=self.root)
             probe: OpsProbe | None = None
             async with httpx.AsyncClient(timeout=30) as http:
                 all_s: float | None = None
@@ -1148,7 +1166,7 @@ class Scale:
             # The same closed Tasks restored from their checkpoints by a new process: what the
             # records themselves cost, apart from whatever the running path left behind.
             await asyncio.to_thread(bridge.stop)
-            bridge = BridgeProcess(path, bridge.log_path, env=env)
+            bridge = BridgeProcess(path, bridge.log_path, env=env, root=self.root)
             async with httpx.AsyncClient(timeout=10) as http:
                 await bridge.ready(http, timeout=600)
             restarted = await rss_settled(bridge.pid)
