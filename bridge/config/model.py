@@ -293,9 +293,11 @@ class BridgeConfig:
     # (bench/results/tuned-config-buffers-pools.json).
     http_pools: int = field(default=32, metadata=POSITIVE)
     # Restored Tasks reconnect at most this many a second per process, and not while
-    # the event loop lags: not all at once. 1,000 resumes 2,000 Tasks of a restarted
-    # container in 2 s (bench/results/scale-restart-token-bucket.json).
-    resume_rate_per_second: float = field(default=1000.0, metadata=POSITIVE)
+    # the event loop lags: not all at once. Past ~1,500 a second this machine's two
+    # cores (bridge and agent) set the pace, not this
+    # (bench/results/2026-12-06-resume-10k-gc-deferred.json);
+    # each agent's share is bounded by its own resume_rate_per_second.
+    resume_rate_per_second: float = field(default=2500.0, metadata=POSITIVE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +320,11 @@ class AgentConfig:
     stream_idle_seconds: float = field(default=300.0, metadata=POSITIVE)
     poll_initial_seconds: float = field(default=0.5, metadata=POSITIVE)
     poll_max_seconds: float = field(default=10.0, metadata=POSITIVE)
+    # After a restart or a rebalance, this agent's restored Tasks reconnect at most
+    # this many a second (besides bridge.resume_rate_per_second, the process's pace):
+    # what this agent (its gateway, its TLS terminator) should take at once. 0: only
+    # the process's pace.
+    resume_rate_per_second: float = field(default=0.0, metadata=NON_NEGATIVE)
     # The most the bridge reads in one piece from this agent: one SSE event, and
     # one JSON response (a tasks/get snapshot carries every artifact). Past it
     # the Task is closed as `unreadable` instead of growing memory without bound.

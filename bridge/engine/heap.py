@@ -8,10 +8,11 @@ long as the process out of the garbage collector's walks (:func:`settle_heap`).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 # The collector's youngest generation is collected after this many net allocations
 # (Python's default is 700); see settle_heap.
@@ -71,6 +72,45 @@ def settle_heap() -> None:
     gc.freeze()
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG_GC_THRESHOLD, older, oldest)
+
+
+# While deferred, the older generations' thresholds: never reached in practice.
+_DEFERRED = 1 << 30
+
+
+class _Deferrals:
+    open = 0  # nested deferrals open now
+    thresholds: tuple[int, int] = (10, 10)  # the older generations' thresholds to put back
+
+
+_deferrals = _Deferrals()
+
+
+@contextlib.contextmanager
+def old_collections_deferred() -> Iterator[None]:
+    """While thousands of restored Tasks reconnect, only the youngest generation is
+    collected. What a reconnecting Task allocates (its connection, its stream's state)
+    lives as long as the Task, so collections of the older generations then find
+    nothing to free, and they walk a heap that grows with every Task: restoring
+    10,000 Tasks ran four full collections of up to half a second each (while the
+    loop was stopped, heartbeats too) and older collections of ~20 ms every few
+    hundred resumes, 1.3 s of the 10 s it took, and the lag they caused held the
+    resume turns back longer still (bench/results/2026-12-06-resume-10k-gc-deferred.json). Young
+    cycles (a request's garbage) are still freed; the older generations are
+    collected as before once the last deferral ends. Nested deferrals (one per
+    pace) end together."""
+    d = _deferrals
+    if d.open == 0:
+        young, older, oldest = gc.get_threshold()
+        d.thresholds = (older, oldest)
+        gc.set_threshold(young, _DEFERRED, _DEFERRED)
+    d.open += 1
+    try:
+        yield
+    finally:
+        d.open -= 1
+        if d.open == 0:
+            gc.set_threshold(gc.get_threshold()[0], *d.thresholds)
 
 
 def resident_bytes() -> int:

@@ -114,9 +114,10 @@ class TaskSources:
         next owner knows it may have reached the agent."""
         await self._owner.txn.committed_from_now()
 
-    async def resume_turn(self) -> None:
-        """Wait for a restored Task's turn to reconnect (paced for the whole process)."""
-        await self._owner.host.resume_turn()
+    async def resume_turn(self, agent: str) -> None:
+        """Wait for a restored Task's turn to reconnect to ``agent`` (paced for the whole
+        process, and for the agent if it has a pace of its own)."""
+        await self._owner.host.resume_turn(agent)
 
     async def notifications_read(self) -> None:
         await self._owner.notes.read()

@@ -219,7 +219,7 @@ class TaskRunner:
             self._spawn(cancelling.cancel(f))
         mode = f.next_mode()
         if mode in (RESUBSCRIBING, PUSH):
-            await self.src.resume_turn()
+            await self.src.resume_turn(self.record.agent)
             self._follow(Step(mode, why="restart", reconcile=True))
         elif mode is AUTH_WATCH:
             self._follow(Step(mode))

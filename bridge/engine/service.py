@@ -142,8 +142,14 @@ class Service:
             max_rss_bytes=b.max_rss_bytes,
             max_loop_lag_seconds=b.max_loop_lag_seconds,
         )
-        # Restored Tasks' turns to reconnect, one queue for the process.
+        # Restored Tasks' turns to reconnect: one queue for the process, and one more for
+        # each agent with a pace of its own (a Task waits for its agent's turn first).
         self._turns = Turns(ResumeTurns(b.resume_rate_per_second, b.max_loop_lag_seconds), lambda: self.admission.lag)
+        self._agent_turns = {
+            name: Turns(ResumeTurns(agent.resume_rate_per_second, b.max_loop_lag_seconds), lambda: self.admission.lag)
+            for name, agent in config.agents.items()
+            if agent.resume_rate_per_second
+        }
         # The partitions of this member (bridge/engine/ownership.py).
         self.ownership = Ownership(self)
 
@@ -246,8 +252,12 @@ class Service:
         admit() refuses with, /readyz shows and the capacity gauges say."""
         return self.admission.held_by(starting=self.starting(), working=self.active(), live=self.live())
 
-    async def resume_turn(self) -> None:
-        """A restored Task's turn to reconnect to its agent (bridge/engine/turns.py)."""
+    async def resume_turn(self, agent: str) -> None:
+        """A restored Task's turn to reconnect to ``agent`` (bridge/engine/turns.py): its
+        agent's turn if that agent has a pace of its own, then the process's."""
+        own = self._agent_turns.get(agent)
+        if own is not None:
+            await own.turn()
         await self._turns.turn()
 
     def admit(self) -> bool:
@@ -310,7 +320,8 @@ class Service:
                     await ops.stop()
                 watch.cancel()
                 cards.cancel()
-                self._turns.close()
+                for turns in (self._turns, *self._agent_turns.values()):
+                    turns.close()
                 self._producers.close()
         return self._exit_code()
 

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable
 
 from bridge.core.process.capacity import ResumeTurns
+from bridge.engine.heap import old_collections_deferred
 
 
 class Turns:
@@ -37,6 +38,10 @@ class Turns:
             self._handing.cancel()
 
     async def _hand_out(self) -> None:
+        with old_collections_deferred():
+            await self._hand_out_queued()
+
+    async def _hand_out_queued(self) -> None:
         while self._queue:
             hold = self._pace.hold(self._lag())
             if hold:
@@ -48,4 +53,5 @@ class Turns:
                 if not turn.done():  # else its runner was stopped meanwhile (partition released)
                     turn.set_result(None)
                     due -= 1
-            await asyncio.sleep(self._pace.gap())
+            if self._queue:  # else done now: the deferred collections come back at once
+                await asyncio.sleep(self._pace.gap())

@@ -126,7 +126,7 @@ class FakePartition:
     async def space(self) -> None:
         pass
 
-    async def resume_turn(self) -> None:
+    async def resume_turn(self, agent: str) -> None:
         pass
 
     def client(self, record: TaskRecord) -> FakeClient:

@@ -69,3 +69,28 @@ def test_a_ticks_freed_batches_are_reused_without_faulting_pages_in_again() -> N
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
     # Handed back to the OS after each tick, every page would fault again: 20 x 6 x 64.
     assert faults < 20 * 6 * 64 // 10
+
+
+def test_older_collections_deferred_while_any_deferral_is_open(restore_gc: None) -> None:
+    gc.set_threshold(700, 10, 10)
+    with service.old_collections_deferred():
+        deferred = gc.get_threshold()
+        with service.old_collections_deferred():
+            pass
+        # One pace's wave ended; another's goes on: still deferred.
+        assert gc.get_threshold() == deferred
+    assert deferred[0] == 700 and deferred[1] > 1_000_000 and deferred[2] > 1_000_000
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_young_cycles_are_still_freed_while_older_collections_wait(restore_gc: None) -> None:
+    gc.set_threshold(100, 10, 10)
+    with service.old_collections_deferred():
+        a, b = _Node(), _Node()
+        a.other, b.other = b, a
+        gone = weakref.ref(a)
+        del a, b
+        kept = [_Node() for _ in range(500)]  # net allocations: young collections run
+        assert gone() is None
+        assert len(kept) == 500
+        assert gc.get_count()[1] > 0  # they ran

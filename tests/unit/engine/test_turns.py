@@ -6,13 +6,23 @@ No Kafka, no HTTP: the Service's turn queue alone, through its public methods.
 from __future__ import annotations
 
 import asyncio
+import gc
 
-from bridge.config.model import BridgeConfig, Config
+from bridge.config.model import AgentConfig, BridgeConfig, Config
 from bridge.engine.service import Service
 
 
-def service(rate: float) -> Service:
-    return Service(Config(bridge=BridgeConfig(resume_rate_per_second=rate, max_loop_lag_seconds=0.5)))
+def service(rate: float, agents: dict[str, float] | None = None) -> Service:
+    """``agents``: an agent's name and its own resume_rate_per_second (0: none)."""
+    return Service(
+        Config(
+            bridge=BridgeConfig(resume_rate_per_second=rate, max_loop_lag_seconds=0.5),
+            agents={
+                name: AgentConfig(name=name, url=f"http://{name}.test", resume_rate_per_second=own)
+                for name, own in (agents or {}).items()
+            },
+        )
+    )
 
 
 async def test_turns_are_handed_out_at_the_process_rate_whatever_the_partitions() -> None:
@@ -21,7 +31,7 @@ async def test_turns_are_handed_out_at_the_process_rate_whatever_the_partitions(
     times: list[float] = []
 
     async def restored() -> None:
-        await svc.resume_turn()
+        await svc.resume_turn("writer")
         times.append(loop.time())
 
     # Forty Tasks of "six partitions": they share one queue.
@@ -33,9 +43,9 @@ async def test_turns_are_handed_out_at_the_process_rate_whatever_the_partitions(
 
 async def test_a_cancelled_wait_takes_no_turn_from_the_next() -> None:
     svc = service(rate=1000)
-    first = asyncio.ensure_future(svc.resume_turn())
-    gone = asyncio.ensure_future(svc.resume_turn())
-    waiting = asyncio.ensure_future(svc.resume_turn())
+    first = asyncio.ensure_future(svc.resume_turn("writer"))
+    gone = asyncio.ensure_future(svc.resume_turn("writer"))
+    waiting = asyncio.ensure_future(svc.resume_turn("writer"))
     await asyncio.sleep(0)  # all three queued, none handed out yet
     gone.cancel()  # its runner stopped (partition released)
     await asyncio.wait_for(asyncio.gather(first, waiting), 2)
@@ -45,7 +55,41 @@ async def test_a_cancelled_wait_takes_no_turn_from_the_next() -> None:
 async def test_a_lagging_loop_holds_turns_but_still_lets_them_through() -> None:
     svc = service(rate=1000)
     svc.admission.sampled(1.0, rss=0, starting=0)  # past half of max_loop_lag_seconds, and it stays
-    waiting = asyncio.ensure_future(svc.resume_turn())
+    waiting = asyncio.ensure_future(svc.resume_turn("writer"))
     await asyncio.sleep(0.6)
     assert not waiting.done()
     await asyncio.wait_for(waiting, 3)
+
+
+async def test_an_agent_with_a_pace_of_its_own_gets_turns_no_faster_while_others_go_at_the_process_rate() -> None:
+    svc = service(rate=2000, agents={"gateway": 100, "writer": 0})
+    loop = asyncio.get_running_loop()
+    times: dict[str, list[float]] = {"gateway": [], "writer": []}
+
+    async def restored(agent: str) -> None:
+        await svc.resume_turn(agent)
+        times[agent].append(loop.time())
+
+    began = loop.time()
+    await asyncio.gather(*(restored(agent) for _ in range(20) for agent in ("gateway", "writer")))
+    gateway, writer = times["gateway"], times["writer"]
+    # The gateway's 19 gaps are at least 0.5 / 100 s each; the writer's twenty went at
+    # 2,000 a second, long before the gateway's last (not behind it in one queue).
+    assert gateway[-1] - gateway[0] >= 19 * 0.5 / 100
+    assert writer[-1] - began < (gateway[-1] - began) / 2
+
+
+async def test_older_collections_wait_while_turns_are_handed_out_and_come_back_after() -> None:
+    before = gc.get_threshold()
+    svc = service(rate=200)
+    seen: list[tuple[int, int, int]] = []
+
+    async def restored() -> None:
+        await svc.resume_turn("writer")
+        seen.append(gc.get_threshold())
+
+    await asyncio.gather(*(restored() for _ in range(10)))
+    # Handed out, the queue empty: the hand-out ends and puts the thresholds back.
+    await asyncio.sleep(0.1)
+    assert seen and all(t[1] > 1000 * before[1] and t[2] > 1000 * before[2] for t in seen[:-1])
+    assert gc.get_threshold() == before
