@@ -84,6 +84,7 @@ import os
 import re
 import secrets
 import signal
+import ssl
 import sys
 import time
 from collections import Counter, OrderedDict, deque
@@ -431,6 +432,9 @@ class Source:
         self.modes: Counter[str] = Counter()
         self.open: Counter[str] = Counter()  # open SSE responses by kind
         self.connections = 0
+        # Connections to the TLS listener (--tls-port), and how many of them resumed a session.
+        self.tls_handshakes = 0
+        self.tls_resumed = 0
         self.unknown_resubscribes = 0
         self.push_configs = 0  # sends that carried a push config
         self.rate = 0.0
@@ -478,6 +482,10 @@ class Source:
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        tls = writer.get_extra_info("ssl_object")
+        if tls is not None:
+            self.tls_handshakes += 1
+            self.tls_resumed += tls.session_reused
         try:
             while True:
                 try:
@@ -553,6 +561,8 @@ class Source:
             "open_streams": sum(self.open.values()),
             "open": dict(self.open),
             "connections": self.connections,
+            "tls_handshakes": self.tls_handshakes,
+            "tls_resumed": self.tls_resumed,
             "requests": dict(self.requests),
             "tasks_by_mode": dict(self.modes),
             "live_tasks": len(self.live),
@@ -1031,7 +1041,10 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], code: grpc.StatusC
     await context.abort(code, message, trailing_metadata=(("grpc-status-details-bin", details),))
 
 
-async def main_async(host: str, port: int, keep: int, grpc_port: int = 0) -> None:
+async def main_async(
+    host: str, port: int, keep: int, grpc_port: int = 0, tls: tuple[int, str, str] | None = None
+) -> None:
+    """``tls``: (port, certificate file, key file) of a second, TLS listener serving the same."""
     source = Source(keep)
     agent = grpc.aio.server()
     agent.add_generic_rpc_handlers((GrpcAgent(source).handler(),))
@@ -1039,6 +1052,14 @@ async def main_async(host: str, port: int, keep: int, grpc_port: int = 0) -> Non
     await agent.start()
     print(f"fastsource gRPC on {source.grpc_url}", flush=True)
     server = await asyncio.start_server(source.serve, host, port, backlog=4096, limit=1 << 20)
+    secure = None
+    if tls is not None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(tls[1], tls[2])
+        secure = await asyncio.start_server(
+            source.serve, host, tls[0], ssl=context, backlog=4096, limit=1 << 20, ssl_handshake_timeout=30
+        )
+        print(f"fastsource TLS on https://{host}:{secure.sockets[0].getsockname()[1]}", flush=True)
     # The source stands in for agents on other machines: holding 10,000 streams, its
     # full collections took seconds of a resume measure on this machine's two cores.
     # Its objects live as long as a run, so the older generations are seldom walked.
@@ -1064,8 +1085,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--keep", type=int, default=50_000, help="finished Tasks remembered for tasks/get and replay")
     ap.add_argument("--grpc-port", type=int, default=0, help="the gRPC agent's port (0: a free one)")
+    ap.add_argument(
+        "--tls-port", type=int, default=0, help="also serve over TLS on this port (with --tls-cert, --tls-key)"
+    )
+    ap.add_argument("--tls-cert", default="")
+    ap.add_argument("--tls-key", default="")
     a = ap.parse_args(argv)
-    asyncio.run(main_async(a.host, a.port, a.keep, a.grpc_port))
+    tls = (a.tls_port, a.tls_cert, a.tls_key) if a.tls_port else None
+    asyncio.run(main_async(a.host, a.port, a.keep, a.grpc_port, tls))
     os._exit(0)  # held connections need no orderly close
 
 

@@ -116,6 +116,10 @@ BATCH = 500
 BURST_DEADLINE_S = 900
 # How long the rebalance measure waits for every live Task to be resumed (10x the target).
 REBALANCE_DEADLINE_S = 600
+# BENCH_SCALE_TLS=1: live, resume and restart measure agents served over TLS (the source's
+# own certificate): each reconnect is a TLS handshake, and `tls_resumed` counts those
+# that resumed a session.
+TLS_AGENTS = os.environ.get("BENCH_SCALE_TLS", "") not in ("", "0")
 # The live measure's session timeout (BENCH_SCALE_LIVE_SESSION_TIMEOUT_MS; the bridge's default is 10,000).
 LIVE_SESSION_TIMEOUT_MS = int(os.environ.get("BENCH_SCALE_LIVE_SESSION_TIMEOUT_MS") or 120_000)
 RESTORED = re.compile(r"partition (\d+) restored")
@@ -454,15 +458,16 @@ class Scale:
                 "base_url": f"http://127.0.0.1:{port}",
                 "token_secret_file": str(secret),
             }
+        tls = source.tls_ca_file is not None
         path = bridge_bench.write_config(
             self.log_dir,
             name,
             bootstrap=self.bootstrap,
-            source_url=source.a2a_url,
+            source_url=source.tls_a2a_url if tls else source.a2a_url,
             partitions=self.partitions,
             bridge={"default_deadline_seconds": 86_400, "resume_deadline_seconds": 120, **(bridge or {})},
             kafka={**KAFKA_DEFAULTS, **(kafka or {})},
-            agent={"stream_idle_seconds": 86_400},
+            agent={"stream_idle_seconds": 86_400, "tls_ca_file": str(source.tls_ca_file) if tls else None},
             agents=agents,
             push=push_section,
         )
@@ -534,7 +539,7 @@ class Scale:
         pushed = self.n("live_push")
         half = n // 2
         name = self.name("live")
-        source = FastSource(self.log_dir, name=f"{name}.source")
+        source = FastSource(self.log_dir, name=f"{name}.source", tls=TLS_AGENTS)
         bridge: BridgeProcess | None = None
         config: Config | None = None
         tail: EventTail | None = None
@@ -699,7 +704,9 @@ class Scale:
         """SIGKILL ``bridge``, start another (with ``env``; once the group is empty if
         ``wait_empty``): the new process, and how long until the ``n`` streams were
         open again, counted by the source (``tasks/resubscribe``)."""
-        before = (await source.stats(http))["requests"].get("tasks/resubscribe", 0)
+        at_kill = await source.stats(http)
+        before = at_kill["requests"].get("tasks/resubscribe", 0)
+        tls_before = (at_kill.get("tls_handshakes", 0), at_kill.get("tls_resumed", 0))
         t_kill = time.monotonic()
         bridge.kill()
         await wait_for(
@@ -753,6 +760,8 @@ class Scale:
             "seconds_waited_for_empty_group": round(waited, 3),
             "resubscribe_requests": stats["requests"].get("tasks/resubscribe", 0) - before,
             "unknown_resubscribes": stats["unknown_resubscribes"],
+            "tls_handshakes": stats.get("tls_handshakes", 0) - tls_before[0],
+            "tls_resumed": stats.get("tls_resumed", 0) - tls_before[1],
             "streams_open_over_time": timeline,
             "log": dataclasses.asdict(facts),
         }
@@ -772,7 +781,7 @@ class Scale:
     async def measure_resume(self) -> dict[str, Any]:
         n = self.n("resume")
         name = self.name("resume")
-        source = FastSource(self.log_dir, name=f"{name}.source")
+        source = FastSource(self.log_dir, name=f"{name}.source", tls=TLS_AGENTS)
         bridge: BridgeProcess | None = None
         config: Config | None = None
         tail: EventTail | None = None
@@ -798,7 +807,7 @@ class Scale:
         waits for the dead member's session timeout."""
         n = self.n("restart")
         name = self.name("restart")
-        source = FastSource(self.log_dir, name=f"{name}.source")
+        source = FastSource(self.log_dir, name=f"{name}.source", tls=TLS_AGENTS)
         bridge: BridgeProcess | None = None
         config: Config | None = None
         tail: EventTail | None = None

@@ -19,8 +19,9 @@ from typing import IO, Any
 import httpx
 from aiokafka.admin import AIOKafkaAdminClient
 
+from bench.certs import certificate
 from bridge.config.model import BridgeConfig, Config, KafkaConfig
-from bridge.demo.procs import ServerDidNotStart, start_listening, stop_group
+from bridge.demo.procs import ServerDidNotStart, free_port, start_listening, stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA_SH = ROOT / "scripts" / "kafka.sh"
@@ -118,9 +119,17 @@ class Broker:
 class FastSource:
     """The fast source (``python -m bench.fastsource --port 0``), see :mod:`bench.fastsource`."""
 
-    def __init__(self, log_dir: Path, keep: int = 50_000, name: str = "fastsource") -> None:
+    def __init__(self, log_dir: Path, keep: int = 50_000, name: str = "fastsource", tls: bool = False) -> None:
+        """``tls``: also serve the agents over TLS (a fresh self-signed certificate in
+        ``log_dir``): :attr:`tls_a2a_url`, trusted through :attr:`tls_ca_file`."""
         self.argv = [sys.executable, "-m", "bench.fastsource", "--port", "0", "--keep", str(keep)]
         self.log_path = log_dir / f"{name}.log"
+        self.tls_port = 0
+        self.tls_ca_file: Path | None = None
+        if tls:
+            self.tls_ca_file, key = certificate(log_dir, f"{name}.tls")
+            self.tls_port = free_port()
+            self.argv += ["--tls-port", str(self.tls_port), "--tls-cert", str(self.tls_ca_file), "--tls-key", str(key)]
         try:
             self.proc, self.url = start_listening(self.argv, self.log_path, cwd=ROOT)
         except ServerDidNotStart as exc:
@@ -129,6 +138,10 @@ class FastSource:
     @property
     def a2a_url(self) -> str:
         return f"{self.url}/newmoi/agents/a2a"
+
+    @property
+    def tls_a2a_url(self) -> str:
+        return f"https://127.0.0.1:{self.tls_port}/newmoi/agents/a2a"
 
     @property
     def pid(self) -> int:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime
 import os
 import random
 import signal
@@ -45,11 +44,8 @@ from typing import Any
 
 import httpx
 import orjson
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from bench.certs import certificate
 from bench.services import ROOT, Broker, delete_topics
 from bridge.config import model as config_mod
 from bridge.core.task import push
@@ -246,28 +242,6 @@ def sockets_and_fds(pid: int) -> tuple[int, int]:
     return sockets, fds
 
 
-def certificate(directory: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "push.crt", directory / "push.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
-
-
 def write_config(directory: Path, bootstrap: str, name: str, tls: bool) -> Path:
     (directory / "secret").write_text(SECRET)
     lines = [
@@ -285,7 +259,7 @@ def write_config(directory: Path, bootstrap: str, name: str, tls: bool) -> Path:
         f'token_secret_file = "{directory / "secret"}"',
     ]
     if tls:
-        cert, key = certificate(directory)
+        cert, key = certificate(directory, "push")
         lines += [f'tls_cert_file = "{cert}"', f'tls_key_file = "{key}"']
     path = directory / "bridge.toml"
     path.write_text("\n".join(lines) + "\n")
