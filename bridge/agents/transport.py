@@ -22,7 +22,11 @@ drives, and replaces what lies between them:
   other body, and keeps the connection's state;
 - the keep-alive pool is a stack of idle connections per origin: taking and
   returning one costs the same with 10 or 10,000 open streams (httpcore's
-  pool scans every connection on each request and close).
+  pool scans every connection on each request and close);
+- a new TLS connection offers the session an earlier one to the same server name
+  got (:class:`_Sessions`): an SSE stream holds its connection, so a restart's
+  thousands of resumes each open one, and each would otherwise check the
+  certificate chain again.
 
 A connection goes back to the pool only when both sides finished the exchange
 by h11's rules and neither asked to close; anything else (an error, a body
@@ -55,6 +59,7 @@ import ssl
 import threading
 import time
 import urllib.request
+from asyncio.sslproto import SSLProtocol
 from collections.abc import AsyncIterator, Sequence
 
 import h11
@@ -245,13 +250,23 @@ class _Stream:
         """Whether an idle connection has news: bytes nobody asked for, or its close."""
         return self._sock.eof or bool(self._sock.chunks)
 
+    def tls_session(self, unless_resumed: bool) -> ssl.SSLSession | None:
+        """The TLS session the server gave this connection, if it can be resumed (a
+        TLS 1.3 ticket arrives after the handshake: ask once a response came); with
+        ``unless_resumed``, None for a connection that resumed one. Reading a session
+        copies it (CPython duplicates a TLS 1.3 session through its encoding,
+        certificate and all: ~0.2 ms), so a session that still works is not read again."""
+        tls = self._transport.get_extra_info("ssl_object")
+        if tls is None or (unless_resumed and tls.session_reused):
+            return None
+        session = tls.session
+        return session if session is not None and (session.has_ticket or session.id) else None
+
     async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str, timeout: float | None) -> _Stream:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
-                transport = await loop.start_tls(
-                    self._transport, self._sock, ssl_context, server_hostname=server_hostname
-                )
+                transport = await _start_tls(loop, self._transport, self._sock, ssl_context, server_hostname)
         except TimeoutError:
             self._transport.abort()
             raise httpx.ConnectTimeout("TLS handshake timed out") from None
@@ -263,6 +278,46 @@ class _Stream:
         assert isinstance(transport, asyncio.Transport)
         self._sock.transport = transport
         return _Stream(transport, self._sock)
+
+
+class _TLSProtocol(SSLProtocol):
+    """asyncio's TLS layer with a smaller buffer for the encrypted bytes received.
+
+    asyncio gives each TLS connection a zero-filled 256 KiB buffer of its own, which
+    a TLS record (at most 16 KiB and its overhead) never fills: a streaming Task over
+    TLS cost 123.5 KiB of RSS, 35.5 with this one, and allocating it was the largest
+    Python-side cost of a handshake after OpenSSL's own
+    (bench/results/2026-12-06-resume-10k-tls-sessions.json). Twice a record's size
+    keeps a read to one pass."""
+
+    max_size = 32 * 1024
+
+
+async def _start_tls(
+    loop: asyncio.AbstractEventLoop,
+    transport: asyncio.Transport,
+    protocol: asyncio.BaseProtocol,
+    context: ssl.SSLContext,
+    server_hostname: str,
+) -> asyncio.Transport:
+    """:meth:`asyncio.loop.start_tls` with :class:`_TLSProtocol` (asyncio takes no
+    protocol class): the same steps, in the same order."""
+    waiter = loop.create_future()
+    tls = _TLSProtocol(loop, protocol, context, waiter, False, server_hostname, call_connection_made=False)
+    # Paused, so that no data reaches the TLS protocol before its connection_made.
+    transport.pause_reading()
+    transport.set_protocol(tls)
+    made = loop.call_soon(tls.connection_made, transport)
+    resumed = loop.call_soon(transport.resume_reading)
+    try:
+        await waiter
+    except BaseException:
+        transport.close()
+        made.cancel()
+        resumed.cancel()
+        raise
+    app: asyncio.Transport = tls._app_transport  # what loop.start_tls returns
+    return app
 
 
 async def connect(host: str, port: int, timeout: float | None) -> _Stream:
@@ -505,6 +560,51 @@ class _InflatedBody(_Body):
                 yield piece
 
 
+class _Sessions:
+    """TLS sessions to offer again, the newest per server name, for one SSL context
+    (a session belongs to the context that made it). asyncio's TLS layer has no
+    session argument; it makes each connection's TLS object with the context's
+    ``wrap_bio``, so that call is wrapped, on this context alone, to offer the name's
+    session: a resumed handshake skips the certificate's chain and signature checks,
+    most of a full one's cost, and its round trip on TLS 1.2."""
+
+    _ATTR = "_bridge_tls_sessions"
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, ssl.SSLSession] = {}
+
+    @classmethod
+    def of(cls, context: ssl.SSLContext) -> _Sessions:
+        """The context's sessions, its ``wrap_bio`` wrapped once (pools share a context)."""
+        found = getattr(context, cls._ATTR, None)
+        if isinstance(found, cls):
+            return found
+        sessions = cls()
+        wrap = context.wrap_bio
+
+        def wrap_bio(
+            incoming: ssl.MemoryBIO,
+            outgoing: ssl.MemoryBIO,
+            server_side: bool = False,
+            server_hostname: str | bytes | None = None,
+            session: ssl.SSLSession | None = None,
+        ) -> ssl.SSLObject:
+            if session is None and not server_side and isinstance(server_hostname, str):
+                session = sessions.by_name.get(server_hostname)
+            return wrap(incoming, outgoing, server_side, server_hostname, session)
+
+        setattr(context, "wrap_bio", wrap_bio)  # noqa: B010 - on this instance, not the class
+        setattr(context, cls._ATTR, sessions)
+        return sessions
+
+    def keep(self, name: str, stream: _Stream) -> None:
+        """After a response on a new connection: its session, to offer next time, unless
+        it resumed the one kept (the server still takes it)."""
+        session = stream.tls_session(unless_resumed=name in self.by_name)
+        if session is not None:
+            self.by_name[name] = session
+
+
 class Transport(httpx.AsyncBaseTransport):
     """httpx's transport for HTTP/1.1 agents, on :class:`_Socket` connections.
 
@@ -518,6 +618,7 @@ class Transport(httpx.AsyncBaseTransport):
             raise ValueError("bridge.agents.transport.Transport does not cap connections: pass max_connections=None")
         self._ssl = ssl_context
         self._ssl.set_alpn_protocols(["http/1.1"])
+        self._sessions = _Sessions.of(ssl_context)
         self._keep = limits.max_keepalive_connections or 0
         self._expiry = limits.keepalive_expiry
         self._idle: dict[Origin, list[_Connection]] = {}
@@ -553,12 +654,14 @@ class Transport(httpx.AsyncBaseTransport):
         origin = (url.raw_scheme, url.raw_host, url.port or (443 if tls else 80))
         timeouts = request.extensions.get("timeout", {})
         conn = self._take(origin)
+        resumable = None  # the server name of a new TLS connection
         try:
             if conn is None:
                 host = url.raw_host.decode("ascii")
                 stream = await connect(host, origin[2], timeouts.get("connect"))
                 if tls:
                     stream = await stream.start_tls(self._ssl, host, timeouts.get("connect"))
+                    resumable = host
                 conn = _Connection(origin, stream)
             try:
                 await conn.send(request, timeouts.get("write"))
@@ -576,6 +679,8 @@ class Transport(httpx.AsyncBaseTransport):
             if conn is not None:
                 conn.close()
             raise
+        if resumable is not None:
+            self._sessions.keep(resumable, conn.stream)
         return self._response(request, conn, head, timeouts.get("read"))
 
     def _response(

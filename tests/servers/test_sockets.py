@@ -8,6 +8,7 @@ talks to it through an ``httpx.AsyncClient`` on :class:`bridge.agents.transport.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 from pathlib import Path
 
@@ -449,6 +450,96 @@ async def test_tls_to_an_agent_with_a_private_ca(tmp_path: Path) -> None:
         async with client() as http:  # the system CAs do not know this one
             with pytest.raises(httpx.ConnectError):
                 await http.post(url, content=b"{}")
+
+
+async def test_a_large_body_and_a_trickled_stream_arrive_whole_over_tls(tmp_path: Path) -> None:
+    """The TLS layer reads into a buffer of two records' size (not asyncio's 256 KiB):
+    a body of many records and frames split across records still arrive whole."""
+    server_ctx, trusted = tls_contexts(tmp_path)
+    body = bytes(range(256)) * 4096  # 1 MiB: 64 records and more
+    frames = [b'id: %d\ndata: {"n": %d}\n\n' % (i, i) for i in range(1, 201)]
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        await writer.drain()
+        await read_request(reader)
+        writer.write(SSE_HEAD)
+        for f in frames:
+            writer.write(chunk(f))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    async with serve(handler, server_ctx) as (url, connections), client(trusted) as http:
+        assert (await http.post(url, content=b"{}")).content == body
+        async with http.stream("POST", url, content=b"{}") as response:
+            assert b"".join([c async for c in response.aiter_bytes()]) == b"".join(frames)
+    assert len(connections) == 1
+
+
+async def test_new_tls_connections_resume_the_session_an_earlier_one_got(tmp_path: Path) -> None:
+    """Ten thousand restored Tasks each open a connection of their own (an SSE stream
+    holds it): after the first, each handshake resumes its session instead of checking
+    the certificate again."""
+    server_ctx, trusted = tls_contexts(tmp_path)
+    resumed: list[bool] = []
+    release = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        resumed.append(writer.get_extra_info("ssl_object").session_reused)
+        await read_request(reader)
+        writer.write(SSE_HEAD + chunk(b"data: open\n\n"))
+        await writer.drain()
+        await release.wait()  # held open, as a live Task's stream
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    async def stream(http: httpx.AsyncClient, url: str) -> bytes:
+        async with http.stream("POST", url, content=b"{}") as response:
+            return b"".join([c async for c in response.aiter_bytes()])
+
+    async with serve(handler, server_ctx) as (url, connections), client(trusted) as http:
+        first = asyncio.ensure_future(stream(http, url))
+        await until(lambda: connections, 2, "the first connection")
+        await asyncio.sleep(0.2)  # its response read, its ticket with it
+        others = [asyncio.ensure_future(stream(http, url)) for _ in range(5)]
+        await until(lambda: len(resumed) == 6, 5, "six connections")
+        release.set()
+        assert await asyncio.gather(first, *others) == [b"data: open\n\n"] * 6
+    # The first was a full handshake; every later one, while the first was still open, resumed.
+    assert resumed == [False] + [True] * 5
+
+
+async def test_a_session_another_server_cannot_resume_costs_a_full_handshake_not_a_failure(tmp_path: Path) -> None:
+    server_ctx, trusted = tls_contexts(tmp_path)
+    # The same certificate, its own ticket keys: it cannot resume the first server's sessions.
+    other_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    other_ctx.load_cert_chain(tmp_path / "agent.pem")
+    resumed: list[tuple[str, bool]] = []
+
+    def answering_as(who: str) -> Handler:
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            resumed.append((who, writer.get_extra_info("ssl_object").session_reused))
+            await read_request(reader)
+            writer.write(SSE_HEAD + chunk(b"data: x\n\n") + b"0\r\n\r\n")
+            await writer.drain()
+            await reader.read()
+
+        return handler
+
+    # One pool, two agents on one address: sessions are kept per server name, so the
+    # first's is offered to the second, which cannot resume it: a full handshake.
+    async with (
+        serve(answering_as("a"), server_ctx) as (url_a, _),
+        serve(answering_as("b"), other_ctx) as (url_b, _),
+        client(trusted, limits=httpx.Limits(max_connections=None, max_keepalive_connections=0)) as http,
+    ):
+        for url in (url_a, url_a, url_b):
+            response = await http.post(url, content=b"{}")
+            assert response.status_code == 200
+    assert resumed[:2] == [("a", False), ("a", True)]
+    assert resumed[2][0] == "b"
 
 
 async def test_a_request_cancelled_during_the_tls_handshake_closes_its_socket() -> None:
