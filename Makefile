@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
-.PHONY: help venv lint unit integration test chaos soak demo dev dev-down bench bench-scale bench-restart kafka-up kafka-down clean lock monitoring image config-reference proto chart
+.PHONY: help venv lint unit integration test chaos soak demo dev dev-down bench bench-scale bench-restart kafka-up kafka-down clean lock monitoring image config-reference capacity proto chart
 
 help:
 	@echo "make demo    - the bridge end to end on a local broker with demo agents"
@@ -23,6 +23,7 @@ help:
 	@echo "make image   - build the image with podman (sets podman up; no Docker, no registry), SBOM in .image/"
 	@echo "make monitoring - render the monitoring mixin (deploy/mixin/, jsonnet from scripts/ensure-test-tools.sh): dashboard, alerts.yaml, prometheusrule.yaml"
 	@echo "make config-reference - regenerate the key tables of docs/configuration.md from the config model"
+	@echo "make capacity - regenerate the targets table of docs/capacity.md from bench/results/"
 	@echo "make proto   - regenerate the Python of bridge/agents/grpc/*.proto (the gRPC binding)"
 	@echo "make chart   - the Helm chart deploy/helm/a2a-kafka-bridge packaged as an OCI-ready .tgz in .chart/"
 
@@ -122,6 +123,10 @@ monitoring: venv
 # or changing a key (tests/repo/test_config_reference.py fails until they agree).
 config-reference: venv
 	$(PY) scripts/render-config-reference.py
+
+# docs/capacity.md's targets table, read from the recorded results (scripts/render-capacity.py).
+capacity: venv
+	$(PY) scripts/render-capacity.py
 
 # bridge/agents/grpc's generated Python comes from its .proto files; run after editing
 # them (tests/repo/test_proto.py fails until they agree).

@@ -5,6 +5,7 @@ servers, ``bridge run``) the integration tests drive."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -16,5 +17,7 @@ def script_module(path: Path, name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # Registered before it runs, as an import would: a dataclass looks its module up.
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
