@@ -25,8 +25,9 @@ drives, and replaces what lies between them:
   pool scans every connection on each request and close);
 - a new TLS connection offers the session an earlier one to the same server name
   got (:class:`_Sessions`): an SSE stream holds its connection, so a restart's
-  thousands of resumes each open one, and each would otherwise check the
-  certificate chain again.
+  thousands of resumes each open one, and each would otherwise be a full handshake
+  at the agent; a TLS connection's receive buffer is 32 KiB, not asyncio's 256 KiB
+  (:class:`_TLSProtocol`).
 
 A connection goes back to the pool only when both sides finished the exchange
 by h11's rules and neither asked to close; anything else (an error, a body
@@ -565,8 +566,11 @@ class _Sessions:
     (a session belongs to the context that made it). asyncio's TLS layer has no
     session argument; it makes each connection's TLS object with the context's
     ``wrap_bio``, so that call is wrapped, on this context alone, to offer the name's
-    session: a resumed handshake skips the certificate's chain and signature checks,
-    most of a full one's cost, and its round trip on TLS 1.2."""
+    session. A resumed handshake spares the agent's side a full handshake's signature
+    and the bridge the certificate chain's checks (about what CPython's copy of the
+    session costs it back), and a round trip on TLS 1.2. Keyed by server name, not
+    port (``wrap_bio`` is given no port): another server on the same name cannot
+    resume the session and does a full handshake."""
 
     _ATTR = "_bridge_tls_sessions"
 

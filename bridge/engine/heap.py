@@ -95,10 +95,11 @@ def old_collections_deferred() -> Iterator[None]:
     10,000 Tasks ran four full collections of up to half a second each (while the
     loop was stopped, heartbeats too) and older collections of ~20 ms every few
     hundred resumes, 1.3 s of the 10 s it took, and the lag they caused held the
-    resume turns back longer still (bench/results/2026-12-06-resume-10k-gc-deferred.json). Young
-    cycles (a request's garbage) are still freed; the older generations are
-    collected as before once the last deferral ends. Nested deferrals (one per
-    pace) end together."""
+    resume turns back longer still
+    (bench/results/2026-12-06-resume-10k-gc-deferred.json). Young cycles (a
+    request's garbage) are still freed; the older generations are collected as
+    before once the last deferral ends. Nested deferrals (one per pace) end
+    together."""
     d = _deferrals
     if d.open == 0:
         young, older, oldest = gc.get_threshold()
