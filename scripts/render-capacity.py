@@ -71,6 +71,7 @@ THROUGHPUT_RUNS = (
 )
 RESUME_10K = "2026-12-06-resume-10k-gc-deferred.json"
 RESUME_10K_TLS = "2026-12-06-resume-10k-tls-sessions.json"
+LIVE_REBALANCE = "2026-12-06-scale-live-rebalance-76fcf10.json"
 
 FIGURES: tuple[Figure, ...] = (
     Figure(
@@ -78,7 +79,7 @@ FIGURES: tuple[Figure, ...] = (
         "≤ 20 KiB",
         lambda v: _LE(v, 20),
         "KiB",
-        "scale-live-resume-burst-churn.json",
+        f"scale-live-resume-burst-churn.json, {LIVE_REBALANCE}",
         "`scale.live.kib_per_streaming_task`",
         lambda d: [float(d["scale"]["live"]["kib_per_streaming_task"])],
     ),
@@ -96,7 +97,7 @@ FIGURES: tuple[Figure, ...] = (
         "≤ 1.3 ×",
         lambda v: _LE(v, 1.3),
         "×",
-        "scale-live-resume-rebalance-held.json",
+        LIVE_REBALANCE,
         "`scale.rebalance.peak_rss_mib` ÷ `rss_mib_after_restore`",
         lambda d: _ratio(d, ("scale", "rebalance", "peak_rss_mib"), ("scale", "rebalance", "rss_mib_after_restore")),
     ),
@@ -139,11 +140,11 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure(
         "10,000 live among 1,000,000 closed checkpoints, one replica owning every partition:"
-        " its start to every live Task resumed (before the 2026-12-06 resume changes)",
+        " its start to every live Task resumed (restoring the closed ones included)",
         "≤ 10 s",
         lambda v: _LE(v, 10),
         "s",
-        "scale-live-resume-rebalance-held.json",
+        f"scale-live-resume-rebalance-held.json, {LIVE_REBALANCE}",
         "`scale.rebalance.seconds_spawn_to_all_live_resumed`",
         lambda d: [float(d["scale"]["rebalance"]["seconds_spawn_to_all_live_resumed"])],
     ),
