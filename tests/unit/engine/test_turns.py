@@ -91,5 +91,7 @@ async def test_older_collections_wait_while_turns_are_handed_out_and_come_back_a
     await asyncio.gather(*(restored() for _ in range(10)))
     # Handed out, the queue empty: the hand-out ends and puts the thresholds back.
     await asyncio.sleep(0.1)
-    assert seen and all(t[1] > 1000 * before[1] and t[2] > 1000 * before[2] for t in seen[:-1])
+    # The first turn went while nine waited: the older generations were deferred then.
+    # (The last batch may resume after the hand-out ended and put them back.)
+    assert len(seen) == 10 and seen[0][1] > 1000 * before[1] and seen[0][2] > 1000 * before[2]
     assert gc.get_threshold() == before
