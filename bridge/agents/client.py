@@ -64,21 +64,72 @@ def rpc_id(op: str) -> str:
     return f"bridge-{op}-{next(_rpc_ids)}"
 
 
-def pool(limits: httpx.Limits, tls: ssl.SSLContext) -> httpx.AsyncClient:
+class AgentPool(httpx.AsyncClient):
     """One connection pool to agents, shared by every agent (so by every workspace and
     token). It keeps no cookies: a session cookie one agent set would be sent to
-    every other agent on the same host. Each request carries its own agent's token."""
-    refuse_all = http.cookiejar.DefaultCookiePolicy(allowed_domains=[])
-    return httpx.AsyncClient(
-        limits=limits,
-        verify=tls,
-        transport=transport.unless_proxied(limits, tls),
-        cookies=http.cookiejar.CookieJar(policy=refuse_all),
-        # httpx asks for gzip by default: a few KiB on the wire may inflate to GiB, and
-        # agents' JSON is not worth the CPU. One that compresses anyway is inflated
-        # piece by piece under the caps (bridge.http.bounded).
-        headers=bounded.IDENTITY,
-    )
+    every other agent on the same host. Each request carries its own agent's token.
+
+    :meth:`exchange` hands a request straight to :class:`transport.Transport` when the
+    pool's transport is that one: httpx's client layers around it (merging headers
+    and cookies, the auth and redirect generators, the cookie jar's look at every
+    response) cost about 100 us a request, as much as the connect of a resumed Task
+    (bench/results/README.md). Behind a proxy, httpx's client routes the request.
+    """
+
+    def __init__(self, limits: httpx.Limits, tls: ssl.SSLContext) -> None:
+        self._direct = transport.unless_proxied(limits, tls)
+        refuse_all = http.cookiejar.DefaultCookiePolicy(allowed_domains=[])
+        super().__init__(
+            limits=limits,
+            verify=tls,
+            transport=self._direct,
+            cookies=http.cookiejar.CookieJar(policy=refuse_all),
+            # httpx asks for gzip by default: a few KiB on the wire may inflate to GiB, and
+            # agents' JSON is not worth the CPU. One that compresses anyway is inflated
+            # piece by piece under the caps (bridge.http.bounded).
+            headers=bounded.IDENTITY,
+        )
+        # The client's default headers (User-Agent, Connection, Accept-Encoding) as it
+        # would send them: a request's own headers replace those of the same name.
+        self._defaults = list(self.headers.items())
+
+    def exchange(
+        self, verb: str, url: httpx.URL, headers: dict[str, str], content: bytes | None, timeout: httpx.Timeout
+    ) -> contextlib.AbstractAsyncContextManager[httpx.Response]:
+        """The response to one request, open for its body, closed on leaving."""
+        if self._direct is None or url.userinfo:
+            # httpx's client turns a URL's user and password into Basic credentials.
+            return self.stream(verb, url, content=content, headers=headers, timeout=timeout)
+        return self._send(verb, url, headers, content, timeout)
+
+    @contextlib.asynccontextmanager
+    async def _send(
+        self,
+        verb: str,
+        url: httpx.URL,
+        headers: dict[str, str],
+        content: bytes | None,
+        timeout: httpx.Timeout,
+    ) -> AsyncIterator[httpx.Response]:
+        direct = self._direct
+        assert direct is not None  # exchange() sends through the client without it
+        if self.is_closed:
+            raise RuntimeError("the agents' connection pool is closed")
+        given = {name.lower() for name in headers}
+        merged = [(name, value) for name, value in self._defaults if name not in given]
+        merged.extend(headers.items())
+        request = httpx.Request(verb, url, headers=merged, content=content, extensions={"timeout": timeout.as_dict()})
+        response = await direct.handle_async_request(request)
+        response.request = request
+        try:
+            yield response
+        finally:
+            await response.aclose()
+
+
+def pool(limits: httpx.Limits, tls: ssl.SSLContext) -> AgentPool:
+    """One connection pool to agents (:class:`AgentPool`)."""
+    return AgentPool(limits, tls)
 
 
 def default_tls() -> ssl.SSLContext:
@@ -369,13 +420,12 @@ class AgentClient:
                 metrics.AGENT_REQUESTS.labels(self.name, op, "no-credentials", self._binding).inc()
                 raise
             with tracing.agent_call(trace, method) as carrier:
-                request = self._http.stream(
-                    verb,
-                    self.credentials.url(url),
-                    content=content,
-                    headers={**headers, **auth, **carrier},
-                    timeout=timeout,
-                )
+                sent = self.credentials.url(url)
+                merged = {**headers, **auth, **carrier}
+                if isinstance(self._http, AgentPool):
+                    request = self._http.exchange(verb, sent, merged, content, timeout)
+                else:
+                    request = self._http.stream(verb, sent, content=content, headers=merged, timeout=timeout)
             async with request as response:
                 if response.status_code == 401 and again:
                     self.credentials.refused(token)
