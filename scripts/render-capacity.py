@@ -70,7 +70,7 @@ THROUGHPUT_RUNS = (
     "throughput-latency-4f45151-full-2.json",
     "throughput-latency-4f45151-full-3.json",
 )
-RESUME_10K = "2026-12-06-resume-10k-gc-deferred.json"
+RESUME_10K = "2026-12-07-resume-10k-straight-settle.json"
 RESUME_10K_TLS = "2026-12-06-resume-10k-tls-sessions.json"
 LIVE_REBALANCE = "2026-12-06-scale-live-rebalance-76fcf10.json"
 

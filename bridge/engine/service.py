@@ -260,6 +260,12 @@ class Service:
             await own.turn()
         await self._turns.turn()
 
+    def stop_turns(self) -> None:
+        """No more resume turns: their hand-outs end (and with them the deferral of
+        the older collections, bridge/engine/heap.py)."""
+        for turns in (self._turns, *self._agent_turns.values()):
+            turns.close()
+
     def admit(self) -> bool:
         """Room for one more Task; counts why not."""
         held = self.held_by()
@@ -320,8 +326,7 @@ class Service:
                     await ops.stop()
                 watch.cancel()
                 cards.cancel()
-                for turns in (self._turns, *self._agent_turns.values()):
-                    turns.close()
+                self.stop_turns()
                 self._producers.close()
         return self._exit_code()
 

@@ -9,12 +9,19 @@ while the event loop lags).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
 
 from bridge.core.process.capacity import ResumeTurns
 from bridge.engine.heap import old_collections_deferred
+
+# The older collections stay deferred this long after the queue empties: the last
+# turns' Tasks are still connecting then, and a full collection of a heap holding
+# thousands of Tasks (half a second) left the last of them waiting for it. A turn
+# asked meanwhile is handed out at once, in the same deferral.
+SETTLE_S = 1.0
 
 
 class Turns:
@@ -24,11 +31,14 @@ class Turns:
         self._lag = lag
         self._queue: deque[asyncio.Future[None]] = deque()
         self._handing: asyncio.Task[None] | None = None
+        self._asked: asyncio.Future[None] | None = None  # set when a turn is asked while settling
 
     async def turn(self) -> None:
         """Until it is this caller's turn."""
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.append(turn)
+        if self._asked is not None and not self._asked.done():
+            self._asked.set_result(None)
         if self._handing is None or self._handing.done():
             self._handing = asyncio.create_task(self._hand_out(), name="resume-turns")
         await turn
@@ -39,7 +49,12 @@ class Turns:
 
     async def _hand_out(self) -> None:
         with old_collections_deferred():
-            await self._hand_out_queued()
+            while self._queue:
+                await self._hand_out_queued()
+                self._asked = asyncio.get_running_loop().create_future()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._asked, SETTLE_S)
+                self._asked = None
 
     async def _hand_out_queued(self) -> None:
         while self._queue:
@@ -53,5 +68,5 @@ class Turns:
                 if not turn.done():  # else its runner was stopped meanwhile (partition released)
                     turn.set_result(None)
                     due -= 1
-            if self._queue:  # else done now: the deferred collections come back at once
+            if self._queue:
                 await asyncio.sleep(self._pace.gap())

@@ -7,13 +7,35 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from collections.abc import AsyncIterator, Callable
+
+import pytest
 
 from bridge.config.model import AgentConfig, BridgeConfig, Config
 from bridge.engine.service import Service
+from bridge.engine.turns import SETTLE_S
+
+Make = Callable[..., Service]
 
 
-def service(rate: float, agents: dict[str, float] | None = None) -> Service:
-    """``agents``: an agent's name and its own resume_rate_per_second (0: none)."""
+@pytest.fixture
+async def service() -> AsyncIterator[Make]:
+    """``service(rate, agents)``: ``agents`` maps an agent's name to its own
+    resume_rate_per_second (0: none). Each service's hand-outs stop after the test:
+    one still settling would keep the older collections deferred for the next."""
+    made: list[Service] = []
+
+    def make(rate: float, agents: dict[str, float] | None = None) -> Service:
+        made.append(_service(rate, agents))
+        return made[-1]
+
+    yield make
+    for svc in made:
+        svc.stop_turns()
+    await asyncio.sleep(0.01)
+
+
+def _service(rate: float, agents: dict[str, float] | None) -> Service:
     return Service(
         Config(
             bridge=BridgeConfig(resume_rate_per_second=rate, max_loop_lag_seconds=0.5),
@@ -25,7 +47,7 @@ def service(rate: float, agents: dict[str, float] | None = None) -> Service:
     )
 
 
-async def test_turns_are_handed_out_at_the_process_rate_whatever_the_partitions() -> None:
+async def test_turns_are_handed_out_at_the_process_rate_whatever_the_partitions(service: Make) -> None:
     svc = service(rate=400)
     loop = asyncio.get_running_loop()
     times: list[float] = []
@@ -41,7 +63,7 @@ async def test_turns_are_handed_out_at_the_process_rate_whatever_the_partitions(
     assert times[-1] - times[0] >= 39 * 0.5 / 400
 
 
-async def test_a_cancelled_wait_takes_no_turn_from_the_next() -> None:
+async def test_a_cancelled_wait_takes_no_turn_from_the_next(service: Make) -> None:
     svc = service(rate=1000)
     first = asyncio.ensure_future(svc.resume_turn("writer"))
     gone = asyncio.ensure_future(svc.resume_turn("writer"))
@@ -52,7 +74,7 @@ async def test_a_cancelled_wait_takes_no_turn_from_the_next() -> None:
     assert gone.cancelled()
 
 
-async def test_a_lagging_loop_holds_turns_but_still_lets_them_through() -> None:
+async def test_a_lagging_loop_holds_turns_but_still_lets_them_through(service: Make) -> None:
     svc = service(rate=1000)
     svc.admission.sampled(1.0, rss=0, starting=0)  # past half of max_loop_lag_seconds, and it stays
     waiting = asyncio.ensure_future(svc.resume_turn("writer"))
@@ -61,7 +83,7 @@ async def test_a_lagging_loop_holds_turns_but_still_lets_them_through() -> None:
     await asyncio.wait_for(waiting, 3)
 
 
-async def test_an_agent_with_a_pace_of_its_own_gets_turns_no_faster_while_others_go_at_the_process_rate() -> None:
+async def test_an_agent_with_a_pace_of_its_own_gets_turns_no_faster_than_it_while_others_go_on(service: Make) -> None:
     svc = service(rate=2000, agents={"gateway": 100, "writer": 0})
     loop = asyncio.get_running_loop()
     times: dict[str, list[float]] = {"gateway": [], "writer": []}
@@ -79,7 +101,7 @@ async def test_an_agent_with_a_pace_of_its_own_gets_turns_no_faster_while_others
     assert writer[-1] - began < (gateway[-1] - began) / 2
 
 
-async def test_older_collections_wait_while_turns_are_handed_out_and_come_back_after() -> None:
+async def test_older_collections_wait_while_turns_are_handed_out_and_come_back_after(service: Make) -> None:
     before = gc.get_threshold()
     svc = service(rate=200)
     seen: list[tuple[int, int, int]] = []
@@ -89,9 +111,16 @@ async def test_older_collections_wait_while_turns_are_handed_out_and_come_back_a
         seen.append(gc.get_threshold())
 
     await asyncio.gather(*(restored() for _ in range(10)))
-    # Handed out, the queue empty: the hand-out ends and puts the thresholds back.
-    await asyncio.sleep(0.1)
-    # The first turn went while nine waited: the older generations were deferred then.
-    # (The last batch may resume after the hand-out ended and put them back.)
-    assert len(seen) == 10 and seen[0][1] > 1000 * before[1] and seen[0][2] > 1000 * before[2]
+    # Every turn went while the older generations were deferred, the last one too:
+    # its Task is still connecting.
+    assert len(seen) == 10 and all(t[1] > 1000 * before[1] and t[2] > 1000 * before[2] for t in seen)
+    await asyncio.sleep(SETTLE_S / 2)
+    assert gc.get_threshold() != before, "deferred a while after the last turn"
+    # A turn asked while the hand-out settles goes at once, in the same deferral.
+    loop = asyncio.get_running_loop()
+    asked = loop.time()
+    await svc.resume_turn("writer")
+    assert loop.time() - asked < SETTLE_S / 4
+    # Then the queue stays empty: the hand-out ends and puts the thresholds back.
+    await asyncio.sleep(SETTLE_S * 1.5)
     assert gc.get_threshold() == before
