@@ -21,7 +21,7 @@ import ssl
 import time
 import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
@@ -29,7 +29,7 @@ import orjson
 from bridge.agents import transport
 from bridge.agents.credentials import Credentials, credentials, tls_context
 from bridge.agents.errors import AgentErrors
-from bridge.agents.grpc.client import Channels, GrpcCaller
+from bridge.agents.grpc.channels import Channels
 from bridge.config.model import AgentConfig, Config
 from bridge.core.task.lifecycle import MessageUpdate, TaskSnapshot, Update
 from bridge.errors import (
@@ -49,6 +49,9 @@ from bridge.identity.shared import Failed, Shared
 from bridge.observe import metrics, tracing
 from bridge.wire import interfaces, nesting, rest, sse
 from bridge.wire.dialects import Dialect, Request, for_agent, unwrap
+
+if TYPE_CHECKING:
+    from bridge.agents.grpc.client import GrpcCaller
 
 log = logging.getLogger(__name__)
 _rpc_ids = itertools.count(1)
@@ -212,6 +215,8 @@ class AgentClient:
         self._channels = channels if channels is not None else Channels(config)
         self._grpc: GrpcCaller | None = None
         if config.binding == "grpc":
+            from bridge.agents.grpc.client import GrpcCaller
+
             where = config.interface_url or config.url
             self._grpc = GrpcCaller.at(config, where, self._channels, self.credentials)
         # Parsed once: httpx parses a URL given as a string on every request.

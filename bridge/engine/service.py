@@ -33,7 +33,7 @@ import contextlib
 import logging
 import signal
 import time
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -67,7 +67,9 @@ from bridge.kafka.preflight import PREFLIGHT_TIMEOUT_SECONDS, check_kafka
 from bridge.kafka.transaction import ProducerLoop
 from bridge.observe import metrics
 from bridge.observe.http import OpsServer
-from bridge.push.webhook import Webhook
+
+if TYPE_CHECKING:
+    from bridge.push.webhook import Webhook
 
 log = logging.getLogger(__name__)
 
@@ -337,6 +339,10 @@ class Service:
         for agent in self.config.push_agents():
             for result in get_args(NotificationResult):
                 metrics.PUSH_APPLIED.labels(agent, result)
+        # The webhook (and the JWT and crypto libraries its signatures need, ~40 ms of a
+        # start) is imported only where an agent pushes.
+        from bridge.push.webhook import Webhook
+
         webhook = Webhook(self.config)
         await webhook.start()  # it says where it listens
         return webhook

@@ -14,7 +14,8 @@ import pytest
 from bridge.agents.credentials import credentials
 from bridge.agents.errors import tls_failure
 from bridge.agents.grpc import a2a_pb2, status_pb2
-from bridge.agents.grpc.client import Channels, GrpcCaller
+from bridge.agents.grpc.channels import Channels
+from bridge.agents.grpc.client import GrpcCaller
 from bridge.agents.grpc.convert import METHODS, a2a_error, request, result
 from bridge.agents.grpc.errors import GrpcErrors, failure
 from bridge.config.model import AgentConfig
