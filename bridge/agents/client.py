@@ -105,15 +105,9 @@ class AgentPool(httpx.AsyncClient):
             return self.stream(verb, url, content=content, headers=headers, timeout=timeout)
         return self._send(verb, url, headers, content, timeout)
 
-    @contextlib.asynccontextmanager
-    async def _send(
-        self,
-        verb: str,
-        url: httpx.URL,
-        headers: dict[str, str],
-        content: bytes | None,
-        timeout: httpx.Timeout,
-    ) -> AsyncIterator[httpx.Response]:
+    def _send(
+        self, verb: str, url: httpx.URL, headers: dict[str, str], content: bytes | None, timeout: httpx.Timeout
+    ) -> _Sent:
         direct = self._direct
         assert direct is not None  # exchange() sends through the client without it
         if self.is_closed:
@@ -122,12 +116,32 @@ class AgentPool(httpx.AsyncClient):
         merged = [(name, value) for name, value in self._defaults if name not in given]
         merged.extend(headers.items())
         request = httpx.Request(verb, url, headers=merged, content=content, extensions={"timeout": timeout.as_dict()})
-        response = await direct.handle_async_request(request)
-        response.request = request
-        try:
-            yield response
-        finally:
-            await response.aclose()
+        return _Sent(direct, request)
+
+
+class _Sent:
+    """One request on the bridge's transport: its response while open, closed on
+    leaving. A class, not a generator: a stream's exchange lives as long as its Task,
+    and a generator's frame would keep its request (headers, body) for that long.
+    The response does not keep the request either (httpx's client sets
+    ``response.request``; nothing here reads it)."""
+
+    __slots__ = ("_request", "_response", "_transport")
+
+    def __init__(self, transport: transport.Transport, request: httpx.Request) -> None:
+        self._transport = transport
+        self._request: httpx.Request | None = request
+        self._response: httpx.Response | None = None
+
+    async def __aenter__(self) -> httpx.Response:
+        request, self._request = self._request, None
+        assert request is not None, "entered once"
+        self._response = await self._transport.handle_async_request(request)
+        return self._response
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._response is not None:
+            await self._response.aclose()
 
 
 def pool(limits: httpx.Limits, tls: ssl.SSLContext) -> AgentPool:
@@ -437,6 +451,9 @@ class AgentClient:
                     metrics.AGENT_REQUESTS.labels(self.name, op, "refused-once", self._binding).inc()
                     continue
                 await self._check_status(method, response)
+                # Sent: a stream's exchange lives as long as its Task, and the frame of
+                # this generator with it; the body and headers are not kept that long.
+                del content, headers, merged
                 yield response
                 return
 
@@ -579,7 +596,9 @@ class AgentClient:
         """
         errors = AgentErrors(self.name, req.method)
         with errors:
-            async with self._rpc(req, "text/event-stream", self._stream_timeout, trace) as response:
+            exchange = self._rpc(req, "text/event-stream", self._stream_timeout, trace)
+            req = req.sent()  # its body is in the request's bytes: not kept for the stream's life
+            async with exchange as response:
                 if self._json_where_sse(req, response):
                     body = await self._read(response, self.config.max_response_bytes, req.method)
                     yield self._result(req, body, "JSON body"), None
@@ -607,6 +626,7 @@ class AgentClient:
                 if self._grpc is None
                 else ((result, None) async for result in self._grpc.stream(req, trace))
             )
+            req = req.sent()  # as in _sse: the body is not kept for the stream's life
             async with contextlib.aclosing(source) as results:
                 async for result, seq in results:
                     update = self.dialect.update(result, seq)

@@ -90,18 +90,34 @@ def inflater(headers: httpx.Headers | Sequence[tuple[bytes, bytes]]) -> Inflater
     return Inflater(codings)
 
 
-async def decoded(response: httpx.Response) -> AsyncIterator[bytes]:
+def decoded(response: httpx.Response) -> AsyncIterator[bytes]:
     """``response``'s body in pieces of at most :data:`PIECE_BYTES` once inflated: a
     cap on their sum holds however much the body inflates. The bridge's own
     transport (bridge/agents/transport.py) has inflated its bodies already; httpx's
     own transport has not. Read raw: httpx's decoders would inflate a gzip beside a
-    coding they do not know ("gzip, br") whole; such a body is given as it came."""
+    coding they do not know ("gzip, br") whole; such a body is given as it came.
+
+    Raw is the transport's own stream, not httpx's ``aiter_raw``: that adds a
+    generator (a frame and an entry in the loop's set of them, for as long as a
+    stream is open), a context manager and a chunker's list on every read, for a
+    byte count nothing here reads."""
     if response.is_stream_consumed:  # made with its content (httpx.MockTransport): read and decoded already
-        yield response.content
-        return
+        return _given(response.content)
+    if response.is_closed:
+        raise httpx.StreamClosed()
+    response.is_stream_consumed = True
+    raw = aiter(response.stream)  # type: ignore[arg-type]  # an AsyncByteStream: the client is async
     inflate = inflater(response.headers)
-    async for data in response.aiter_raw():
-        for piece in inflate.pieces(data) if inflate is not None else (data,):
+    return raw if inflate is None else _inflated(raw, inflate)
+
+
+async def _given(content: bytes) -> AsyncIterator[bytes]:
+    yield content
+
+
+async def _inflated(raw: AsyncIterator[bytes], inflate: Inflater) -> AsyncIterator[bytes]:
+    async for data in raw:
+        for piece in inflate.pieces(data):
             yield piece
 
 

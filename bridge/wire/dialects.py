@@ -98,6 +98,11 @@ class Request:
     body: JSON
     headers: dict[str, str]
 
+    def sent(self) -> Request:
+        """This request once sent: its op and method (what its answer's handling names),
+        not its body, which a stream open for hours would otherwise keep."""
+        return Request(self.op, self.method, {}, {})
+
 
 def unwrap(doc: Any, *, agent: str, method: str) -> JSON:
     """The ``result`` of a JSON-RPC response, or :class:`RpcError` for its ``error``."""
