@@ -73,15 +73,16 @@ THROUGHPUT_RUNS = (
 RESUME_10K = "2026-12-07-resume-10k-straight-settle.json"
 RESUME_10K_TLS = "2026-12-06-resume-10k-tls-sessions.json"
 LIVE_REBALANCE = "2026-12-06-scale-live-rebalance-76fcf10.json"
+LIVE_10K = "2026-12-07-live-10k-streaming-memory.json"
 
 FIGURES: tuple[Figure, ...] = (
     Figure(
         "RSS per live streaming Task (an open, silent stream; 10,000 live)",
         "≤ 20",
         "KiB",
-        f"scale-live-resume-burst-churn.json, {LIVE_REBALANCE}",
-        "`scale.live.kib_per_streaming_task`",
-        lambda d: [float(d["scale"]["live"]["kib_per_streaming_task"])],
+        LIVE_10K,
+        "`live_10000`, `KiB per streaming Task`, rows of this change",
+        _rows("live_10000", "KiB per streaming Task", _after),
     ),
     Figure(
         "RSS per live streaming Task over TLS (2,000 live)",
