@@ -53,8 +53,9 @@ def _at(doc: Any, *path: str | int) -> Any:
 
 
 def _rows(table: str, column: str, keep: Callable[[dict[str, Any]], bool]) -> Callable[[Any], list[float]]:
-    """The ``column`` of a section file's table ``table``, in the rows ``keep`` keeps."""
-    return lambda doc: [float(r[column]) for r in doc["tables"][table]["rows"] if keep(r)]
+    """The ``column`` of a section file's table ``table``, in the rows ``keep`` keeps
+    (a row that did not measure it holds null)."""
+    return lambda doc: [float(r[column]) for r in doc["tables"][table]["rows"] if keep(r) and r.get(column) is not None]
 
 
 def _after(row: dict[str, Any]) -> bool:
@@ -71,7 +72,7 @@ THROUGHPUT_RUNS = (
     "throughput-latency-4f45151-full-3.json",
 )
 RESUME_10K = "2026-12-07-resume-10k-straight-settle.json"
-RESUME_10K_TLS = "2026-12-06-resume-10k-tls-sessions.json"
+RESUME_10K_TLS = "2026-12-06-resume-10k-tls-sessions.json, 2026-12-07-tls-live-2000-runs.json"
 LIVE_REBALANCE = "2026-12-06-scale-live-rebalance-76fcf10.json"
 LIVE_10K = "2026-12-07-live-10k-streaming-memory.json"
 
