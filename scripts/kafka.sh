@@ -303,6 +303,13 @@ check_ports_free() {
 
 need_java() {
     command -v java >/dev/null 2>&1 || die "java is not installed (the broker needs Java 17 or newer on PATH)"
+    # Kafka 4 runs on Java 17 or newer; an older java on PATH fails later with a
+    # class-version error in the broker's log, far from the cause.
+    local spec
+    spec=$(java -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java\.specification\.version = //p')
+    spec=${spec#1.}  # Java 8 and older say 1.8
+    [[ "$spec" =~ ^[0-9]+$ ]] || die "cannot tell java's version (java -XshowSettings:properties -version gave no java.specification.version)"
+    ((spec >= 17)) || die "java on PATH is Java $spec; the broker needs Java 17 or newer (set PATH or JAVA_HOME's bin first)"
 }
 
 # --- start / stop ---------------------------------------------------------------
