@@ -418,7 +418,7 @@ async def _live(config: Config) -> tuple[list[Problem], list[str]]:
 
     found, lines = await check_live(config)
     try:
-        await check_kafka(config, PREFLIGHT_TIMEOUT_SECONDS)
+        await check_kafka(config, PREFLIGHT_TIMEOUT_SECONDS, read=True)
         async with topics.kafka_errors(config):
             found += layout.problems(config, await topics.survey(config))
     except BridgeError as exc:
@@ -488,7 +488,7 @@ def _main(argv: Sequence[str] | None) -> int:
             # report a broker that is down. `run` waits for a broker that is down
             # (not ready meanwhile), and checks again in that loop.
             with contextlib.suppress(KafkaUnreachable), _quiet(quiet):
-                asyncio.run(check_kafka(config, PREFLIGHT_TIMEOUT_SECONDS))
+                asyncio.run(check_kafka(config, PREFLIGHT_TIMEOUT_SECONDS, read=True))
         with _quiet(quiet if args.cmd in ONE_SHOT else ()):
             return asyncio.run(_dispatch(args, config))
     except UsageError as exc:

@@ -410,7 +410,7 @@ class Service:
             try:
                 # aiokafka reports a refused password or certificate like a broker that
                 # is down; the preflight tells them apart (permanent: StartupError).
-                await check_kafka(cfg, PREFLIGHT_TIMEOUT_SECONDS)
+                await check_kafka(cfg, PREFLIGHT_TIMEOUT_SECONDS, read=True)
                 async with topics.kafka_errors(cfg):
                     self._topic_partitions = await topics.ensure(cfg, create=False)
                     self._budgets = await topics.record_budgets(cfg)

@@ -34,11 +34,13 @@ from typing import Any
 
 from aiokafka import errors as kafka_errors
 from aiokafka.conn import create_conn
+from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.metadata import MetadataRequest
 
 from bridge.config.model import Config, KafkaConfig
 from bridge.errors import BridgeError, KafkaUnreachable, StartupError
 from bridge.kafka.auth import TokenUnavailable, client_options
+from bridge.kafka.topics import read as topics_read
 
 # KafkaUnreachable is bridge.errors' (what the service retries), re-exported.
 __all__ = ["PREFLIGHT_TIMEOUT_SECONDS", "KafkaUnreachable", "check_kafka", "classify"]
@@ -56,6 +58,11 @@ _HOST_MISMATCH = (62, 64)
 _UNKNOWN_TOPIC = 3
 _TOPIC_AUTHORIZATION_FAILED = 29
 _ILLEGAL_SASL_STATE = 34
+_READ_COMMITTED = 1
+
+
+class _ReadDenied(Exception):
+    """Topics this client may describe but not read (their names, joined)."""
 
 
 Connector = Callable[..., Coroutine[Any, Any, Any]]
@@ -221,35 +228,62 @@ def _addresses(bootstrap_servers: str) -> list[tuple[str, int]]:
 
 
 async def _check_one(
-    host: str, port: int, opts: dict[str, Any], topics: list[str], *, timeout: float, connect: Connector
+    host: str,
+    port: int,
+    opts: dict[str, Any],
+    topics: list[str],
+    readable: list[str],
+    *,
+    timeout: float,
+    connect: Connector,
 ) -> list[tuple[str, int]]:
-    """Connect and authenticate to one broker; check the topics may be described.
+    """Connect and authenticate to one broker; check the topics may be described, and
+    those of ``readable`` that exist read (:class:`_ReadDenied`).
 
     Returns the brokers the cluster advertises (the addresses clients use next)."""
     conn = await connect(host, port, request_timeout_ms=max(1, int(timeout * 1000)), **opts)
     try:
         response = await conn.send(MetadataRequest(topics, allow_auto_topic_creation=False))
+        if any(t[0] == _ILLEGAL_SASL_STATE for t in response.topics):
+            # aiokafka's OAUTHBEARER login does not read the broker's answer to the token:
+            # a refused token shows as the next request answered "illegal SASL state".
+            raise kafka_errors.SaslAuthenticationFailed("the broker did not accept the login")
+        denied = sorted(t[1] for t in response.topics if t[0] == _TOPIC_AUTHORIZATION_FAILED)
+        if denied:
+            raise kafka_errors.TopicAuthorizationFailedError(", ".join(denied))
+        for t in response.topics:
+            if t[0] not in (0, _UNKNOWN_TOPIC):
+                log.warning("kafka: topic %s reports error code %d", t[1], t[0])
+        existing = {t[1] for t in response.topics if t[0] == 0}
+        await _check_read(conn, [t for t in readable if t in existing])
     finally:
         conn.close()
-    if any(t[0] == _ILLEGAL_SASL_STATE for t in response.topics):
-        # aiokafka's OAUTHBEARER login does not read the broker's answer to the token:
-        # a refused token shows as the next request answered "illegal SASL state".
-        raise kafka_errors.SaslAuthenticationFailed("the broker did not accept the login")
-    denied = sorted(t[1] for t in response.topics if t[0] == _TOPIC_AUTHORIZATION_FAILED)
-    if denied:
-        raise kafka_errors.TopicAuthorizationFailedError(", ".join(denied))
-    for t in response.topics:
-        if t[0] not in (0, _UNKNOWN_TOPIC):
-            log.warning("kafka: topic %s reports error code %d", t[1], t[0])
     return [(b[1], b[2]) for b in response.brokers]
 
 
-async def check_kafka(config: Config, timeout: float, *, connect: Connector = create_conn) -> None:
+async def _check_read(conn: Any, topics: list[str]) -> None:
+    """Whether this client may read ``topics``: one fetch of a byte from partition 0 of
+    each, answered at once. A broker checks Read before anything else of a fetch (the
+    partition's leader, the offset), so any broker says. Without Read on its
+    checkpoints a bridge would start on an empty topic and work, and fail only when a
+    restart reads them back; on its commands its consumer would fail at its first fetch."""
+    if not topics:
+        return
+    fetched = await conn.send(FetchRequest(0, 0, 1, _READ_COMMITTED, [(t, [(0, 0, 1)]) for t in topics]))
+    denied = sorted(t for t, parts in fetched.topics if any(p[1] == _TOPIC_AUTHORIZATION_FAILED for p in parts))
+    if denied:
+        raise _ReadDenied(", ".join(denied))
+
+
+async def check_kafka(config: Config, timeout: float, *, read: bool = False, connect: Connector = create_conn) -> None:
     """Connect to the bootstrap servers, then to every broker they advertise, as the clients will.
 
     Raises :class:`StartupError` for a problem that retrying cannot fix and
     :class:`KafkaUnreachable` when no broker answered within ``timeout`` seconds.
-    Topics that do not exist yet are fine (``bridge topics`` creates them).
+    Topics that do not exist yet are fine (``bridge topics`` creates them). ``read``:
+    also that the topics the bridge reads (:func:`bridge.kafka.topics.read`) may be
+    read, where they exist (``bridge run`` and ``config check --live``; not the
+    commands a producer or an admin runs).
     """
     kafka = config.kafka
     opts = _connection_options(kafka)
@@ -262,20 +296,27 @@ async def check_kafka(config: Config, timeout: float, *, connect: Connector = cr
             *config.all_tasks_topics(),
         }
     )
+    readable = topics_read(config) if read else []
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
 
-    async def attempt(host: str, port: int) -> list[tuple[str, int]] | BridgeError:
+    async def attempt(host: str, port: int, readable: list[str]) -> list[tuple[str, int]] | BridgeError:
         broker = f"{host}:{port}"
         remaining = deadline - loop.time()
         if remaining <= 0:
             return KafkaUnreachable(f"Kafka {broker}: no answer within {timeout:g}s")
         try:
             async with asyncio.timeout(remaining):
-                return await _check_one(host, port, opts, topics, timeout=remaining, connect=connect)
+                return await _check_one(host, port, opts, topics, readable, timeout=remaining, connect=connect)
         except kafka_errors.TopicAuthorizationFailedError as exc:
             who = _user(kafka) if kafka.sasl_mechanism else "this client"
             return StartupError(f"Kafka {broker}: {who} is not authorized to describe topic(s) {exc.args[0]} (ACLs)")
+        except _ReadDenied as exc:
+            who = _user(kafka) if kafka.sasl_mechanism else "this client"
+            return StartupError(
+                f"Kafka {broker}: {who} is not authorized to read topic(s) {exc.args[0]} (ACLs: Read; the bridge"
+                " consumes its commands and reads its checkpoints and Task tables back when it takes a partition)"
+            )
         except TimeoutError:
             return KafkaUnreachable(f"Kafka {broker}: no answer within {timeout:g}s")
         except Exception as exc:
@@ -287,7 +328,7 @@ async def check_kafka(config: Config, timeout: float, *, connect: Connector = cr
     advertised: list[tuple[str, int]] | None = None
     checked: set[tuple[str, int]] = set()
     for host, port in _addresses(kafka.bootstrap_servers):
-        result = await attempt(host, port)
+        result = await attempt(host, port, readable)
         if isinstance(result, BridgeError):
             problems.append(result)
             continue
@@ -302,7 +343,7 @@ async def check_kafka(config: Config, timeout: float, *, connect: Connector = cr
     for host, port in advertised:
         if (host, port) in checked:
             continue
-        result = await attempt(host, port)
+        result = await attempt(host, port, [])  # read once is enough: any broker answers it
         if isinstance(result, BridgeError):
             if isinstance(result, KafkaUnreachable):
                 # One broker down is the cluster's business: the clients go to the others.

@@ -279,6 +279,14 @@ async def survey(config: Config) -> Survey:
         await admin.close()
 
 
+def read(config: Config) -> list[str]:
+    """Every topic the bridge reads: its commands; its checkpoints and Task tables, read
+    back when it takes a partition; push notifications, where an agent pushes."""
+    k = config.kafka
+    notifications = [k.notifications_topic] if config.push_agents() else []
+    return sorted({k.commands_topic, k.checkpoints_topic, *config.all_tasks_topics(), *notifications})
+
+
 def written(config: Config) -> list[str]:
     """Every topic the bridge produces to."""
     return sorted(

@@ -171,6 +171,36 @@ def test_the_bridge_runs_on_exactly_the_kafkausers_acls(
     assert cannot_read != describe_configs, log[-3000:]
 
 
+def test_without_read_on_its_checkpoints_the_bridge_says_so_and_does_not_start(
+    env: Env, acl_broker: AclBroker, tmp_path: Path
+) -> None:
+    """Every ACL but Read on the checkpoints topic: on a fresh topic nothing would be read
+    until a restart read the checkpoints back, so the start-up check probes Read."""
+    agent = {"url": f"{env.gateway}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "writer"}
+    path, _ = bridge_config(
+        dataclasses.replace(env, bootstrap=acl_broker.bootstrap),
+        tmp_path,
+        partitions=2,
+        agents={"gw-writer": agent},
+        only_these_agents=True,
+    )
+    admin_path, admin = as_user(path, acl_broker, ADMIN)
+    bridge_path, config = as_user(path, acl_broker, BRIDGE_USER)
+    topics = run_cli(admin_path, "topics")
+    assert topics.returncode == 0, topics.stderr
+    checkpoints = config.kafka.checkpoints_topic
+    acls = bridge_acls(config)
+    acls[("topic", checkpoints, "literal")] -= {"Read"}
+    asyncio.run(grant(admin, acls))
+    said = f"user '{BRIDGE_USER}' is not authorized to read topic(s) {checkpoints}"
+
+    check = run_cli(bridge_path, "config", "check", "--live")
+    assert check.returncode == 2 and said in check.stderr, f"{check.stdout}\n{check.stderr}"
+    run = run_cli(bridge_path, "run", timeout=60)
+    assert run.returncode == 2 and said in run.stderr, f"{run.stdout}\n{run.stderr}"
+    assert "Traceback" not in run.stderr
+
+
 def killed_mid_task(bridge: BridgeProcess, admin_path: Path) -> None:
     """Tasks streaming, a SIGKILL, a restart: each Task's events once, gap-free, whole."""
     keys = [f"acl-kill-{i}" for i in range(3)]

@@ -14,13 +14,17 @@ import ssl
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from aiokafka import errors as kafka_errors
+from aiokafka.protocol.fetch import FetchRequest
+from aiokafka.protocol.metadata import MetadataRequest
 
 from bridge.config.model import Config, KafkaConfig
 from bridge.errors import StartupError
 from bridge.kafka.preflight import KafkaUnreachable, check_kafka, classify
+from bridge.kafka.topics import read as topics_read
 from tests.support.tls import make_ca, server_keystore_pem, write_private
 
 SASL = KafkaConfig(
@@ -195,3 +199,46 @@ async def test_a_permanent_problem_wins_over_an_unreachable_bootstrap_server(tls
 async def test_malformed_bootstrap_servers(servers: str) -> None:
     with pytest.raises(StartupError, match="bootstrap_servers"):
         await check_kafka(Config(kafka=KafkaConfig(bootstrap_servers=servers)), 1)
+
+
+class _Broker:
+    """A broker's answers to the preflight's two requests, without a socket: every
+    configured topic exists and may be described; ``unreadable`` may not be read."""
+
+    def __init__(self, config: Config, unreadable: set[str]) -> None:
+        self.topics = [*topics_read(config), *config.all_events_topics()]
+        self.unreadable = unreadable
+        self.fetched: list[str] = []
+
+    async def connect(self, host: str, port: int, **_: object) -> _Broker:
+        self.address = (host, port)
+        return self
+
+    async def send(self, request: object) -> SimpleNamespace:
+        if isinstance(request, MetadataRequest):
+            return SimpleNamespace(topics=[(0, t, False, []) for t in self.topics], brokers=[(0, *self.address, None)])
+        assert isinstance(request, FetchRequest)
+        self.fetched += [t for t, _ in request.topics]
+        return SimpleNamespace(topics=[(t, [(0, 29 if t in self.unreadable else 0)]) for t, _ in request.topics])
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_topic_the_bridge_reads_but_may_not_is_permanent_and_named() -> None:
+    cfg = Config(kafka=KafkaConfig(bootstrap_servers="127.0.0.1:9092", sasl_username="bridge"))
+    broker = _Broker(cfg, {cfg.kafka.checkpoints_topic})
+    with pytest.raises(StartupError, match=f"not authorized to read topic\\(s\\) {cfg.kafka.checkpoints_topic} "):
+        await check_kafka(cfg, 5, read=True, connect=broker.connect)
+    assert sorted(broker.fetched) == topics_read(cfg)
+
+
+async def test_read_is_probed_only_when_asked() -> None:
+    cfg = Config(kafka=KafkaConfig(bootstrap_servers="127.0.0.1:9092"))
+    broker = _Broker(cfg, {cfg.kafka.commands_topic})
+    await check_kafka(cfg, 5, connect=broker.connect)  # `bridge start` and `topics` read nothing
+    assert broker.fetched == []
+    with pytest.raises(
+        StartupError, match=f"this client is not authorized to read topic\\(s\\) {cfg.kafka.commands_topic}"
+    ):
+        await check_kafka(cfg, 5, read=True, connect=broker.connect)
