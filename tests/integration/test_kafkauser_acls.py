@@ -110,6 +110,25 @@ def as_user(path: Path, broker: AclBroker, user: str) -> tuple[Path, config_mod.
     return out, config_mod.load(out, env={})
 
 
+def topics_made(
+    env: Env, broker: AclBroker, tmp_path: Path
+) -> tuple[tuple[Path, config_mod.Config], tuple[Path, config_mod.Config]]:
+    """A bridge config with one gateway agent, as the admin and as the bridge's user
+    (each written beside it), and its topics made by the admin."""
+    agent = {"url": f"{env.gateway}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "writer"}
+    path, _ = bridge_config(
+        dataclasses.replace(env, bootstrap=broker.bootstrap),
+        tmp_path,
+        partitions=2,
+        agents={"gw-writer": agent},
+        only_these_agents=True,
+    )
+    admin = as_user(path, broker, ADMIN)
+    topics = run_cli(admin[0], "topics")
+    assert topics.returncode == 0, topics.stderr
+    return admin, as_user(path, broker, BRIDGE_USER)
+
+
 async def grant(admin: config_mod.Config, acls: dict[tuple[str, str, str], set[str]]) -> None:
     """Create ``acls`` for the bridge's user, as the admin (aiokafka's admin client has
     no CreateAcls call: its request, one binding a request)."""
@@ -131,18 +150,7 @@ async def grant(admin: config_mod.Config, acls: dict[tuple[str, str, str], set[s
 def test_the_bridge_runs_on_exactly_the_kafkausers_acls(
     env: Env, bridges: Bridges, acl_broker: AclBroker, tmp_path: Path, describe_configs: bool
 ) -> None:
-    agent = {"url": f"{env.gateway}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "writer"}
-    path, _ = bridge_config(
-        dataclasses.replace(env, bootstrap=acl_broker.bootstrap),
-        tmp_path,
-        partitions=2,
-        agents={"gw-writer": agent},
-        only_these_agents=True,
-    )
-    admin_path, admin = as_user(path, acl_broker, ADMIN)
-    bridge_path, config = as_user(path, acl_broker, BRIDGE_USER)
-    topics = run_cli(admin_path, "topics")
-    assert topics.returncode == 0, topics.stderr
+    (admin_path, admin), (bridge_path, config) = topics_made(env, acl_broker, tmp_path)
     acls = bridge_acls(config)
     if not describe_configs:
         acls = {key: ops - {"DescribeConfigs"} for key, ops in acls.items()}
@@ -176,18 +184,7 @@ def test_without_read_on_its_checkpoints_the_bridge_says_so_and_does_not_start(
 ) -> None:
     """Every ACL but Read on the checkpoints topic: on a fresh topic nothing would be read
     until a restart read the checkpoints back, so the start-up check probes Read."""
-    agent = {"url": f"{env.gateway}/newmoi/agents/a2a", "dialect": "gateway", "agent_code": "writer"}
-    path, _ = bridge_config(
-        dataclasses.replace(env, bootstrap=acl_broker.bootstrap),
-        tmp_path,
-        partitions=2,
-        agents={"gw-writer": agent},
-        only_these_agents=True,
-    )
-    admin_path, admin = as_user(path, acl_broker, ADMIN)
-    bridge_path, config = as_user(path, acl_broker, BRIDGE_USER)
-    topics = run_cli(admin_path, "topics")
-    assert topics.returncode == 0, topics.stderr
+    (_, admin), (bridge_path, config) = topics_made(env, acl_broker, tmp_path)
     checkpoints = config.kafka.checkpoints_topic
     acls = bridge_acls(config)
     acls[("topic", checkpoints, "literal")] -= {"Read"}
