@@ -480,6 +480,17 @@ class _Connection:
         self.stream.close()
 
 
+def _decoded(decoder: chunked.Decoder, data: bytes) -> tuple[bytes, httpx.RemoteProtocolError | None]:
+    """The body bytes ``data`` completes, and the fault that ends the body there, if any
+    (``b""``: the peer's end of stream, before the last chunk)."""
+    if not data:
+        return b"", httpx.RemoteProtocolError("the server closed the connection before the body ended")
+    try:
+        return decoder.feed(data), None
+    except chunked.ChunkedError as exc:
+        return exc.body, httpx.RemoteProtocolError(_unquoted(str(exc)))
+
+
 class _Body(httpx.AsyncByteStream):
     """A response body; its close hands the connection back.
 
@@ -501,8 +512,21 @@ class _Body(httpx.AsyncByteStream):
             raise httpx.StreamClosed()
         try:
             if self._chunked:
-                async for body in self._chunks(conn):
-                    yield body
+                # A chunked body's chunks, decoded here, up to its last chunk; what follows
+                # (the last chunk, trailers) is h11's. Inline, not a generator of its own:
+                # one generator less per stream to step through on every read.
+                decoder = chunked.Decoder(_MAX_HEAD_BYTES)
+                data, conn.unread = conn.unread, b""
+                while not decoder.done:
+                    if not data:
+                        data = await conn.stream.read(_READ_BYTES, self._timeout)
+                    body, fault = _decoded(decoder, data)
+                    data = b""
+                    if body:
+                        yield body  # before a fault: what came before it, as h11 would give it
+                    if fault is not None:
+                        raise fault
+                conn.h11.receive_data(decoder.rest)
             elif conn.unread:
                 data, conn.unread = conn.unread, b""
                 conn.h11.receive_data(data)
@@ -518,27 +542,6 @@ class _Body(httpx.AsyncByteStream):
         except BaseException:
             conn.close()  # mid-body (an error, a cancellation, a reader that stopped): unusable
             raise
-
-    async def _chunks(self, conn: _Connection) -> AsyncIterator[bytes]:
-        """A chunked body up to its last chunk, decoded here; what follows (the
-        last chunk, trailers) is handed to h11."""
-        decoder = chunked.Decoder(_MAX_HEAD_BYTES)
-        data, conn.unread = conn.unread, b""
-        while not decoder.done:
-            if not data:
-                data = await conn.stream.read(_READ_BYTES, self._timeout)
-                if not data:
-                    raise httpx.RemoteProtocolError("the server closed the connection before the body ended")
-            try:
-                body = decoder.feed(data)
-            except chunked.ChunkedError as exc:
-                if exc.body:
-                    yield exc.body  # what came before the fault, as h11 would give it
-                raise httpx.RemoteProtocolError(_unquoted(str(exc))) from None
-            data = b""
-            if body:
-                yield body
-        conn.h11.receive_data(decoder.rest)
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None
