@@ -606,12 +606,18 @@ class AgentClient:
                 parser = sse.Parser(self.config.max_event_bytes)
                 chunks = bounded.decoded(response)  # behind a proxy too: inflated under the cap
                 chunk: bytes | None = b""
+                frame: sse.Frame | None = None
                 while chunk is not None:
                     chunk = await anext(chunks, None)
                     frames = parser.close() if chunk is None else parser.feed(chunk)
                     for frame in [f for f in frames if f.data]:  # without data: a keep-alive
                         # Only the frame's own id: one without an id line is no replay.
                         yield self._result(req, frame.data, "SSE data", frame.event), _source_seq(frame.id)
+                    # A stream may then be silent for hours: its last read and event are
+                    # not kept meanwhile (bench/results/2026-12-07-live-10k-streaming-memory.json).
+                    chunk = b"" if chunk is not None else None
+                    frame = None
+                    frames.clear()
         errors.check()
 
     async def stream(self, req: Request, trace: str | None = None) -> AsyncIterator[Update]:

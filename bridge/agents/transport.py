@@ -524,6 +524,7 @@ class _Body(httpx.AsyncByteStream):
                     data = b""
                     if body:
                         yield body  # before a fault: what came before it, as h11 would give it
+                        body = b""  # not kept while a silent stream waits for its next read
                     if fault is not None:
                         raise fault
                 conn.h11.receive_data(decoder.rest)
