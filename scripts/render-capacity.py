@@ -74,7 +74,7 @@ THROUGHPUT_RUNS = (
 RESUME_10K = "2026-12-07-resume-10k-straight-settle.json, 2026-12-07-resume-10k-imports-memory.json"
 RESUME_10K_TLS = "2026-12-06-resume-10k-tls-sessions.json, 2026-12-07-tls-live-2000-runs.json"
 LIVE_REBALANCE = "2026-12-06-scale-live-rebalance-76fcf10.json"
-LIVE_10K = "2026-12-07-live-10k-streaming-memory.json"
+LIVE_10K = "2026-12-07-live-10k-streaming-memory.json, 2026-12-07-live-10k-silent-stream.json"
 
 FIGURES: tuple[Figure, ...] = (
     Figure(
