@@ -884,6 +884,7 @@ class Scale:
             t_spawn = time.monotonic()
             spawn_wall = time.time()
             bridge = BridgeProcess(path, self.log_dir / f"{name}.bridge.log", root=self.root)
+            proc.profile(bridge.pid, name, 30)
             probe: OpsProbe | None = None
             async with httpx.AsyncClient(timeout=30) as http:
                 all_s: float | None = None

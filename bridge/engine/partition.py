@@ -206,8 +206,8 @@ class PartitionOwner:
             if isinstance(record, checkpoints.CheckpointError):
                 rejected += 1
             elif isinstance(record, ClosedTask):
-                record.dated(now)  # older checkpoints: a whole window from now
-                closed.append((record.closed_at, record.task_key))
+                # Older checkpoints have no closedAt: a whole window from now.
+                closed.append((record.dated(now), record.task_key))
                 self.records[record.task_key] = record
             else:
                 live.append(record)

@@ -665,6 +665,7 @@ def notification_result(results: list[Event | Dropped]) -> NotificationResult:
 # share one index: a separate one would put a closed Task with one commandId in
 # pymalloc's next size class.
 _PACKED = struct.Struct("<IHB")
+_AT = struct.Struct("<I")  # _PACKED's first field alone
 
 _N = TypeVar("_N", bound=Hashable)
 
@@ -761,17 +762,21 @@ class ClosedTask:
 
     @property
     def closed_at(self) -> float:
-        return float(self._head()[0])
+        return float(_AT.unpack_from(self._packed)[0])
 
     @closed_at.setter
     def closed_at(self, value: float) -> None:
         _, route, ended = self._head()
         self._packed = _PACKED.pack(_seconds(value), route, ended) + self._digests
 
-    def dated(self, now: float) -> None:
-        """A checkpoint from before ``closedAt`` was kept: closed ``now``, for a whole window."""
-        if not self.closed_at:
+    def dated(self, now: float) -> float:
+        """When it closed, as held; a checkpoint from before ``closedAt`` was kept:
+        closed ``now``, for a whole window."""
+        at = self.closed_at
+        if not at:
             self.closed_at = now
+            at = self.closed_at
+        return at
 
     @property
     def agent(self) -> str:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from bridge.config.schemas import validator
 from bridge.core.partition.budgets import record_size
-from bridge.core.task.lifecycle import ArtifactProgress, StatusUpdate, TaskRecord, command_digest, new_task
+from bridge.core.task.lifecycle import ArtifactProgress, ClosedTask, StatusUpdate, TaskRecord, command_digest, new_task
 from bridge.wire import checkpoints
 from bridge.wire.checkpoints import (
     LEGACY_PARTITION_KEY,
@@ -287,6 +287,26 @@ def test_undecodable_records_are_counted_and_skipped_never_fatal(value: bytes) -
     out = restore([(b"k", value), (key("ok"), encode(rec("ok", 2))), (PARTITION_KEY, b"{broken")])
     assert out.tasks == {"ok": rec("ok", 2)}
     assert out.rejected == 2 and out.partition is None
+
+
+@FAST
+@given(records)
+def test_a_closed_checkpoint_read_slim_keeps_what_its_full_read_holds(record: TaskRecord) -> None:
+    """A restore reads a closed checkpoint straight into its ClosedTask (only the fields
+    that keeps): the same ClosedTask as reading the whole checkpoint first."""
+    record.closed = True
+    raw = encode(record)
+    full = decode(raw)
+    assert checkpoints.decode_slim(raw) == ClosedTask.of(full, full.closed_at or 0.0)
+
+
+@pytest.mark.parametrize(
+    "ids", [["0123456789abcdef", 7], ["0123456789abcde"], ["0123456789abcdeg"], "0123456789abcdef"]
+)
+def test_a_closed_checkpoint_whose_command_ids_are_not_digests_is_rejected(ids: Any) -> None:
+    doc = {"v": 2, "taskKey": "k", "agent": "a", "closed": True, "commandIds": ids}
+    out = restore([(key("k"), orjson.dumps(doc))], slim_closed=True)
+    assert out.tasks == {} and out.rejected == 1
 
 
 def test_a_record_under_another_key_than_its_task_key_is_rejected() -> None:
