@@ -73,7 +73,7 @@ THROUGHPUT_RUNS = (
 )
 RESUME_10K = "2026-12-07-resume-10k-straight-settle.json, 2026-12-07-resume-10k-imports-memory.json"
 RESUME_10K_TLS = "2026-12-06-resume-10k-tls-sessions.json, 2026-12-07-tls-live-2000-runs.json"
-LIVE_REBALANCE = "2026-12-06-scale-live-rebalance-76fcf10.json"
+REBALANCE_1M = "2026-12-07-restore-1m-closed.json"
 LIVE_10K = "2026-12-07-live-10k-streaming-memory.json, 2026-12-07-live-10k-silent-stream.json"
 
 FIGURES: tuple[Figure, ...] = (
@@ -97,9 +97,13 @@ FIGURES: tuple[Figure, ...] = (
         "Peak RSS while a rebalance restores 10,000 live Tasks, over the RSS after it",
         "≤ 1.3",
         "×",
-        LIVE_REBALANCE,
-        "`scale.rebalance.peak_rss_mib` ÷ `rss_mib_after_restore`",
-        lambda d: _ratio(d, ("scale", "rebalance", "peak_rss_mib"), ("scale", "rebalance", "rss_mib_after_restore")),
+        REBALANCE_1M,
+        "`rebalance_1m`, `peak RSS MiB` ÷ `RSS after restore MiB`, rows of this change",
+        lambda d: [
+            round(r["peak RSS MiB"] / r["RSS after restore MiB"], 2)
+            for r in d["tables"]["rebalance_1m"]["rows"]
+            if _after(r)
+        ],
     ),
     Figure(
         "10,000 live Tasks, a container restarted under the same member id: SIGKILL to every stream open",
@@ -141,9 +145,9 @@ FIGURES: tuple[Figure, ...] = (
         " its start to every live Task resumed (restoring the closed ones included)",
         "≤ 10",
         "s",
-        f"scale-live-resume-rebalance-held.json, {LIVE_REBALANCE}",
-        "`scale.rebalance.seconds_spawn_to_all_live_resumed`",
-        lambda d: [float(d["scale"]["rebalance"]["seconds_spawn_to_all_live_resumed"])],
+        REBALANCE_1M,
+        "`rebalance_1m`, `spawn to all live resumed`, rows of this change",
+        _rows("rebalance_1m", "spawn to all live resumed", _after),
     ),
     Figure(
         "Bridge CPU per 200 B event (100 Tasks × 300 chunks)",
