@@ -26,8 +26,8 @@ drives, and replaces what lies between them:
 - a new TLS connection offers the session an earlier one to the same server name
   got (:class:`_Sessions`): an SSE stream holds its connection, so a restart's
   thousands of resumes each open one, and each would otherwise be a full handshake
-  at the agent; a TLS connection's receive buffer is 32 KiB, not asyncio's 256 KiB
-  (:class:`_TLSProtocol`).
+  at the agent; TLS connections receive into one buffer per thread, not asyncio's
+  256 KiB each (:class:`_TLSProtocol`).
 
 A connection goes back to the pool only when both sides finished the exchange
 by h11's rules and neither asked to close; anything else (an error, a body
@@ -62,6 +62,7 @@ import time
 import urllib.request
 from asyncio.sslproto import SSLProtocol
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import h11
 import httpx
@@ -80,6 +81,9 @@ _HIGH_WATER = 256 * 1024
 # shared by its connections (see _Socket.get_buffer).
 _RECV_BYTES = 64 * 1024
 _recv = threading.local()
+# The same for the encrypted bytes of TLS connections (see _TLSProtocol).
+_TLS_RECV_BYTES = 32 * 1024
+_tls_recv = threading.local()
 
 
 class _Socket(asyncio.BufferedProtocol):
@@ -282,16 +286,33 @@ class _Stream:
 
 
 class _TLSProtocol(SSLProtocol):
-    """asyncio's TLS layer with a smaller buffer for the encrypted bytes received.
+    """asyncio's TLS layer, receiving its encrypted bytes into one buffer per thread.
 
-    asyncio gives each TLS connection a zero-filled 256 KiB buffer of its own, which
-    a TLS record (at most 16 KiB and its overhead) never fills: a streaming Task over
-    TLS cost 123.5 KiB of RSS, 35.5 with this one, and allocating it was the largest
-    Python-side cost of a handshake after OpenSSL's own
-    (bench/results/2026-12-06-resume-10k-tls-sessions.json). Twice a record's size
-    keeps a read to one pass."""
+    asyncio gives each TLS connection a zero-filled 256 KiB buffer of its own (a
+    streaming Task over TLS cost 123.5 KiB of RSS), 32 KiB of its own after that
+    (35.5 KiB; bench/results/2026-12-06-resume-10k-tls-sessions.json). The buffer only
+    carries a receive into the connection's incoming BIO: the loop calls
+    ``buffer_updated`` right after filling it, which copies it there before any other
+    callback of the thread's loop, so one serves every connection, as
+    :meth:`_Socket.get_buffer`'s does for the decrypted bytes (threads must not share
+    it: a receive fills it with the GIL released). Two TLS records' size: a read in
+    one pass, and the incoming BIO, which keeps the capacity of the largest write it
+    took, grows no larger than that."""
 
-    max_size = 32 * 1024
+    max_size = _TLS_RECV_BYTES
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        view: memoryview | None = getattr(_tls_recv, "view", None)
+        if view is None:
+            view = _tls_recv.view = memoryview(bytearray(_TLS_RECV_BYTES))
+        # The connection's own buffer, just made by asyncio, goes with this.
+        self._ssl_buffer_view = view
+        self._ssl_buffer = view.obj
+
+    def get_buffer(self, n: int) -> memoryview:
+        view: memoryview = self._ssl_buffer_view
+        return view
 
 
 async def _start_tls(

@@ -374,8 +374,11 @@ async def test_large_bodies_both_ways_arrive_whole() -> None:
         assert b"".join(parts) == response_body
 
 
-async def test_concurrent_streams_each_read_their_own_bytes() -> None:
-    """Sockets share a receive buffer (one per thread): each stream still gets its own bytes."""
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+async def test_concurrent_streams_each_read_their_own_bytes(tls: bool, tmp_path: Path) -> None:
+    """Sockets share a receive buffer (one per thread), and TLS connections another for
+    their encrypted bytes: each stream still gets its own bytes."""
+    server_ctx, trusted = tls_contexts(tmp_path) if tls else (None, None)
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         _, tag = await read_request(reader)
@@ -393,19 +396,21 @@ async def test_concurrent_streams_each_read_their_own_bytes() -> None:
             return b"".join([c async for c in response.aiter_bytes()])
 
     tags = [b"<%02d>" % n for n in range(20)]
-    async with serve(handler) as (url, _), client() as http:
+    async with serve(handler, server_ctx) as (url, _), client(trusted) as http:
         got = await asyncio.gather(*(one(http, url, t) for t in tags))
     for tag, body in zip(tags, got, strict=True):
         assert body == b"".join(tag * 40 + b"%d\n" % i for i in range(100))
 
 
-def test_loops_in_two_threads_each_read_their_own_bytes() -> None:
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_loops_in_two_threads_each_read_their_own_bytes(tls: bool, tmp_path: Path) -> None:
     """A receive is filled with the GIL released: threads must not share the buffer."""
     size = 8 << 20
+    server_ctx, trusted = tls_contexts(tmp_path) if tls else (None, None)
 
     async def fetch(fill: bytes) -> bytes:
         head = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size
-        async with serve(answering(head + fill * size)) as (url, _), client() as http:
+        async with serve(answering(head + fill * size), server_ctx) as (url, _), client(trusted) as http:
             response = await http.post(url, content=b"x")
             return response.content
 
@@ -421,6 +426,27 @@ def test_loops_in_two_threads_each_read_their_own_bytes() -> None:
         t.join(60)
     for fill in (b"a", b"b"):
         assert got[fill] == fill * size
+
+
+def test_tls_connections_of_a_thread_hold_no_receive_buffer_of_their_own() -> None:
+    """Ten thousand streams over TLS held 32 KiB each for their encrypted bytes: now one
+    buffer per thread serves them all, and another thread has its own."""
+
+    def made() -> memoryview:
+        loop = asyncio.new_event_loop()
+        try:
+            protocol = transport._TLSProtocol(loop, asyncio.Protocol(), ssl.create_default_context(), None)
+            return protocol.get_buffer(-1)
+        finally:
+            loop.close()
+
+    first, second = made(), made()
+    assert first is second and len(first) >= 16 * 1024 + 256 + 5  # a whole TLS record fits
+    other: list[memoryview] = []
+    thread = threading.Thread(target=lambda: other.append(made()))
+    thread.start()
+    thread.join(10)
+    assert other and other[0] is not first
 
 
 async def test_a_peer_that_never_reads_is_a_write_timeout() -> None:
