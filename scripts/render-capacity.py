@@ -74,6 +74,7 @@ THROUGHPUT_RUNS = (
 RESUME_10K = "2026-12-07-resume-10k-straight-settle.json, 2026-12-07-resume-10k-imports-memory.json"
 RESUME_10K_TLS = "2026-12-06-resume-10k-tls-sessions.json, 2026-12-07-tls-live-2000-runs.json"
 REBALANCE_1M = "2026-12-07-restore-1m-closed.json"
+TLS_LIVE_10K = "2026-12-07-tls-live-10k-shared-buffer.json"
 LIVE_10K = "2026-12-07-live-10k-streaming-memory.json, 2026-12-07-live-10k-silent-stream.json"
 
 FIGURES: tuple[Figure, ...] = (
@@ -86,12 +87,12 @@ FIGURES: tuple[Figure, ...] = (
         _rows("live_10000", "KiB per streaming Task", _after),
     ),
     Figure(
-        "RSS per live streaming Task over TLS (2,000 live)",
+        "RSS per live streaming Task over TLS (10,000 live)",
         "≤ 20",
         "KiB",
-        RESUME_10K_TLS,
-        "`restart_10000_tls`, `KiB per streaming Task (2,000 live)`, rows of this change",
-        _rows("restart_10000_tls", "KiB per streaming Task (2,000 live)", _after),
+        TLS_LIVE_10K,
+        "`live_10000_tls`, `KiB per streaming Task`, rows of this change",
+        _rows("live_10000_tls", "KiB per streaming Task", _after),
     ),
     Figure(
         "Peak RSS while a rebalance restores 10,000 live Tasks, over the RSS after it",
