@@ -7,6 +7,7 @@ A ``bridge run`` under tracemalloc (``bench/allocprobe`` on its PYTHONPATH) hold
 allocations. Prints JSON: the total per Task and the largest sites, each with the
 frames that led to it. Uses the broker of ``scripts/kafka.sh`` (``KAFKA_PORT``), started
 if none runs. Slower than a plain run (tracemalloc), so no timing is worth reading.
+``BENCH_SCALE_TLS=1``: the source serves its agents over TLS.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ async def measure(first: int, more: int, folder: Path) -> dict[str, Any]:
     broker = Broker()
     broker.ensure()
     sc = scale.Scale(broker.bootstrap, f"alloc{int(time.time())}", folder, "full")
-    source = FastSource(folder, name="alloc.source")
+    source = FastSource(folder, name="alloc.source", tls=scale.TLS_AGENTS)  # BENCH_SCALE_TLS=1: over TLS
     env = {"PYTHONPATH": str(ROOT / "bench" / "allocprobe"), "BENCH_ALLOC_DIR": str(folder)}
     name = sc.name("alloc")
     bridge = config = tail = None
