@@ -605,18 +605,19 @@ class AgentClient:
                     return
                 parser = sse.Parser(self.config.max_event_bytes)
                 chunks = bounded.decoded(response)  # behind a proxy too: inflated under the cap
-                chunk: bytes | None = b""
+                chunk: bytes | None
                 frame: sse.Frame | None = None
-                while chunk is not None:
+                ended = False
+                while not ended:
                     chunk = await anext(chunks, None)
+                    ended = chunk is None
                     frames = parser.close() if chunk is None else parser.feed(chunk)
                     for frame in [f for f in frames if f.data]:  # without data: a keep-alive
                         # Only the frame's own id: one without an id line is no replay.
                         yield self._result(req, frame.data, "SSE data", frame.event), _source_seq(frame.id)
                     # A stream may then be silent for hours: its last read and event are
                     # not kept meanwhile (bench/results/2026-12-07-live-10k-streaming-memory.json).
-                    chunk = b"" if chunk is not None else None
-                    frame = None
+                    chunk = frame = None
                     frames.clear()
         errors.check()
 

@@ -297,6 +297,7 @@ async def check_kafka(config: Config, timeout: float, *, read: bool = False, con
         }
     )
     readable = topics_read(config) if read else []
+    who = _user(kafka) if kafka.sasl_mechanism else "this client"
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
 
@@ -309,10 +310,8 @@ async def check_kafka(config: Config, timeout: float, *, read: bool = False, con
             async with asyncio.timeout(remaining):
                 return await _check_one(host, port, opts, topics, readable, timeout=remaining, connect=connect)
         except kafka_errors.TopicAuthorizationFailedError as exc:
-            who = _user(kafka) if kafka.sasl_mechanism else "this client"
             return StartupError(f"Kafka {broker}: {who} is not authorized to describe topic(s) {exc.args[0]} (ACLs)")
         except _ReadDenied as exc:
-            who = _user(kafka) if kafka.sasl_mechanism else "this client"
             return StartupError(
                 f"Kafka {broker}: {who} is not authorized to read topic(s) {exc.args[0]} (ACLs: Read; the bridge"
                 " consumes its commands and reads its checkpoints and Task tables back when it takes a partition)"
