@@ -174,7 +174,9 @@ def _closed_task(d: dict[str, Any]) -> ClosedTask:
     of up to millions of closed Tasks (bench/results/2026-12-07-restore-1m-closed.json):
     it reads only the fields a ClosedTask keeps."""
     ids = d.get("commandIds") or []
-    for c in ids:
+    if not isinstance(ids, list):
+        raise CheckpointError("commandIds are not a list")
+    for c in ids:  # a loop, not all() over a generator: this runs per closed record
         if not isinstance(c, str) or len(c) != 16:
             raise CheckpointError("commandIds are not digests")
     state, outcome = _opt_str(d.get("state")), _opt_str(d.get("outcome"))

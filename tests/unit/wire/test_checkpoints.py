@@ -301,7 +301,8 @@ def test_a_closed_checkpoint_read_slim_keeps_what_its_full_read_holds(record: Ta
 
 
 @pytest.mark.parametrize(
-    "ids", [["0123456789abcdef", 7], ["0123456789abcde"], ["0123456789abcdeg"], "0123456789abcdef"]
+    "ids",
+    [["0123456789abcdef", 7], ["0123456789abcde"], ["0123456789abcdeg"], "0123456789abcdef", {"0123456789abcdef": 1}],
 )
 def test_a_closed_checkpoint_whose_command_ids_are_not_digests_is_rejected(ids: Any) -> None:
     doc = {"v": 2, "taskKey": "k", "agent": "a", "closed": True, "commandIds": ids}
