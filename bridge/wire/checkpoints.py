@@ -139,7 +139,10 @@ def _decode(value: bytes, *, slim_closed: bool) -> TaskRecord | ClosedTask:
             raise CheckpointError("not a Task checkpoint")
         if slim_closed and d.get("closed") is True and d.get("v") == VERSION:
             return _closed_task(d)
-        ids = [str(c) for c in d.get("commandIds") or []]
+        ids = d.get("commandIds") or []
+        if not isinstance(ids, list):
+            raise CheckpointError("commandIds are not a list")
+        ids = [str(c) for c in ids]
         state, outcome = _opt_str(d.get("state")), _opt_str(d.get("outcome"))
         if d.get("v", 1) < 2:  # v1 kept the ids themselves, and a closing bridge outcome as the state
             ids = [command_digest(c) for c in ids]

@@ -278,6 +278,7 @@ def test_a_v1_checkpoint_keeps_its_command_ids_as_digests() -> None:
         b'{"taskKey": "k", "agent": "a", "afterSeq": "3"}',
         b'{"taskKey": "k", "agent": "a", "artifacts": {"x": {"parts": "many"}}}',
         b'{"taskKey": "k", "agent": "a", "commandIds": 7}',
+        b'{"taskKey": "k", "agent": "a", "commandIds": {"c1": 1}}',
         b"\xff\xfe",
     ],
 )
