@@ -200,9 +200,16 @@ async def test_the_coordinator_says_how_a_partitions_last_transaction_ended(env:
     epoch = producer._txn_manager.producer_epoch  # the one its init was given
 
     async def said() -> TxnState:
-        state = await last_state(config, tid)
-        assert state is not None and state.epoch == epoch, state
-        return state
+        # A commit or an abort returns once the coordinator has logged PrepareCommit or
+        # PrepareAbort; it writes the markers, then CompleteCommit or CompleteAbort (a CI
+        # run read PrepareAbort right after abort_transaction returned).
+        deadline = time.monotonic() + 10
+        while True:
+            state = await last_state(config, tid)
+            assert state is not None and state.epoch == epoch, state
+            if not state.state.startswith("Prepare") or time.monotonic() > deadline:
+                return state
+            await asyncio.sleep(0.05)
 
     try:
         empty = await said()
