@@ -80,10 +80,19 @@ _HIGH_WATER = 256 * 1024
 # Bytes the kernel may hand over per receive. The receive buffer is one per thread,
 # shared by its connections (see _Socket.get_buffer).
 _RECV_BYTES = 64 * 1024
-_recv = threading.local()
 # The same for the encrypted bytes of TLS connections (see _TLSProtocol).
 _TLS_RECV_BYTES = 32 * 1024
-_tls_recv = threading.local()
+
+
+class _ThreadBuffer(threading.local):
+    """A receive buffer of ``size`` bytes for each thread, made at the thread's first use."""
+
+    def __init__(self, size: int) -> None:
+        self.view = memoryview(bytearray(size))
+
+
+_recv = _ThreadBuffer(_RECV_BYTES)
+_tls_recv = _ThreadBuffer(_TLS_RECV_BYTES)
 
 
 class _Socket(asyncio.BufferedProtocol):
@@ -120,10 +129,7 @@ class _Socket(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         # asyncio calls buffer_updated right after filling the buffer, before any
         # other callback of this thread's loop, so one buffer serves every socket.
-        view: memoryview | None = getattr(_recv, "view", None)
-        if view is None:
-            view = _recv.view = memoryview(bytearray(_RECV_BYTES))
-        return view
+        return _recv.view
 
     def buffer_updated(self, nbytes: int) -> None:
         self.data_received(bytes(_recv.view[:nbytes]))
@@ -303,12 +309,9 @@ class _TLSProtocol(SSLProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        view: memoryview | None = getattr(_tls_recv, "view", None)
-        if view is None:
-            view = _tls_recv.view = memoryview(bytearray(_TLS_RECV_BYTES))
         # The connection's own buffer, just made by asyncio, goes with this.
-        self._ssl_buffer_view = view
-        self._ssl_buffer = view.obj
+        self._ssl_buffer_view = _tls_recv.view
+        self._ssl_buffer = _tls_recv.view.obj
 
     def get_buffer(self, n: int) -> memoryview:
         view: memoryview = self._ssl_buffer_view
