@@ -566,7 +566,6 @@ class Source:
             "requests": dict(self.requests),
             "tasks_by_mode": dict(self.modes),
             "live_tasks": len(self.live),
-            "held_tasks": sum(1 for t in self.live.values() if t.state == "working"),
             "unknown_resubscribes": self.unknown_resubscribes,
             "push_configs": self.push_configs,
             "paced_streams": len(self.paced),
