@@ -71,9 +71,9 @@ THROUGHPUT_RUNS = (
     "throughput-latency-4f45151-full-2.json",
     "throughput-latency-4f45151-full-3.json",
 )
-RESUME_10K = "2026-12-07-resume-10k-straight-settle.json, 2026-12-07-resume-10k-imports-memory.json"
+RESUME_10K = "2026-12-07-resume-pace-5000.json"
 RESUME_10K_TLS = "2026-12-07-resume-10k-tls-shared-buffer.json"
-REBALANCE_1M = "2026-12-07-restore-1m-closed.json"
+REBALANCE_1M = "2026-12-07-resume-pace-5000.json"
 TLS_LIVE_10K = "2026-12-07-tls-live-10k-shared-buffer.json"
 LIVE_10K = "2026-12-07-live-10k-streaming-memory.json, 2026-12-07-live-10k-silent-stream.json"
 

@@ -293,11 +293,13 @@ class BridgeConfig:
     # (bench/results/tuned-config-buffers-pools.json).
     http_pools: int = field(default=32, metadata=POSITIVE)
     # Restored Tasks reconnect at most this many a second per process, and not while
-    # the event loop lags: not all at once. Past ~1,500 a second this machine's two
-    # cores (bridge and agent) set the pace, not this
-    # (bench/results/2026-12-06-resume-10k-gc-deferred.json);
-    # each agent's share is bounded by its own resume_rate_per_second.
-    resume_rate_per_second: float = field(default=2500.0, metadata=POSITIVE)
+    # the event loop lags: not all at once. A bound for the process, above what one
+    # core resumes (~3,000 a second on the bench's host, so its CPU and the lag guard
+    # set the pace there; 2,500 held a 10,000-Task restart ~0.5 s longer, 10,000 let
+    # the wave crowd the partitions still opening:
+    # bench/results/2026-12-07-resume-pace-5000.json). What an agent's gateway takes
+    # is bounded by that agent's own resume_rate_per_second.
+    resume_rate_per_second: float = field(default=5000.0, metadata=POSITIVE)
 
 
 @dataclass(frozen=True, slots=True)
