@@ -27,7 +27,9 @@ drives, and replaces what lies between them:
   got (:class:`_Sessions`): an SSE stream holds its connection, so a restart's
   thousands of resumes each open one, and each would otherwise be a full handshake
   at the agent; TLS connections receive into one buffer per thread, not asyncio's
-  256 KiB each (:class:`_TLSProtocol`).
+  256 KiB each (:class:`_TLSProtocol`);
+- an agent's host name is looked up once for a wave of connects, not once per
+  connection (:class:`~bridge.agents.resolver.Resolver`).
 
 A connection goes back to the pool only when both sides finished the exchange
 by h11's rules and neither asked to close; anything else (an error, a body
@@ -67,6 +69,7 @@ from typing import Any
 import h11
 import httpx
 
+from bridge.agents.resolver import Resolver
 from bridge.http.bounded import Inflater, inflater
 from bridge.wire import chunked
 
@@ -345,16 +348,18 @@ async def _start_tls(
     return app
 
 
-async def connect(host: str, port: int, timeout: float | None) -> _Stream:
-    loop = asyncio.get_running_loop()
+async def connect(host: str, port: int, timeout: float | None, resolver: Resolver) -> _Stream:
+    """A connection to ``host`` (its name looked up through ``resolver``), within
+    ``timeout`` for the lookup and the connect together."""
     try:
         async with asyncio.timeout(timeout):
-            transport, sock = await loop.create_connection(_Socket, host, port)
+            transport, sock = await resolver.connect(host, port, _Socket)
     except TimeoutError:
+        resolver.book.forget(host)
         raise httpx.ConnectTimeout("connect timed out") from None
     except OSError as exc:
         raise httpx.ConnectError(str(exc) or type(exc).__name__) from None
-    assert isinstance(transport, asyncio.Transport)
+    assert isinstance(transport, asyncio.Transport) and isinstance(sock, _Socket)
     return _Stream(transport, sock)
 
 
@@ -651,6 +656,7 @@ class Transport(httpx.AsyncBaseTransport):
         self._ssl = ssl_context
         self._ssl.set_alpn_protocols(["http/1.1"])
         self._sessions = _Sessions.of(ssl_context)
+        self._resolver = Resolver()
         self._keep = limits.max_keepalive_connections or 0
         self._expiry = limits.keepalive_expiry
         self._idle: dict[Origin, list[_Connection]] = {}
@@ -690,7 +696,7 @@ class Transport(httpx.AsyncBaseTransport):
         try:
             if conn is None:
                 host = url.raw_host.decode("ascii")
-                stream = await connect(host, origin[2], timeouts.get("connect"))
+                stream = await connect(host, origin[2], timeouts.get("connect"), self._resolver)
                 if tls:
                     stream = await stream.start_tls(self._ssl, host, timeouts.get("connect"))
                     resumable = host

@@ -8,14 +8,18 @@ talks to it through an ``httpx.AsyncClient`` on :class:`bridge.agents.transport.
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from bridge.agents import transport
+from bridge.agents.resolver import Resolver
 from tests.servers.raw import (
     LIMITS,
     OK,
@@ -661,3 +665,58 @@ def test_a_socket_stops_reading_past_its_high_water() -> None:
         assert fake.calls == ["pause"]
         sock.take(65536)
     assert fake.calls == ["pause", "resume"]
+
+
+async def test_a_wave_of_connections_to_an_agent_by_name_looks_the_name_up_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each of these requests needs a connection of its own (the server closes each
+    after its answer); the agent's name is looked up for the first and not again."""
+    looked_up: list[str] = []
+    lookup = socket.getaddrinfo
+
+    def counting(host: str, *args: Any, **kwargs: Any) -> Any:
+        looked_up.append(host)
+        return lookup(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", counting)
+    closing = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok"
+    async with serve(answering(closing)) as (url, connections), client() as http:
+        named = url.replace("127.0.0.1", "localhost")
+        answers = await asyncio.gather(*(http.post(named, content=b"{}") for _ in range(20)))
+        answers += [await http.post(named, content=b"{}") for _ in range(5)]
+    assert [a.text for a in answers] == ["ok"] * 25
+    assert len(connections) == 25
+    assert looked_up == ["localhost"]
+
+
+async def test_an_address_that_refuses_is_tried_after_the_one_that_took_the_last_connection() -> None:
+    """A name's answer lists a dead address first (127.0.0.2: nothing listens there):
+    the connect goes on to the next, which then goes first."""
+    resolver = Resolver(lookup=lambda name, port: _answer(("127.0.0.2", "127.0.0.1")))
+    async with serve(keep_alive_server) as (url, connections):
+        port = httpx.URL(url).port
+        assert port is not None
+        for _ in range(2):
+            stream = await transport.connect("agent.test", port, 5.0, resolver)
+            stream.close()
+        assert resolver.book.get("agent.test", time.monotonic()) == ("127.0.0.1", "127.0.0.2")
+        await until(lambda: len(connections) == 2, 2, "both connections at the server")
+
+
+async def test_a_name_no_address_of_which_takes_a_connection_is_looked_up_again() -> None:
+    asked: list[str] = []
+
+    async def lookup(name: str, port: int) -> tuple[str, ...]:
+        asked.append(name)
+        return ("127.0.0.2", "127.0.0.3")
+
+    resolver = Resolver(lookup=lookup)
+    for _ in range(2):
+        with pytest.raises(httpx.ConnectError, match=r"127\.0\.0\.3"):
+            await transport.connect("agent.test", 9, 5.0, resolver)
+    assert asked == ["agent.test", "agent.test"]
+
+
+async def _answer(ips: tuple[str, ...]) -> tuple[str, ...]:
+    return ips
