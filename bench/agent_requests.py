@@ -14,7 +14,6 @@ a Task is one such request. Prints the result as JSON.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import statistics
 import sys
 import time
@@ -25,6 +24,7 @@ import h11
 import httpx
 import orjson
 
+from bench.proc import serving
 from bridge.agents.client import AgentPool, default_tls
 
 _ANSWER = orjson.dumps({"jsonrpc": "2.0", "id": "x", "result": {"id": "t", "status": {"state": "working"}}})
@@ -47,15 +47,6 @@ class _Answers(asyncio.Protocol):
                 self.transport.write(self.conn.send(head) + self.conn.send(h11.Data(data=_ANSWER)))
                 self.transport.write(self.conn.send(h11.EndOfMessage()))
                 self.conn.start_next_cycle()
-
-
-def _serve(port: Any) -> None:
-    async def main() -> None:
-        server = await asyncio.get_running_loop().create_server(_Answers, "127.0.0.1", 0)
-        port.value = server.sockets[0].getsockname()[1]
-        await asyncio.Event().wait()
-
-    asyncio.run(main())
 
 
 async def _measure(port: int, requests: int, rounds: int) -> dict[str, Any]:
@@ -101,15 +92,8 @@ async def _measure(port: int, requests: int, rounds: int) -> dict[str, Any]:
 def main(argv: list[str]) -> None:
     requests = int(argv[0]) if argv else 3000
     rounds = int(argv[1]) if len(argv) > 1 else 7
-    port = multiprocessing.Value("i", 0)
-    server = multiprocessing.Process(target=_serve, args=(port,), daemon=True)
-    server.start()
-    try:
-        while port.value == 0:
-            time.sleep(0.05)
-        result = asyncio.run(_measure(port.value, requests, rounds))
-    finally:
-        server.terminate()
+    with serving(_Answers) as port:
+        result = asyncio.run(_measure(port, requests, rounds))
     sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 

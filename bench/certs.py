@@ -18,7 +18,7 @@ from cryptography.x509.oid import NameOID
 
 
 def certificate(directory: Path, name: str = "server") -> tuple[Path, Path]:
-    """``<name>.crt`` and ``<name>.key`` in ``directory``, valid for a day for 127.0.0.1."""
+    """``<name>.crt`` and ``<name>.key`` in ``directory``, valid for a day for 127.0.0.1 and localhost."""
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.UTC)
@@ -31,7 +31,10 @@ def certificate(directory: Path, name: str = "server") -> tuple[Path, Path]:
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+            critical=False,
+        )
         .sign(key, hashes.SHA256())
     )
     cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"

@@ -9,14 +9,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import multiprocessing
 import os
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -260,3 +262,27 @@ def profile(pid: int, name: str, seconds: float) -> None:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+
+
+@contextlib.contextmanager
+def serving(protocol: Callable[[], asyncio.Protocol]) -> Iterator[int]:
+    """A server of ``protocol`` on 127.0.0.1 in another process, so that a measure's
+    CPU is only its own side's: its port, until the block ends."""
+    port = multiprocessing.Value("i", 0)
+    server = multiprocessing.Process(target=_serve, args=(protocol, port), daemon=True)
+    server.start()
+    try:
+        while port.value == 0:
+            time.sleep(0.05)
+        yield int(port.value)
+    finally:
+        server.terminate()
+
+
+def _serve(protocol: Callable[[], asyncio.Protocol], port: Any) -> None:
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(protocol, "127.0.0.1", 0, backlog=1024)
+        port.value = server.sockets[0].getsockname()[1]
+        await asyncio.Event().wait()
+
+    asyncio.run(main())

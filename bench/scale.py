@@ -120,6 +120,10 @@ REBALANCE_DEADLINE_S = 600
 # own certificate): each reconnect is a TLS handshake, and `tls_resumed` counts those
 # that resumed a session.
 TLS_AGENTS = os.environ.get("BENCH_SCALE_TLS", "") not in ("", "0")
+# BENCH_SCALE_AGENT_HOST=localhost: the bridge addresses the source by that name instead
+# of 127.0.0.1, so each connect resolves it as a Kubernetes Service name would be (from
+# /etc/hosts here: the resolver's share of a connect, without a DNS server's).
+AGENT_HOST = os.environ.get("BENCH_SCALE_AGENT_HOST") or None
 # The live measure's session timeout (BENCH_SCALE_LIVE_SESSION_TIMEOUT_MS; the bridge's default is 10,000).
 LIVE_SESSION_TIMEOUT_MS = int(os.environ.get("BENCH_SCALE_LIVE_SESSION_TIMEOUT_MS") or 120_000)
 RESTORED = re.compile(r"partition (\d+) restored")
@@ -459,11 +463,14 @@ class Scale:
                 "token_secret_file": str(secret),
             }
         tls = source.tls_ca_file is not None
+        source_url = source.tls_a2a_url if tls else source.a2a_url
+        if AGENT_HOST:
+            source_url = str(httpx.URL(source_url).copy_with(host=AGENT_HOST))
         path = bridge_bench.write_config(
             self.log_dir,
             name,
             bootstrap=self.bootstrap,
-            source_url=source.tls_a2a_url if tls else source.a2a_url,
+            source_url=source_url,
             partitions=self.partitions,
             bridge={"default_deadline_seconds": 86_400, "resume_deadline_seconds": 120, **(bridge or {})},
             kafka={**KAFKA_DEFAULTS, **(kafka or {})},
