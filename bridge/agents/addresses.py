@@ -5,10 +5,13 @@ answer is still good and which address goes first.
 A restart or a rebalance opens thousands of connections to a few agents within
 seconds (an SSE stream holds its connection), and each connect used to resolve the
 agent's name again. The book keeps a name's answer for :data:`TTL_S` seconds, so a
-wave of resumes asks once per name, not once per Task; a record changed in DNS is
-seen within that time, and at once after a connect that no address took (the name is
-forgotten). The address that last took a connection goes first: a dead address left
-in a round-robin answer is tried after the live ones, not before each connect.
+wave of resumes asks once per name and port, not once per Task; a record changed in
+DNS is seen within that time, and at once after a connect that no address took (the
+answer is forgotten). Successive connects start at successive addresses of the
+answer, as a DNS server that rotates its answers would have them (a headless
+Service's pods share the wave); an address that failed a connect (refused,
+unreachable, or silent until the connect timed out) is tried after the others until
+the answer expires.
 """
 
 from __future__ import annotations
@@ -20,39 +23,53 @@ from dataclasses import dataclass, field
 # resumes (10,000 in about 3 s on the bench's host) asks once.
 TTL_S = 5.0
 
+# A name and the port connected to: one gateway name may front agents on several
+# ports, and one of them failing says nothing of the others.
+Key = tuple[str, int]
+
 
 @dataclass(slots=True)
 class _Entry:
     until: float
     ips: tuple[str, ...]
+    failed: list[str] = field(default_factory=list)
+    turn: int = 0
 
 
 @dataclass(slots=True)
 class AddressBook:
     ttl: float = TTL_S
-    _entries: dict[str, _Entry] = field(default_factory=dict)
+    _entries: dict[Key, _Entry] = field(default_factory=dict)
 
-    def get(self, name: str, now: float) -> tuple[str, ...] | None:
-        """``name``'s addresses, in the order to try, while its answer holds; else None."""
-        entry = self._entries.get(name)
+    def get(self, key: Key, now: float) -> tuple[str, ...] | None:
+        """The addresses one connect tries, in order, while the answer holds (else None):
+        the next turn of those that have not failed, then those that have."""
+        entry = self._entries.get(key)
         if entry is None:
             return None
         if now >= entry.until:
-            del self._entries[name]
+            del self._entries[key]
             return None
-        return entry.ips
+        live = [ip for ip in entry.ips if ip not in entry.failed]
+        if not live:
+            return tuple(entry.failed)
+        start = entry.turn % len(live)
+        entry.turn += 1
+        return (*live[start:], *live[:start], *entry.failed)
 
-    def learned(self, name: str, ips: tuple[str, ...], now: float) -> None:
+    def learned(self, key: Key, ips: tuple[str, ...], now: float) -> None:
         """A lookup's answer, in its own order (an empty one is not kept)."""
         if ips:
-            self._entries[name] = _Entry(now + self.ttl, ips)
+            self._entries[key] = _Entry(now + self.ttl, ips)
 
-    def worked(self, name: str, ip: str) -> None:
-        """``ip`` took a connection: it goes first until the answer expires."""
-        entry = self._entries.get(name)
-        if entry is not None and entry.ips[0] != ip and ip in entry.ips:
-            entry.ips = (ip, *(other for other in entry.ips if other != ip))
+    def failed(self, key: Key, ip: str) -> None:
+        """``ip`` did not take a connection: tried after the others from now on."""
+        entry = self._entries.get(key)
+        if entry is not None and ip in entry.ips:
+            if ip in entry.failed:
+                entry.failed.remove(ip)
+            entry.failed.append(ip)
 
-    def forget(self, name: str) -> None:
+    def forget(self, key: Key) -> None:
         """No address took a connection: the next connect asks again."""
-        self._entries.pop(name, None)
+        self._entries.pop(key, None)

@@ -30,6 +30,7 @@ from bridge.agents import transport
 from bridge.agents.credentials import Credentials, credentials, tls_context
 from bridge.agents.errors import AgentErrors
 from bridge.agents.grpc.channels import Channels
+from bridge.agents.resolver import Resolver
 from bridge.config.model import AgentConfig, Config
 from bridge.core.task.lifecycle import MessageUpdate, TaskSnapshot, Update
 from bridge.errors import (
@@ -79,8 +80,8 @@ class AgentPool(httpx.AsyncClient):
     (bench/results/README.md). Behind a proxy, httpx's client routes the request.
     """
 
-    def __init__(self, limits: httpx.Limits, tls: ssl.SSLContext) -> None:
-        self._direct = transport.unless_proxied(limits, tls)
+    def __init__(self, limits: httpx.Limits, tls: ssl.SSLContext, resolver: Resolver | None = None) -> None:
+        self._direct = transport.unless_proxied(limits, tls, resolver)
         refuse_all = http.cookiejar.DefaultCookiePolicy(allowed_domains=[])
         super().__init__(
             limits=limits,
@@ -144,9 +145,10 @@ class _Sent:
             await self._response.aclose()
 
 
-def pool(limits: httpx.Limits, tls: ssl.SSLContext) -> AgentPool:
-    """One connection pool to agents (:class:`AgentPool`)."""
-    return AgentPool(limits, tls)
+def pool(limits: httpx.Limits, tls: ssl.SSLContext, resolver: Resolver | None = None) -> AgentPool:
+    """One connection pool to agents (:class:`AgentPool`), looking names up through
+    ``resolver`` (the process's: a name's answer serves every pool)."""
+    return AgentPool(limits, tls, resolver)
 
 
 def default_tls() -> ssl.SSLContext:
@@ -165,12 +167,17 @@ async def clients(
     one TLS context. :class:`ConfigError` naming the key when a file does not load."""
     shared: list[httpx.AsyncClient] = []
     out: dict[str, AgentClient] = {}
+    resolver = Resolver()
     for name, agent in config.agents.items():
         own = tls_context(agent)
         if own is None and not shared:
             tls = default_tls()
-            shared = [await stack.enter_async_context(pool(limits, tls)) for _ in range(shards)]
-        http = shared if own is None else [await stack.enter_async_context(pool(limits, own)) for _ in range(shards)]
+            shared = [await stack.enter_async_context(pool(limits, tls, resolver)) for _ in range(shards)]
+        http = (
+            shared
+            if own is None
+            else [await stack.enter_async_context(pool(limits, own, resolver)) for _ in range(shards)]
+        )
         out[name] = AgentClient(agent, http)
         stack.push_async_callback(out[name].aclose)
     return out

@@ -1,13 +1,15 @@
 """Agents' host names looked up once for a wave of connects, and the connect that
 tries their addresses (:mod:`bridge.agents.addresses` says for how long an answer
-holds and which address goes first).
+holds and which address goes first). One :class:`Resolver` serves every connection
+pool of the process (:func:`bridge.agents.client.clients`).
 
 asyncio's ``create_connection`` resolves a name on every call, with ``getaddrinfo``
-in the loop's default executor: a thread handoff and a lookup per connection (100 to
-200 µs more CPU than an IP literal for ``localhost`` from /etc/hosts on the bench's
-host; a DNS round trip or several, with a cluster's search domains, in production),
-at most min(32, cores + 4) at a time. Given an IP literal it does neither, which is
-what :meth:`Resolver.connect` gives it.
+in the loop's default executor: a thread handoff and a lookup per connection (about
+60 µs more CPU than an IP literal for ``localhost`` from /etc/hosts on the bench's
+host, bench/results/2026-12-07-agent-name-lookups.json; a DNS round trip or several,
+with a cluster's search domains, in production), at most min(32, cores + 4) at a
+time. Given an IP literal (but a scoped IPv6 one, which it looks up numerically) it
+does neither, and that is what :meth:`Resolver.connect` gives it.
 """
 
 from __future__ import annotations
@@ -19,24 +21,29 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 
-from bridge.agents.addresses import AddressBook
+from bridge.agents.addresses import AddressBook, Key
 
 Lookup = Callable[[str, int], Awaitable[tuple[str, ...]]]
+Made = tuple[asyncio.BaseTransport, asyncio.BaseProtocol]
+Opener = Callable[[Callable[[], asyncio.BaseProtocol], str, int], Awaitable[Made]]
 
 
 async def getaddrinfo(name: str, port: int) -> tuple[str, ...]:
     """``name``'s stream addresses as IP literals, in the resolver's order, once each."""
     infos = await asyncio.get_running_loop().getaddrinfo(name, port, type=socket.SOCK_STREAM)
-    return tuple(dict.fromkeys(_literal_of(family, sockaddr) for family, _, _, _, sockaddr in infos))
+    return tuple(dict.fromkeys(literal_of(family, sockaddr) for family, _, _, _, sockaddr in infos))
 
 
-def _literal_of(family: int, sockaddr: tuple[str, int] | tuple[str, int, int, int] | tuple[int, bytes]) -> str:
+def literal_of(family: int, sockaddr: tuple[str, int] | tuple[str, int, int, int] | tuple[int, bytes]) -> str:
+    """The IP literal of a socket address ``getaddrinfo`` gave (a link-local IPv6
+    address with its interface: it is nothing without it)."""
     ip = str(sockaddr[0])
     if family == socket.AF_INET6 and len(sockaddr) == 4 and sockaddr[3]:
-        ip = f"{ip}%{sockaddr[3]}"  # a link-local address is nothing without its interface
+        ip = f"{ip}%{sockaddr[3]}"
     return ip
 
 
+@functools.lru_cache(maxsize=1024)  # a process connects to a few hosts, thousands of times each
 def is_literal(host: str) -> bool:
     try:
         ipaddress.ip_address(host.partition("%")[0])
@@ -46,57 +53,85 @@ def is_literal(host: str) -> bool:
 
 
 class Resolver:
-    """One per connection pool: its lookups are futures of the pool's event loop."""
+    """Its lookups are futures of one event loop: the pools sharing it share that loop."""
 
     def __init__(
-        self, book: AddressBook | None = None, lookup: Lookup = getaddrinfo, clock: Callable[[], float] = time.monotonic
+        self,
+        book: AddressBook | None = None,
+        lookup: Lookup = getaddrinfo,
+        clock: Callable[[], float] = time.monotonic,
+        opener: Opener | None = None,
     ) -> None:
+        """``opener``: the loop's ``create_connection`` unless a test has its own."""
         self.book = AddressBook() if book is None else book
         self._lookup = lookup
         self._clock = clock
-        self._asking: dict[str, asyncio.Future[tuple[str, ...]]] = {}
+        self._open = opener
+        self._asking: dict[Key, asyncio.Future[tuple[str, ...]]] = {}
 
     async def addresses(self, name: str, port: int) -> tuple[str, ...]:
-        """``name``'s addresses, in the order to try: an IP literal is its own; a name's
-        come from the book while its answer holds, else from one lookup shared by every
-        connect that asks meanwhile (a caller cancelled does not cancel it for the rest)."""
+        """The addresses one connect to ``name`` tries, in order: an IP literal is its
+        own; a name's come from the book while its answer holds, else from one lookup
+        shared by every connect that asks meanwhile (a caller cancelled does not
+        cancel it for the rest)."""
         if is_literal(name):
             return (name,)
-        known = self.book.get(name, self._clock())
+        key = (name, port)
+        known = self.book.get(key, self._clock())
         if known is not None:
             return known
-        asking = self._asking.get(name)
+        asking = self._asking.get(key)
         if asking is None:
-            asking = self._asking[name] = asyncio.ensure_future(self._ask(name, port))
-            asking.add_done_callback(functools.partial(self._asked, name))
-        return await asyncio.shield(asking)
+            asking = self._asking[key] = asyncio.ensure_future(self._ask(key))
+            asking.add_done_callback(functools.partial(self._asked, key))
+        ips = await asyncio.shield(asking)
+        return self.book.get(key, self._clock()) or ips  # this connect's turn of the answer
 
-    async def _ask(self, name: str, port: int) -> tuple[str, ...]:
-        ips = await self._lookup(name, port)
-        self.book.learned(name, ips, self._clock())
+    async def _ask(self, key: Key) -> tuple[str, ...]:
+        ips = await self._lookup(*key)
+        self.book.learned(key, ips, self._clock())
         return ips
 
-    def _asked(self, name: str, asking: asyncio.Future[tuple[str, ...]]) -> None:
-        if self._asking.get(name) is asking:
-            del self._asking[name]
+    def _asked(self, key: Key, asking: asyncio.Future[tuple[str, ...]]) -> None:
+        if self._asking.get(key) is asking:
+            del self._asking[key]
         if not asking.cancelled():
             asking.exception()  # retrieved here: every caller left may have been cancelled
 
     async def connect(
-        self, name: str, port: int, protocol: Callable[[], asyncio.BaseProtocol]
-    ) -> tuple[asyncio.BaseTransport, asyncio.BaseProtocol]:
-        """A connection to the first of ``name``'s addresses that takes one. When none
-        does, the name is forgotten (the next connect looks it up again) and the last
-        address's error is raised; a lookup's own error (``socket.gaierror``) as it is."""
-        loop = asyncio.get_running_loop()
-        error: OSError | None = None
-        for ip in await self.addresses(name, port):
-            try:
-                made = await loop.create_connection(protocol, ip, port)
-            except OSError as exc:
-                error = exc
-                continue
-            self.book.worked(name, ip)
-            return made
-        self.book.forget(name)
-        raise error if error is not None else OSError(f"no address for {name}")
+        self, name: str, port: int, protocol: Callable[[], asyncio.BaseProtocol], timeout: float | None
+    ) -> Made:
+        """A connection to the first of ``name``'s addresses that takes one, within
+        ``timeout`` for the lookup and every attempt together (:class:`TimeoutError`;
+        the address it was spent on goes last). An address that refuses goes last
+        too; when none takes a connection the answer is forgotten (the next connect
+        looks the name up again) and their errors are raised as asyncio raises them.
+        A lookup's own error (``socket.gaierror``) is raised as it is."""
+        key = (name, port)
+        errors: list[OSError] = []
+        trying: str | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                opener = self._open or asyncio.get_running_loop().create_connection
+                for trying in await self.addresses(name, port):
+                    try:
+                        return await opener(protocol, trying, port)
+                    except OSError as exc:
+                        errors.append(exc)
+                        self.book.failed(key, trying)
+                trying = None
+        except TimeoutError:
+            if trying is not None:
+                self.book.failed(key, trying)
+            raise
+        self.book.forget(key)
+        raise _joined(errors, name)
+
+
+def _joined(errors: list[OSError], name: str) -> OSError:
+    """One error for the failed attempts, as ``create_connection`` makes it."""
+    if not errors:
+        return OSError(f"no address for {name}")
+    if len(errors) == 1 or all(str(e) == str(errors[0]) for e in errors):
+        return errors[0]
+    return OSError(f"Multiple exceptions: {', '.join(str(e) for e in errors)}")

@@ -29,7 +29,7 @@ drives, and replaces what lies between them:
   at the agent; TLS connections receive into one buffer per thread, not asyncio's
   256 KiB each (:class:`_TLSProtocol`);
 - an agent's host name is looked up once for a wave of connects, not once per
-  connection (:class:`~bridge.agents.resolver.Resolver`).
+  connection, by one :class:`~bridge.agents.resolver.Resolver` for every pool.
 
 A connection goes back to the pool only when both sides finished the exchange
 by h11's rules and neither asked to close; anything else (an error, a body
@@ -352,10 +352,8 @@ async def connect(host: str, port: int, timeout: float | None, resolver: Resolve
     """A connection to ``host`` (its name looked up through ``resolver``), within
     ``timeout`` for the lookup and the connect together."""
     try:
-        async with asyncio.timeout(timeout):
-            transport, sock = await resolver.connect(host, port, _Socket)
+        transport, sock = await resolver.connect(host, port, _Socket, timeout)
     except TimeoutError:
-        resolver.book.forget(host)
         raise httpx.ConnectTimeout("connect timed out") from None
     except OSError as exc:
         raise httpx.ConnectError(str(exc) or type(exc).__name__) from None
@@ -650,13 +648,14 @@ class Transport(httpx.AsyncBaseTransport):
     ``limits.max_connections`` must be None (the bridge bounds Tasks instead).
     """
 
-    def __init__(self, limits: httpx.Limits, ssl_context: ssl.SSLContext) -> None:
+    def __init__(self, limits: httpx.Limits, ssl_context: ssl.SSLContext, resolver: Resolver | None = None) -> None:
+        """``resolver``: the process's (a pool of its own otherwise)."""
         if limits.max_connections is not None:
             raise ValueError("bridge.agents.transport.Transport does not cap connections: pass max_connections=None")
         self._ssl = ssl_context
         self._ssl.set_alpn_protocols(["http/1.1"])
         self._sessions = _Sessions.of(ssl_context)
-        self._resolver = Resolver()
+        self._resolver = Resolver() if resolver is None else resolver
         self._keep = limits.max_keepalive_connections or 0
         self._expiry = limits.keepalive_expiry
         self._idle: dict[Origin, list[_Connection]] = {}
@@ -756,11 +755,15 @@ class Transport(httpx.AsyncBaseTransport):
         self._idle_count = 0
 
 
-def unless_proxied(limits: httpx.Limits, ssl_context: ssl.SSLContext) -> Transport | None:
+def unless_proxied(
+    limits: httpx.Limits, ssl_context: ssl.SSLContext, resolver: Resolver | None = None
+) -> Transport | None:
     """A :class:`Transport`, or None (httpx's own, which reads the proxy variables
     and routes what ``NO_PROXY`` excludes around the proxy) when the environment
     configures a proxy the way httpx reads one: ``HTTP_PROXY``, ``HTTPS_PROXY`` or
     ``ALL_PROXY``, either case, not empty. Other ``*_proxy`` variables (``NO_PROXY``
     alone, ``FTP_PROXY``) do not make httpx proxy anything, so they change nothing."""
     proxies = urllib.request.getproxies()
-    return None if any(proxies.get(scheme) for scheme in ("http", "https", "all")) else Transport(limits, ssl_context)
+    if any(proxies.get(scheme) for scheme in ("http", "https", "all")):
+        return None
+    return Transport(limits, ssl_context, resolver)

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from bridge.agents import transport
-from bridge.agents.resolver import Resolver
+from bridge.agents.resolver import Resolver, getaddrinfo, is_literal
 from tests.servers.raw import (
     LIMITS,
     OK,
@@ -667,19 +667,24 @@ def test_a_socket_stops_reading_past_its_high_water() -> None:
     assert fake.calls == ["pause", "resume"]
 
 
-async def test_a_wave_of_connections_to_an_agent_by_name_looks_the_name_up_once(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Each of these requests needs a connection of its own (the server closes each
-    after its answer); the agent's name is looked up for the first and not again."""
-    looked_up: list[str] = []
+@pytest.fixture
+def looked_up(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The host names this process looks up from here on (``socket.getaddrinfo``, which
+    asyncio's lookups call in the loop's executor), each time it does."""
+    names: list[str] = []
     lookup = socket.getaddrinfo
 
     def counting(host: str, *args: Any, **kwargs: Any) -> Any:
-        looked_up.append(host)
+        names.append(host)
         return lookup(host, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", counting)
+    return names
+
+
+async def test_a_wave_of_connections_to_an_agent_by_name_looks_the_name_up_once(looked_up: list[str]) -> None:
+    """Each of these requests needs a connection of its own (the server closes each
+    after its answer); the agent's name is looked up for the first and not again."""
     closing = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok"
     async with serve(answering(closing)) as (url, connections), client() as http:
         named = url.replace("127.0.0.1", "localhost")
@@ -690,21 +695,22 @@ async def test_a_wave_of_connections_to_an_agent_by_name_looks_the_name_up_once(
     assert looked_up == ["localhost"]
 
 
-async def test_an_address_that_refuses_is_tried_after_the_one_that_took_the_last_connection() -> None:
-    """A name's answer lists a dead address first (127.0.0.2: nothing listens there):
-    the connect goes on to the next, which then goes first."""
+async def test_a_refusing_address_is_passed_over_then_tried_last_on_real_sockets() -> None:
+    """A name's answer lists a dead address first (127.0.0.2: Linux answers all of
+    127.0.0.0/8, and nothing listens there): the connect goes on to the next, and the
+    following connects go there first."""
     resolver = Resolver(lookup=lambda name, port: _answer(("127.0.0.2", "127.0.0.1")))
     async with serve(keep_alive_server) as (url, connections):
         port = httpx.URL(url).port
         assert port is not None
-        for _ in range(2):
+        for _ in range(3):
             stream = await transport.connect("agent.test", port, 5.0, resolver)
             stream.close()
-        assert resolver.book.get("agent.test", time.monotonic()) == ("127.0.0.1", "127.0.0.2")
-        await until(lambda: len(connections) == 2, 2, "both connections at the server")
+        assert resolver.book.get(("agent.test", port), time.monotonic()) == ("127.0.0.1", "127.0.0.2")
+        await until(lambda: len(connections) == 3, 2, "three connections at the server")
 
 
-async def test_a_name_no_address_of_which_takes_a_connection_is_looked_up_again() -> None:
+async def test_a_name_no_address_of_which_takes_a_connection_is_a_connect_error_naming_each() -> None:
     asked: list[str] = []
 
     async def lookup(name: str, port: int) -> tuple[str, ...]:
@@ -712,10 +718,37 @@ async def test_a_name_no_address_of_which_takes_a_connection_is_looked_up_again(
         return ("127.0.0.2", "127.0.0.3")
 
     resolver = Resolver(lookup=lookup)
+    port = _closed_port()
     for _ in range(2):
-        with pytest.raises(httpx.ConnectError, match=r"127\.0\.0\.3"):
-            await transport.connect("agent.test", 9, 5.0, resolver)
-    assert asked == ["agent.test", "agent.test"]
+        with pytest.raises(httpx.ConnectError, match=r"127\.0\.0\.2.*127\.0\.0\.3"):
+            await transport.connect("agent.test", port, 5.0, resolver)
+    assert asked == ["agent.test", "agent.test"]  # forgotten after each: asked again
+
+
+async def test_pools_sharing_the_process_resolver_look_a_name_up_once(looked_up: list[str]) -> None:
+    resolver = Resolver()
+    closing = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok"
+    async with serve(answering(closing)) as (url, _):
+        named = url.replace("127.0.0.1", "localhost")
+        for _ in range(2):
+            pool = transport.Transport(LIMITS, ssl.create_default_context(), resolver)
+            async with httpx.AsyncClient(transport=pool) as http:
+                assert (await http.post(named, content=b"{}")).text == "ok"
+    assert looked_up == ["localhost"]
+
+
+async def test_a_lookup_gives_each_address_once_as_an_ip_literal() -> None:
+    found = await getaddrinfo("localhost", 80)  # /etc/hosts: no DNS server needed
+    assert found and len(set(found)) == len(found)
+    assert all(is_literal(ip) for ip in found)
+
+
+def _closed_port() -> int:
+    """A port nothing listens on (bound, noted and closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
 
 
 async def _answer(ips: tuple[str, ...]) -> tuple[str, ...]:

@@ -3,70 +3,93 @@ connect tries first, one event at a time."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.agents.addresses import TTL_S, AddressBook
 
+AGENT = ("agent", 443)
 IPS = ("10.0.0.1", "10.0.0.2", "10.0.0.3")
 
 
 def test_an_answer_holds_for_the_ttl_and_not_a_moment_longer() -> None:
     book = AddressBook()
-    book.learned("agent", IPS, now=100.0)
-    assert book.get("agent", now=100.0) == IPS
-    assert book.get("agent", now=100.0 + TTL_S - 0.001) == IPS
-    assert book.get("agent", now=100.0 + TTL_S) is None
-    assert book.get("agent", now=100.0) is None  # expired is gone, not back when the clock is asked again
+    book.learned(AGENT, IPS, now=100.0)
+    assert book.get(AGENT, now=100.0) is not None
+    assert book.get(AGENT, now=100.0 + TTL_S - 0.001) is not None
+    assert book.get(AGENT, now=100.0 + TTL_S) is None
+    assert book.get(AGENT, now=100.0) is None  # expired is gone, not back when the clock is asked again
 
 
 def test_a_name_never_asked_has_no_answer_and_an_empty_answer_is_not_kept() -> None:
     book = AddressBook()
-    assert book.get("agent", now=0.0) is None
-    book.learned("agent", (), now=0.0)
-    assert book.get("agent", now=0.0) is None
+    assert book.get(AGENT, now=0.0) is None
+    book.learned(AGENT, (), now=0.0)
+    assert book.get(AGENT, now=0.0) is None
 
 
-def test_the_address_that_took_a_connection_goes_first() -> None:
+def test_successive_connects_start_at_successive_addresses() -> None:
+    """As a DNS server rotating its answer would have them: a wave spreads over every
+    address, not all on the first."""
     book = AddressBook()
-    book.learned("agent", IPS, now=0.0)
-    book.worked("agent", "10.0.0.3")
-    assert book.get("agent", now=1.0) == ("10.0.0.3", "10.0.0.1", "10.0.0.2")
-    book.worked("agent", "10.0.0.9")  # not in the answer (it expired and came back without it): no change
-    assert book.get("agent", now=1.0) == ("10.0.0.3", "10.0.0.1", "10.0.0.2")
+    book.learned(AGENT, IPS, now=0.0)
+    orders = [book.get(AGENT, now=1.0) for _ in range(4)]
+    assert orders == [
+        ("10.0.0.1", "10.0.0.2", "10.0.0.3"),
+        ("10.0.0.2", "10.0.0.3", "10.0.0.1"),
+        ("10.0.0.3", "10.0.0.1", "10.0.0.2"),
+        ("10.0.0.1", "10.0.0.2", "10.0.0.3"),
+    ]
 
 
-def test_a_name_no_address_took_is_forgotten_and_others_are_kept() -> None:
+def test_an_address_that_failed_is_tried_after_the_others_until_the_answer_expires() -> None:
     book = AddressBook()
-    book.learned("agent", IPS, now=0.0)
-    book.learned("other", ("10.1.0.1",), now=0.0)
-    book.forget("agent")
-    book.forget("never-asked")
-    assert book.get("agent", now=0.0) is None
-    assert book.get("other", now=0.0) == ("10.1.0.1",)
+    book.learned(AGENT, IPS, now=0.0)
+    book.failed(AGENT, "10.0.0.1")
+    firsts = Counter(order[0] for order in (book.get(AGENT, now=1.0) for _ in range(10)) if order)
+    assert firsts == {"10.0.0.2": 5, "10.0.0.3": 5}
+    assert book.get(AGENT, now=1.0) == ("10.0.0.2", "10.0.0.3", "10.0.0.1")
+    book.failed(AGENT, "10.0.0.9")  # not in the answer (it expired and came back without it): no change
+    book.learned(AGENT, IPS, now=2.0)  # a new answer starts clean
+    assert book.get(AGENT, now=2.0) == IPS
 
 
-def test_a_new_answer_replaces_the_old_one_and_its_order() -> None:
+def test_when_every_address_failed_they_are_tried_in_the_order_they_failed() -> None:
     book = AddressBook()
-    book.learned("agent", IPS, now=0.0)
-    book.worked("agent", "10.0.0.2")
-    book.learned("agent", ("10.0.0.4", "10.0.0.2"), now=3.0)
-    assert book.get("agent", now=3.0 + TTL_S - 0.001) == ("10.0.0.4", "10.0.0.2")
+    book.learned(AGENT, IPS, now=0.0)
+    for ip in ("10.0.0.2", "10.0.0.3", "10.0.0.1", "10.0.0.2"):
+        book.failed(AGENT, ip)
+    assert book.get(AGENT, now=0.0) == ("10.0.0.3", "10.0.0.1", "10.0.0.2")
+
+
+def test_answers_are_kept_per_name_and_port() -> None:
+    """One gateway name may front agents on several ports: one failing says nothing of another."""
+    book = AddressBook()
+    book.learned(("gateway", 8001), ("10.0.0.1",), now=0.0)
+    book.learned(("gateway", 8002), ("10.0.0.1",), now=0.0)
+    book.forget(("gateway", 8001))
+    book.forget(("never-asked", 1))
+    assert book.get(("gateway", 8001), now=0.0) is None
+    assert book.get(("gateway", 8002), now=0.0) == ("10.0.0.1",)
 
 
 @given(
     st.lists(st.ip_addresses().map(str), min_size=1, max_size=6, unique=True),
-    st.lists(st.integers(min_value=0, max_value=5), max_size=10),
+    st.lists(st.tuples(st.booleans(), st.integers(min_value=0, max_value=5)), max_size=20),
 )
-def test_worked_only_reorders(ips: list[str], picks: list[int]) -> None:
-    """Whatever took connections, the answer keeps every address once, and the last
-    one that worked is first."""
+def test_every_order_holds_each_address_once_and_a_failed_one_after_the_rest(
+    ips: list[str], events: list[tuple[bool, int]]
+) -> None:
     book = AddressBook()
-    book.learned("agent", tuple(ips), now=0.0)
-    last = None
-    for pick in picks:
-        last = ips[pick % len(ips)]
-        book.worked("agent", last)
-    held = book.get("agent", now=0.0)
-    assert held is not None and sorted(held) == sorted(ips)
-    assert held[0] == (last if last is not None else ips[0])
+    book.learned(AGENT, tuple(ips), now=0.0)
+    failed: set[str] = set()
+    for fail, pick in events:
+        if fail:
+            failed.add(ips[pick % len(ips)])
+            book.failed(AGENT, ips[pick % len(ips)])
+        order = book.get(AGENT, now=0.0)
+        assert order is not None and sorted(order) == sorted(ips)
+        ok = [ip for ip in order if ip not in failed]
+        assert list(order[: len(ok)]) == ok

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
 from bridge.agents.addresses import TTL_S
-from bridge.agents.resolver import Resolver, is_literal
+from bridge.agents.resolver import Made, Resolver, is_literal, literal_of
 
 
 class Lookups:
@@ -58,14 +60,17 @@ async def test_connects_waiting_on_a_name_share_one_lookup_and_its_answer_holds_
     waiting = [asyncio.ensure_future(resolver.addresses("agent", 80)) for _ in range(50)]
     await asyncio.sleep(0)
     lookups.go.set()
-    assert set(await asyncio.gather(*waiting)) == {("10.0.0.1", "10.0.0.2")}
+    firsts = Counter(order[0] for order in await asyncio.gather(*waiting))
+    assert firsts == {"10.0.0.1": 25, "10.0.0.2": 25}  # each its turn of the one answer
     assert lookups.asked == ["agent"]
     clock.now += TTL_S - 0.01
-    assert await resolver.addresses("agent", 443) == ("10.0.0.1", "10.0.0.2")
+    assert sorted(await resolver.addresses("agent", 80)) == ["10.0.0.1", "10.0.0.2"]
     assert lookups.asked == ["agent"]
+    await resolver.addresses("agent", 8080)  # another port: its own answer
+    assert lookups.asked == ["agent", "agent"]
     clock.now += 0.01
     await resolver.addresses("agent", 80)
-    assert lookups.asked == ["agent", "agent"]
+    assert lookups.asked == ["agent", "agent", "agent"]
 
 
 async def test_a_failed_lookup_fails_every_waiter_and_is_asked_again_next_time() -> None:
@@ -78,7 +83,7 @@ async def test_a_failed_lookup_fails_every_waiter_and_is_asked_again_next_time()
     for result in await asyncio.gather(*waiting, return_exceptions=True):
         assert isinstance(result, socket.gaierror)
     lookups.fail = None
-    assert await resolver.addresses("agent", 80) == ("10.0.0.1", "10.0.0.2")
+    assert sorted(await resolver.addresses("agent", 80)) == ["10.0.0.1", "10.0.0.2"]
     assert lookups.asked == ["agent", "agent"]
 
 
@@ -91,7 +96,7 @@ async def test_a_cancelled_caller_does_not_cancel_the_lookup_others_wait_on() ->
     first.cancel()
     await asyncio.sleep(0)
     lookups.go.set()
-    assert await second == ("10.0.0.1", "10.0.0.2")
+    assert sorted(await second) == ["10.0.0.1", "10.0.0.2"]
     assert first.cancelled()
     assert lookups.asked == ["agent"]
 
@@ -105,5 +110,84 @@ async def test_a_lookup_whose_callers_were_all_cancelled_still_fills_the_book() 
     lookups.go.set()
     for _ in range(3):
         await asyncio.sleep(0)
-    assert await resolver.addresses("agent", 80) == ("10.0.0.1", "10.0.0.2")
+    assert sorted(await resolver.addresses("agent", 80)) == ["10.0.0.1", "10.0.0.2"]
     assert lookups.asked == ["agent"]
+
+
+class Opened:
+    """A connect of the test's own: each address refuses, hangs, or takes the connection."""
+
+    def __init__(self, refusing: tuple[str, ...] = (), hanging: tuple[str, ...] = ()) -> None:
+        self.refusing, self.hanging = refusing, hanging
+        self.tried: list[str] = []
+
+    async def __call__(self, protocol: Callable[[], asyncio.BaseProtocol], ip: str, port: int) -> Made:
+        self.tried.append(ip)
+        if ip in self.refusing:
+            raise ConnectionRefusedError(111, f"Connect call failed ('{ip}', {port})")
+        if ip in self.hanging:
+            await asyncio.Event().wait()
+        return asyncio.Transport(), protocol()
+
+
+async def answer(name: str, port: int) -> tuple[str, ...]:
+    return ("10.0.0.1", "10.0.0.2")
+
+
+async def test_an_address_that_refuses_is_passed_over_and_tried_last_from_then_on() -> None:
+    opened = Opened(refusing=("10.0.0.1",))
+    resolver = Resolver(lookup=answer, opener=opened)
+    for _ in range(4):
+        await resolver.connect("agent", 80, asyncio.Protocol, 5.0)
+    assert opened.tried == ["10.0.0.1", "10.0.0.2", "10.0.0.2", "10.0.0.2", "10.0.0.2"]
+
+
+async def test_an_address_silent_until_the_timeout_goes_last_and_the_answer_is_kept() -> None:
+    asked: list[str] = []
+
+    async def lookup(name: str, port: int) -> tuple[str, ...]:
+        asked.append(name)
+        return ("10.0.0.1", "10.0.0.2")
+
+    opened = Opened(hanging=("10.0.0.1",))
+    resolver = Resolver(lookup=lookup, opener=opened)
+    with pytest.raises(TimeoutError):
+        await resolver.connect("agent", 80, asyncio.Protocol, 0.05)
+    for _ in range(3):
+        await resolver.connect("agent", 80, asyncio.Protocol, 5.0)
+    assert opened.tried == ["10.0.0.1", "10.0.0.2", "10.0.0.2", "10.0.0.2"]
+    assert asked == ["agent"]
+
+
+async def test_when_no_address_takes_a_connection_every_error_is_said_and_the_name_asked_again() -> None:
+    asked: list[str] = []
+
+    async def lookup(name: str, port: int) -> tuple[str, ...]:
+        asked.append(name)
+        return ("10.0.0.1", "10.0.0.2")
+
+    resolver = Resolver(lookup=lookup, opener=Opened(refusing=("10.0.0.1", "10.0.0.2")))
+    for _ in range(2):
+        with pytest.raises(OSError, match=r"Multiple exceptions: .*10\.0\.0\.1.*, .*10\.0\.0\.2") as raised:
+            await resolver.connect("agent", 80, asyncio.Protocol, 5.0)
+        assert not isinstance(raised.value, TimeoutError)
+    assert asked == ["agent", "agent"]
+
+
+async def test_a_lookup_error_is_raised_as_it_is_and_an_empty_answer_is_no_address() -> None:
+    async def unknown(name: str, port: int) -> tuple[str, ...]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    async def empty(name: str, port: int) -> tuple[str, ...]:
+        return ()
+
+    with pytest.raises(socket.gaierror):
+        await Resolver(lookup=unknown, opener=Opened()).connect("agent", 80, asyncio.Protocol, 5.0)
+    with pytest.raises(OSError, match="no address for agent"):
+        await Resolver(lookup=empty, opener=Opened()).connect("agent", 80, asyncio.Protocol, 5.0)
+
+
+def test_a_link_local_address_keeps_its_interface() -> None:
+    assert literal_of(socket.AF_INET6, ("fe80::1", 80, 0, 2)) == "fe80::1%2"
+    assert literal_of(socket.AF_INET6, ("2001:db8::7", 80, 0, 0)) == "2001:db8::7"
+    assert literal_of(socket.AF_INET, ("10.0.0.1", 80)) == "10.0.0.1"
