@@ -10,8 +10,8 @@ DNS is seen within that time, and at once after a connect that no address took (
 answer is forgotten). Successive connects start at successive addresses of the
 answer, as a DNS server that rotates its answers would have them (a headless
 Service's pods share the wave); an address that failed a connect (refused,
-unreachable, or silent until the connect timed out) is tried after the others until
-the answer expires.
+unreachable, or silent past its share of the connect's time) is tried after the others
+until it takes a connection again or the answer expires.
 """
 
 from __future__ import annotations
@@ -50,17 +50,16 @@ class AddressBook:
         if now >= entry.until:
             del self._entries[key]
             return None
+        turn, entry.turn = entry.turn, entry.turn + 1
         live = [ip for ip in entry.ips if ip not in entry.failed]
-        if not live:
-            return tuple(entry.failed)
-        start = entry.turn % len(live)
-        entry.turn += 1
-        return (*live[start:], *live[:start], *entry.failed)
+        return (*_turned(live, turn), *_turned(entry.failed, turn))
 
-    def learned(self, key: Key, ips: tuple[str, ...], now: float) -> None:
-        """A lookup's answer, in its own order (an empty one is not kept)."""
+    def learned(self, key: Key, ips: tuple[str, ...], now: float, start: int = 0) -> None:
+        """A lookup's answer, in its own order, the first connect starting at its
+        ``start``-th address (the resolver picks it at random: every replica and every
+        answer's window would otherwise start on the same one); an empty answer is not kept."""
         if ips:
-            self._entries[key] = _Entry(now + self.ttl, ips)
+            self._entries[key] = _Entry(now + self.ttl, ips, turn=start)
 
     def failed(self, key: Key, ip: str) -> None:
         """``ip`` did not take a connection: tried after the others from now on."""
@@ -70,6 +69,20 @@ class AddressBook:
                 entry.failed.remove(ip)
             entry.failed.append(ip)
 
+    def worked(self, key: Key, ip: str) -> None:
+        """``ip`` took a connection: back among the others if it had failed."""
+        entry = self._entries.get(key)
+        if entry is not None and ip in entry.failed:
+            entry.failed.remove(ip)
+
     def forget(self, key: Key) -> None:
         """No address took a connection: the next connect asks again."""
         self._entries.pop(key, None)
+
+
+def _turned(ips: list[str], turn: int) -> list[str]:
+    """``ips`` from its ``turn``-th on, round."""
+    if not ips:
+        return ips
+    start = turn % len(ips)
+    return ips[start:] + ips[:start]

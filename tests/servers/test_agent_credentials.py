@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from bridge.agents import client as client_mod
-from bridge.agents.client import AgentClient, clients, close_stream, rpc_id
+from bridge.agents.client import AgentClient, AgentPool, clients, close_stream, rpc_id
 from bridge.agents.credentials import credentials, tls_context
 from bridge.config.model import AgentConfig, Config, ConfigError
 from bridge.errors import AgentAuthError, AgentHTTPError, AgentUnavailable, CredentialsUnavailable
@@ -386,8 +386,13 @@ async def test_agents_with_their_own_tls_have_their_own_pools(pki: Pki, tmp_path
     async with contextlib.AsyncExitStack() as stack:
         made = await clients(config, stack, LIMITS, 2)
         pools = {name: [id(p) for p in c._pools] for name, c in made.items()}
+        # One lookup of a name serves every pool: they share the process's resolver.
+        resolvers = {
+            id(p._direct._resolver) for c in made.values() for p in c._pools if isinstance(p, AgentPool) and p._direct
+        }
     assert pools["a"] == pools["b"] and len(pools["a"]) == 2
     assert len({*pools["a"], *pools["m"], *pools["c"]}) == 6
+    assert len(resolvers) == 1
 
 
 async def test_a_key_that_is_not_the_certificates_is_refused_naming_the_key(pki: Pki, tmp_path: Path) -> None:

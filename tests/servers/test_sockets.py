@@ -699,7 +699,7 @@ async def test_a_refusing_address_is_passed_over_then_tried_last_on_real_sockets
     """A name's answer lists a dead address first (127.0.0.2: Linux answers all of
     127.0.0.0/8, and nothing listens there): the connect goes on to the next, and the
     following connects go there first."""
-    resolver = Resolver(lookup=lambda name, port: _answer(("127.0.0.2", "127.0.0.1")))
+    resolver = Resolver(lookup=lambda name, port: _answer(("127.0.0.2", "127.0.0.1")), pick=lambda n: 0)
     async with serve(keep_alive_server) as (url, connections):
         port = httpx.URL(url).port
         assert port is not None
@@ -717,7 +717,7 @@ async def test_a_name_no_address_of_which_takes_a_connection_is_a_connect_error_
         asked.append(name)
         return ("127.0.0.2", "127.0.0.3")
 
-    resolver = Resolver(lookup=lookup)
+    resolver = Resolver(lookup=lookup, pick=lambda n: 0)
     port = _closed_port()
     for _ in range(2):
         with pytest.raises(httpx.ConnectError, match=r"127\.0\.0\.2.*127\.0\.0\.3"):

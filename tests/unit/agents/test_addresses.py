@@ -56,11 +56,29 @@ def test_an_address_that_failed_is_tried_after_the_others_until_the_answer_expir
     assert book.get(AGENT, now=2.0) == IPS
 
 
-def test_when_every_address_failed_they_are_tried_in_the_order_they_failed() -> None:
+def test_when_every_address_failed_connects_still_start_at_successive_ones() -> None:
     book = AddressBook()
     book.learned(AGENT, IPS, now=0.0)
     for ip in ("10.0.0.2", "10.0.0.3", "10.0.0.1", "10.0.0.2"):
         book.failed(AGENT, ip)
+    assert [book.get(AGENT, now=0.0) for _ in range(2)] == [
+        ("10.0.0.3", "10.0.0.1", "10.0.0.2"),
+        ("10.0.0.1", "10.0.0.2", "10.0.0.3"),
+    ]
+
+
+def test_an_address_that_takes_a_connection_again_is_back_among_the_others() -> None:
+    book = AddressBook()
+    book.learned(AGENT, IPS, now=0.0)
+    book.failed(AGENT, "10.0.0.1")
+    book.worked(AGENT, "10.0.0.1")
+    book.worked(AGENT, "10.0.0.9")  # not in the answer: nothing
+    assert book.get(AGENT, now=0.0) == IPS
+
+
+def test_an_answer_may_start_at_any_of_its_addresses() -> None:
+    book = AddressBook()
+    book.learned(AGENT, IPS, now=0.0, start=2)
     assert book.get(AGENT, now=0.0) == ("10.0.0.3", "10.0.0.1", "10.0.0.2")
 
 

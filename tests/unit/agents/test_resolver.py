@@ -5,7 +5,9 @@ time, and a failed one kept by nobody."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -134,15 +136,21 @@ async def answer(name: str, port: int) -> tuple[str, ...]:
     return ("10.0.0.1", "10.0.0.2")
 
 
+def first(n: int) -> int:
+    return 0
+
+
 async def test_an_address_that_refuses_is_passed_over_and_tried_last_from_then_on() -> None:
     opened = Opened(refusing=("10.0.0.1",))
-    resolver = Resolver(lookup=answer, opener=opened)
+    resolver = Resolver(lookup=answer, opener=opened, pick=first)
     for _ in range(4):
         await resolver.connect("agent", 80, asyncio.Protocol, 5.0)
     assert opened.tried == ["10.0.0.1", "10.0.0.2", "10.0.0.2", "10.0.0.2", "10.0.0.2"]
 
 
-async def test_an_address_silent_until_the_timeout_goes_last_and_the_answer_is_kept() -> None:
+async def test_a_silent_address_spends_only_its_share_and_goes_last_the_answer_kept() -> None:
+    """With two addresses and 1.2 s, the first may take 0.6 s: then the second is tried
+    within the same connect."""
     asked: list[str] = []
 
     async def lookup(name: str, port: int) -> tuple[str, ...]:
@@ -150,12 +158,53 @@ async def test_an_address_silent_until_the_timeout_goes_last_and_the_answer_is_k
         return ("10.0.0.1", "10.0.0.2")
 
     opened = Opened(hanging=("10.0.0.1",))
-    resolver = Resolver(lookup=lookup, opener=opened)
-    with pytest.raises(TimeoutError):
-        await resolver.connect("agent", 80, asyncio.Protocol, 0.05)
+    resolver = Resolver(lookup=lookup, opener=opened, pick=first)
     for _ in range(3):
-        await resolver.connect("agent", 80, asyncio.Protocol, 5.0)
+        await resolver.connect("agent", 80, asyncio.Protocol, 1.2)
     assert opened.tried == ["10.0.0.1", "10.0.0.2", "10.0.0.2", "10.0.0.2"]
+    assert asked == ["agent"]
+
+
+async def test_the_last_address_silent_through_the_whole_time_is_a_timeout_and_goes_last() -> None:
+    opened = Opened(hanging=("10.0.0.1", "10.0.0.2"))
+    resolver = Resolver(lookup=answer, opener=opened, pick=first)
+    with pytest.raises(TimeoutError):
+        await resolver.connect("agent", 80, asyncio.Protocol, 1.2)
+    assert opened.tried == ["10.0.0.1", "10.0.0.2"]  # each its share
+    assert resolver.book.get(("agent", 80), time.monotonic()) in (("10.0.0.1", "10.0.0.2"), ("10.0.0.2", "10.0.0.1"))
+
+
+async def test_a_kernel_connect_timeout_passes_to_the_next_address() -> None:
+    class Expired(Opened):
+        async def __call__(self, protocol: Callable[[], asyncio.BaseProtocol], ip: str, port: int) -> Made:
+            if ip == "10.0.0.1":
+                self.tried.append(ip)
+                raise TimeoutError(110, "Connection timed out")
+            return await super().__call__(protocol, ip, port)
+
+    opened = Expired()
+    await Resolver(lookup=answer, opener=opened, pick=first).connect("agent", 80, asyncio.Protocol, 5.0)
+    assert opened.tried == ["10.0.0.1", "10.0.0.2"]
+
+
+async def test_this_process_out_of_descriptors_blames_no_address_and_keeps_the_answer() -> None:
+    asked: list[str] = []
+
+    async def lookup(name: str, port: int) -> tuple[str, ...]:
+        asked.append(name)
+        return ("10.0.0.1", "10.0.0.2")
+
+    class Exhausted(Opened):
+        async def __call__(self, protocol: Callable[[], asyncio.BaseProtocol], ip: str, port: int) -> Made:
+            self.tried.append(ip)
+            raise OSError(errno.EMFILE, "Too many open files")
+
+    opened = Exhausted()
+    resolver = Resolver(lookup=lookup, opener=opened, pick=first)
+    for _ in range(2):
+        with pytest.raises(OSError, match="Too many open files"):
+            await resolver.connect("agent", 80, asyncio.Protocol, 5.0)
+    assert opened.tried == ["10.0.0.1", "10.0.0.2"]  # successive starts, none moved last
     assert asked == ["agent"]
 
 
@@ -166,7 +215,7 @@ async def test_when_no_address_takes_a_connection_every_error_is_said_and_the_na
         asked.append(name)
         return ("10.0.0.1", "10.0.0.2")
 
-    resolver = Resolver(lookup=lookup, opener=Opened(refusing=("10.0.0.1", "10.0.0.2")))
+    resolver = Resolver(lookup=lookup, opener=Opened(refusing=("10.0.0.1", "10.0.0.2")), pick=first)
     for _ in range(2):
         with pytest.raises(OSError, match=r"Multiple exceptions: .*10\.0\.0\.1.*, .*10\.0\.0\.2") as raised:
             await resolver.connect("agent", 80, asyncio.Protocol, 5.0)
