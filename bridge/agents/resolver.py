@@ -115,7 +115,7 @@ class Resolver:
         when none takes a connection the answer is forgotten (the next connect looks
         the name up again) and their errors are raised as asyncio raises them. A
         lookup's own error (``socket.gaierror``) and this process's own shortage
-        (file descriptors, local ports, buffers) are raised as they are, blaming no
+        (file descriptors, buffers, memory) are raised as they are, blaming no
         address."""
         key = (name, port)
         loop = asyncio.get_running_loop()
@@ -164,9 +164,10 @@ class Resolver:
 # more than a connect across a cluster takes, less than a connect timeout.
 ATTEMPT_MIN_S = 0.5
 
-# A connect failing for this process's own want (descriptors, local ports, buffers,
-# memory), not the address's.
-_OURS = frozenset({errno.EMFILE, errno.ENFILE, errno.EADDRNOTAVAIL, errno.ENOBUFS, errno.ENOMEM})
+# A connect failing for this process's own want (descriptors, buffers, memory), not
+# the address's. Not EADDRNOTAVAIL: besides local ports running out, it is what an
+# IPv6 address gives a pod without IPv6, and the next (IPv4) address must be tried.
+_OURS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 def _share(now: float, deadline: float, left: int) -> float | None:

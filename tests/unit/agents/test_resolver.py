@@ -240,3 +240,22 @@ def test_a_link_local_address_keeps_its_interface() -> None:
     assert literal_of(socket.AF_INET6, ("fe80::1", 80, 0, 2)) == "fe80::1%2"
     assert literal_of(socket.AF_INET6, ("2001:db8::7", 80, 0, 0)) == "2001:db8::7"
     assert literal_of(socket.AF_INET, ("10.0.0.1", 80)) == "10.0.0.1"
+
+
+async def test_an_address_this_host_cannot_reach_from_its_own_addresses_passes_to_the_next() -> None:
+    """A dual-stack answer on a pod without IPv6: the IPv6 address fails with
+    EADDRNOTAVAIL and the IPv4 one is tried."""
+
+    async def dual(name: str, port: int) -> tuple[str, ...]:
+        return ("2001:db8::7", "10.0.0.1")
+
+    class NoIPv6(Opened):
+        async def __call__(self, protocol: Callable[[], asyncio.BaseProtocol], ip: str, port: int) -> Made:
+            if ":" in ip:
+                self.tried.append(ip)
+                raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
+            return await super().__call__(protocol, ip, port)
+
+    opened = NoIPv6()
+    await Resolver(lookup=dual, opener=opened, pick=first).connect("agent", 80, asyncio.Protocol, 5.0)
+    assert opened.tried == ["2001:db8::7", "10.0.0.1"]
