@@ -37,6 +37,10 @@ Raw: TypeAlias = "ConsumerRecord[bytes, bytes]"
 # pin the freed records' pages, which no heap trim gives back (pymalloc's arenas):
 # bench/results/2026-12-03-restore-batches.json.
 RESTORE_BATCH = 256
+# A bounded read's waits for records (ms), and how many empty ones in a row before it
+# asks again where the partition ends (every ~0.5 s).
+_POLL_MS = 20
+_IDLE_POLLS = 25
 
 
 class PartitionLog:
@@ -102,7 +106,13 @@ class PartitionLog:
         """The records of ``tp`` from ``start`` (None: its beginning) to ``end`` (None:
         its end as ``isolation`` reads it now), at most :data:`RESTORE_BATCH` at a time."""
         consumer = AIOKafkaConsumer(
-            isolation_level=isolation, enable_auto_commit=False, **client_options(self.config.kafka)
+            isolation_level=isolation,
+            enable_auto_commit=False,
+            # A fetch that finds nothing new waits this long at the broker, and the
+            # connection's next request (the end offsets) waits behind it: at the
+            # default 500 ms, an empty partition took half a second to read.
+            fetch_max_wait_ms=_POLL_MS,
+            **client_options(self.config.kafka),
         )
         await consumer.start()
         try:
@@ -113,17 +123,18 @@ class PartitionLog:
                 consumer.seek(tp, start)
             if end is None:
                 end = (await consumer.end_offsets([tp]))[tp]
-            wait_ms = 500
+            idle = 0
             while await consumer.position(tp) < end:
-                records = (await consumer.getmany(tp, timeout_ms=wait_ms, max_records=RESTORE_BATCH)).get(tp, [])
-                yield [r for r in records if r.offset < end]
-                if not records:
+                # Short waits: a call that only steps over a transaction's marker (the
+                # last records of a partition written in transactions) returns no record,
+                # and would wait its whole timeout for records that never come.
+                records = (await consumer.getmany(tp, timeout_ms=_POLL_MS, max_records=RESTORE_BATCH)).get(tp, [])
+                if records:
+                    idle = 0
+                    yield [r for r in records if r.offset < end]
+                elif (idle := idle + 1) % _IDLE_POLLS == 0:
                     # A log cut below ``end`` since (an unclean restart) would be waited on for ever.
                     end = min(end, (await consumer.end_offsets([tp]))[tp])
-                # A full batch may end on the partition's last record, before the last
-                # transaction's marker: the next call only steps over the marker, and would
-                # wait the whole timeout for records that never come.
-                wait_ms = 0 if len(records) == RESTORE_BATCH else 500
         finally:
             await consumer.stop()
 
