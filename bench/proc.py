@@ -43,6 +43,37 @@ def cpu_seconds(pid: int | str = "self") -> float | None:
     return (utime + stime) / CLK_TCK
 
 
+def children_cpu_seconds(pid: int | str = "self") -> float | None:
+    """User + system CPU seconds of ``pid``'s children that ended and were reaped
+    (None if it is gone): a bridge's restore processes, once they ended."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    rest = _stat_fields(raw)
+    return (int(rest[13]) + int(rest[14])) / CLK_TCK  # fields 16 and 17 of proc(5)
+
+
+def children(pid: int) -> list[int]:
+    """``pid``'s child processes now."""
+    found: list[int] = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                found += [int(c) for c in (task / "children").read_text().split()]
+    except OSError:
+        pass
+    return found
+
+
+def tree_rss_mib(pid: int) -> float | None:
+    """The RSS of ``pid`` and its children now, in MiB (None if ``pid`` is gone)."""
+    own = status_mib(pid, "VmRSS")
+    if own is None:
+        return None
+    return own + sum(status_mib(child, "VmRSS") or 0.0 for child in children(pid))
+
+
 def age_seconds(pid: int) -> float | None:
     """Seconds since ``pid`` started (None if it is gone)."""
     try:
@@ -255,6 +286,8 @@ def profile(pid: int, name: str, seconds: float) -> None:
             "--format",
             "raw",
             "--nonblocking",
+            # A bridge's restore processes too, each stack under its process.
+            "--subprocesses",
             "-o",
             str(Path(folder) / f"{name}.txt"),
         ],

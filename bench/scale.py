@@ -897,9 +897,13 @@ class Scale:
                 all_s: float | None = None
                 ready_s: float | None = None
                 peak_open = 0
+                # The bridge with its restore processes (bridge.restore_processes), sampled:
+                # a child's own peak ends with it.
+                peak_tree = 0.0
                 deadline = t_spawn + REBALANCE_DEADLINE_S
                 while time.monotonic() < deadline:
                     bridge.check()
+                    peak_tree = max(peak_tree, proc.tree_rss_mib(bridge.pid) or 0.0)
                     if probe is None:
                         if bridge.find_ops():
                             probe = OpsProbe(bridge)
@@ -920,7 +924,10 @@ class Scale:
                         ready_s = time.monotonic() - t_spawn
                 # Stay a while: a member evicted during restore rejoins after its session.
                 stable_for = 2 * KAFKA_DEFAULTS["session_timeout_ms"] / 1000 + 5
-                await asyncio.sleep(stable_for)
+                until = time.monotonic() + stable_for
+                while time.monotonic() < until:
+                    peak_tree = max(peak_tree, proc.tree_rss_mib(bridge.pid) or 0.0)
+                    await asyncio.sleep(0.1)
                 bridge.check()
                 lag = await probe.stop() if probe else {}
                 metrics = await metrics_or_empty(bridge, http)
@@ -954,7 +961,9 @@ class Scale:
                 "restore_seconds_sum": metric(metrics, "bridge_restore_duration_seconds_sum"),
                 "rss_mib_after_restore": proc.status_mib(bridge.pid, "VmRSS"),
                 "peak_rss_mib": proc.status_mib(bridge.pid, "VmHWM"),
+                "peak_rss_mib_with_children_sampled": round(peak_tree, 1),
                 "cpu_seconds_total": proc.cpu_seconds(bridge.pid),
+                "children_cpu_seconds": proc.children_cpu_seconds(bridge.pid),
                 "event_loop": lag,
                 "new_metrics": new_metrics(metrics),
                 "log": dataclasses.asdict(facts),

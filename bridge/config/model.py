@@ -300,6 +300,11 @@ class BridgeConfig:
     # bench/results/2026-12-07-resume-pace-5000.json). What an agent's gateway takes
     # is bounded by that agent's own resume_rate_per_second.
     resume_rate_per_second: float = field(default=5000.0, metadata=POSITIVE)
+    # Processes beside the event loop's that read and decode the rest of a long
+    # checkpoints read (bridge/engine/restore_process.py): on another core each,
+    # started when a rest is first handed over, ended 10 s after the last. 0: all on
+    # the event loop (where the pod has one CPU: a process there only adds its cost).
+    restore_processes: int = field(default=1, metadata=NON_NEGATIVE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 A :class:`~bridge.engine.partition.PartitionOwner` needs a few things of the
 process (:class:`Host`): the record budgets of the topics, whether a new start
 may come in, a topic's partition count, a turn to reconnect a restored Task, and
-the producers' event loop. It also keeps, per partition, what one ownership
+the producers' event loop, where its checkpoints are read. It also keeps, per partition, what one ownership
 learns across its failed opens and rebuilds (:class:`PartitionMemory`): the
 service makes one when the group assigns the partition and hands it whole to
 each owner of it; only the owners write it.
@@ -11,6 +11,7 @@ each owner of it; only the owners write it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -18,6 +19,7 @@ from typing import Protocol
 from bridge.core.partition.budgets import RecordBudgets
 from bridge.core.partition.left_open import Described
 from bridge.kafka.transaction import ProducerLoop
+from bridge.wire.checkpoints import Restorer
 
 
 class Host(Protocol):
@@ -29,6 +31,18 @@ class Host(Protocol):
     def admit(self) -> bool: ...
     def partitions(self, topic: str) -> int | None: ...
     def resume_turn(self, agent: str) -> Awaitable[None]: ...
+    def hand_over(self, partition: int) -> HandOver | None:
+        """Who may take the rest of a long read of the partition's checkpoints
+        (bridge/engine/restore_process.py), if anyone."""
+        ...
+
+
+class HandOver(Protocol):
+    """Given a restorer fed up to offset ``start`` and where its read ends: a future
+    that is True once another reader fed it the records from ``start`` to ``end``
+    (False: it could not, read them here), or None: no one is free, read on."""
+
+    def __call__(self, restorer: Restorer, start: int, end: int) -> asyncio.Future[bool] | None: ...
 
 
 @dataclass
@@ -66,4 +80,7 @@ class StandAlone:
         return None
 
     async def resume_turn(self, agent: str) -> None:
+        return None
+
+    def hand_over(self, partition: int) -> HandOver | None:
         return None

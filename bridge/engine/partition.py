@@ -183,7 +183,7 @@ class PartitionOwner:
         last = await restore.describe_last(log_, self.memory)
         await self.txn.start()
         await restore.close_left_open(log_, self.txn, last, self.memory)
-        restorer = await log_.checkpoints()
+        restorer = await log_.checkpoints(self.host.hand_over(self.partition))
         rejected = 0
         try:
             part = restorer.partition()

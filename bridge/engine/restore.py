@@ -10,6 +10,7 @@ was left open) are :mod:`bridge.core.partition.left_open`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator
@@ -21,7 +22,7 @@ from aiokafka.structs import ConsumerRecord
 
 from bridge.config.model import Config
 from bridge.core.partition.left_open import Described, LeftOpen, commit_left_open, remembered, verified
-from bridge.engine.host import PartitionMemory
+from bridge.engine.host import HandOver, PartitionMemory
 from bridge.kafka import txn_state
 from bridge.kafka.auth import client_options
 from bridge.kafka.transaction import PartitionTransactions, transactional_id
@@ -41,6 +42,14 @@ RESTORE_BATCH = 256
 # asks again where the partition ends (every ~0.5 s).
 _POLL_MS = 20
 _IDLE_POLLS = 25
+
+
+# Records a partition's open reads itself before it offers the rest of its checkpoints
+# to a restore process (bridge/engine/restore_process.py): a restart's partitions of a
+# few thousand are read where they are, at once. And the least rest it offers: less is
+# read here sooner than a busy event loop takes a process's answer.
+HAND_OVER_AFTER = 20_000
+HAND_OVER_LEAST = 5_000
 
 
 class PartitionLog:
@@ -71,13 +80,31 @@ class PartitionLog:
         """The last stable offset (what read_committed reads to) and the end of ``tp``."""
         return await self.end(tp, "read_committed"), await self.end(tp, "read_uncommitted")
 
-    async def checkpoints(self) -> checkpoints.Restorer:
-        """The checkpoints partition to its end, read_committed."""
+    async def checkpoints(self, hand_over: HandOver | None = None) -> checkpoints.Restorer:
+        """The checkpoints partition to its end, read_committed. Past
+        :data:`HAND_OVER_AFTER` records, with more than :data:`HAND_OVER_LEAST` left, the
+        rest is offered to ``hand_over`` after each batch until it takes it."""
+        tp = self.checkpoints_tp()
         restorer = checkpoints.Restorer(slim_closed=True)
-        async with contextlib.aclosing(self.batches(self.checkpoints_tp(), "read_committed")) as batches:
-            async for records in batches:
-                for r in records:
-                    restorer.feed(r.key, r.value)
+        end = await self.end(tp, "read_committed") if hand_over is not None else None
+        rest: asyncio.Future[bool] | None = None
+        try:
+            async with contextlib.aclosing(self.batches(tp, "read_committed", end=end)) as batches:
+                async for records in batches:
+                    for r in records:
+                        restorer.feed(r.key, r.value)
+                    if hand_over is not None and end is not None and records and restorer.records >= HAND_OVER_AFTER:
+                        start = records[-1].offset + 1
+                        if end - start > HAND_OVER_LEAST and (rest := hand_over(restorer, start, end)) is not None:
+                            break
+            if rest is not None and not await rest:
+                async with contextlib.aclosing(self.batches(tp, "read_committed", start, end)) as batches:
+                    async for records in batches:
+                        for r in records:
+                            restorer.feed(r.key, r.value)
+        finally:
+            if rest is not None and not rest.done():
+                rest.cancel()  # this open was cancelled: the rest's reader too
         return restorer
 
     async def rows(self, topic: str, keys: set[str]) -> dict[str, dict[str, Any]]:

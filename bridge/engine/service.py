@@ -57,8 +57,10 @@ from bridge.core.partition.offsets import commands_lag
 from bridge.core.process.capacity import LAG_SAMPLE_S, LIMITS, Admission, Limit, ResumeTurns
 from bridge.core.task.lifecycle import NotificationResult
 from bridge.engine.heap import keep_freed_memory, resident_bytes, settle_heap, trim_heap
+from bridge.engine.host import HandOver
 from bridge.engine.ownership import Fenced, Ownership
 from bridge.engine.partition import PartitionOwner
+from bridge.engine.restore_process import Restores
 from bridge.engine.turns import Turns
 from bridge.errors import BridgeError, KafkaUnreachable, StartupError
 from bridge.kafka import group, topics
@@ -152,6 +154,8 @@ class Service:
             for name, agent in config.agents.items()
             if agent.resume_rate_per_second
         }
+        # Where the partitions' checkpoints are read (bridge/engine/restore_process.py).
+        self.restores = Restores(config)
         # The partitions of this member (bridge/engine/ownership.py).
         self.ownership = Ownership(self)
 
@@ -262,6 +266,9 @@ class Service:
             await own.turn()
         await self._turns.turn()
 
+    def hand_over(self, partition: int) -> HandOver | None:
+        return self.restores.hand_over(partition)
+
     def stop_turns(self) -> None:
         """No more resume turns: their hand-outs end (and with them the deferral of
         the older collections, bridge/engine/heap.py)."""
@@ -329,6 +336,7 @@ class Service:
                 watch.cancel()
                 cards.cancel()
                 self.stop_turns()
+                await self.restores.close()
                 self._producers.close()
         return self._exit_code()
 

@@ -136,9 +136,19 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+_settings = ("info", "text")
+
+
+def settings() -> tuple[str, str]:
+    """The level and format :func:`setup` was last given (for a child process's logs)."""
+    return _settings
+
+
 def setup(level: str, fmt: str | None = None) -> None:
     """Root logging to stderr: ``fmt`` "text" or "json" (default: $BRIDGE_LOG_FORMAT, else text)."""
+    global _settings  # noqa: PLW0603 - what the last setup was given, for a child process
     fmt = (fmt or os.environ.get("BRIDGE_LOG_FORMAT") or "text").lower()
+    _settings = (level, fmt)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         JsonFormatter() if fmt == "json" else TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import Any, TypeAlias, get_args
 
 import orjson
 
@@ -335,6 +335,10 @@ class Restored:
     records: int = 0
 
 
+# A restorer's keys as another process takes them (Restorer.folded).
+Folded: TypeAlias = list[tuple[bytes, "bytes | TaskRecord | CheckpointError | tuple[str, bytes] | None"]]
+
+
 @dataclass(slots=True)
 class Restorer:
     """Folds records in log order; keeps only the newest value per key.
@@ -347,9 +351,13 @@ class Restorer:
     (bench/results/2026-12-02-contract-against-b0.json)."""
 
     slim_closed: bool = False
-    _latest: dict[bytes, bytes | ClosedTask | TaskRecord | CheckpointError] = field(default_factory=dict)
-    _partition: bytes | None = None
-    _legacy_partition: bytes | None = None
+    # A restorer of the rest of a partition (from an offset on: a restore process's)
+    # keeps a deleted key's tombstone (None), for the fold of the records before it.
+    tombstones: bool = False
+    _latest: dict[bytes, bytes | ClosedTask | TaskRecord | CheckpointError | None] = field(default_factory=dict)
+    # The newest partition record under PARTITION_KEY, as read, and whether any was.
+    partition_value: bytes | None = None
+    partition_read: bool = False
     records: int = 0
 
     def feed(self, key: bytes | None, value: bytes | None) -> None:
@@ -357,15 +365,50 @@ class Restorer:
         if key is None:
             return
         if key == PARTITION_KEY:
-            self._partition = value
+            self.partition_value, self.partition_read = value, True
         elif key.startswith(INTERNAL_PREFIX):
             return  # a later version's internal record
         elif value is None:
-            self._latest.pop(key, None)
+            if self.tombstones:
+                self._latest[key] = None
+            else:
+                self._latest.pop(key, None)
         elif self.slim_closed and b'"closed":true' in value and key != LEGACY_PARTITION_KEY:
             self._latest[key] = _checked(key, value, slim_closed=True)
         else:
             self._latest[key] = value
+
+    def folded(self, size: int) -> Iterator[Folded]:
+        """What this restorer holds, ``size`` keys at a time, in a form another process
+        takes (pickle): a ClosedTask as its key and :attr:`~ClosedTask.packed` bytes
+        (indexes of this process's tables, which go with them:
+        :func:`~bridge.core.task.lifecycle.closed_unpacker`), the rest as held. Empties
+        the restorer as it goes; the partition records and the count stay."""
+        latest = self._latest
+        while latest:
+            chunk: Folded = []
+            for _ in range(min(size, len(latest))):
+                key, value = latest.popitem()
+                chunk.append((key, (value.task_key, value.packed) if isinstance(value, ClosedTask) else value))
+            yield chunk
+
+    def unfold(self, chunk: Folded, unpack: Callable[[str, bytes], ClosedTask]) -> None:
+        """Take a chunk of another process's :meth:`folded`, of the records that follow
+        the ones fed here (a key is in one chunk only; a tombstone deletes it);
+        ``unpack`` makes its ClosedTasks."""
+        latest = self._latest
+        for key, value in chunk:
+            if value is None:
+                latest.pop(key, None)
+            else:
+                latest[key] = unpack(*value) if isinstance(value, tuple) else value
+
+    def followed_by(self, records: int, partition_read: bool, partition_value: bytes | None) -> None:
+        """Another process's count of the records that follow the ones fed here, and
+        the newest partition record among them, if it read one: see :meth:`unfold`."""
+        self.records += records
+        if partition_read:
+            self.partition_value, self.partition_read = partition_value, True
 
     def partition(self) -> PartitionRecord | None:
         """The newest partition record (the legacy key's, if that is all there is);
@@ -373,9 +416,9 @@ class Restorer:
         legacy = self._latest.get(LEGACY_PARTITION_KEY)
         if isinstance(legacy, bytes) and b'"absorbedAbove"' in legacy and b'"taskKey"' not in legacy:
             del self._latest[LEGACY_PARTITION_KEY]
-            if self._partition is None:
-                self._partition = legacy
-        return None if self._partition is None else PartitionRecord.decode(self._partition)
+            if self.partition_value is None:
+                self.partition_value = legacy
+        return None if self.partition_value is None else PartitionRecord.decode(self.partition_value)
 
     def tasks(self, *, slim_closed: bool = True) -> Iterator[TaskRecord | ClosedTask | CheckpointError]:
         """Each key's newest record, decoded one at a time (a caller on an event loop
@@ -384,7 +427,8 @@ class Restorer:
             raise ValueError("a Restorer that decodes closed Tasks slim as it reads gives them slim")
         while self._latest:
             key, value = self._latest.popitem()
-            yield _checked(key, value, slim_closed=slim_closed) if isinstance(value, bytes) else value
+            if value is not None:
+                yield _checked(key, value, slim_closed=slim_closed) if isinstance(value, bytes) else value
 
     def result(self, *, slim_closed: bool = True) -> Restored:
         rejected = 0

@@ -16,7 +16,7 @@ import struct
 import sys
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 import orjson
 
@@ -679,11 +679,15 @@ class _Names(Generic[_N]):
     one that overflows is never kept."""
 
     def __init__(self, limit: int, *first: _N, overflow: _N, keep: Callable[[_N], _N]) -> None:
-        self.names: list[_N] = list(dict.fromkeys([*first, overflow]))
-        self._index = {name: i for i, name in enumerate(self.names)}
         self._limit = limit
         self._overflow = overflow
         self._keep = keep
+        self.adopt(list(dict.fromkeys([*first, overflow])))
+
+    def adopt(self, names: list[_N]) -> None:
+        """Take ``names`` as the table, in their order (another process's)."""
+        self.names = list(names)
+        self._index = {name: i for i, name in enumerate(self.names)}
 
     def index(self, name: _N, fallback: _N | None = None) -> int:
         i = self._index.get(name)
@@ -713,6 +717,41 @@ def _route(route: tuple[str, str | None]) -> tuple[str, str | None]:
 # (the command schema's pattern), so it is never taken for a configured one.
 _ROUTES: _Names[tuple[str, str | None]] = _Names(0xFFFF, overflow=("(other)", None), keep=_route)
 _ENDINGS: _Names[str | None] = _Names(0xFF, None, overflow="other", keep=_interned)
+
+# The two tables as one process hands them to another: a restore process
+# (bridge/engine/restore_process.py) packs closed Tasks with its tables' indexes.
+ClosedNames: TypeAlias = tuple[list[tuple[str, str | None]], list[str | None]]
+
+
+def closed_names() -> ClosedNames:
+    """This process's route and ending tables, as they are now."""
+    return list(_ROUTES.names), list(_ENDINGS.names)
+
+
+def adopt_closed_names(names: ClosedNames) -> None:
+    """Start this process's tables as another's (a restore process, before each
+    read): the ClosedTasks packed here then index what that process's index, and the
+    names it adds come after its own, in the order they were met."""
+    _ROUTES.adopt(names[0])
+    _ENDINGS.adopt(names[1])
+
+
+def closed_unpacker(names: ClosedNames) -> Callable[[str, bytes], ClosedTask]:
+    """What makes a ClosedTask here from its key and the bytes another process packed
+    with the tables ``names``. Those tables began as this process's (adopt_closed_names)
+    and only grew, so their indexes are this process's unless this one met other names
+    meanwhile: then each packed head is rewritten with this process's indexes."""
+    routes = [_ROUTES.index(route, fallback=(route[0], None)) for route in names[0]]
+    endings = [_ENDINGS.index(ending) for ending in names[1]]
+    if routes == list(range(len(routes))) and endings == list(range(len(endings))):
+        return ClosedTask.unpacked
+
+    def remapped(task_key: str, packed: bytes) -> ClosedTask:
+        at, route, ended = _PACKED.unpack_from(packed)
+        head = _PACKED.pack(at, routes[route], endings[ended])
+        return ClosedTask.unpacked(task_key, head + packed[_PACKED.size :])
+
+    return remapped
 
 
 class ClosedTask:
@@ -748,6 +787,21 @@ class ClosedTask:
         route = _ROUTES.index((agent, dlq_topic), fallback=(agent, None))
         head = _PACKED.pack(_seconds(closed_at), route, _ENDINGS.index(ended_as))
         self._packed = head + bytes.fromhex("".join(command_ids))
+
+    @classmethod
+    def unpacked(cls, task_key: str, packed: bytes) -> ClosedTask:
+        """The ClosedTask whose :attr:`packed` bytes are ``packed`` (indexes of this
+        process's tables: see closed_unpacker)."""
+        self = cls.__new__(cls)
+        self.task_key = task_key
+        self._packed = packed
+        return self
+
+    @property
+    def packed(self) -> bytes:
+        """All it holds beside its key, in one bytes object (indexes into this process's
+        tables: closed_names)."""
+        return self._packed
 
     @classmethod
     def of(cls, record: TaskRecord, closed_at: float) -> ClosedTask:

@@ -3,6 +3,7 @@ and restore() folding a compacted partition into the newest state per key."""
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import orjson
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from bridge.config.schemas import validator
 from bridge.core.partition.budgets import record_size
+from bridge.core.task import lifecycle
 from bridge.core.task.lifecycle import ArtifactProgress, ClosedTask, StatusUpdate, TaskRecord, command_digest, new_task
 from bridge.wire import checkpoints
 from bridge.wire.checkpoints import (
@@ -385,3 +387,84 @@ def test_a_restorer_decoding_closed_tasks_as_it_reads_restores_what_decoding_the
     assert seen(early) == seen(late)
     with pytest.raises(ValueError, match="slim"):
         next(checkpoints.Restorer(slim_closed=True).tasks(slim_closed=False))
+
+
+# ------------------------------------------------ a restore in another process --
+
+
+@FAST
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c", "d", "P", "bad"]), st.one_of(st.none(), st.integers(0, 99))),
+        max_size=40,
+    ),
+    st.integers(0, 40),
+    st.integers(1, 5),
+)
+def test_a_read_split_and_its_rest_folded_elsewhere_restores_the_whole_read(
+    ops: list[tuple[str, int | None]], at: int, chunk: int
+) -> None:
+    """The rest of a partition from any offset on, read by a restore process and handed
+    back in chunks through pickle (bridge/engine/restore_process.py), then fed into the
+    restorer of the records before it: the same restore as one read of it all, a
+    deletion or a rewrite past the split of a key before it included."""
+    log: list[tuple[bytes | None, bytes | None]] = []
+    for k, n in ops:
+        if k == "P":
+            log.append((PARTITION_KEY, None if n is None else PartitionRecord(0, [n], [], n).encode()))
+        elif k == "bad":
+            log.append((key("bad"), None if n is None else b"{not json"))
+        else:
+            closed = n is not None and n % 2 == 0
+            record = rec(k, n, closed=closed, closed_at=float(n)) if n is not None else None
+            log.append((key(k), None if record is None else encode(record)))
+    whole = restore(log, slim_closed=True)
+    before = checkpoints.Restorer(slim_closed=True)
+    rest = checkpoints.Restorer(slim_closed=True, tombstones=True)
+    for key_, value in log[:at]:
+        before.feed(key_, value)
+    for key_, value in log[at:]:
+        rest.feed(key_, value)
+    before.followed_by(rest.records, rest.partition_read, rest.partition_value)
+    for folded in rest.folded(chunk):
+        before.unfold(pickle.loads(pickle.dumps(folded)), lifecycle.closed_unpacker(lifecycle.closed_names()))
+    assert not list(rest.folded(chunk))  # the rest's restorer emptied
+    assert before.result() == whole
+
+
+def test_closed_tasks_packed_by_another_process_keep_their_routes_and_endings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child starts from the parent's tables and appends what it meets; the parent
+    may have met other names meanwhile: each ClosedTask keeps its agent, DLQ and end."""
+    ours = lifecycle.closed_names()
+    ClosedTask("warm", "ours-only", "canceled", [], 1.0, dlq_topic="ours.dlq")  # known before the hand-over
+    sent = lifecycle.closed_names()
+
+    # The child: a fresh process's tables, taking the parent's.
+    monkeypatch.setattr(lifecycle, "_ROUTES", lifecycle._Names(0xFFFF, overflow=("(other)", None), keep=lambda r: r))
+    monkeypatch.setattr(lifecycle, "_ENDINGS", lifecycle._Names(0xFF, None, overflow="other", keep=lambda e: e))
+    lifecycle.adopt_closed_names(sent)
+    digest = command_digest("cmd-1")
+    made = [
+        ClosedTask("k1", "ours-only", "canceled", [digest], 5.0, dlq_topic="ours.dlq"),
+        ClosedTask("k2", "child-met", "rejected-by-child", [], 6.0, dlq_topic="child.dlq"),
+    ]
+    packed = [(t.task_key, t.packed) for t in made]
+    theirs = lifecycle.closed_names()
+    monkeypatch.undo()
+
+    # The parent met another route and ending meanwhile: indexes the child gave differ.
+    ClosedTask("x", "parent-met", "ended-in-parent", [], 1.0, dlq_topic="parent.dlq")
+    unpack = lifecycle.closed_unpacker(theirs)
+    assert unpack != ClosedTask.unpacked
+    k1, k2 = (unpack(*p) for p in packed)
+    assert (k1.agent, k1.dlq_topic, k1.ended_as, k1.command_ids, k1.closed_at) == (
+        "ours-only",
+        "ours.dlq",
+        "canceled",
+        [digest],
+        5.0,
+    )
+    assert (k2.agent, k2.dlq_topic, k2.ended_as, k2.closed_at) == ("child-met", "child.dlq", "rejected-by-child", 6.0)
+    # Nothing new met on either side: the bytes are taken as they are.
+    assert lifecycle.closed_unpacker(lifecycle.closed_names()) == ClosedTask.unpacked
+    assert ours[0] == lifecycle.closed_names()[0][: len(ours[0])]  # the tables only grow

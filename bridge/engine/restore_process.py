@@ -1,0 +1,273 @@
+"""Restore processes: the rest of a long checkpoints read, on another core
+(``bridge.restore_processes``).
+
+A rebalance that hands a member partitions holding a million closed checkpoints
+spends most of its time reading and decoding them, record after record on the
+event loop's core, while the machine's other cores idle
+(bench/results/2026-12-07-restore-1m-closed.json). Every partition's open reads its
+checkpoints on the event loop, all at once, as before; one that has read
+:data:`~bridge.engine.restore.HAND_OVER_AFTER` records with more than that left
+offers the rest to a restore process after each batch, and the first free process
+takes it: it reads the partition from there to the same end and decodes it as the
+event loop would (the same code), then hands back what a restore keeps, packed: each
+closed Task as its key and its :attr:`~bridge.core.task.lifecycle.ClosedTask.packed`
+bytes, every other record as read, a deleted key as None. The event loop feeds that
+into the partition's restorer a chunk at a time, as if it had read on. A process
+that is done takes the next rest offered, so the long partitions are shared between
+the cores as they go, and a restart's partitions of a few thousand records are never
+offered (a process costs a round trip through an event loop that is busy resuming
+Tasks: bench/results/2026-12-07-restore-processes.json).
+
+A process is started when a rest is first handed over and ended when none has been
+for :data:`IDLE_SECONDS`. If it fails (it died, or its read failed), that partition
+reads its rest on the event loop, and the next rest handed over starts a new process.
+It ends with the bridge too: a read of its standard input that finds the pipe closed
+ends it, whatever ended its parent.
+
+Between the two processes: frames of an 8-byte length and a pickle, over the
+child's standard input and output (the child's own output goes to its standard
+error, as the bridge's logs do). A job: the config, the partition, the offsets to
+read from and to, this process's closed-Task tables; its reply: ``("ok", (records
+read, whether a partition record was, the newest), the child's tables)`` or
+``("failed", why, None)``, then the chunks and ``None``. Only this process's own
+child reads what it writes, and only this process reads what the child writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import pickle
+import signal
+import struct
+import sys
+import time
+from typing import IO, Any
+
+from bridge.config.model import Config
+from bridge.core.task import lifecycle
+from bridge.engine import restore
+from bridge.engine.heap import trim_heap
+from bridge.engine.host import HandOver
+from bridge.observe import logs
+from bridge.wire import checkpoints
+
+log = logging.getLogger(__name__)
+
+# How long a restore process is kept with nothing to read: a rebalance's partitions
+# come within seconds of each other; it costs memory (tens of MiB) while it waits.
+IDLE_SECONDS = 10.0
+# Keys per frame sent back: each unpickled between two turns of the event loop (a
+# few milliseconds each), not one partition's million in one.
+CHUNK = 4096
+
+_HEAD = struct.Struct(">Q")
+
+
+class RestoreProcessFailed(Exception):
+    """The restore process ended, or said its read failed."""
+
+
+class RestoreProcess:
+    """One child process that reads the rest of a checkpoints partition at a time."""
+
+    def __init__(self) -> None:
+        self._proc: asyncio.subprocess.Process | None = None
+        self._idle: asyncio.TimerHandle | None = None
+        self._exits: set[asyncio.Task[int]] = set()
+        # Taken from the offer on (Restores.hand_over) until the read ended: one read at
+        # a time, or the replies of two would interleave in the pipe.
+        self.busy = False
+
+    @property
+    def pid(self) -> int | None:
+        """The child's, while one runs."""
+        return None if self._proc is None else self._proc.pid
+
+    async def read(self, config: Config, partition: int, start: int, end: int, into: checkpoints.Restorer) -> None:
+        """Feed ``into`` (a restorer fed up to ``start``) with the records of checkpoints
+        partition ``partition`` from offset ``start`` to ``end``, read_committed."""
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        proc = self._proc or await self._start()
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            job = pickle.dumps((config, partition, start, end, lifecycle.closed_names()), pickle.HIGHEST_PROTOCOL)
+            proc.stdin.write(_HEAD.pack(len(job)) + job)
+            await proc.stdin.drain()
+            outcome, body, names = pickle.loads(await _frame(proc.stdout))  # our own child
+            failed = None
+            if outcome != "ok":
+                failed = RestoreProcessFailed(body)  # the child goes on: the pipe holds nothing more
+            else:
+                into.followed_by(*body)
+                unpack = lifecycle.closed_unpacker(names)
+                while (chunk := pickle.loads(await _frame(proc.stdout))) is not None:
+                    into.unfold(chunk, unpack)
+                    await asyncio.sleep(0)
+        except (OSError, EOFError, asyncio.IncompleteReadError, pickle.UnpicklingError) as exc:
+            self._end()
+            raise RestoreProcessFailed(f"the restore process ended ({type(exc).__name__})") from None
+        except BaseException:
+            # Cancelled (the partition was revoked) or failed midway: what is left in the
+            # pipe belongs to no one now.
+            self._end()
+            raise
+        self._idle = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._end)
+        if failed is not None:
+            raise failed
+
+    async def _start(self) -> asyncio.subprocess.Process:
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            __name__,
+            *logs.settings(),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            # Replies of tens of MiB: read in large pieces, not 64 KiB ones.
+            limit=1 << 20,
+        )
+        return self._proc
+
+    def _end(self) -> None:
+        """End the child (killed: what it holds or reads is no one's now) and reap it."""
+        proc, self._proc = self._proc, None
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        reaped = asyncio.ensure_future(proc.wait())
+        self._exits.add(reaped)
+        reaped.add_done_callback(self._exits.discard)
+
+    async def close(self) -> None:
+        self._end()
+        await asyncio.gather(*self._exits, return_exceptions=True)
+
+
+async def _frame(stream: asyncio.StreamReader) -> bytes:
+    (size,) = _HEAD.unpack(await stream.readexactly(_HEAD.size))
+    return await stream.readexactly(size)
+
+
+class Restores:
+    """The process's restore processes, offered the rest of each long read."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.processes = [RestoreProcess() for _ in range(config.bridge.restore_processes)]
+
+    def hand_over(self, partition: int) -> HandOver | None:
+        """What a partition's restore offers the rest of its read to: a free process,
+        if there is one when it offers (bridge/engine/host.py)."""
+        if not self.processes:
+            return None
+
+        def offer(restorer: checkpoints.Restorer, start: int, end: int) -> asyncio.Future[bool] | None:
+            process = next((p for p in self.processes if not p.busy), None)
+            if process is None:
+                return None
+            process.busy = True
+            return asyncio.ensure_future(self._rest(process, partition, restorer, start, end))
+
+        return offer
+
+    async def _rest(
+        self, process: RestoreProcess, partition: int, restorer: checkpoints.Restorer, start: int, end: int
+    ) -> bool:
+        try:
+            started = time.monotonic()
+            await process.read(self.config, partition, start, end, restorer)
+        except RestoreProcessFailed as exc:
+            log.warning("partition %d: restoring the rest on the event loop: %s", partition, exc)
+            return False
+        finally:
+            process.busy = False
+        log.info(
+            "partition %d: checkpoints from offset %d to %d read in a restore process in %.2f s",
+            partition,
+            start,
+            end,
+            time.monotonic() - started,
+        )
+        return True
+
+    async def close(self) -> None:
+        await asyncio.gather(*(p.close() for p in self.processes))
+
+
+# ------------------------------------------------------------------ the child --
+
+
+def _read(stream: IO[bytes], size: int) -> bytes | None:
+    data = stream.read(size)
+    return data if len(data) == size else None
+
+
+def serve(jobs: IO[bytes], replies: IO[bytes]) -> int:
+    """Read partitions as ``jobs`` ask until it closes; each reply in frames."""
+    while (head := _read(jobs, _HEAD.size)) is not None:
+        job = _read(jobs, _HEAD.unpack(head)[0])
+        if job is None:
+            break
+        config, partition, start, end, names = pickle.loads(job)  # our own parent
+        lifecycle.adopt_closed_names(names)
+        try:
+            restorer = asyncio.run(_rest(config, partition, start, end))
+        except Exception as exc:
+            _reply(replies, ("failed", f"{type(exc).__name__}: {exc}", None))
+        else:
+            # The fold is done: the tables hold every name its ClosedTasks index.
+            body = (restorer.records, restorer.partition_read, restorer.partition_value)
+            _reply(replies, ("ok", body, lifecycle.closed_names()))
+            for chunk in restorer.folded(CHUNK):  # each sent as it is made: one chunk held at a time
+                _reply(replies, chunk)
+            _reply(replies, None)
+            del restorer
+        replies.flush()
+        # What the read held goes back to the system while this process waits.
+        trim_heap()
+    return 0
+
+
+async def _rest(config: Config, partition: int, start: int, end: int) -> checkpoints.Restorer:
+    log_ = restore.PartitionLog(config, partition)
+    restorer = checkpoints.Restorer(slim_closed=True, tombstones=True)
+    async with contextlib.aclosing(log_.batches(log_.checkpoints_tp(), "read_committed", start, end)) as batches:
+        async for records in batches:
+            for r in records:
+                restorer.feed(r.key, r.value)
+    return restorer
+
+
+def _reply(replies: IO[bytes], frame: Any) -> None:
+    data = pickle.dumps(frame, pickle.HIGHEST_PROTOCOL)
+    replies.write(_HEAD.pack(len(data)) + data)
+
+
+def main() -> int:
+    logs.setup(*sys.argv[1:3])  # the bridge's level and format (logs.settings)
+    # A Ctrl-C reaches the whole process group: the bridge ends this process (its
+    # input closes). Ignored here, asyncio.run also installs no handler of its own: on
+    # Python 3.11 taking that handler back off formats the finished task's repr, the
+    # whole restorer with it (a fifth of this process's time in a py-spy profile).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The frames go out on the standard output as it was; anything printed by
+    # this process goes to its standard error instead.
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    try:
+        return serve(sys.stdin.buffer, replies)
+    except BrokenPipeError:
+        return 0  # the bridge ended
+
+
+if __name__ == "__main__":
+    sys.exit(main())
