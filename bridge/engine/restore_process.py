@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import pickle
@@ -103,11 +104,14 @@ class RestoreProcess:
             if outcome != "ok":
                 failed = RestoreProcessFailed(body)  # the child goes on: the pipe holds nothing more
             else:
-                into.followed_by(*body)
                 unpack = lifecycle.closed_unpacker(names)
                 while (chunk := pickle.loads(await _frame(proc.stdout))) is not None:
                     into.unfold(chunk, unpack)
                     await asyncio.sleep(0)
+                # Last: a child that ended midway leaves ``into`` to be fed the same records
+                # again from ``start`` (the newest value per key comes out the same), but
+                # not counted twice.
+                into.followed_by(*body)
         except (OSError, EOFError, asyncio.IncompleteReadError, pickle.UnpicklingError) as exc:
             self._end()
             raise RestoreProcessFailed(f"the restore process ended ({type(exc).__name__})") from None
@@ -126,6 +130,7 @@ class RestoreProcess:
             "-m",
             __name__,
             *logs.settings(),
+            str(os.getpid()),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             # Replies of tens of MiB: read in large pieces, not 64 KiB ones.
@@ -175,7 +180,10 @@ class Restores:
             if process is None:
                 return None
             process.busy = True
-            return asyncio.ensure_future(self._rest(process, partition, restorer, start, end))
+            rest = asyncio.ensure_future(self._rest(process, partition, restorer, start, end))
+            # Free again when the rest is read, failed or cancelled (even before it began).
+            rest.add_done_callback(lambda _: setattr(process, "busy", False))
+            return rest
 
         return offer
 
@@ -188,8 +196,6 @@ class Restores:
         except RestoreProcessFailed as exc:
             log.warning("partition %d: restoring the rest on the event loop: %s", partition, exc)
             return False
-        finally:
-            process.busy = False
         log.info(
             "partition %d: checkpoints from offset %d to %d read in a restore process in %.2f s",
             partition,
@@ -259,6 +265,11 @@ def main() -> int:
     # Python 3.11 taking that handler back off formats the finished task's repr, the
     # whole restorer with it (a fifth of this process's time in a py-spy profile).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Killed with the bridge, not left reading for no one (Linux's PR_SET_PDEATHSIG).
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    if os.getppid() != int(sys.argv[3]):
+        return 0  # the bridge ended before this process got here
     # The frames go out on the standard output as it was; anything printed by
     # this process goes to its standard error instead.
     replies = os.fdopen(os.dup(1), "wb")
