@@ -33,6 +33,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, get_args
 
 import httpx
@@ -154,8 +155,10 @@ class Service:
             for name, agent in config.agents.items()
             if agent.resume_rate_per_second
         }
-        # Where the partitions' checkpoints are read (bridge/engine/restore_process.py).
+        # Who takes the rest of a long checkpoints read (bridge/engine/restore_process.py):
+        # the host's hand_over.
         self.restores = Restores(config)
+        self.hand_over: Callable[[int], HandOver | None] = self.restores.hand_over
         # The partitions of this member (bridge/engine/ownership.py).
         self.ownership = Ownership(self)
 
@@ -265,9 +268,6 @@ class Service:
         if own is not None:
             await own.turn()
         await self._turns.turn()
-
-    def hand_over(self, partition: int) -> HandOver | None:
-        return self.restores.hand_over(partition)
 
     def stop_turns(self) -> None:
         """No more resume turns: their hand-outs end (and with them the deferral of
