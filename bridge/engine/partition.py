@@ -195,8 +195,8 @@ class PartitionOwner:
             ntp = TopicPartition(self.config.kafka.notifications_topic, self.partition)
             notes_end, _ = await log_.ends(ntp)
         self.notes.opened(part.notifications_offset if part else None, notes_end)
-        self.offsets = PartitionOffsets(self.restored_offset, part.absorbed_above if part else ())
         self.sources.resent = set(part.starts_in_flight) if part else set()
+        self.offsets = PartitionOffsets(self.restored_offset, part.absorbed_above if part else (), self.sources.resent)
         now = time.time()
         live: list[TaskRecord] = []
         closed: list[tuple[float, str]] = []
@@ -381,6 +381,8 @@ class PartitionOwner:
         self, raw: Raw, reason: str, detail: str, command: Command | None = None, agent: str | None = None
     ) -> None:
         """The original bytes to the DLQ with why, in this tick's transaction."""
+        if command is not None and command.type == "start":
+            self.offsets.settled(command.command_id)
         agent = agent or (command.agent if command else None)
         if agent not in self.clients:
             agent = None
@@ -448,6 +450,8 @@ class PartitionOwner:
         decision = decide(cmd, self.records.get(cmd.task_key))
         if isinstance(decision, Duplicate):
             metrics.COMMANDS.labels(cmd.type, "duplicate").inc()
+            if cmd.type == "start":
+                self.offsets.settled(cmd.command_id)
             self.absorb(raw.offset)
         elif isinstance(decision, Refuse):
             self.dead_letter(raw, decision.reason, decision.detail, cmd)

@@ -41,10 +41,15 @@ class Position:
 
 
 class PartitionOffsets:
-    def __init__(self, committed: int | None = None, absorbed: Iterable[int] = ()) -> None:
+    def __init__(self, committed: int | None = None, absorbed: Iterable[int] = (), carried: Iterable[str] = ()) -> None:
         self._low = committed
         self._absorbed = {o for o in absorbed if committed is None or o >= committed}
         self._flight: dict[int, str | None] = {}
+        # Starts the last owner committed in flight (the restored partition record's),
+        # listed in every commit until each is read again and begun or settled: a commit
+        # before that (a resumed Task's events) must not make the next owner, after a
+        # crash, take a start that may have reached its agent for one never sent.
+        self._carried = set(carried)
         self._deferred: set[int] = set()
         self._next = committed
         self._rewind = False
@@ -73,6 +78,12 @@ class PartitionOffsets:
         if not self._flight[offset]:
             self._starting += 1
         self._flight[offset] = start_command_id
+        self._carried.discard(start_command_id)
+
+    def settled(self, start_command_id: str) -> None:
+        """A start the last owner left in flight was read again and settled without
+        being begun (a duplicate, or dead-lettered): it is listed no more."""
+        self._carried.discard(start_command_id)
 
     def absorb(self, offset: int) -> None:
         self._check_open(offset)
@@ -104,7 +115,7 @@ class PartitionOffsets:
                 raise OffsetError(f"the committed offset would go back from {self._low} to {low}")
             self._low = low
             self._absorbed = {o for o in self._absorbed if o >= low}
-        starts = tuple(sorted(c for c in self._flight.values() if c))
+        starts = tuple(sorted({c for c in self._flight.values() if c} | self._carried))
         return Position(low, tuple(sorted(self._absorbed)), starts)
 
     @property

@@ -45,6 +45,23 @@ def test_a_command_read_is_in_flight_until_absorbed() -> None:
     assert o.position() == Position(12, (), ())
 
 
+def test_starts_the_last_owner_left_in_flight_stay_listed_until_read_again() -> None:
+    """A commit right after a restore (a resumed Task's events) still lists the starts
+    the last owner committed in flight: a crash then must not make the next owner take
+    one that may have reached its agent for a start never sent (a CI run's chaos of
+    kills sent a v1.0 start twice). Each is listed until it is read again and begun
+    (then as any start in flight) or settled otherwise (a duplicate, dead-lettered)."""
+    o = PartitionOffsets(10, [], ["start-a", "start-b", "start-c"])
+    assert o.position() == Position(10, (), ("start-a", "start-b", "start-c"))
+    assert o.take(10) and o.take(11)
+    o.begin(10, "start-a")
+    o.settled("start-b")
+    assert o.position() == Position(10, (), ("start-a", "start-c"))
+    o.absorb(10)  # start-a answered
+    o.absorb(11)
+    assert o.position() == Position(12, (), ("start-c",))
+
+
 def test_re_reads_skip_what_is_absorbed_or_in_flight() -> None:
     o = PartitionOffsets(10, [12])
     assert not o.take(9)  # below the committed offset
