@@ -2,9 +2,10 @@
 
 A :class:`~bridge.engine.partition.PartitionOwner` needs a few things of the
 process (:class:`Host`): the record budgets of the topics, whether a new start
-may come in, a topic's partition count, a turn to reconnect a restored Task, and
-the producers' event loop, where its checkpoints are read. It also keeps, per partition, what one ownership
-learns across its failed opens and rebuilds (:class:`PartitionMemory`): the
+may come in, a topic's partition count, a turn to reconnect a restored Task, the
+producers' event loop, and who may take the rest of a long read of its checkpoints
+(:class:`HandOver`). It also keeps, per partition, what one ownership learns across
+its failed opens and rebuilds (:class:`PartitionMemory`): the
 service makes one when the group assigns the partition and hands it whole to
 each owner of it; only the owners write it.
 """

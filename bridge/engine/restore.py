@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, TypeAlias
 
 import orjson
@@ -86,15 +86,15 @@ class PartitionLog:
         rest is offered to ``hand_over`` after each batch until it takes it."""
         tp = self.checkpoints_tp()
         restorer = checkpoints.Restorer(slim_closed=True)
-        end = await self.end(tp, "read_committed") if hand_over is not None else None
+        ends: list[int] = []
         rest: asyncio.Future[bool] | None = None
         try:
-            async with contextlib.aclosing(self.batches(tp, "read_committed", end=end)) as batches:
+            async with contextlib.aclosing(self.batches(tp, "read_committed", told=ends.append)) as batches:
                 async for records in batches:
                     for r in records:
                         restorer.feed(r.key, r.value)
-                    if hand_over is not None and end is not None and records and restorer.records >= HAND_OVER_AFTER:
-                        start = records[-1].offset + 1
+                    if hand_over is not None and records and restorer.records >= HAND_OVER_AFTER:
+                        start, end = records[-1].offset + 1, ends[-1]
                         if end - start > HAND_OVER_LEAST and (rest := hand_over(restorer, start, end)) is not None:
                             break
             if rest is not None and not await rest:
@@ -128,10 +128,16 @@ class PartitionLog:
         return rows
 
     async def batches(
-        self, tp: TopicPartition, isolation: str, start: int | None = None, end: int | None = None
+        self,
+        tp: TopicPartition,
+        isolation: str,
+        start: int | None = None,
+        end: int | None = None,
+        told: Callable[[int], object] | None = None,
     ) -> AsyncGenerator[list[Raw], None]:
         """The records of ``tp`` from ``start`` (None: its beginning) to ``end`` (None:
-        its end as ``isolation`` reads it now), at most :data:`RESTORE_BATCH` at a time."""
+        its end as ``isolation`` reads it now), at most :data:`RESTORE_BATCH` at a time;
+        ``told`` is given that end before the first, and again if it is found lower."""
         consumer = AIOKafkaConsumer(
             isolation_level=isolation,
             enable_auto_commit=False,
@@ -150,6 +156,8 @@ class PartitionLog:
                 consumer.seek(tp, start)
             if end is None:
                 end = (await consumer.end_offsets([tp]))[tp]
+            if told is not None:
+                told(end)
             idle = 0
             while await consumer.position(tp) < end:
                 # Short waits: a call that only steps over a transaction's marker (the
@@ -161,7 +169,11 @@ class PartitionLog:
                     yield [r for r in records if r.offset < end]
                 elif (idle := idle + 1) % _IDLE_POLLS == 0:
                     # A log cut below ``end`` since (an unclean restart) would be waited on for ever.
-                    end = min(end, (await consumer.end_offsets([tp]))[tp])
+                    now = (await consumer.end_offsets([tp]))[tp]
+                    if now < end:
+                        end = now
+                        if told is not None:
+                            told(end)
         finally:
             await consumer.stop()
 

@@ -47,6 +47,7 @@ import sys
 import time
 from typing import IO, Any
 
+import bridge
 from bridge.config.model import Config
 from bridge.core.task import lifecycle
 from bridge.engine import restore
@@ -60,11 +61,15 @@ log = logging.getLogger(__name__)
 # How long a restore process is kept with nothing to read: a rebalance's partitions
 # come within seconds of each other; it costs memory (tens of MiB) while it waits.
 IDLE_SECONDS = 10.0
-# Keys per frame sent back: each unpickled between two turns of the event loop (a
-# few milliseconds each), not one partition's million in one.
+# Keys per frame sent back, and the most bytes of records in one: each unpickled
+# between two turns of the event loop (a few milliseconds each), not one partition's
+# million in one, nor 4,096 live checkpoints of up to a MiB each in one.
 CHUNK = 4096
+CHUNK_BYTES = 8 << 20
 
 _HEAD = struct.Struct(">Q")
+# The folder the bridge package was imported from (site-packages, or a checkout).
+_HOME = os.path.dirname(os.path.dirname(os.path.abspath(bridge.__file__)))
 
 
 class RestoreProcessFailed(Exception):
@@ -93,9 +98,9 @@ class RestoreProcess:
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
-        proc = self._proc or await self._start()
-        assert proc.stdin is not None and proc.stdout is not None
         try:
+            proc = self._proc or await self._start()
+            assert proc.stdin is not None and proc.stdout is not None
             job = pickle.dumps((config, partition, start, end, lifecycle.closed_names()), pickle.HIGHEST_PROTOCOL)
             proc.stdin.write(_HEAD.pack(len(job)) + job)
             await proc.stdin.drain()
@@ -112,9 +117,14 @@ class RestoreProcess:
                 # again from ``start`` (the newest value per key comes out the same), but
                 # not counted twice.
                 into.followed_by(*body)
-        except (OSError, EOFError, asyncio.IncompleteReadError, pickle.UnpicklingError) as exc:
+        except (OSError, EOFError, asyncio.IncompleteReadError) as exc:
+            # It could not start (a pids limit, no file descriptors), or it ended.
             self._end()
             raise RestoreProcessFailed(f"the restore process ended ({type(exc).__name__})") from None
+        except Exception as exc:
+            # A reply this process cannot take (a child of another release, say).
+            self._end()
+            raise RestoreProcessFailed(f"the restore process's reply failed ({type(exc).__name__})") from None
         except BaseException:
             # Cancelled (the partition was revoked) or failed midway: what is left in the
             # pipe belongs to no one now.
@@ -125,14 +135,20 @@ class RestoreProcess:
             raise failed
 
     async def _start(self) -> asyncio.subprocess.Process:
+        # The child imports this very bridge: -P keeps the working directory off its
+        # path (a checkout of another release there would be imported instead), and the
+        # folder this bridge was imported from goes first.
+        path = os.pathsep.join([_HOME, *filter(None, [os.environ.get("PYTHONPATH")])])
         self._proc = await asyncio.create_subprocess_exec(
             sys.executable,
+            "-P",
             "-m",
             __name__,
             *logs.settings(),
             str(os.getpid()),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": path},
             # Replies of tens of MiB: read in large pieces, not 64 KiB ones.
             limit=1 << 20,
         )
@@ -218,7 +234,14 @@ def _read(stream: IO[bytes], size: int) -> bytes | None:
 
 
 def serve(jobs: IO[bytes], replies: IO[bytes]) -> int:
-    """Read partitions as ``jobs`` ask until it closes; each reply in frames."""
+    """Read partitions as ``jobs`` ask until it closes; each reply in frames. One event
+    loop for the process's life: what a Kafka login keeps per loop (an OAuth2 token
+    and its client, bridge/identity/) serves every read."""
+    with asyncio.Runner() as runner:
+        return _serve(runner, jobs, replies)
+
+
+def _serve(runner: asyncio.Runner, jobs: IO[bytes], replies: IO[bytes]) -> int:
     while (head := _read(jobs, _HEAD.size)) is not None:
         job = _read(jobs, _HEAD.unpack(head)[0])
         if job is None:
@@ -226,14 +249,14 @@ def serve(jobs: IO[bytes], replies: IO[bytes]) -> int:
         config, partition, start, end, names = pickle.loads(job)  # our own parent
         lifecycle.adopt_closed_names(names)
         try:
-            restorer = asyncio.run(_rest(config, partition, start, end))
+            restorer = runner.run(_rest(config, partition, start, end))
         except Exception as exc:
             _reply(replies, ("failed", f"{type(exc).__name__}: {exc}", None))
         else:
             # The fold is done: the tables hold every name its ClosedTasks index.
             body = (restorer.records, restorer.partition_read, restorer.partition_value)
             _reply(replies, ("ok", body, lifecycle.closed_names()))
-            for chunk in restorer.folded(CHUNK):  # each sent as it is made: one chunk held at a time
+            for chunk in restorer.folded(CHUNK, CHUNK_BYTES):  # each sent as made: one held at a time
                 _reply(replies, chunk)
             _reply(replies, None)
             del restorer

@@ -378,17 +378,24 @@ class Restorer:
         else:
             self._latest[key] = value
 
-    def folded(self, size: int) -> Iterator[Folded]:
-        """What this restorer holds, ``size`` keys at a time, in a form another process
-        takes (pickle): a ClosedTask as its key and :attr:`~ClosedTask.packed` bytes
-        (indexes of this process's tables, which go with them:
+    def folded(self, size: int, max_bytes: int | None = None) -> Iterator[Folded]:
+        """What this restorer holds, ``size`` keys at a time (and records of at most
+        ``max_bytes`` beside the first), in a form another process takes (pickle): a
+        ClosedTask as its key and :attr:`~ClosedTask.packed` bytes (indexes of this
+        process's tables, which go with them:
         :func:`~bridge.core.task.lifecycle.closed_unpacker`), the rest as held. Empties
         the restorer as it goes; the partition records and the count stay."""
         latest = self._latest
         while latest:
             chunk: Folded = []
-            for _ in range(min(size, len(latest))):
+            held = 0
+            while latest and len(chunk) < size:
                 key, value = latest.popitem()
+                if isinstance(value, bytes):
+                    if chunk and max_bytes is not None and held + len(value) > max_bytes:
+                        latest[key] = value  # the next chunk's first
+                        break
+                    held += len(value)
                 chunk.append((key, (value.task_key, value.packed) if isinstance(value, ClosedTask) else value))
             yield chunk
 

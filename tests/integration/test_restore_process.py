@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,15 +63,29 @@ async def _written(env: Env, tmp_path: Path, closed: int) -> Config:
     batch += [(b"live-7", None), live(3, 99)]
     batch += [(checkpoints.PARTITION_KEY, checkpoints.PartitionRecord(1, [], [], 80).encode())]
     batch += [done(n) for n in range(closed, 2 * closed)]
+    topic = config.kafka.checkpoints_topic
     producer = AIOKafkaProducer(linger_ms=20, **client_options(config.kafka))
     await producer.start()
     try:
-        sent = [
-            await producer.send(config.kafka.checkpoints_topic, value, key=key, partition=1) for key, value in batch
-        ]
+        sent = [await producer.send(topic, value, key=key, partition=1) for key, value in batch]
         await asyncio.gather(*sent)
     finally:
         await producer.stop()
+    # Last, as the bridge writes: in transactions, one of them aborted (read_committed
+    # skips its records, whichever process reads them).
+    reopened = checkpoints.encode(task_record("done-20", 5, task_id="t-done-20"))
+    txn = AIOKafkaProducer(transactional_id=f"tx-{topic}", **client_options(config.kafka))
+    await txn.start()
+    try:
+        await txn.begin_transaction()
+        await txn.send_and_wait(topic, None, key=b"live-5", partition=1)
+        await txn.send_and_wait(topic, reopened, key=b"done-20", partition=1)
+        await txn.abort_transaction()
+        await txn.begin_transaction()
+        await txn.send_and_wait(topic, live(9, 77)[1], key=b"live-9", partition=1)
+        await txn.commit_transaction()
+    finally:
+        await txn.stop()
     return config
 
 
@@ -87,9 +102,11 @@ async def test_the_rest_of_a_long_read_fed_by_a_restore_process_is_the_whole_rea
             handed = (await PartitionLog(config, 1).checkpoints(restores.hand_over(1))).result()
         assert "read in a restore process" in caplog.text
         assert handed == here
-        rewritten = handed.tasks["live-3"]
+        rewritten, committed = handed.tasks["live-3"], handed.tasks["live-9"]
         assert isinstance(rewritten, TaskRecord) and rewritten.seq == 99
+        assert isinstance(committed, TaskRecord) and committed.seq == 77
         assert "live-7" not in handed.tasks and "done-0" not in handed.tasks
+        assert "live-5" in handed.tasks and isinstance(handed.tasks["done-20"], ClosedTask)  # the abort's
         closed = [t for t in handed.tasks.values() if isinstance(t, ClosedTask)]
         assert {t.agent for t in closed} == {"writer"} and len(closed) == 2 * 3_000 - 10
         # A partition with no more than the threshold left is read where it is.
@@ -120,6 +137,23 @@ async def test_a_restore_process_that_died_leaves_the_rest_to_the_event_loop(
         # The next read that offers its rest starts a new process.
         assert (await PartitionLog(config, 1).checkpoints(restores.hand_over(1))).result() == expected
         assert process.pid not in (None, pid)
+    finally:
+        await restores.close()
+
+
+async def test_a_restore_process_that_cannot_start_leaves_the_rest_to_the_event_loop(
+    env: Env, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod's pids limit, or no file descriptor left: the open goes on, on the event loop."""
+    config = await _written(env, tmp_path, closed=1_500)
+    expected = (await PartitionLog(config, 1).checkpoints()).result()
+    restores = Restores(config)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    try:
+        with caplog.at_level(logging.WARNING, logger=restore_process.__name__):
+            assert (await PartitionLog(config, 1).checkpoints(restores.hand_over(1))).result() == expected
+        assert "restoring the rest on the event loop: the restore process ended (FileNotFoundError)" in caplog.text
+        assert restores.processes[0].pid is None and not restores.processes[0].busy
     finally:
         await restores.close()
 

@@ -249,7 +249,9 @@ class _Record:
 )
 async def test_the_open_records_are_counted_by_their_partition_records(keys: list[bytes], left: LeftOpen) -> None:
     class Batches(restore.PartitionLog):
-        async def batches(self, tp: Any, isolation: str, start: int | None = None, end: int | None = None) -> Any:
+        async def batches(
+            self, tp: Any, isolation: str, start: int | None = None, end: int | None = None, told: Any = None
+        ) -> Any:
             assert (isolation, start, end) == ("read_uncommitted", 4, 8)
             yield [_Record(k) for k in keys[:2]]
             yield [_Record(k) for k in keys[2:]]

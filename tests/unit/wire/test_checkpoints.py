@@ -468,3 +468,18 @@ def test_closed_tasks_packed_by_another_process_keep_their_routes_and_endings(mo
     # Nothing new met on either side: the bytes are taken as they are.
     assert lifecycle.closed_unpacker(lifecycle.closed_names()) == ClosedTask.unpacked
     assert ours[0] == lifecycle.closed_names()[0][: len(ours[0])]  # the tables only grow
+
+
+def test_a_restore_handed_over_is_cut_by_bytes_as_well_as_by_keys() -> None:
+    """Live checkpoints may each be near the record budget (a MiB): a chunk also ends
+    before its records pass ``max_bytes`` (one record alone may), so no frame between
+    the processes holds thousands of them."""
+    r = checkpoints.Restorer(slim_closed=True)
+    for n in range(10):
+        r.feed(key(f"live-{n}"), encode(rec(f"live-{n}", n + 1)))
+    size = len(encode(rec("live-0", 1)))
+    chunks = list(r.folded(100, max_bytes=2 * size + size // 2))
+    assert [len(c) for c in chunks] == [2, 2, 2, 2, 2]
+    assert sorted(k for c in chunks for k, _ in c) == sorted(key(f"live-{n}") for n in range(10))
+    r.feed(key("big"), encode(rec("big", 1)))
+    assert [len(c) for c in r.folded(100, max_bytes=1)] == [1]  # a record past the bound goes alone
