@@ -6,10 +6,11 @@ spends most of its time reading and decoding them, record after record on the
 event loop's core, while the machine's other cores idle
 (bench/results/2026-12-07-restore-1m-closed.json). Every partition's open reads its
 checkpoints on the event loop, all at once, as before; one that has read
-:data:`~bridge.engine.restore.HAND_OVER_AFTER` records with more than that left
-offers the rest to a restore process after each batch, and the first free process
-takes it: it reads the partition from there to the same end and decodes it as the
-event loop would (the same code), then hands back what a restore keeps, packed: each
+:data:`~bridge.engine.restore.HAND_OVER_AFTER` records (20,000) with more than
+:data:`~bridge.engine.restore.HAND_OVER_LEAST` (5,000) left offers the rest to a
+restore process after each batch, and the first free process takes it: it reads the
+partition from there to the same end and decodes it as the event loop would (the
+same code), then hands back what a restore keeps, packed: each
 closed Task as its key and its :attr:`~bridge.core.task.lifecycle.ClosedTask.packed`
 bytes, every other record as read, a deleted key as None. The event loop feeds that
 into the partition's restorer a chunk at a time, as if it had read on. A process
