@@ -80,6 +80,13 @@ class PartitionLog:
         """The last stable offset (what read_committed reads to) and the end of ``tp``."""
         return await self.end(tp, "read_committed"), await self.end(tp, "read_uncommitted")
 
+    async def read_into(self, restorer: checkpoints.Restorer, start: int, end: int) -> None:
+        """Feed the checkpoints from ``start`` to ``end``, read_committed, into ``restorer``."""
+        async with contextlib.aclosing(self.batches(self.checkpoints_tp(), "read_committed", start, end)) as batches:
+            async for records in batches:
+                for r in records:
+                    restorer.feed(r.key, r.value)
+
     async def checkpoints(self, hand_over: HandOver | None = None) -> checkpoints.Restorer:
         """The checkpoints partition to its end, read_committed. Past
         :data:`HAND_OVER_AFTER` records, with more than :data:`HAND_OVER_LEAST` left, the
@@ -98,10 +105,7 @@ class PartitionLog:
                         if end - start > HAND_OVER_LEAST and (rest := hand_over(restorer, start, end)) is not None:
                             break
             if rest is not None and not await rest:
-                async with contextlib.aclosing(self.batches(tp, "read_committed", start, end)) as batches:
-                    async for records in batches:
-                        for r in records:
-                            restorer.feed(r.key, r.value)
+                await self.read_into(restorer, start, end)
         finally:
             if rest is not None and not rest.done():
                 rest.cancel()  # this open was cancelled: the rest's reader too

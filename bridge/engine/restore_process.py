@@ -268,12 +268,8 @@ def _serve(runner: asyncio.Runner, jobs: IO[bytes], replies: IO[bytes]) -> int:
 
 
 async def _rest(config: Config, partition: int, start: int, end: int) -> checkpoints.Restorer:
-    log_ = restore.PartitionLog(config, partition)
     restorer = checkpoints.Restorer(slim_closed=True, tombstones=True)
-    async with contextlib.aclosing(log_.batches(log_.checkpoints_tp(), "read_committed", start, end)) as batches:
-        async for records in batches:
-            for r in records:
-                restorer.feed(r.key, r.value)
+    await restore.PartitionLog(config, partition).read_into(restorer, start, end)
     return restorer
 
 
