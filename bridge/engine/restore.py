@@ -22,6 +22,7 @@ from aiokafka.structs import ConsumerRecord
 
 from bridge.config.model import Config
 from bridge.core.partition.left_open import Described, LeftOpen, commit_left_open, remembered, verified
+from bridge.engine.heap import old_collections_deferred
 from bridge.engine.host import HandOver, PartitionMemory
 from bridge.kafka import txn_state
 from bridge.kafka.auth import client_options
@@ -95,20 +96,24 @@ class PartitionLog:
         restorer = checkpoints.Restorer(slim_closed=True)
         ends: list[int] = []
         rest: asyncio.Future[bool] | None = None
-        try:
-            async with contextlib.aclosing(self.batches(tp, "read_committed", told=ends.append)) as batches:
-                async for records in batches:
-                    for r in records:
-                        restorer.feed(r.key, r.value)
-                    if hand_over is not None and records and restorer.records >= HAND_OVER_AFTER:
-                        start, end = records[-1].offset + 1, ends[-1]
-                        if end - start > HAND_OVER_LEAST and (rest := hand_over(restorer, start, end)) is not None:
-                            break
-            if rest is not None and not await rest:
-                await self.read_into(restorer, start, end)
-        finally:
-            if rest is not None and not rest.done():
-                rest.cancel()  # this open was cancelled: the rest's reader too
+        # What a restore keeps (a ClosedTask per closed checkpoint) lives for its dedupe
+        # window: collections of the older generations while it grows find nothing to
+        # free, and walk a heap of up to millions of them each time.
+        with old_collections_deferred():
+            try:
+                async with contextlib.aclosing(self.batches(tp, "read_committed", told=ends.append)) as batches:
+                    async for records in batches:
+                        for r in records:
+                            restorer.feed(r.key, r.value)
+                        if hand_over is not None and records and restorer.records >= HAND_OVER_AFTER:
+                            start, end = records[-1].offset + 1, ends[-1]
+                            if end - start > HAND_OVER_LEAST and (rest := hand_over(restorer, start, end)) is not None:
+                                break
+                if rest is not None and not await rest:
+                    await self.read_into(restorer, start, end)
+            finally:
+                if rest is not None and not rest.done():
+                    rest.cancel()  # this open was cancelled: the rest's reader too
         return restorer
 
     async def rows(self, topic: str, keys: set[str]) -> dict[str, dict[str, Any]]:

@@ -684,21 +684,24 @@ class _Names(Generic[_N]):
         self._keep = keep
         self.adopt(list(dict.fromkeys([*first, overflow])))
 
+    # The index of each name in the table (what index answers for a name it knows).
+    by_name: dict[_N, int]
+
     def adopt(self, names: list[_N]) -> None:
         """Take ``names`` as the table, in their order (another process's)."""
         self.names = list(names)
-        self._index = {name: i for i, name in enumerate(self.names)}
+        self.by_name = {name: i for i, name in enumerate(self.names)}
 
     def index(self, name: _N, fallback: _N | None = None) -> int:
-        i = self._index.get(name)
+        i = self.by_name.get(name)
         if i is None:
-            if fallback is not None and fallback != name and fallback not in self._index:
+            if fallback is not None and fallback != name and fallback not in self.by_name:
                 self.index(fallback)  # there for when the table is full
             if len(self.names) > self._limit:
-                known = self._index.get(fallback) if fallback is not None else None
-                return known if known is not None else self._index[self._overflow]
+                known = self.by_name.get(fallback) if fallback is not None else None
+                return known if known is not None else self.by_name[self._overflow]
             name = self._keep(name)
-            i = self._index[name] = len(self.names)
+            i = self.by_name[name] = len(self.names)
             self.names.append(name)
         return i
 
@@ -784,9 +787,17 @@ class ClosedTask:
         dlq_topic: str | None = None,
     ):
         self.task_key = task_key
-        route = _ROUTES.index((agent, dlq_topic), fallback=(agent, None))
-        head = _PACKED.pack(_seconds(closed_at), route, _ENDINGS.index(ended_as))
-        self._packed = head + bytes.fromhex("".join(command_ids))
+        # Known names and a time within range are read inline, without the calls: a
+        # restore makes one of these per closed checkpoint, up to millions
+        # (bench/results/2026-12-07-restore-1m-closed.json).
+        route = _ROUTES.by_name.get((agent, dlq_topic))
+        if route is None:
+            route = _ROUTES.index((agent, dlq_topic), fallback=(agent, None))
+        ended = _ENDINGS.by_name.get(ended_as)
+        if ended is None:
+            ended = _ENDINGS.index(ended_as)
+        seconds = math.ceil(closed_at) if 0.0 <= closed_at <= _MAX_SECONDS else _seconds(closed_at)
+        self._packed = _PACKED.pack(seconds, route, ended) + bytes.fromhex("".join(command_ids))
 
     @classmethod
     def unpacked(cls, task_key: str, packed: bytes) -> ClosedTask:
@@ -866,10 +877,13 @@ class ClosedTask:
     __hash__ = None  # type: ignore[assignment]
 
 
+_MAX_SECONDS = 0xFFFFFFFF  # what _PACKED's four bytes of seconds hold (until 2106)
+
+
 def _seconds(at: float) -> int:
-    """``at`` in whole seconds, rounded up, within what four bytes hold (until 2106);
+    """``at`` in whole seconds, rounded up, within what four bytes hold;
     0 if it is not a time at all (a restore takes that as "closed now")."""
-    return min(max(0, math.ceil(at)), 0xFFFFFFFF) if math.isfinite(at) else 0
+    return min(max(0, math.ceil(at)), _MAX_SECONDS) if math.isfinite(at) else 0
 
 
 @dataclass(frozen=True, slots=True)

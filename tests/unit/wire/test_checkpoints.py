@@ -389,6 +389,52 @@ def test_a_restorer_decoding_closed_tasks_as_it_reads_restores_what_decoding_the
         next(checkpoints.Restorer(slim_closed=True).tasks(slim_closed=False))
 
 
+_FIELDS_READ = ["v", "taskKey", "agent", "state", "outcome", "dlqTopic", "closedAt", "commandIds", "closed"]
+_ODD = st.one_of(
+    st.just("missing"),
+    st.none(),
+    st.booleans(),
+    st.integers(-2, 2**33),
+    st.floats(),
+    st.sampled_from(["", "other", "2", "true"]),
+    st.just([]),
+    st.lists(st.sampled_from(["0123456789abcdeg", "0123", "c1"]), min_size=1, max_size=2),
+)
+
+
+@FAST
+@given(
+    st.fixed_dictionaries(
+        {
+            "state": st.sampled_from(["completed", "failed", None]),
+            "outcome": st.sampled_from([None, "timeout"]),
+            "dlqTopic": st.sampled_from([None, "writer.dlq"]),
+            "closedAt": st.floats(-1e10, 5e9),
+            "commandIds": st.lists(st.sampled_from(["0123456789abcdef", "fedcba9876543210"]), max_size=3),
+        }
+    ),
+    st.dictionaries(st.sampled_from(_FIELDS_READ), _ODD, max_size=2),
+)
+def test_any_closed_looking_checkpoint_is_read_as_read_in_full_then_slimmed(
+    fields: dict[str, Any], changes: dict[str, Any]
+) -> None:
+    """A restore reads a well-formed closed checkpoint in one step; whatever a
+    checkpoint that says it is closed holds (a field missing or of another type, an
+    older version, digests that are not hex, another Task's key), it restores the
+    same Task, or rejects it for the same reason, as reading it whole after the read."""
+    doc = {"v": 2, "taskKey": "k", "agent": "writer", "closed": True, **fields, "mark": '"closed":true'}
+    doc.update(changes)
+    value = orjson.dumps({k: v for k, v in doc.items() if v != "missing"})
+    late, early = checkpoints.Restorer(), checkpoints.Restorer(slim_closed=True)
+    late.feed(key("k"), value)
+    early.feed(key("k"), value)
+
+    def seen(r: checkpoints.Restorer) -> list[Any]:
+        return [str(t) if isinstance(t, CheckpointError) else t for t in r.tasks(slim_closed=True)]
+
+    assert seen(early) == seen(late)
+
+
 # ------------------------------------------------ a restore in another process --
 
 
