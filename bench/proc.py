@@ -288,6 +288,8 @@ def profile(pid: int, name: str, seconds: float) -> None:
             "--nonblocking",
             # A bridge's restore processes too, each stack under its process.
             "--subprocesses",
+            # BENCH_PROFILE_IDLE=1: where it waits too (a process that is short of work).
+            *(["--idle"] if os.environ.get("BENCH_PROFILE_IDLE") else []),
             "-o",
             str(Path(folder) / f"{name}.txt"),
         ],

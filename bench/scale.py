@@ -127,6 +127,7 @@ AGENT_HOST = os.environ.get("BENCH_SCALE_AGENT_HOST") or None
 # The live measure's session timeout (BENCH_SCALE_LIVE_SESSION_TIMEOUT_MS; the bridge's default is 10,000).
 LIVE_SESSION_TIMEOUT_MS = int(os.environ.get("BENCH_SCALE_LIVE_SESSION_TIMEOUT_MS") or 120_000)
 RESTORED = re.compile(r"partition (\d+) restored")
+ASSIGNED = re.compile(r"partitions [\d, ]+ assigned")
 TROUBLE = re.compile(r"Heartbeat session expired|rebalanc|[Ff]enced|Too many open files|Traceback", re.IGNORECASE)
 
 
@@ -255,14 +256,19 @@ class LogFacts:
     first_restored: float | None  # unix time
     last_restored: float | None
     samples: list[str]
+    # When partitions were first handed to it (unix time; None from a bridge that does
+    # not say: before 2026-12-07).
+    first_assigned: float | None = None
 
 
 def log_facts(text: str) -> LogFacts:
     restored: dict[int, int] = {}
     trouble: dict[str, int] = {}
     samples: list[str] = []
-    first = last = None
+    first = last = assigned = None
     for line in text.splitlines():
+        if assigned is None and ASSIGNED.search(line):
+            assigned = _log_time(line)
         m = RESTORED.search(line)
         if m:
             p = int(m.group(1))
@@ -277,7 +283,7 @@ def log_facts(text: str) -> LogFacts:
             trouble[word] = trouble.get(word, 0) + 1
             if len(samples) < 8:
                 samples.append(line[:300])
-    return LogFacts(restored, sum(restored.values()), trouble, first, last, samples)
+    return LogFacts(restored, sum(restored.values()), trouble, first, last, samples, assigned)
 
 
 def _log_time(line: str) -> float | None:
@@ -945,6 +951,12 @@ class Scale:
                 "partitions": self.partitions,
                 "checkpoint_write": {**written, "seconds": round(write_s, 1)},
                 "seconds_spawn_to_all_live_resumed": all_s and round(all_s, 2),
+                # The target's start: the rebalance that hands the partitions over (a
+                # surviving replica is running already; this one starts first).
+                "seconds_spawn_to_assigned": facts.first_assigned and round(facts.first_assigned - spawn_wall, 2),
+                "seconds_assigned_to_all_live_resumed": all_s
+                and facts.first_assigned
+                and round(spawn_wall + all_s - facts.first_assigned, 2),
                 "all_live_resumed": all_s is not None,
                 "gave_up_after_seconds": REBALANCE_DEADLINE_S,
                 "live_resumed_at_end": stats["open"].get("resubscribe", 0),

@@ -175,6 +175,9 @@ class Ownership:
         metrics.REBALANCES.inc()
         self.fencing.assigned()
         self._dropped_as.clear()
+        if partitions:
+            # When the group handed them over: what a failover's time is counted from.
+            log.info("partitions %s assigned: restoring them", ", ".join(map(str, sorted(partitions))))
         for p in partitions:
             self.assigned.add(p)
             self._moves[p] += 1
