@@ -45,7 +45,9 @@ import pickle
 import signal
 import struct
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 import bridge
@@ -82,43 +84,78 @@ class RestoreProcess:
 
     def __init__(self) -> None:
         self._proc: asyncio.subprocess.Process | None = None
+        # The child's replies, frame by frame, as a thread of this process reads them
+        # off the pipe (_pump); b"" once the pipe closed.
+        self._replies: asyncio.Queue[bytes] | None = None
         self._idle: asyncio.TimerHandle | None = None
         self._exits: set[asyncio.Task[int]] = set()
-        # Taken from the offer on (Restores.hand_over) until the read ended: one read at
-        # a time, or the replies of two would interleave in the pipe.
-        self.busy = False
+        # The rest being read (Restores.hand_over), from the offer until its reply is in:
+        # one read at a time, or the replies of two would interleave in the pipe.
+        self.reading: object | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.reading is not None
+
+    def free(self, reading: object) -> None:
+        """``reading`` is done with this process (if it still holds it)."""
+        if self.reading is reading:
+            self.reading = None
 
     @property
     def pid(self) -> int | None:
         """The child's, while one runs."""
         return None if self._proc is None else self._proc.pid
 
-    async def read(self, config: Config, partition: int, start: int, end: int, into: checkpoints.Restorer) -> None:
+    async def read(
+        self,
+        config: Config,
+        partition: int,
+        start: int,
+        end: int,
+        into: checkpoints.Restorer,
+        *,
+        received: Callable[[], None] = lambda: None,
+    ) -> None:
         """Feed ``into`` (a restorer fed up to ``start``) with the records of checkpoints
-        partition ``partition`` from offset ``start`` to ``end``, read_committed."""
+        partition ``partition`` from offset ``start`` to ``end``, read_committed.
+        ``received`` is called once the child's whole reply is in, before it is fed in:
+        the child can take the next rest from then on."""
+        body, names, chunks = await self._reply(config, partition, start, end)
+        received()
+        try:
+            unpack = lifecycle.closed_unpacker(names)
+            for i in range(len(chunks)):
+                chunk, chunks[i] = chunks[i], b""  # each frame freed once fed in
+                into.unfold(pickle.loads(chunk), unpack)  # our own child's
+                await asyncio.sleep(0)
+            # Last: a reply fed in partly leaves ``into`` to be fed the same records again
+            # from ``start`` (the newest value per key comes out the same), but not
+            # counted twice.
+            into.followed_by(*body)
+        except Exception as exc:
+            # A reply this process cannot take (a child of another release, say); the
+            # child may be reading the next rest already: it is left to it.
+            raise RestoreProcessFailed(f"the restore process's reply failed ({type(exc).__name__})") from None
+
+    async def _reply(self, config: Config, partition: int, start: int, end: int) -> tuple[Any, Any, list[bytes]]:
+        """Send the child the job; its reply: (records read, whether a partition record
+        was, the newest), the child's tables, and the chunks still pickled."""
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
         try:
             proc = self._proc or await self._start()
-            assert proc.stdin is not None and proc.stdout is not None
+            assert proc.stdin is not None and self._replies is not None
             job = pickle.dumps((config, partition, start, end, lifecycle.closed_names()), pickle.HIGHEST_PROTOCOL)
             proc.stdin.write(_HEAD.pack(len(job)) + job)
             await proc.stdin.drain()
-            outcome, body, names = pickle.loads(await _frame(proc.stdout))  # our own child
-            failed = None
-            if outcome != "ok":
-                failed = RestoreProcessFailed(body)  # the child goes on: the pipe holds nothing more
-            else:
-                unpack = lifecycle.closed_unpacker(names)
-                while (chunk := pickle.loads(await _frame(proc.stdout))) is not None:
-                    into.unfold(chunk, unpack)
-                    await asyncio.sleep(0)
-                # Last: a child that ended midway leaves ``into`` to be fed the same records
-                # again from ``start`` (the newest value per key comes out the same), but
-                # not counted twice.
-                into.followed_by(*body)
-        except (OSError, EOFError, asyncio.IncompleteReadError) as exc:
+            outcome, body, names = pickle.loads(await _frame(self._replies))  # our own child
+            chunks: list[bytes] = []
+            if outcome == "ok":
+                while (chunk := await _frame(self._replies)) != _END:
+                    chunks.append(chunk)
+        except (OSError, EOFError) as exc:
             # It could not start (a pids limit, no file descriptors), or it ended.
             self._end()
             raise RestoreProcessFailed(f"the restore process ended ({type(exc).__name__})") from None
@@ -132,32 +169,46 @@ class RestoreProcess:
             self._end()
             raise
         self._idle = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._end)
-        if failed is not None:
-            raise failed
+        if outcome != "ok":
+            raise RestoreProcessFailed(body)  # the child goes on: the pipe holds nothing more
+        return body, names, chunks
 
     async def _start(self) -> asyncio.subprocess.Process:
         # The child imports this very bridge: -P keeps the working directory off its
         # path (a checkout of another release there would be imported instead), and the
         # folder this bridge was imported from goes first.
         path = os.pathsep.join([_HOME, *filter(None, [os.environ.get("PYTHONPATH")])])
-        self._proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-P",
-            "-m",
-            __name__,
-            *logs.settings(),
-            str(os.getpid()),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": path},
-            # Replies of tens of MiB: read in large pieces, not 64 KiB ones.
-            limit=1 << 20,
-        )
+        replies, child_out = os.pipe()
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-P",
+                "-m",
+                __name__,
+                *logs.settings(),
+                str(os.getpid()),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=child_out,
+                env={**os.environ, "PYTHONPATH": path},
+            )
+        except BaseException:
+            os.close(replies)
+            raise
+        finally:
+            os.close(child_out)  # the child's now: the pipe closes when it ends
+        self._replies = asyncio.Queue()
+        # The replies are read off the pipe as the child writes them, by a thread: read
+        # on the event loop, a piece per turn, while the loop was busy restoring other
+        # partitions and resuming Tasks, the child spent more time blocked writing its
+        # reply than reading the partition (py-spy --idle).
+        loop = asyncio.get_running_loop()
+        threading.Thread(target=_pump, args=(replies, loop, self._replies), name="restore-replies", daemon=True).start()
         return self._proc
 
     def _end(self) -> None:
         """End the child (killed: what it holds or reads is no one's now) and reap it."""
         proc, self._proc = self._proc, None
+        self._replies = None  # its thread ends when the pipe closes
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
@@ -174,9 +225,32 @@ class RestoreProcess:
         await asyncio.gather(*self._exits, return_exceptions=True)
 
 
-async def _frame(stream: asyncio.StreamReader) -> bytes:
-    (size,) = _HEAD.unpack(await stream.readexactly(_HEAD.size))
-    return await stream.readexactly(size)
+# The frame that ends a reply's chunks: None, pickled.
+_END = pickle.dumps(None, pickle.HIGHEST_PROTOCOL)
+
+
+def _pump(fd: int, loop: asyncio.AbstractEventLoop, replies: asyncio.Queue[bytes]) -> None:
+    """A thread's: each frame the child writes, as it comes, into ``replies``, then b""
+    once the pipe closed (the child ended), unless the loop did first."""
+    with os.fdopen(fd, "rb") as pipe:
+        frame = b"-"
+        while frame:
+            head = pipe.read(_HEAD.size)
+            size = _HEAD.unpack(head)[0] if len(head) == _HEAD.size else 0
+            frame = pipe.read(size) if size else b""
+            if len(frame) != size:
+                frame = b""  # the pipe closed midway through the frame
+            try:
+                loop.call_soon_threadsafe(replies.put_nowait, frame)
+            except RuntimeError:
+                return  # the loop is closed: no one reads
+
+
+async def _frame(replies: asyncio.Queue[bytes]) -> bytes:
+    frame = await replies.get()
+    if not frame:
+        raise EOFError("the restore process's pipe closed")
+    return frame
 
 
 class Restores:
@@ -196,10 +270,11 @@ class Restores:
             process = next((p for p in self.processes if not p.busy), None)
             if process is None:
                 return None
-            process.busy = True
             rest = asyncio.ensure_future(self._rest(process, partition, restorer, start, end))
-            # Free again when the rest is read, failed or cancelled (even before it began).
-            rest.add_done_callback(lambda _: setattr(process, "busy", False))
+            process.reading = rest
+            # Free again once its reply is in (the child takes the next rest while this one
+            # is fed in), or when it failed or was cancelled (even before it began).
+            rest.add_done_callback(process.free)
             return rest
 
         return offer
@@ -209,7 +284,8 @@ class Restores:
     ) -> bool:
         try:
             started = time.monotonic()
-            await process.read(self.config, partition, start, end, restorer)
+            reading = asyncio.current_task()
+            await process.read(self.config, partition, start, end, restorer, received=lambda: process.free(reading))
         except RestoreProcessFailed as exc:
             log.warning("partition %d: restoring the rest on the event loop: %s", partition, exc)
             return False

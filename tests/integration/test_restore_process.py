@@ -117,6 +117,36 @@ async def test_the_rest_of_a_long_read_fed_by_a_restore_process_is_the_whole_rea
     assert restores.processes[0].pid is None
 
 
+async def test_a_restore_process_reads_the_next_rest_while_the_last_reply_is_fed_in(env: Env, tmp_path: Path) -> None:
+    """Its whole reply taken off the pipe, the process is free: a second rest read by it
+    meanwhile, and the first fed in after, each restore what reading them here does."""
+    config = await _written(env, tmp_path, closed=3_000)
+    log_ = PartitionLog(config, 1)
+    end = await log_.end(log_.checkpoints_tp(), "read_committed")
+    restores = Restores(config)
+    (process,) = restores.processes
+    first, second = checkpoints.Restorer(slim_closed=True), checkpoints.Restorer(slim_closed=True)
+    seconds: list[asyncio.Task[None]] = []
+
+    def received() -> None:
+        assert first.records == 0  # nothing fed in yet
+        process.free("first")  # what Restores does here
+        assert not process.busy
+        process.reading = "second"
+        seconds.append(asyncio.create_task(process.read(config, 1, 2_000, end, second)))
+
+    try:
+        process.reading = "first"
+        await process.read(config, 1, 0, end, first, received=received)
+        await seconds[0]
+        assert first.result() == (await PartitionLog(config, 1).checkpoints()).result()
+        here = checkpoints.Restorer(slim_closed=True)
+        await log_.read_into(here, 2_000, end)
+        assert second.result() == here.result() and second.records > 4_000
+    finally:
+        await restores.close()
+
+
 async def test_a_restore_process_that_died_leaves_the_rest_to_the_event_loop(
     env: Env, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
