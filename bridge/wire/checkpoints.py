@@ -465,6 +465,9 @@ def _checked(key: bytes, value: bytes, *, slim_closed: bool) -> TaskRecord | Clo
     return record
 
 
+_STR_OR_NONE = frozenset({str, type(None)})
+
+
 def _closed_checked(key: bytes, value: bytes) -> TaskRecord | ClosedTask | CheckpointError:
     """:func:`_checked` with ``slim_closed``, for a value that says it is closed. A
     restore runs this for each of up to millions of closed Tasks
@@ -482,9 +485,9 @@ def _closed_checked(key: bytes, value: bytes) -> TaskRecord | ClosedTask | Check
                 type(task_key) is str
                 and type(agent) is str
                 and type(ids) is list
-                and (state is None or type(state) is str)
-                and (outcome is None or type(outcome) is str)
-                and (dlq_topic is None or type(dlq_topic) is str)
+                and type(state) in _STR_OR_NONE
+                and type(outcome) in _STR_OR_NONE
+                and type(dlq_topic) in _STR_OR_NONE
                 and type(closed_at) is float
                 and task_key.encode() == key
             ):
