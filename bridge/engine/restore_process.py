@@ -69,6 +69,13 @@ IDLE_SECONDS = 10.0
 # million in one, nor 4,096 live checkpoints of up to a MiB each in one.
 CHUNK = 4096
 CHUNK_BYTES = 8 << 20
+# How long a process may take to reply to a rest: this, and this much more per record of
+# it. One that stopped without ending (frozen, SIGSTOPped) is ended then, and the rest is
+# read on the event loop. A process that shared a core with the broker and the bridge
+# took ~26 us of wall per record (bench/results/2026-12-07-restore-processes.json); this
+# allows four times that.
+REPLY_SECONDS_LEAST = 30.0
+REPLY_SECONDS_PER_RECORD = 100e-6
 
 _HEAD = struct.Struct(">Q")
 # The folder the bridge package was imported from (site-packages, or a checkout).
@@ -144,17 +151,23 @@ class RestoreProcess:
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
+        deadline = REPLY_SECONDS_LEAST + (end - start) * REPLY_SECONDS_PER_RECORD
         try:
             proc = self._proc or await self._start()
             assert proc.stdin is not None and self._replies is not None
             job = pickle.dumps((config, partition, start, end, lifecycle.closed_names()), pickle.HIGHEST_PROTOCOL)
             proc.stdin.write(_HEAD.pack(len(job)) + job)
-            await proc.stdin.drain()
-            outcome, body, names = pickle.loads(await _frame(self._replies))  # our own child
-            chunks: list[bytes] = []
-            if outcome == "ok":
-                while (chunk := await _frame(self._replies)) != _END:
-                    chunks.append(chunk)
+            async with asyncio.timeout(deadline):
+                await proc.stdin.drain()
+                outcome, body, names = pickle.loads(await _frame(self._replies))  # our own child
+                chunks: list[bytes] = []
+                if outcome == "ok":
+                    while (chunk := await _frame(self._replies)) != _END:
+                        chunks.append(chunk)
+        except TimeoutError:
+            # Stopped without ending (frozen, SIGSTOPped): it would hold the open for good.
+            self._end()
+            raise RestoreProcessFailed(f"the restore process did not reply within {deadline:.0f} s") from None
         except (OSError, EOFError) as exc:
             # It could not start (a pids limit, no file descriptors), or it ended.
             self._end()

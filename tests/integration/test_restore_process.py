@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -208,6 +209,32 @@ async def test_a_read_cancelled_midway_ends_its_process(env: Env, tmp_path: Path
         await until(lambda: not _alive(pid), timeout=5, what="the process of the cancelled read gone")
         whole = (await PartitionLog(config, 1).checkpoints(restores.hand_over(1))).result()
         assert len(whole.tasks) == 2 * 40_000 - 10 + 29
+    finally:
+        await restores.close()
+
+
+async def test_a_restore_process_that_stopped_replying_is_ended_and_the_rest_read_here(
+    env: Env, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process frozen midway (SIGSTOP: it neither ends nor replies) is ended at its
+    reply's deadline, and the partition's open reads the rest on the event loop."""
+    monkeypatch.setattr(restore_process, "REPLY_SECONDS_LEAST", 1.0)
+    monkeypatch.setattr(restore_process, "REPLY_SECONDS_PER_RECORD", 0.0)
+    config = await _written(env, tmp_path, closed=20_000)
+    expected = (await PartitionLog(config, 1).checkpoints()).result()
+    restores = Restores(config)
+    (process,) = restores.processes
+    try:
+        reading = asyncio.create_task(PartitionLog(config, 1).checkpoints(restores.hand_over(1)))
+        await until(lambda: process.pid is not None, timeout=20, what="the rest handed to a restore process")
+        pid = process.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        with caplog.at_level(logging.WARNING, logger=restore_process.__name__):
+            assert (await asyncio.wait_for(reading, 30)).result() == expected
+        assert "the restore process did not reply within 1 s" in caplog.text
+        assert process.pid is None and not process.busy
+        await until(lambda: not _alive(pid), timeout=5, what="the stopped process killed")
     finally:
         await restores.close()
 
