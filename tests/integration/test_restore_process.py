@@ -196,9 +196,7 @@ async def test_a_read_cancelled_midway_ends_its_process(env: Env, tmp_path: Path
     restores = Restores(config)
     (process,) = restores.processes
     try:
-        reading = asyncio.create_task(PartitionLog(config, 1).checkpoints(restores.hand_over(1)))
-        await until(lambda: process.pid is not None, timeout=20, what="the rest handed to a restore process")
-        pid = process.pid
+        reading, pid = await _handed_over(config, restores)
         await asyncio.sleep(0.2)  # the child is reading (80,000 records take seconds)
         assert not reading.done()
         reading.cancel()
@@ -225,10 +223,7 @@ async def test_a_restore_process_that_stopped_replying_is_ended_and_the_rest_rea
     restores = Restores(config)
     (process,) = restores.processes
     try:
-        reading = asyncio.create_task(PartitionLog(config, 1).checkpoints(restores.hand_over(1)))
-        await until(lambda: process.pid is not None, timeout=20, what="the rest handed to a restore process")
-        pid = process.pid
-        assert pid is not None
+        reading, pid = await _handed_over(config, restores)
         os.kill(pid, signal.SIGSTOP)
         with caplog.at_level(logging.WARNING, logger=restore_process.__name__):
             assert (await asyncio.wait_for(reading, 30)).result() == expected
@@ -251,6 +246,15 @@ async def test_an_idle_restore_process_ends(env: Env, tmp_path: Path, monkeypatc
         await until(lambda: process.pid is None and not _alive(pid), timeout=10, what="the idle process ended")
     finally:
         await restores.close()
+
+
+async def _handed_over(config: Config, restores: Restores) -> tuple[asyncio.Task[checkpoints.Restorer], int]:
+    """Partition 1's open, reading, and the pid of the process it handed its rest to."""
+    (process,) = restores.processes
+    reading = asyncio.create_task(PartitionLog(config, 1).checkpoints(restores.hand_over(1)))
+    await until(lambda: process.pid is not None, timeout=20, what="the rest handed to a restore process")
+    assert process.pid is not None
+    return reading, process.pid
 
 
 def _alive(pid: int | None) -> bool:
