@@ -48,7 +48,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, Any, TypeAlias
 
 import bridge
 from bridge.config.model import Config
@@ -76,8 +76,13 @@ CHUNK_BYTES = 8 << 20
 # allows four times that.
 REPLY_SECONDS_LEAST = 30.0
 REPLY_SECONDS_PER_RECORD = 100e-6
+# The most bytes of a reply held before it is all in; past this its chunks are fed in as
+# they come (live checkpoints of up to a MiB each), and the child waits on the pipe.
+REPLY_HELD_BYTES = 64 << 20
 
 _HEAD = struct.Struct(">Q")
+# What makes a ClosedTask here from a closed Task the child packed (closed_unpacker).
+Unpack: TypeAlias = Callable[[str, bytes], lifecycle.ClosedTask]
 # The folder the bridge package was imported from (site-packages, or a checkout).
 _HOME = os.path.dirname(os.path.dirname(os.path.abspath(bridge.__file__)))
 
@@ -126,16 +131,12 @@ class RestoreProcess:
     ) -> None:
         """Feed ``into`` (a restorer fed up to ``start``) with the records of checkpoints
         partition ``partition`` from offset ``start`` to ``end``, read_committed.
-        ``received`` is called once the child's whole reply is in, before it is fed in:
-        the child can take the next rest from then on."""
-        body, names, chunks = await self._reply(config, partition, start, end)
+        ``received`` is called once the child's whole reply is in, before the last of it
+        is fed in: the child can take the next rest from then on."""
+        body, unpack, frames = await self._reply(config, partition, start, end, into)
         received()
         try:
-            unpack = lifecycle.closed_unpacker(names)
-            for i in range(len(chunks)):
-                chunk, chunks[i] = chunks[i], b""  # each frame freed once fed in
-                into.unfold(pickle.loads(chunk), unpack)  # our own child's
-                await asyncio.sleep(0)
+            await _fed(into, unpack, frames)
             # Last: a reply fed in partly leaves ``into`` to be fed the same records again
             # from ``start`` (the newest value per key comes out the same), but not
             # counted twice.
@@ -145,25 +146,40 @@ class RestoreProcess:
             # child may be reading the next rest already: it is left to it.
             raise RestoreProcessFailed(f"the restore process's reply failed ({type(exc).__name__})") from None
 
-    async def _reply(self, config: Config, partition: int, start: int, end: int) -> tuple[Any, Any, list[bytes]]:
+    async def _reply(
+        self, config: Config, partition: int, start: int, end: int, into: checkpoints.Restorer
+    ) -> tuple[Any, Unpack, list[bytes]]:
         """Send the child the job; its reply: (records read, whether a partition record
-        was, the newest), the child's tables, and the chunks still pickled."""
+        was, the newest), what makes its ClosedTasks here, and the chunks still pickled
+        (those past :data:`REPLY_HELD_BYTES` already fed into ``into``)."""
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
         deadline = REPLY_SECONDS_LEAST + (end - start) * REPLY_SECONDS_PER_RECORD
         try:
             proc = self._proc or await self._start()
-            assert proc.stdin is not None and self._replies is not None
+            replies = self._replies
+            assert proc.stdin is not None and replies is not None
             job = pickle.dumps((config, partition, start, end, lifecycle.closed_names()), pickle.HIGHEST_PROTOCOL)
             proc.stdin.write(_HEAD.pack(len(job)) + job)
             async with asyncio.timeout(deadline):
                 await proc.stdin.drain()
-                outcome, body, names = pickle.loads(await _frame(self._replies))  # our own child
-                chunks: list[bytes] = []
-                if outcome == "ok":
-                    while (chunk := await _frame(self._replies)) != _END:
-                        chunks.append(chunk)
+                outcome, body, names = pickle.loads(await _frame(replies))  # our own child
+                if outcome != "ok":
+                    raise _Failed(body)
+                unpack = lifecycle.closed_unpacker(names)
+                frames: list[bytes] = []
+                held = 0
+                while (frame := await _frame(replies)) != _END:
+                    frames.append(frame)
+                    held += len(frame)
+                    if held > REPLY_HELD_BYTES:  # a long reply of large records: fed in as it comes
+                        await _fed(into, unpack, frames)
+                        held = 0
+        except _Failed as failed:
+            # The child said its read failed, and goes on: the pipe holds nothing more.
+            self._idle = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._end)
+            raise RestoreProcessFailed(failed.args[0]) from None
         except TimeoutError:
             # Stopped without ending (frozen, SIGSTOPped): it would hold the open for good.
             self._end()
@@ -182,9 +198,7 @@ class RestoreProcess:
             self._end()
             raise
         self._idle = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._end)
-        if outcome != "ok":
-            raise RestoreProcessFailed(body)  # the child goes on: the pipe holds nothing more
-        return body, names, chunks
+        return body, unpack, frames
 
     async def _start(self) -> asyncio.subprocess.Process:
         # The child imports this very bridge: -P keeps the working directory off its
@@ -193,7 +207,7 @@ class RestoreProcess:
         path = os.pathsep.join([_HOME, *filter(None, [os.environ.get("PYTHONPATH")])])
         replies, child_out = os.pipe()
         try:
-            self._proc = await asyncio.create_subprocess_exec(
+            proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-P",
                 "-m",
@@ -209,14 +223,20 @@ class RestoreProcess:
             raise
         finally:
             os.close(child_out)  # the child's now: the pipe closes when it ends
-        self._replies = asyncio.Queue()
+        self._proc, self._replies = proc, asyncio.Queue()
         # The replies are read off the pipe as the child writes them, by a thread: read
         # on the event loop, a piece per turn, while the loop was busy restoring other
         # partitions and resuming Tasks, the child spent more time blocked writing its
         # reply than reading the partition (py-spy --idle).
-        loop = asyncio.get_running_loop()
-        threading.Thread(target=_pump, args=(replies, loop, self._replies), name="restore-replies", daemon=True).start()
-        return self._proc
+        pump = threading.Thread(
+            target=_pump, args=(replies, asyncio.get_running_loop(), self._replies), name="restore-replies", daemon=True
+        )
+        try:
+            pump.start()
+        except BaseException:
+            os.close(replies)  # no thread (a pids limit): the caller ends the child
+            raise
+        return proc
 
     def _end(self) -> None:
         """End the child (killed: what it holds or reads is no one's now) and reap it."""
@@ -244,19 +264,40 @@ _END = pickle.dumps(None, pickle.HIGHEST_PROTOCOL)
 
 def _pump(fd: int, loop: asyncio.AbstractEventLoop, replies: asyncio.Queue[bytes]) -> None:
     """A thread's: each frame the child writes, as it comes, into ``replies``, then b""
-    once the pipe closed (the child ended), unless the loop did first."""
-    with os.fdopen(fd, "rb") as pipe:
-        frame = b"-"
-        while frame:
-            head = pipe.read(_HEAD.size)
-            size = _HEAD.unpack(head)[0] if len(head) == _HEAD.size else 0
-            frame = pipe.read(size) if size else b""
-            if len(frame) != size:
-                frame = b""  # the pipe closed midway through the frame
-            try:
-                loop.call_soon_threadsafe(replies.put_nowait, frame)
-            except RuntimeError:
-                return  # the loop is closed: no one reads
+    once the pipe closed (the child ended) or this thread failed, unless the loop
+    closed first."""
+    frame = b"-"
+    try:
+        with os.fdopen(fd, "rb") as pipe:
+            while frame:
+                head = pipe.read(_HEAD.size)
+                size = _HEAD.unpack(head)[0] if len(head) == _HEAD.size else 0
+                frame = pipe.read(size) if size else b""
+                if len(frame) != size:
+                    frame = b""  # the pipe closed midway through the frame
+                if frame:
+                    loop.call_soon_threadsafe(replies.put_nowait, frame)
+    except RuntimeError:
+        return  # the loop is closed: no one reads
+    except Exception as exc:  # a length no process could hold: the reply ends here
+        log.warning("a restore process's reply could not be read (%s)", type(exc).__name__)
+    finally:
+        with contextlib.suppress(RuntimeError):  # the end, whatever ended the thread
+            loop.call_soon_threadsafe(replies.put_nowait, b"")
+
+
+async def _fed(into: checkpoints.Restorer, unpack: Unpack, frames: list[bytes]) -> None:
+    """Feed ``frames`` (chunks of a reply, pickled by our own child) into ``into``, a
+    turn of the event loop each; each freed once fed in, and the list emptied."""
+    for i in range(len(frames)):
+        frame, frames[i] = frames[i], b""
+        into.unfold(pickle.loads(frame), unpack)
+        await asyncio.sleep(0)
+    frames.clear()
+
+
+class _Failed(Exception):
+    """The child said its read failed (why)."""
 
 
 async def _frame(replies: asyncio.Queue[bytes]) -> bytes:

@@ -11,7 +11,9 @@ import contextlib
 import logging
 import os
 import signal
+import struct
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -146,6 +148,36 @@ async def test_a_restore_process_reads_the_next_rest_while_the_last_reply_is_fed
         assert second.result() == here.result() and second.records > 4_000
     finally:
         await restores.close()
+
+
+async def test_a_long_reply_is_fed_in_as_it_comes(env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the bytes a reply may hold before it is all in, its chunks are fed in as
+    they come: the same restore."""
+    monkeypatch.setattr(restore_process, "REPLY_HELD_BYTES", 1)
+    config = await _written(env, tmp_path, closed=3_000)
+    expected = (await PartitionLog(config, 1).checkpoints()).result()
+    restores = Restores(config)
+    try:
+        assert (await PartitionLog(config, 1).checkpoints(restores.hand_over(1))).result() == expected
+    finally:
+        await restores.close()
+
+
+async def test_a_reply_frame_no_process_could_hold_ends_the_reply() -> None:
+    """The thread reading a child's replies fails on a frame's length (2**62 bytes): the
+    reply ends as if the child had, rather than being waited on for ever."""
+    r, w = os.pipe()
+    replies: asyncio.Queue[bytes] = asyncio.Queue()
+    pump = threading.Thread(target=restore_process._pump, args=(r, asyncio.get_running_loop(), replies), daemon=True)
+    pump.start()
+    try:
+        os.write(w, struct.pack(">Q", 1 << 62))
+        with pytest.raises(EOFError):
+            await asyncio.wait_for(restore_process._frame(replies), 10)
+    finally:
+        os.close(w)
+    pump.join(5)
+    assert not pump.is_alive()
 
 
 async def test_a_restore_process_that_died_leaves_the_rest_to_the_event_loop(

@@ -793,10 +793,10 @@ class ClosedTask:
         route = _ROUTES.by_name.get((agent, dlq_topic))
         if route is None:
             route = _ROUTES.index((agent, dlq_topic), fallback=(agent, None))
+        seconds = math.ceil(closed_at) if 0.0 <= closed_at <= _MAX_SECONDS else _seconds(closed_at)
         ended = _ENDINGS.by_name.get(ended_as)
         if ended is None:
             ended = _ENDINGS.index(ended_as)
-        seconds = math.ceil(closed_at) if 0.0 <= closed_at <= _MAX_SECONDS else _seconds(closed_at)
         self._packed = _PACKED.pack(seconds, route, ended) + bytes.fromhex("".join(command_ids))
 
     @classmethod
