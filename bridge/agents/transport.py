@@ -69,6 +69,7 @@ from typing import Any
 import h11
 import httpx
 
+from bridge.agents import tls_session
 from bridge.agents.resolver import Resolver
 from bridge.http.bounded import Inflater, inflater
 from bridge.wire import chunked
@@ -267,9 +268,8 @@ class _Stream:
     def tls_session(self, unless_resumed: bool) -> ssl.SSLSession | None:
         """The TLS session the server gave this connection, if it can be resumed (a
         TLS 1.3 ticket arrives after the handshake: ask once a response came); with
-        ``unless_resumed``, None for a connection that resumed one. Reading a session
-        copies it (CPython duplicates a TLS 1.3 session through its encoding,
-        certificate and all: ~0.2 ms), so a session that still works is not read again."""
+        ``unless_resumed``, None for a connection that resumed one (a session that
+        still works is not copied again: :class:`bridge.agents.tls_session.Kept`)."""
         tls = self._transport.get_extra_info("ssl_object")
         if tls is None or (unless_resumed and tls.session_reused):
             return None
@@ -597,16 +597,18 @@ class _Sessions:
     (a session belongs to the context that made it). asyncio's TLS layer has no
     session argument; it makes each connection's TLS object with the context's
     ``wrap_bio``, so that call is wrapped, on this context alone, to offer the name's
-    session. A resumed handshake spares the agent's side a full handshake's signature
-    and the bridge the certificate chain's checks (about what CPython's copy of the
-    session costs it back), and a round trip on TLS 1.2. Keyed by server name, not
+    session (:class:`bridge.agents.tls_session.Kept`: CPython's own offer copies it
+    through its encoding, ~150 µs a connect). A resumed handshake spares the agent's
+    side a full handshake's signature and the bridge the certificate chain's checks,
+    and a round trip on TLS 1.2. Keyed by server name, not
     port (``wrap_bio`` is given no port): another server on the same name cannot
     resume the session and does a full handshake."""
 
     _ATTR = "_bridge_tls_sessions"
 
-    def __init__(self) -> None:
-        self.by_name: dict[str, ssl.SSLSession] = {}
+    def __init__(self, context: ssl.SSLContext) -> None:
+        self.context = context
+        self.by_name: dict[str, tls_session.Kept] = {}
 
     @classmethod
     def of(cls, context: ssl.SSLContext) -> _Sessions:
@@ -614,7 +616,7 @@ class _Sessions:
         found = getattr(context, cls._ATTR, None)
         if isinstance(found, cls):
             return found
-        sessions = cls()
+        sessions = cls(context)
         wrap = context.wrap_bio
 
         def wrap_bio(
@@ -624,9 +626,12 @@ class _Sessions:
             server_hostname: str | bytes | None = None,
             session: ssl.SSLSession | None = None,
         ) -> ssl.SSLObject:
+            tls = wrap(incoming, outgoing, server_side, server_hostname, session)
             if session is None and not server_side and isinstance(server_hostname, str):
-                session = sessions.by_name.get(server_hostname)
-            return wrap(incoming, outgoing, server_side, server_hostname, session)
+                kept = sessions.by_name.get(server_hostname)
+                if kept is not None:
+                    kept.offer(tls)  # not through wrap: CPython's copy is slow
+            return tls
 
         setattr(context, "wrap_bio", wrap_bio)  # noqa: B010 - on this instance, not the class
         setattr(context, cls._ATTR, sessions)
@@ -637,7 +642,7 @@ class _Sessions:
         it resumed the one kept (the server still takes it)."""
         session = stream.tls_session(unless_resumed=name in self.by_name)
         if session is not None:
-            self.by_name[name] = session
+            self.by_name[name] = tls_session.Kept(self.context, session)
 
 
 class Transport(httpx.AsyncBaseTransport):

@@ -8,6 +8,7 @@ talks to it through an ``httpx.AsyncClient`` on :class:`bridge.agents.transport.
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import ssl
 import threading
@@ -18,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bridge.agents import transport
+from bridge.agents import tls_session, transport
 from bridge.agents.resolver import Resolver, getaddrinfo, is_literal
 from tests.servers.raw import (
     LIMITS,
@@ -539,6 +540,41 @@ async def test_new_tls_connections_resume_the_session_an_earlier_one_got(tmp_pat
         assert await asyncio.gather(first, *others) == [b"data: open\n\n"] * 6
     # The first was a full handshake; every later one, while the first was still open, resumed.
     assert resumed == [False] + [True] * 5
+
+
+async def test_sessions_still_resume_after_every_connection_that_held_one_closed_unclean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream left mid-body drops its connection without close_notify, and OpenSSL
+    then marks the session that connection holds as not resumable, the one a new
+    connection was offered too if it was not a copy. Each stream here is left so, and
+    each connection after the first still resumes, offered the quick way
+    (bridge.agents.tls_session) on this interpreter."""
+    server_ctx, trusted = tls_contexts(tmp_path)
+    resumed: list[bool] = []
+    quick: list[bool] = []
+    offer = tls_session.Kept.offer
+
+    def counted(kept: tls_session.Kept, tls: ssl.SSLObject) -> bool:
+        quick.append(offer(kept, tls))
+        return quick[-1]
+
+    monkeypatch.setattr(tls_session.Kept, "offer", counted)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        resumed.append(writer.get_extra_info("ssl_object").session_reused)
+        await read_request(reader)
+        writer.write(SSE_HEAD + chunk(b"data: x\n\n"))
+        await writer.drain()
+        await reader.read()  # the rest of the stream never comes
+
+    async with serve(handler, server_ctx) as (url, _), client(trusted) as http:
+        for _ in range(4):
+            async with http.stream("POST", url, content=b"{}") as response:
+                assert await anext(response.aiter_bytes()) == b"data: x\n\n"
+            gc.collect()  # OpenSSL marks the session when the dropped connection's TLS object is freed
+    assert resumed == [False, True, True, True]
+    assert quick == [True, True, True]
 
 
 async def test_a_session_another_server_cannot_resume_costs_a_full_handshake_not_a_failure(tmp_path: Path) -> None:
