@@ -72,9 +72,9 @@ THROUGHPUT_RUNS = (
     "throughput-latency-4f45151-full-3.json",
 )
 RESUME_10K = "2026-12-07-resume-pace-5000.json"
-RESUME_10K_TLS = "2026-12-07-resume-10k-tls-shared-buffer.json"
+RESUME_10K_TLS = "2026-12-07-tls-session-offer.json"
 REBALANCE_1M = "2026-12-07-restore-reply-pump.json"
-TLS_LIVE_10K = "2026-12-07-tls-live-10k-shared-buffer.json"
+TLS_LIVE_10K = "2026-12-07-tls-session-offer.json"
 LIVE_10K = "2026-12-07-live-10k-streaming-memory.json, 2026-12-07-live-10k-silent-stream.json"
 
 FIGURES: tuple[Figure, ...] = (
