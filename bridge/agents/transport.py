@@ -265,16 +265,15 @@ class _Stream:
         """Whether an idle connection has news: bytes nobody asked for, or its close."""
         return self._sock.eof or bool(self._sock.chunks)
 
-    def tls_session(self, unless_resumed: bool) -> ssl.SSLSession | None:
-        """The TLS session the server gave this connection, if it can be resumed (a
-        TLS 1.3 ticket arrives after the handshake: ask once a response came); with
-        ``unless_resumed``, None for a connection that resumed one (a session that
-        still works is not copied again: :class:`bridge.agents.tls_session.Kept`)."""
+    def kept_session(self, unless_resumed: bool) -> tls_session.Kept | None:
+        """The TLS session the server gave this connection, kept to offer a later one,
+        if it can be resumed (a TLS 1.3 ticket arrives after the handshake: ask once a
+        response came); with ``unless_resumed``, None for a connection that resumed one
+        (the session kept still works: it is not read again)."""
         tls = self._transport.get_extra_info("ssl_object")
         if tls is None or (unless_resumed and tls.session_reused):
             return None
-        session = tls.session
-        return session if session is not None and (session.has_ticket or session.id) else None
+        return tls_session.Kept.of(tls)
 
     async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str, timeout: float | None) -> _Stream:
         loop = asyncio.get_running_loop()
@@ -606,8 +605,7 @@ class _Sessions:
 
     _ATTR = "_bridge_tls_sessions"
 
-    def __init__(self, context: ssl.SSLContext) -> None:
-        self.context = context
+    def __init__(self) -> None:
         self.by_name: dict[str, tls_session.Kept] = {}
 
     @classmethod
@@ -616,7 +614,7 @@ class _Sessions:
         found = getattr(context, cls._ATTR, None)
         if isinstance(found, cls):
             return found
-        sessions = cls(context)
+        sessions = cls()
         wrap = context.wrap_bio
 
         def wrap_bio(
@@ -640,9 +638,9 @@ class _Sessions:
     def keep(self, name: str, stream: _Stream) -> None:
         """After a response on a new connection: its session, to offer next time, unless
         it resumed the one kept (the server still takes it)."""
-        session = stream.tls_session(unless_resumed=name in self.by_name)
-        if session is not None:
-            self.by_name[name] = tls_session.Kept(self.context, session)
+        kept = stream.kept_session(unless_resumed=name in self.by_name)
+        if kept is not None:
+            self.by_name[name] = kept
 
 
 class Transport(httpx.AsyncBaseTransport):

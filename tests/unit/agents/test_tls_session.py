@@ -1,10 +1,15 @@
-"""bridge.agents.tls_session: a kept session offered to a new connection, the quick
-way where the interpreter's layout is the one read, CPython's way otherwise; each
-handshake here runs in memory (two BIOs a side), no socket."""
+"""bridge.agents.tls_session: a session kept from one connection and offered to the
+next, the quick way on this interpreter, CPython's way where the quick one is not
+had; over TLS 1.2 (a session id or ticket offered as it was kept) and TLS 1.3 (each
+connection swaps in a session of its own from the server's new tickets). Each
+handshake runs in memory (two BIOs a side), no socket; each connection is dropped
+without close_notify and collected, as the bridge drops a stream, which is what
+spoils a session OpenSSL shares with it."""
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import ssl
 from collections.abc import Iterator
@@ -15,21 +20,34 @@ import pytest
 from bridge.agents import tls_session
 from tests.support import tls
 
+Contexts = tuple[ssl.SSLContext, ssl.SSLContext, ssl.SSLContext]
 
-@pytest.fixture(scope="module")
-def contexts(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+
+@pytest.fixture(scope="module", params=[ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3], ids=["tls1.2", "tls1.3"])
+def contexts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Contexts:
+    return made(request.param, tmp_path_factory.mktemp("tls") / "agent.pem")
+
+
+def made(version: ssl.TLSVersion, keystore: Path) -> Contexts:
+    """A server, a client and a second client context trusting the same CA."""
     ca = tls.make_ca("tls-session-test-ca")
-    keystore = tls.write_private(tmp_path_factory.mktemp("tls") / "agent.pem", tls.server_keystore_pem(ca, ["agent"]))
+    tls.write_private(keystore, tls.server_keystore_pem(ca, ["agent"]))
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server.load_cert_chain(keystore)
-    return server, ssl.create_default_context(cadata=ca.pem().decode())
+    clients = []
+    for _ in range(2):
+        client = ssl.create_default_context(cadata=ca.pem().decode())
+        client.minimum_version = client.maximum_version = version
+        clients.append(client)
+    return server, clients[0], clients[1]
 
 
 def connect(
     server: ssl.SSLContext, client: ssl.SSLContext, kept: tls_session.Kept | None = None
-) -> tuple[ssl.SSLObject, bool | None]:
-    """A handshake and the server's first bytes (its tickets come first), in memory:
-    the client's TLS object and how ``kept`` was offered (None: not offered)."""
+) -> tuple[tls_session.Kept | None, bool, bool | None]:
+    """One connection in memory, through its handshake and the server's first bytes
+    (its tickets come first), then dropped: what it leaves to keep, whether it
+    resumed, and how ``kept`` was offered (None: not offered)."""
     c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
     ours = client.wrap_bio(c_in, c_out, server_hostname="agent")
     quick = None if kept is None else kept.offer(ours)
@@ -44,53 +62,83 @@ def connect(
     theirs.write(b"x")
     c_in.write(s_out.read())
     assert ours.read(1) == b"x"
-    return ours, quick
+    left, resumed = tls_session.Kept.of(ours), ours.session_reused
+    del ours, theirs  # no close_notify
+    gc.collect()
+    return left, resumed, quick
 
 
-def handshake_turns(tls: ssl.SSLObject) -> Iterator[None]:
+def handshake_turns(tls_object: ssl.SSLObject) -> Iterator[None]:
     for _ in range(5):
         try:
-            tls.do_handshake()
+            tls_object.do_handshake()
             return
         except ssl.SSLWantReadError:
             yield
     raise AssertionError("the handshake did not end")
 
 
-def kept_from(server: ssl.SSLContext, client: ssl.SSLContext) -> tls_session.Kept:
-    first, _ = connect(server, client)
-    assert first.session is not None
-    kept = tls_session.Kept(client, first.session)
-    del first  # freed without close_notify: OpenSSL marks the session it held
-    gc.collect()
-    return kept
-
-
-def test_a_kept_session_resumes_the_quick_way_after_the_connection_it_came_from_is_gone(
-    contexts: tuple[ssl.SSLContext, ssl.SSLContext],
-) -> None:
-    server, client = contexts
-    kept = kept_from(server, client)
+def test_a_kept_session_resumes_the_quick_way_after_every_connection_that_held_it_is_gone(contexts: Contexts) -> None:
+    server, client, _ = contexts
+    kept, resumed, _ = connect(server, client)
+    assert kept is not None and not resumed
     for _ in range(3):
-        tls, quick = connect(server, client, kept)
-        assert (quick, tls.session_reused) == (True, True)
+        _, resumed, quick = connect(server, client, kept)
+        assert (quick, resumed) == (True, True)
 
 
-def test_where_the_quick_way_is_not_had_cpython_offers_the_session(
-    contexts: tuple[ssl.SSLContext, ssl.SSLContext], monkeypatch: pytest.MonkeyPatch
+def test_where_the_quick_way_is_not_had_cpython_keeps_and_offers_the_session(
+    contexts: Contexts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server, client = contexts
+    server, client, _ = contexts
     monkeypatch.setattr(tls_session, "_openssl", lambda: None)  # another interpreter, say
-    kept = kept_from(server, client)
-    tls, quick = connect(server, client, kept)
-    assert (quick, tls.session_reused) == (False, True)
+    kept, _, _ = connect(server, client)
+    assert kept is not None
+    for _ in range(2):
+        _, resumed, quick = connect(server, client, kept)
+        assert (quick, resumed) == (False, True)
 
 
-def test_a_session_of_another_context_is_refused_as_cpython_refuses_it(
-    contexts: tuple[ssl.SSLContext, ssl.SSLContext], tmp_path: Path
+def test_a_layout_other_than_the_one_read_takes_cpythons_way(
+    contexts: Contexts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server, client = contexts
-    kept = kept_from(server, client)
-    other = ssl.create_default_context()
-    with pytest.raises(ValueError, match="different SSLContext"):
-        kept.offer(other.wrap_bio(ssl.MemoryBIO(), ssl.MemoryBIO(), server_hostname="agent"))
+    """A CPython whose connection object had one more field before the pointers read:
+    each read lands a word off, the checks see it, nothing is passed to OpenSSL."""
+    server, client, _ = contexts
+    word = tls_session._WORD
+    monkeypatch.setattr(tls_session, "_SOCKET_SSL", tls_session._SOCKET_SSL + word)
+    monkeypatch.setattr(tls_session, "_SOCKET_CTX", tls_session._SOCKET_CTX + word)
+    kept, _, _ = connect(server, client)
+    assert kept is not None
+    _, resumed, quick = connect(server, client, kept)
+    assert (quick, resumed) == (False, True)
+
+
+def test_a_session_is_not_offered_to_another_context_a_server_or_a_handshake_begun(contexts: Contexts) -> None:
+    server, client, other = contexts
+    kept, _, _ = connect(server, client)
+    assert kept is not None
+    _, resumed, quick = connect(server, other, kept)
+    assert (quick, resumed) == (False, False)
+    server_side = server.wrap_bio(ssl.MemoryBIO(), ssl.MemoryBIO(), server_side=True)
+    assert not kept.offer(server_side)
+    begun = client.wrap_bio(ssl.MemoryBIO(), ssl.MemoryBIO(), server_hostname="agent")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        begun.do_handshake()
+    assert not kept.offer(begun)
+
+
+def test_a_server_that_gives_nothing_to_resume_leaves_nothing_kept(tmp_path: Path) -> None:
+    server, client, _ = made(ssl.TLSVersion.TLSv1_3, tmp_path / "agent.pem")
+    server.num_tickets = 0  # TLS 1.3 resumes only by a ticket
+    kept, _, _ = connect(server, client)
+    assert kept is None
+
+
+def test_a_kept_session_is_not_copied(contexts: Contexts) -> None:
+    server, client, _ = contexts
+    kept, _, _ = connect(server, client)
+    with pytest.raises(TypeError):
+        copy.copy(kept)
+    with pytest.raises(TypeError):
+        copy.deepcopy(kept)
