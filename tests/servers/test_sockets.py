@@ -547,7 +547,7 @@ async def test_sessions_still_resume_after_every_connection_that_held_one_closed
 ) -> None:
     """A stream left mid-body drops its connection without close_notify, and OpenSSL
     then marks the session that connection holds as not resumable, the one a new
-    connection was offered too if it was not a copy. Each stream here is left so, and
+    connection was offered if it was not a copy. Each stream here is left so, and
     each connection after the first still resumes, offered the quick way
     (bridge.agents.tls_session) on this interpreter."""
     server_ctx, trusted = tls_contexts(tmp_path)
