@@ -1,7 +1,8 @@
 """What the bridge does with aiokafka's producer beyond its public API, all here.
 
 aiokafka 0.14 gives no public way to: read a transactional producer's epoch, give it
-a new one between transactions (bridge/kafka/epochs.py), end its sender at once
+a new one between transactions (bridge/kafka/epochs.py), add a partition to the
+transaction before a record is sent there (:func:`add_partitions`), end its sender at once
 (:func:`cut_off`), or quiet the failures it leaves in futures nobody awaits
 (:func:`retrieve_failures`). Each reaches into its private attributes; every such
 reach of the bridge is in this module (tests/repo/test_kafka_clients.py holds it
@@ -13,11 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterable
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
-from aiokafka.producer.transaction_manager import PidAndEpoch
+from aiokafka.producer.transaction_manager import PidAndEpoch, TransactionState
+
+_FAILED = (TransactionState.ABORTABLE_ERROR, TransactionState.FATAL_ERROR)
 
 
 def epoch(producer: AIOKafkaProducer | None) -> int | None:
@@ -38,6 +42,29 @@ def new_epoch(producer: AIOKafkaProducer, producer_id: int, value: int) -> None:
     manager = producer._txn_manager
     manager._pid_and_epoch = PidAndEpoch(producer_id, value)
     manager._sequence_numbers.clear()
+
+
+def add_partitions(producer: AIOKafkaProducer, tps: Iterable[TopicPartition]) -> None:
+    """Add ``tps`` to the transaction begun: the producer's sender sends their
+    AddPartitionsToTxn now (one request for all), as it does for a batch's
+    partition when the batch is sent. A partition added is written a marker when
+    the transaction ends, whether a record went there or not."""
+    manager = producer._txn_manager
+    for tp in tps:
+        manager.maybe_add_partition_to_txn(tp)
+
+
+def transaction_error(producer: AIOKafkaProducer) -> BaseException | None:
+    """The error that failed the producer's transaction on its own, if one did: the
+    answer to one of its requests to the coordinator (a fenced epoch, say), which
+    aiokafka keeps for the commit to raise while every later send in the
+    transaction is refused as an ``IllegalOperation``."""
+    manager = producer._txn_manager
+    waiter = getattr(manager, "_transaction_waiter", None)
+    if manager.state not in _FAILED or waiter is None or not waiter.done() or waiter.cancelled():
+        return None
+    error: BaseException | None = waiter.exception()
+    return error
 
 
 async def cut_off(producer: AIOKafkaProducer, close_within_s: float) -> None:

@@ -22,6 +22,7 @@ rebuilds the partition from Kafka (:class:`TransactionFailed` says how).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import logging
@@ -31,13 +32,14 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
+    IllegalOperation,
     MessageSizeTooLargeError,
     ProducerFenced,
     RecordListTooLargeError,
@@ -224,6 +226,15 @@ class ProducerLoop:
             return asyncio.ensure_future(coro)
         return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
 
+    def hand(self, coro: Coroutine[Any, Any, _T]) -> Handed[_T]:
+        """:meth:`submit`, for a coroutine of this loop handed over later to await too
+        (:meth:`Handed.joined`)."""
+        if self._loop is None:
+            task = asyncio.ensure_future(coro)
+            return Handed(task, task)
+        there = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return Handed(asyncio.wrap_future(there), there)
+
     def close(self) -> None:
         """Stop the thread; its producers must have been stopped already."""
         loop, thread = self._loop, self._thread
@@ -233,6 +244,19 @@ class ProducerLoop:
         thread.join(10)
         if not thread.is_alive():
             loop.close()
+
+
+@dataclass(slots=True)
+class Handed(Generic[_T]):
+    """A coroutine handed to a :class:`ProducerLoop`: ``here``, its result on the
+    caller's loop; :meth:`joined`, the same result awaited on the producer loop."""
+
+    here: asyncio.Future[_T]
+    _there: asyncio.Future[_T] | concurrent.futures.Future[_T]
+
+    def joined(self) -> asyncio.Future[_T]:
+        there = self._there
+        return there if isinstance(there, asyncio.Future) else asyncio.wrap_future(there)
 
 
 def transactional_id(config: Config, partition: int) -> str:
@@ -289,6 +313,17 @@ class PartitionTransactions:
         self.epochs = self._epochs()
         self._commands_tp = TopicPartition(config.kafka.commands_topic, partition)
         self._notifications_tp = TopicPartition(config.kafka.notifications_topic, partition)
+        self._checkpoints_tp = TopicPartition(config.kafka.checkpoints_topic, partition)
+        # The next transaction, begun before its cut (see _prepare), and whether it may
+        # begin now: a transaction has landed since the partition opened, and none is
+        # cut or begun.
+        self._early: _Early | None = None
+        self._ready = False
+        # Open up to a tick before its cut, an early transaction must end well inside
+        # the coordinator's timeout, which aborts it otherwise.
+        self._begins_early = 2 * config.bridge.commit_interval_ms <= config.kafka.transaction_timeout_ms
+        # The partitions the last cut wrote (see _prepare).
+        self._written: frozenset[TopicPartition] = frozenset()
 
     def _epochs(self) -> Epochs:
         k = self.config.kafka
@@ -416,6 +451,10 @@ class PartitionTransactions:
             await asyncio.wait_for(producer.abort_transaction(), ABORT_TIMEOUT_S)
 
     async def stop(self) -> None:
+        early, self._early = self._early, None
+        self._ready = False
+        if early is not None:
+            early.handed.here.cancel()
         if self._producer is not None:
             producer, self._producer = self._producer, None
             with contextlib.suppress(Exception):
@@ -435,10 +474,14 @@ class PartitionTransactions:
         if len(box.records) >= cfg.max_buffered_events or box.size >= cfg.max_buffered_bytes:
             self._space.clear()
             self.wake.set()
+        if self._ready:
+            self._prepare()
 
     def mark(self, record: TaskRecord) -> None:
         """``record`` changed: its checkpoint goes into this tick's transaction."""
         self._outbox.dirty[record.task_key] = record
+        if self._ready:
+            self._prepare()
 
     def row(self, topic: str, record: TaskRecord) -> None:
         """``record``'s row moved: it goes to the Task table ``topic`` in this tick's transaction."""
@@ -523,11 +566,16 @@ class PartitionTransactions:
         assert self._cut is None, "the last transaction has not landed"
         self.cut_at = asyncio.get_running_loop().time()
         self._cuts += 1
+        self._ready = False
+        early, self._early = self._early, None
         try:
-            self._cut = self._begin()
-        except Exception as exc:  # nothing began: nothing to abort; land raises it
-            failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            failed.set_exception(exc)
+            self._cut = self._begin(early)
+        except Exception as exc:  # nothing was sent: land raises it
+            if early is None:  # nothing began: nothing to abort
+                failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                failed.set_exception(exc)
+            else:
+                failed = self._producers.submit(self._abandon(early, exc))
             self._cut = _Cut(failed, None, None, 0, StepTimes(time.monotonic()))
         self._cut.no = self._cuts
 
@@ -541,6 +589,9 @@ class PartitionTransactions:
         finally:
             self._cut = None
             self.pending_since = None
+        self._ready = self._begins_early
+        if self._ready and not self._outbox.empty:  # filled while this one was on its way
+            self._prepare()
         self._committed_no = cut.no
         committed, self._committed = self._committed, asyncio.Event()
         committed.set()
@@ -558,8 +609,87 @@ class PartitionTransactions:
         observe_visible(cut.arrivals, time.monotonic())
         return cut.count
 
-    def _begin(self) -> _Cut:
-        """Step 1 of :meth:`cut`, then steps 2-8 handed to the producer loop."""
+    def _prepare(self) -> None:
+        """Begin the next transaction now, while its tick fills, rather than at its cut.
+
+        The old transaction protocol asks the coordinator, one request at a time, to
+        add each partition (AddPartitionsToTxn) and the consumer group
+        (AddOffsetsToTxn) before the records and offsets there may be written; begun
+        at the cut, both are on the way from an event to its visibility, and the
+        Produce waits for the first. Begun here, they are made meanwhile: the
+        partitions the last cut wrote (a partition written every tick stays
+        added before its records come) and this one's checkpoints, and the offsets
+        that moved so far with their group (committed again at the cut only if they
+        moved on). The cut then sends its records at once, and what it still asks the
+        coordinator for is any partition not added yet, the offsets that moved on,
+        and the commit (bench/results/2026-12-07-early-begin.json).
+
+        Called by the first change of a tick once a transaction has landed, or by
+        :meth:`land` when the outbox filled while it was on its way: never beside a
+        transaction in flight, never before the first transaction of the partition
+        (the open's :meth:`close_left_open` comes first). A partition added and not
+        written is written a commit marker and nothing else. A failed begin fails the
+        cut that takes it over, as a failed transaction."""
+        self._ready = False
+        producer = self._producer
+        if producer is None:
+            return
+        offsets = self._offsets(self._position(), self._notified(), {})
+        handed = self._producers.hand(self._begin_early(producer, {self._checkpoints_tp, *self._written}, offsets))
+        handed.here.add_done_callback(_failure)  # raised again by the cut that takes it over
+        self._early = _Early(handed, offsets)
+
+    async def _begin_early(
+        self, producer: AIOKafkaProducer, tps: set[TopicPartition], offsets: dict[TopicPartition, OffsetAndMetadata]
+    ) -> asyncio.Future[None] | None:
+        """On the producer loop: step 2 of the next transaction, its partitions and
+        offsets on their way (see _prepare); returns the offsets' sending, if any."""
+        await self.epochs.before_transaction(producer)
+        await producer.begin_transaction()
+        internals.add_partitions(producer, tps)
+        if not offsets:
+            return None
+        sending: asyncio.Future[None] = asyncio.ensure_future(
+            producer.send_offsets_to_transaction(offsets, self.config.kafka.group_id)
+        )
+        sending.add_done_callback(_failure)  # awaited by the transaction, unless it failed before
+        return sending
+
+    async def _abandon(self, early: _Early, exc: Exception) -> None:
+        """A transaction begun early whose cut failed before anything was sent: aborted
+        (or left to the coordinator), then ``exc`` raised."""
+        producer = self._producer
+        with contextlib.suppress(Exception):
+            await early.handed.joined()
+        if producer is not None:
+            await self._abort(producer, [])
+        raise exc
+
+    def _offsets(
+        self, position: Position, notified: int | None, sent: dict[TopicPartition, OffsetAndMetadata]
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The consumer offsets (commands, notifications) a transaction sends: each that
+        moved since the last committed transaction, or since ``sent`` (sent earlier in
+        the same transaction, see _prepare).
+
+        Re-committing the offset of the last committed transaction changes nothing,
+        and costs two round trips (AddOffsetsToTxn, TxnOffsetCommit) and a marker on
+        __consumer_offsets in every tick of a partition whose Tasks stream while no
+        command arrives. An offset an aborted transaction moved differs from _last."""
+        out: dict[TopicPartition, OffsetAndMetadata] = {}
+        committed = None if self._last is None else self._last.offset
+        for tp, now, last in (
+            (self._commands_tp, position.offset, committed),
+            (self._notifications_tp, notified, self._last_notified),
+        ):
+            already = sent.get(tp)
+            if now is not None and now != (last if already is None else already.offset):
+                out[tp] = OffsetAndMetadata(now, "")
+        return out
+
+    def _begin(self, early: _Early | None) -> _Cut:
+        """Step 1 of :meth:`cut`, then steps 2-8 handed to the producer loop (the
+        transaction begun already if ``early``, see _prepare)."""
         producer = self._producer
         if producer is None:
             raise RuntimeError("partition producer is not started")
@@ -570,7 +700,7 @@ class PartitionTransactions:
         position = self._position()
         notified = self._notified()
         unmoved = position == self._last and notified == self._last_notified
-        if outbox.empty and unmoved:
+        if outbox.empty and unmoved and early is None:
             nothing: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             nothing.set_result(None)
             return _Cut(nothing, position, notified, 0, StepTimes(time.monotonic()))
@@ -593,16 +723,7 @@ class PartitionTransactions:
                 # Bounded by construction (see bridge.wire.checkpoints); a failure here is a bug.
                 raise TransactionFailed(self.partition, ValueError(f"checkpoint over {budget} bytes"))
         staged += self._table(outbox)  # each fitted to its own topic's budget
-        # Re-committing the offset of the last committed transaction changes nothing,
-        # and costs two round trips (AddOffsetsToTxn, TxnOffsetCommit) and a marker on
-        # __consumer_offsets in every tick of a partition whose Tasks stream while no
-        # command arrives. An offset an aborted transaction moved differs from _last.
-        moved = self._last is None or self._last.offset != position.offset
-        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        if moved and position.offset is not None:
-            offsets[self._commands_tp] = OffsetAndMetadata(position.offset, "")
-        if notified is not None and notified != self._last_notified:
-            offsets[self._notifications_tp] = OffsetAndMetadata(notified, "")
+        offsets = self._offsets(position, notified, {} if early is None else early.offsets)
         records = [*outbox.records, *staged]
         # Record batches are filled here, on the main loop, when every record's partition
         # is known (as it is unless a topic's partition count was not learnt at start):
@@ -612,16 +733,17 @@ class PartitionTransactions:
         if all(r.partition is not None for r in records):
             try:
                 built = batches(producer, records)
-            except Exception as exc:  # nothing began: nothing to abort
+            except Exception as exc:  # nothing was sent (cut aborts what began early)
                 metrics.TRANSACTIONS.labels("failed").inc()
                 raise TransactionFailed(self.partition, exc) from exc
+            self._written = frozenset(TopicPartition(topic, p) for topic, p, _, _ in built)
         # The steps start where the transaction is handed over, as they did before a
         # reader could cut it: its step 1 is the tick's CPU, not a wait on Kafka.
         self.pending_since = time.monotonic()
         steps = StepTimes(self.pending_since)
         # In a context of its own: a reader's cut must not lend its Task's log fields to
         # the producer's logs.
-        transact = self._transact(producer, records, built, offsets, steps)
+        transact = self._transact(producer, records, built, offsets, steps, early=early)
         done = contextvars.Context().run(self._producers.submit, transact)
         # Back on the main loop: the step ends here, not when the committer lands it.
         done.add_done_callback(lambda _: steps.mark("return"))
@@ -645,6 +767,8 @@ class PartitionTransactions:
         built: Batches | None,
         offsets: dict[TopicPartition, OffsetAndMetadata],
         steps: StepTimes,
+        *,
+        early: _Early | None,
     ) -> None:
         """Steps 2 to 8 on the producer loop; any failure aborts and raises :class:`TransactionFailed`."""
         steps.mark("handoff")
@@ -652,9 +776,14 @@ class PartitionTransactions:
         sent: list[tuple[tuple[str, ...], asyncio.Future[object]]] = []
         try:
             async with asyncio.timeout(self.config.kafka.transaction_timeout_ms / 1000 + _TRANSACTION_GRACE_S):
-                await self._send_all(producer, records, built, offsets, sent=sent, steps=steps)
+                await self._send_all(producer, records, built, offsets, sent=sent, steps=steps, early=early)
         except Exception as exc:
             metrics.TRANSACTIONS.labels("failed").inc()
+            cause: BaseException = exc
+            if isinstance(exc, IllegalOperation):
+                # The transaction failed on its own before this send (begun early, an
+                # answer to its AddPartitionsToTxn fenced it, say): that answer is why.
+                cause = internals.transaction_error(producer) or exc
             # Records a broker refused as too large. A batch of several may have been
             # refused as a whole (the topic's limit lowered meanwhile): the budgets are
             # read again then; only a record refused on its own is replaced when made again.
@@ -664,9 +793,9 @@ class PartitionTransactions:
             await self._abort(producer, sent)
             failed = TransactionFailed(
                 self.partition,
-                exc,
+                cause,
                 refused=refused,
-                open_for=time.monotonic() - started,
+                open_for=time.monotonic() - (started if early is None else early.began),
                 timeout_ms=self.config.kafka.transaction_timeout_ms,
             )
             failed.partitions = await self.diagnose({(r.topic, r.partition) for r in records})
@@ -703,14 +832,20 @@ class PartitionTransactions:
         *,
         sent: list[tuple[tuple[str, ...], asyncio.Future[object]]],
         steps: StepTimes,
+        early: _Early | None,
     ) -> None:
         """Steps 2 to 8 of :meth:`commit`; ``sent`` collects each batch's delivery
-        with the origins of its records. ``built``: ``records`` as batches already."""
+        with the origins of its records. ``built``: ``records`` as batches already.
+        ``early``: the transaction began before the cut (see _prepare)."""
         # Step 2. Begin, at an epoch no request of an earlier transaction whose outcome
         # was in doubt can reach (bridge/kafka/epochs.py).
-        if await self.epochs.before_transaction(producer):
-            steps.mark("epoch")
-        await producer.begin_transaction()
+        sending: asyncio.Future[None] | None = None
+        if early is None:
+            if await self.epochs.before_transaction(producer):
+                steps.mark("epoch")
+            await producer.begin_transaction()
+        else:
+            sending = await early.handed.joined()
         # Steps 3-5. Events and DLQ copies; checkpoints; the partition record, as
         # record batches per partition (the partition of each record is computed once
         # per Task): one future per batch, not per record.
@@ -719,9 +854,13 @@ class PartitionTransactions:
         for topic, partition, batch, origins in built:
             sent.append((origins, await producer.send_batch(batch, topic, partition=partition)))
         steps.mark("records")
-        # Step 6. The consumer offsets that moved (see commit), of both topics in one call.
+        # Step 6. The consumer offsets that moved (see _offsets), of both topics in one
+        # call, after those sent early.
         if offsets:
             await producer.send_offsets_to_transaction(offsets, self.config.kafka.group_id)
+        if sending is not None:
+            await sending
+        if offsets or sending is not None:
             steps.mark("offsets")
         # Step 7. Every send delivered, or nothing commits.
         results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
@@ -775,6 +914,16 @@ class StepTimes:
         now = time.monotonic()
         self.seconds[step] = now - self.last
         self.last = now
+
+
+@dataclass(slots=True)
+class _Early:
+    """A transaction begun before its cut (see PartitionTransactions._prepare): its
+    beginning on the producer loop, and the offsets it sent."""
+
+    handed: Handed[asyncio.Future[None] | None]
+    offsets: dict[TopicPartition, OffsetAndMetadata]
+    began: float = field(default_factory=time.monotonic)
 
 
 @dataclass(slots=True)
@@ -861,7 +1010,7 @@ async def _to_its_end(work: Coroutine[Any, Any, None]) -> None:
     await task
 
 
-def _failure(fut: asyncio.Future[object]) -> BaseException | None:
+def _failure(fut: asyncio.Future[Any]) -> BaseException | None:
     return None if fut.cancelled() else fut.exception()
 
 

@@ -45,6 +45,9 @@ TRANSACTION_SECONDS = Histogram(
 # (offsets, delivered, commit) and a busy bridge (handoff, return) apart. aiokafka sends
 # the coordinators' requests one at a time, AddPartitionsToTxn first: in a tick whose
 # offsets moved, "offsets" holds it too and "delivered" only what the Produce had left.
+# A transaction begun before its cut (bridge.kafka.transaction.PartitionTransactions._prepare)
+# made its AddPartitionsToTxn and AddOffsetsToTxn while the tick filled: its steps hold
+# only what was left (a partition not added yet, offsets that moved on, the rest).
 TRANSACTION_STEPS = ("handoff", "epoch", "records", "offsets", "delivered", "commit", "return")
 TRANSACTION_STEP_SECONDS = Histogram(
     "bridge_transaction_step_seconds",
@@ -52,7 +55,8 @@ TRANSACTION_STEP_SECONDS = Histogram(
     "producer epoch before it began, when one was asked for: InitProducerId), records "
     "(begun and handed to the producer), offsets (when they moved: AddPartitionsToTxn, AddOffsetsToTxn, "
     "TxnOffsetCommit), delivered (the Produce answered; AddPartitionsToTxn first when no offsets moved), "
-    "commit (EndTxn), return (back on the main loop).",
+    "commit (EndTxn), return (back on the main loop). A transaction begun while its tick filled made "
+    "its AddPartitionsToTxn and AddOffsetsToTxn then: its steps hold what was left.",
     ["step"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60),
 )

@@ -32,9 +32,10 @@ class FakeBatch:
         return object()
 
 
-# The producer's spec with ``client``, an instance attribute of the real producer (its
-# metadata is read through it), so that a mock with this spec has it.
-_ProducerWithClient = type("_ProducerWithClient", (AIOKafkaProducer,), {"client": None})
+# The producer's spec with ``client`` and ``_txn_manager``, instance attributes of the
+# real producer (its metadata is read through the first; a partition is added to a
+# transaction begun early through the second), so that a mock with this spec has them.
+_ProducerWithClient = type("_ProducerWithClient", (AIOKafkaProducer,), {"client": None, "_txn_manager": None})
 
 
 class Fake:

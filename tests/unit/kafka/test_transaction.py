@@ -22,12 +22,14 @@ import prometheus_client
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import (
+    IllegalOperation,
     KafkaConnectionError,
     KafkaTimeoutError,
     MessageSizeTooLargeError,
     ProducerFenced,
     TopicAuthorizationFailedError,
 )
+from aiokafka.producer.transaction_manager import TransactionState
 from aiokafka.structs import OffsetAndMetadata
 
 from bridge.config.model import Config
@@ -236,7 +238,7 @@ async def test_an_offset_already_committed_is_not_sent_again() -> None:
     t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))
     await t.commit()
     names = [n for n, _ in fake.calls()]
-    assert names[:2] == ["begin_transaction", "send"] and names[-1] == "commit_transaction"
+    assert names[0] == "begin_transaction" and "send" in names and names[-1] == "commit_transaction"
     assert "send_offsets_to_transaction" not in names
     # The next command absorbed moves the offset: it goes into that tick's transaction.
     fake.mock.reset_mock()
@@ -244,6 +246,197 @@ async def test_an_offset_already_committed_is_not_sent_again() -> None:
     t.add(OutRecord("events", b"t-b", b"e1", [], "event:t-b:1", 0))
     await t.commit()
     assert ("send_offsets_to_transaction", ({TopicPartition("cmds", 2): OffsetAndMetadata(8, "")}, "g")) in fake.calls()
+
+
+_ADD = "_txn_manager.maybe_add_partition_to_txn"
+
+
+def _added(fake: Fake) -> set[TopicPartition]:
+    """The partitions added to the transaction before a record was sent there."""
+    return {args[0] for name, args in fake.calls() if name == _ADD}
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+async def test_a_ticks_first_change_begins_its_transaction_with_the_partitions_the_last_one_wrote(
+    threaded: bool,
+) -> None:
+    """The coordinator's round trips (AddPartitionsToTxn, AddOffsetsToTxn) are made
+    while the tick fills: at its first change the next transaction begins and the
+    partitions the last one wrote are added, before its cut sends a record."""
+    producers = ProducerLoop.threaded() if threaded else None
+    try:
+        fake = Fake()
+        t = await started(fake, producers=producers)
+        t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+        t.add(OutRecord("events", b"t-b", b"e1", [], "event:t-b:1", 3))
+        await t.commit()
+        assert _added(fake) == set()  # a partition's first transaction begins at its cut
+        fake.mock.reset_mock()
+        t.mark(task_record("a", 2))
+        for _ in range(200):
+            if fake.calls():
+                break
+            await asyncio.sleep(0.005)
+        assert [n for n, _ in fake.calls()] == ["begin_transaction", _ADD, _ADD, _ADD]
+        written = {TopicPartition("events", 0), TopicPartition("events", 3), TopicPartition("cps", 2)}
+        assert _added(fake) == written
+        t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))  # begun already: nothing more
+        assert await t.commit() == 3
+        names = [n for n, _ in fake.calls()]
+        assert names.count("begin_transaction") == 1 and names.count(_ADD) == 3
+        assert names[4:] == ["send", "send", "send", "commit_transaction"]
+        # The next tick adds what this one wrote, and no more: events-3 went quiet.
+        fake.mock.reset_mock()
+        t.add(OutRecord("events", b"t-a", b"e3", [], "event:t-a:3", 0))
+        assert await t.commit() == 2
+        assert _added(fake) == {TopicPartition("events", 0), TopicPartition("cps", 2)}
+    finally:
+        if producers is not None:
+            producers.close()
+
+
+async def test_a_tick_too_long_for_the_coordinators_timeout_begins_its_transaction_at_its_cut() -> None:
+    fake = Fake()
+    config = Config(
+        kafka=dataclasses.replace(CONFIG.kafka, transaction_timeout_ms=1_000),
+        bridge=dataclasses.replace(CONFIG.bridge, commit_interval_ms=600),
+    )
+    t = await started(fake, config=config)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    await t.commit()
+    fake.mock.reset_mock()
+    t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))
+    await asyncio.sleep(0.01)
+    assert fake.calls() == []
+    await t.commit()
+    assert _added(fake) == set() and fake.calls()[0][0] == "begin_transaction"
+
+
+async def test_no_transaction_begins_beside_one_in_flight_and_the_landing_begins_the_next() -> None:
+    fake = Fake()
+    t = await started(fake)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    await t.commit()
+    t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))  # begins the next one
+    t.cut()
+    t.add(OutRecord("events", b"t-a", b"e3", [], "event:t-a:3", 0))  # after the cut, in flight
+    await t.land()
+    await asyncio.sleep(0)
+    # Filled while the last one was on its way: the landing begins the next.
+    names = [n for n, _ in fake.calls()]
+    assert names.count("begin_transaction") == 3
+    assert names[names.index("commit_transaction", names.index("begin_transaction", 1)) + 1] == "begin_transaction"
+    fake.mock.reset_mock()
+    assert await t.commit() == 2
+    assert "begin_transaction" not in [n for n, _ in fake.calls()]
+    assert [v for *_, v in fake.sends()] == [b"e3", fake.sends()[-1][3]]
+
+
+async def test_an_offset_moved_when_the_transaction_began_early_is_sent_then_and_at_the_cut_only_if_it_moved_on() -> (
+    None
+):
+    position = POS
+    fake = Fake()
+    t = await started(fake, lambda: position)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    await t.commit()
+    cmds = TopicPartition("cmds", 2)
+
+    def offsets() -> list[Any]:
+        return [args[0] for name, args in fake.calls() if name == "send_offsets_to_transaction"]
+
+    # A command absorbed before the tick's first change: its offset goes early, once.
+    fake.mock.reset_mock()
+    position = Position(8, (), ())
+    t.mark(task_record("a", 1))
+    assert await t.commit() == 2
+    assert offsets() == [{cmds: OffsetAndMetadata(8, "")}]
+    # Moved on after the early begin: sent again at the cut, after the early one.
+    fake.mock.reset_mock()
+    position = Position(9, (), ())
+    t.mark(task_record("a", 2))
+    position = Position(10, (), ())
+    assert await t.commit() == 2
+    assert offsets() == [{cmds: OffsetAndMetadata(9, "")}, {cmds: OffsetAndMetadata(10, "")}]
+    # Unmoved since the last commit: sent neither early nor at the cut.
+    fake.mock.reset_mock()
+    t.mark(task_record("a", 3))
+    assert await t.commit() == 2
+    assert offsets() == []
+
+
+async def test_a_transaction_begun_early_whose_cut_fails_before_sending_is_aborted() -> None:
+    fake = Fake()
+    t = await started(fake)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    await t.commit()
+
+    class Broken(FakeBatch):
+        def append(self, **_: Any) -> object:
+            raise TypeError("not bytes")
+
+    fake.mock.reset_mock()
+    t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))  # begins the transaction
+    fake.mock.create_batch.side_effect = Broken
+    t.cut()
+    with pytest.raises(TransactionFailed) as failed:
+        await t.land()
+    assert isinstance(failed.value.cause, TypeError)
+    names = [n for n, _ in fake.calls()]
+    assert names[0] == "begin_transaction" and names[-1] == "abort_transaction" and "send" not in names
+
+
+async def test_a_transaction_whose_early_begin_failed_fails_at_its_cut() -> None:
+    fake = Fake()
+    t = await started(fake)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    await t.commit()
+    fake.mock.reset_mock()
+    fake.mock.begin_transaction.side_effect = KafkaConnectionError()
+    t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))
+    await asyncio.sleep(0)
+    with pytest.raises(TransactionFailed) as failed:
+        await t.commit()
+    assert isinstance(failed.value.cause, KafkaConnectionError)
+    assert "send" not in [n for n, _ in fake.calls()]
+
+
+async def test_a_transaction_begun_early_and_fenced_before_its_cut_fails_as_fenced() -> None:
+    """A new owner's InitProducerId (or a late one of this producer's) lands while the
+    transaction begun early is open: the coordinator's answer fails it in aiokafka's
+    sender, which keeps that error for the commit and refuses every later send as an
+    IllegalOperation. The failure is told by the answer, so the fence is diagnosed."""
+    fake = Fake()
+    t = await started(fake)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    await t.commit()
+    t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))
+    await asyncio.sleep(0)
+    fenced: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    fenced.set_exception(ProducerFenced())
+    fake.mock._txn_manager.state = TransactionState.ABORTABLE_ERROR
+    fake.mock._txn_manager._transaction_waiter = fenced
+    fake.mock.send_batch.side_effect = IllegalOperation("Can't send messages while not in transaction")
+    with pytest.raises(TransactionFailed) as failed:
+        await t.commit()
+    assert failed.value.fenced and isinstance(failed.value.cause, ProducerFenced)
+
+
+async def test_a_partition_stopped_with_a_transaction_begun_early_cancels_its_beginning() -> None:
+    fake = Fake()
+    hanging: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    t = await started(fake)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    await t.commit()
+
+    async def hang() -> None:
+        await hanging
+
+    fake.mock.begin_transaction.side_effect = hang
+    t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))
+    await asyncio.sleep(0)
+    await asyncio.wait_for(t.stop(), 5)
+    assert hanging.cancelled()
 
 
 def _steps() -> dict[str, tuple[float, float]]:
