@@ -75,10 +75,17 @@ ABORT_TIMEOUT_S = 10.0
 _TRANSACTION_GRACE_S = 15.0
 # How often a partition without a leader is looked up again (see _led).
 _LEADER_POLL_S = 0.2
-# The most a failed transaction's diagnosis (see PartitionTransactions.diagnose) may take.
+# The most a failed transaction's diagnosis (see diagnose) may take.
 _DIAGNOSE_TIMEOUT_S = 5.0
 # The longest a thread holds the GIL while another waits for it (see ProducerLoop).
 _SWITCH_INTERVAL_S = 0.0002
+# How long after a commit the next transaction begins at the earliest (see
+# PartitionTransactions._prepare). The coordinator writes the commit's markers after
+# its answer and, until it is done, answers an AddPartitionsToTxn with
+# CONCURRENT_TRANSACTIONS, which aiokafka asks again after the retry backoff (20 ms):
+# on this project's host one asked at once took 23.6 ms, one asked 1-5 ms later
+# 0.6-2.2 (bench/results/2026-12-07-early-begin.json).
+_BEGIN_AFTER_COMMIT_S = 0.01
 
 _TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
 _NOT_ALLOWED = (
@@ -115,7 +122,7 @@ class TransactionFailed(BridgeError):
         self.timed_out = self.fenced and open_for * 1000 >= timeout_ms
         self.forbidden = isinstance(cause, _NOT_ALLOWED)
         # The written partitions as the brokers described them after the failure
-        # (see PartitionTransactions.diagnose): what the reason is told from.
+        # (see diagnose): what the reason is told from.
         self.partitions: tuple[txn_failure.PartitionState, ...] = ()
         what = "refused as too large: " + ", ".join(refused[:3]) if refused else type(cause).__name__
         super().__init__(f"partition {partition}: transaction aborted ({what})")
@@ -322,8 +329,10 @@ class PartitionTransactions:
         # Open up to a tick before its cut, an early transaction must end well inside
         # the coordinator's timeout, which aborts it otherwise.
         self._begins_early = 2 * config.bridge.commit_interval_ms <= config.kafka.transaction_timeout_ms
-        # The partitions the last cut wrote (see _prepare).
+        # The partitions the last cut wrote (see _prepare), and when its commit was
+        # answered (time.monotonic(), on the producer loop).
         self._written: frozenset[TopicPartition] = frozenset()
+        self._committed_at = 0.0
 
     def _epochs(self) -> Epochs:
         k = self.config.kafka
@@ -432,7 +441,7 @@ class PartitionTransactions:
                 await asyncio.wait_for(asyncio.gather(*(f for _, f in sent)), left())
         except BaseException:
             if not commit:
-                await self._abort(producer, sent)
+                await _abort(producer, sent)
                 raise
             for _, fut in sent:
                 fut.add_done_callback(_failure)
@@ -627,9 +636,10 @@ class PartitionTransactions:
         Called by the first change of a tick once a transaction has landed, or by
         :meth:`land` when the outbox filled while it was on its way: never beside a
         transaction in flight, never before the first transaction of the partition
-        (the open's :meth:`close_left_open` comes first). A partition added and not
-        written is written a commit marker and nothing else. A failed begin fails the
-        cut that takes it over, as a failed transaction."""
+        (the open's :meth:`close_left_open` comes first), and on the producer loop
+        not before ``_BEGIN_AFTER_COMMIT_S`` past the last commit. A partition added
+        and not written is written a commit marker and nothing else. A failed begin
+        fails the cut that takes it over, as a failed transaction."""
         self._ready = False
         producer = self._producer
         if producer is None:
@@ -644,6 +654,9 @@ class PartitionTransactions:
     ) -> asyncio.Future[None] | None:
         """On the producer loop: step 2 of the next transaction, its partitions and
         offsets on their way (see _prepare); returns the offsets' sending, if any."""
+        wait = self._committed_at + _BEGIN_AFTER_COMMIT_S - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
         await self.epochs.before_transaction(producer)
         await producer.begin_transaction()
         internals.add_partitions(producer, tps)
@@ -662,7 +675,7 @@ class PartitionTransactions:
         with contextlib.suppress(Exception):
             await early.handed.joined()
         if producer is not None:
-            await self._abort(producer, [])
+            await _abort(producer, [])
         raise exc
 
     def _offsets(
@@ -790,7 +803,7 @@ class PartitionTransactions:
             refused = tuple(
                 o[0] if len(o) == 1 else "batch" for o, f in sent if f.done() and isinstance(_failure(f), _TOO_LARGE)
             )
-            await self._abort(producer, sent)
+            await _abort(producer, sent)
             failed = TransactionFailed(
                 self.partition,
                 cause,
@@ -798,30 +811,9 @@ class PartitionTransactions:
                 open_for=time.monotonic() - (started if early is None else early.began),
                 timeout_ms=self.config.kafka.transaction_timeout_ms,
             )
-            failed.partitions = await self.diagnose({(r.topic, r.partition) for r in records})
+            failed.partitions = await diagnose(self.config, {(r.topic, r.partition) for r in records})
             metrics.KAFKA_WRITE_FAILURES.labels(failed.reason).inc()
             raise failed from exc
-
-    async def diagnose(self, written: set[tuple[str, int | None]]) -> tuple[txn_failure.PartitionState, ...]:
-        """The written partitions as the brokers describe them now (leader, replicas in
-        sync), for the failure's reason. Best effort, bounded: a cluster that cannot
-        answer tells nothing (the failure's own errors still do)."""
-        admin = AIOKafkaAdminClient(**client_options(self.config.kafka))
-        try:
-            async with asyncio.timeout(_DIAGNOSE_TIMEOUT_S):
-                await admin.start()
-                described: list[Any] = await admin.describe_topics(sorted({t for t, _ in written}))
-        except Exception:
-            return ()
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(admin.close(), _DIAGNOSE_TIMEOUT_S)
-        return tuple(
-            txn_failure.PartitionState(f"{t['topic']}-{p['partition']}", p["leader"], len(p["replicas"]), len(p["isr"]))
-            for t in described
-            for p in t.get("partitions") or ()
-            if (t["topic"], p["partition"]) in written or (t["topic"], None) in written
-        )
 
     async def _send_all(
         self,
@@ -850,7 +842,7 @@ class PartitionTransactions:
         # record batches per partition (the partition of each record is computed once
         # per Task): one future per batch, not per record.
         if built is None:
-            built = await self._batches(producer, records)
+            built = await _partitioned_batches(producer, records)
         for topic, partition, batch, origins in built:
             sent.append((origins, await producer.send_batch(batch, topic, partition=partition)))
         steps.mark("records")
@@ -871,26 +863,7 @@ class PartitionTransactions:
         # Step 8. Commit.
         await producer.commit_transaction()
         steps.mark("commit")
-
-    async def _batches(self, producer: AIOKafkaProducer, records: list[OutRecord]) -> Batches:
-        """:func:`batches`, once each record of a topic the bridge learnt no partition
-        count for at start has its partition (from the producer's metadata)."""
-        for r in records:
-            if r.partition is None:
-                count = len(await producer.partitions_for(r.topic) or (0,))
-                r.partition = partition_for(r.key, count)
-        return batches(producer, records)
-
-    async def _abort(
-        self, producer: AIOKafkaProducer, sent: list[tuple[tuple[str, ...], asyncio.Future[object]]]
-    ) -> None:
-        metrics.TRANSACTION_ABORTS.inc()
-        for _, fut in sent:
-            # Deliveries that fail later are expected now: retrieve them, quietly.
-            fut.add_done_callback(_failure)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(producer.abort_transaction(), ABORT_TIMEOUT_S)
-        internals.retrieve_failures(producer)
+        self._committed_at = steps.last
 
 
 # (topic, partition, batch, origins of its records), in the order they are sent.
@@ -965,6 +938,50 @@ def batches(producer: AIOKafkaProducer, records: list[OutRecord]) -> Batches:
         current[1].append(r.origin)
     out += [(topic, p, batch, tuple(origins)) for (topic, p), (batch, origins) in open_.items()]
     return out
+
+
+async def _abort(producer: AIOKafkaProducer, sent: list[tuple[tuple[str, ...], asyncio.Future[object]]]) -> None:
+    """Abort the producer's transaction (best effort, bounded); ``sent``: its deliveries,
+    whose later failures are expected now."""
+    metrics.TRANSACTION_ABORTS.inc()
+    for _, fut in sent:
+        # Deliveries that fail later are expected now: retrieve them, quietly.
+        fut.add_done_callback(_failure)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(producer.abort_transaction(), ABORT_TIMEOUT_S)
+    internals.retrieve_failures(producer)
+
+
+async def diagnose(config: Config, written: set[tuple[str, int | None]]) -> tuple[txn_failure.PartitionState, ...]:
+    """The written partitions as the brokers describe them now (leader, replicas in
+    sync), for a failed transaction's reason. Best effort, bounded: a cluster that
+    cannot answer tells nothing (the failure's own errors still do)."""
+    admin = AIOKafkaAdminClient(**client_options(config.kafka))
+    try:
+        async with asyncio.timeout(_DIAGNOSE_TIMEOUT_S):
+            await admin.start()
+            described: list[Any] = await admin.describe_topics(sorted({t for t, _ in written}))
+    except Exception:
+        return ()
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(admin.close(), _DIAGNOSE_TIMEOUT_S)
+    return tuple(
+        txn_failure.PartitionState(f"{t['topic']}-{p['partition']}", p["leader"], len(p["replicas"]), len(p["isr"]))
+        for t in described
+        for p in t.get("partitions") or ()
+        if (t["topic"], p["partition"]) in written or (t["topic"], None) in written
+    )
+
+
+async def _partitioned_batches(producer: AIOKafkaProducer, records: list[OutRecord]) -> Batches:
+    """:func:`batches`, once each record of a topic the bridge learnt no partition
+    count for at start has its partition (from the producer's metadata)."""
+    for r in records:
+        if r.partition is None:
+            count = len(await producer.partitions_for(r.topic) or (0,))
+            r.partition = partition_for(r.key, count)
+    return batches(producer, records)
 
 
 def partition_for(key: bytes | None, partitions: int) -> int:

@@ -256,6 +256,17 @@ def _added(fake: Fake) -> set[TopicPartition]:
     return {args[0] for name, args in fake.calls() if name == _ADD}
 
 
+async def _until(fake: Fake, done: Callable[[list[str]], bool]) -> list[str]:
+    """The names of the producer's calls once ``done`` holds for them (a transaction
+    begins early on the producer loop, after a pause past the last commit)."""
+    for _ in range(1000):
+        names = [n for n, _ in fake.calls()]
+        if done(names):
+            return names
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"never came: {[n for n, _ in fake.calls()]}")
+
+
 @pytest.mark.parametrize("threaded", [False, True])
 async def test_a_ticks_first_change_begins_its_transaction_with_the_partitions_the_last_one_wrote(
     threaded: bool,
@@ -273,11 +284,8 @@ async def test_a_ticks_first_change_begins_its_transaction_with_the_partitions_t
         assert _added(fake) == set()  # a partition's first transaction begins at its cut
         fake.mock.reset_mock()
         t.mark(task_record("a", 2))
-        for _ in range(200):
-            if fake.calls():
-                break
-            await asyncio.sleep(0.005)
-        assert [n for n, _ in fake.calls()] == ["begin_transaction", _ADD, _ADD, _ADD]
+        names = await _until(fake, lambda names: names.count(_ADD) == 3)
+        assert names == ["begin_transaction", _ADD, _ADD, _ADD]
         written = {TopicPartition("events", 0), TopicPartition("events", 3), TopicPartition("cps", 2)}
         assert _added(fake) == written
         t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))  # begun already: nothing more
@@ -312,6 +320,22 @@ async def test_a_tick_too_long_for_the_coordinators_timeout_begins_its_transacti
     assert _added(fake) == set() and fake.calls()[0][0] == "begin_transaction"
 
 
+async def test_a_transaction_begins_early_only_once_the_last_commits_markers_had_time() -> None:
+    """Asked at once after a commit, the coordinator answers an AddPartitionsToTxn
+    with CONCURRENT_TRANSACTIONS while it writes the commit's markers (aiokafka asks
+    again 20 ms later): an early transaction begins a pause past the last commit."""
+    fake = Fake()
+    when: dict[str, float] = {}
+    fake.mock.commit_transaction.side_effect = lambda: when.__setitem__("commit", time.monotonic())
+    fake.mock.begin_transaction.side_effect = lambda: when.__setitem__("begin", time.monotonic())
+    t = await started(fake)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    await t.commit()
+    t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))
+    await _until(fake, lambda names: names.count("begin_transaction") == 2)
+    assert when["begin"] - when["commit"] >= 0.01
+
+
 async def test_no_transaction_begins_beside_one_in_flight_and_the_landing_begins_the_next() -> None:
     fake = Fake()
     t = await started(fake)
@@ -321,10 +345,8 @@ async def test_no_transaction_begins_beside_one_in_flight_and_the_landing_begins
     t.cut()
     t.add(OutRecord("events", b"t-a", b"e3", [], "event:t-a:3", 0))  # after the cut, in flight
     await t.land()
-    await asyncio.sleep(0)
     # Filled while the last one was on its way: the landing begins the next.
-    names = [n for n, _ in fake.calls()]
-    assert names.count("begin_transaction") == 3
+    names = await _until(fake, lambda names: names.count("begin_transaction") == 3)
     assert names[names.index("commit_transaction", names.index("begin_transaction", 1)) + 1] == "begin_transaction"
     fake.mock.reset_mock()
     assert await t.commit() == 2
@@ -429,12 +451,15 @@ async def test_a_partition_stopped_with_a_transaction_begun_early_cancels_its_be
     t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
     await t.commit()
 
+    entered = asyncio.Event()
+
     async def hang() -> None:
+        entered.set()
         await hanging
 
     fake.mock.begin_transaction.side_effect = hang
     t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))
-    await asyncio.sleep(0)
+    await asyncio.wait_for(entered.wait(), 5)
     await asyncio.wait_for(t.stop(), 5)
     assert hanging.cancelled()
 
