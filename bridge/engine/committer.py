@@ -67,6 +67,7 @@ class Committer:
         if self.task is None:
             return
         self._closing.set()
+        self.owner.txn.begins_early = False  # the last commit comes: nothing after it would be cut
         self.owner.txn.wake.set()
         await asyncio.gather(self.task, return_exceptions=True)
 
@@ -96,7 +97,9 @@ class Committer:
                 if owner.failed is not None:
                     # Failed meanwhile (a reader's cut, a command, a close without flush): its
                     # state may be half-changed and nothing more is cut. A cut already on its
-                    # way to Kafka is landed, so that the close stops no producer under it.
+                    # way to Kafka is landed, so that the close stops no producer under it,
+                    # and no transaction begins after it that nothing would cut.
+                    txn.begins_early = False
                     if txn.in_flight:
                         await txn.land()
                     return

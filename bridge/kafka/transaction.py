@@ -326,12 +326,12 @@ class PartitionTransactions:
         # cut or begun.
         self._early: _Early | None = None
         self._ready = False
-        # Open up to a tick before its cut, an early transaction must end well inside
-        # the coordinator's timeout, which aborts it otherwise.
-        self._begins_early = 2 * config.bridge.commit_interval_ms <= config.kafka.transaction_timeout_ms
-        # The partitions the last cut wrote (see _prepare), and when its commit was
-        # answered (time.monotonic(), on the producer loop).
-        self._written: frozenset[TopicPartition] = frozenset()
+        # Whether transactions begin early at all. Open up to a tick before its cut, an
+        # early transaction must end well inside the coordinator's timeout, which aborts
+        # it otherwise; and none begins once the partition closes or failed (its
+        # committer says so): nothing would cut it.
+        self.begins_early = 2 * config.bridge.commit_interval_ms <= config.kafka.transaction_timeout_ms
+        # When the last commit was answered (time.monotonic(), on the producer loop).
         self._committed_at = 0.0
 
     def _epochs(self) -> Epochs:
@@ -598,24 +598,24 @@ class PartitionTransactions:
         finally:
             self._cut = None
             self.pending_since = None
-        self._ready = self._begins_early
-        if self._ready and not self._outbox.empty:  # filled while this one was on its way
-            self._prepare()
         self._committed_no = cut.no
         committed, self._committed = self._committed, asyncio.Event()
         committed.set()
-        if cut.count == 0:
-            return 0
-        steps = cut.steps
-        if "return" not in steps.seconds:  # landed in the turn it ended, before its callbacks ran
-            steps.mark("return")
-        self._last, self._last_notified = cut.position, cut.notified
-        metrics.TRANSACTIONS.labels("committed").inc()
-        metrics.TRANSACTION_SECONDS.observe(steps.last - steps.started)
-        for step, seconds in steps.seconds.items():
-            metrics.TRANSACTION_STEP[step].observe(seconds)
-        metrics.TRANSACTION_RECORDS.observe(cut.count)
-        observe_visible(cut.arrivals, time.monotonic())
+        if cut.count:
+            steps = cut.steps
+            if "return" not in steps.seconds:  # landed in the turn it ended, before its callbacks ran
+                steps.mark("return")
+            self._last, self._last_notified = cut.position, cut.notified
+            metrics.TRANSACTIONS.labels("committed").inc()
+            metrics.TRANSACTION_SECONDS.observe(steps.last - steps.started)
+            for step, seconds in steps.seconds.items():
+                metrics.TRANSACTION_STEP[step].observe(seconds)
+            metrics.TRANSACTION_RECORDS.observe(cut.count)
+            observe_visible(cut.arrivals, time.monotonic())
+        # After the positions it committed: the next one's offsets are told from them.
+        self._ready = self.begins_early
+        if self._ready and not self._outbox.empty:  # filled while this one was on its way
+            self._prepare()
         return cut.count
 
     def _prepare(self) -> None:
@@ -626,26 +626,33 @@ class PartitionTransactions:
         (AddOffsetsToTxn) before the records and offsets there may be written; begun
         at the cut, both are on the way from an event to its visibility, and the
         Produce waits for the first. Begun here, they are made meanwhile: the
-        partitions the last cut wrote (a partition written every tick stays
-        added before its records come) and this one's checkpoints, and the offsets
-        that moved so far with their group (committed again at the cut only if they
-        moved on). The cut then sends its records at once, and what it still asks the
-        coordinator for is any partition not added yet, the offsets that moved on,
-        and the commit (bench/results/2026-12-07-early-begin.json).
+        partitions of the records in the outbox and this tick's checkpoints, which the
+        cut writes whatever else comes, and the offsets that moved so far with their
+        group (committed again at the cut only if they moved on). Not a partition the
+        cut might not write: were the transaction aborted, its marker there would end
+        as aborted any records an earlier transaction left open without a marker
+        (docs/delivery.md, "A broker that restarts unclean"). The cut then sends its
+        records at once, and what it still asks the coordinator for is any partition
+        not added yet, the offsets that moved on, and the commit
+        (bench/results/2026-12-07-early-begin.json).
 
         Called by the first change of a tick once a transaction has landed, or by
         :meth:`land` when the outbox filled while it was on its way: never beside a
         transaction in flight, never before the first transaction of the partition
         (the open's :meth:`close_left_open` comes first), and on the producer loop
-        not before ``_BEGIN_AFTER_COMMIT_S`` past the last commit. A partition added
-        and not written is written a commit marker and nothing else. A failed begin
+        not before ``_BEGIN_AFTER_COMMIT_S`` past the last commit. A failed begin
         fails the cut that takes it over, as a failed transaction."""
         self._ready = False
         producer = self._producer
-        if producer is None:
+        if producer is None or not self.begins_early:
             return
-        offsets = self._offsets(self._position(), self._notified(), {})
-        handed = self._producers.hand(self._begin_early(producer, {self._checkpoints_tp, *self._written}, offsets))
+        try:
+            offsets = self._offsets(self._position(), self._notified(), {})
+        except Exception:  # the cut asks again and fails the transaction, where it belongs
+            return
+        written = {(r.topic, r.partition) for r in self._outbox.records}
+        tps = {self._checkpoints_tp, *(TopicPartition(topic, p) for topic, p in written if p is not None)}
+        handed = self._producers.hand(self._begin_early(producer, tps, offsets))
         handed.here.add_done_callback(_failure)  # raised again by the cut that takes it over
         self._early = _Early(handed, offsets)
 
@@ -673,7 +680,8 @@ class PartitionTransactions:
         (or left to the coordinator), then ``exc`` raised."""
         producer = self._producer
         with contextlib.suppress(Exception):
-            await early.handed.joined()
+            async with asyncio.timeout(self.config.kafka.transaction_timeout_ms / 1000 + _TRANSACTION_GRACE_S):
+                await early.handed.joined()
         if producer is not None:
             await _abort(producer, [])
         raise exc
@@ -749,7 +757,6 @@ class PartitionTransactions:
             except Exception as exc:  # nothing was sent (cut aborts what began early)
                 metrics.TRANSACTIONS.labels("failed").inc()
                 raise TransactionFailed(self.partition, exc) from exc
-            self._written = frozenset(TopicPartition(topic, p) for topic, p, _, _ in built)
         # The steps start where the transaction is handed over, as they did before a
         # reader could cut it: its step 1 is the tick's CPU, not a wait on Kafka.
         self.pending_since = time.monotonic()

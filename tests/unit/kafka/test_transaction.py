@@ -268,12 +268,13 @@ async def _until(fake: Fake, done: Callable[[list[str]], bool]) -> list[str]:
 
 
 @pytest.mark.parametrize("threaded", [False, True])
-async def test_a_ticks_first_change_begins_its_transaction_with_the_partitions_the_last_one_wrote(
+async def test_a_ticks_first_change_begins_its_transaction_with_the_partitions_its_cut_will_write(
     threaded: bool,
 ) -> None:
     """The coordinator's round trips (AddPartitionsToTxn, AddOffsetsToTxn) are made
     while the tick fills: at its first change the next transaction begins and the
-    partitions the last one wrote are added, before its cut sends a record."""
+    partitions its cut will write whatever comes (its checkpoints', those of the
+    records in the outbox) are added, before the cut sends a record; no other."""
     producers = ProducerLoop.threaded() if threaded else None
     try:
         fake = Fake()
@@ -283,21 +284,21 @@ async def test_a_ticks_first_change_begins_its_transaction_with_the_partitions_t
         await t.commit()
         assert _added(fake) == set()  # a partition's first transaction begins at its cut
         fake.mock.reset_mock()
-        t.mark(task_record("a", 2))
-        names = await _until(fake, lambda names: names.count(_ADD) == 3)
-        assert names == ["begin_transaction", _ADD, _ADD, _ADD]
-        written = {TopicPartition("events", 0), TopicPartition("events", 3), TopicPartition("cps", 2)}
-        assert _added(fake) == written
-        t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))  # begun already: nothing more
+        t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))
+        names = await _until(fake, lambda names: names.count(_ADD) == 2)
+        assert names == ["begin_transaction", _ADD, _ADD]
+        assert _added(fake) == {TopicPartition("events", 0), TopicPartition("cps", 2)}
+        t.add(OutRecord("events", b"t-b", b"e2", [], "event:t-b:2", 3))  # begun already: added at the cut
         assert await t.commit() == 3
         names = [n for n, _ in fake.calls()]
-        assert names.count("begin_transaction") == 1 and names.count(_ADD) == 3
-        assert names[4:] == ["send", "send", "send", "commit_transaction"]
-        # The next tick adds what this one wrote, and no more: events-3 went quiet.
+        assert names.count("begin_transaction") == 1 and names.count(_ADD) == 2
+        assert names[3:] == ["send", "send", "send", "commit_transaction"]
+        # A tick whose first change writes no record adds its checkpoints' partition alone.
         fake.mock.reset_mock()
+        t.mark(task_record("a", 2))
         t.add(OutRecord("events", b"t-a", b"e3", [], "event:t-a:3", 0))
-        assert await t.commit() == 2
-        assert _added(fake) == {TopicPartition("events", 0), TopicPartition("cps", 2)}
+        assert await t.commit() == 3
+        assert _added(fake) == {TopicPartition("cps", 2)}
     finally:
         if producers is not None:
             producers.close()
@@ -318,6 +319,43 @@ async def test_a_tick_too_long_for_the_coordinators_timeout_begins_its_transacti
     assert fake.calls() == []
     await t.commit()
     assert _added(fake) == set() and fake.calls()[0][0] == "begin_transaction"
+
+
+async def test_a_partition_that_closes_or_failed_begins_no_transaction_early() -> None:
+    """Its committer says so (bridge/engine/committer.py): nothing would cut it."""
+    fake = Fake()
+    t = await started(fake)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    t.cut()
+    t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))
+    t.begins_early = False
+    await t.land()
+    t.mark(task_record("a", 2))
+    await asyncio.sleep(0.05)
+    assert [n for n, _ in fake.calls()].count("begin_transaction") == 1
+
+
+async def test_a_transaction_begun_early_gets_a_new_epoch_first_when_one_is_due() -> None:
+    """The delayed-request defence (bridge/kafka/epochs.py) holds for a transaction
+    begun early: the epoch is bumped, when a doubt asks for it, before it begins."""
+    fake = Fake()
+    order: list[str] = []
+    t = await started(fake)
+    t.add(OutRecord("events", b"t-a", b"e1", [], "event:t-a:1", 0))
+    await t.commit()
+
+    async def before(producer: Any) -> bool:
+        order.append("epoch")
+        return True
+
+    t.epochs.before_transaction = before  # type: ignore[method-assign]
+    fake.mock.reset_mock()
+    fake.mock.begin_transaction.side_effect = lambda: order.append("begin")
+    t.add(OutRecord("events", b"t-a", b"e2", [], "event:t-a:2", 0))
+    await _until(fake, lambda names: "begin_transaction" in names)
+    assert order == ["epoch", "begin"]
+    await t.commit()
+    assert order == ["epoch", "begin"]
 
 
 async def test_a_transaction_begins_early_only_once_the_last_commits_markers_had_time() -> None:
@@ -345,8 +383,10 @@ async def test_no_transaction_begins_beside_one_in_flight_and_the_landing_begins
     t.cut()
     t.add(OutRecord("events", b"t-a", b"e3", [], "event:t-a:3", 0))  # after the cut, in flight
     await t.land()
-    # Filled while the last one was on its way: the landing begins the next.
-    names = await _until(fake, lambda names: names.count("begin_transaction") == 3)
+    # Filled while the last one was on its way: the landing begins the next, with the
+    # partitions of what filled it.
+    names = await _until(fake, lambda names: names.count("begin_transaction") == 3 and names[-1] == _ADD)
+    assert {args[0] for name, args in fake.calls()[-2:]} == {TopicPartition("events", 0), TopicPartition("cps", 2)}
     assert names[names.index("commit_transaction", names.index("begin_transaction", 1)) + 1] == "begin_transaction"
     fake.mock.reset_mock()
     assert await t.commit() == 2
