@@ -83,8 +83,8 @@ _SWITCH_INTERVAL_S = 0.0002
 # PartitionTransactions._prepare). The coordinator writes the commit's markers after
 # its answer and, until it is done, answers an AddPartitionsToTxn with
 # CONCURRENT_TRANSACTIONS, which aiokafka asks again after the retry backoff (20 ms):
-# on this project's host one asked at once took 23.6 ms, one asked 1-5 ms later
-# 0.6-2.2 (bench/results/2026-12-07-early-begin.json).
+# on this project's host one asked at once took 22.7 ms (median), one asked 1-20 ms
+# later 0.65-2.6 (bench/results/2026-12-07-early-begin.json, bench/begin_after_commit.py).
 _BEGIN_AFTER_COMMIT_S = 0.01
 
 _TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
