@@ -229,9 +229,7 @@ class ProducerLoop:
     def submit(self, coro: Coroutine[Any, Any, _T]) -> asyncio.Future[_T]:
         """``coro`` handed to this loop now (inline: scheduled on the caller's); its result
         as a future of the caller's loop (cancelling that future cancels it)."""
-        if self._loop is None:
-            return asyncio.ensure_future(coro)
-        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+        return self.hand(coro).here
 
     def hand(self, coro: Coroutine[Any, Any, _T]) -> Handed[_T]:
         """:meth:`submit`, for a coroutine of this loop handed over later to await too
