@@ -353,6 +353,7 @@ async def run_round(
             settled = await proc.settle(extra_pids.get("broker"))
 
             with proc.collector_paused():
+                proc.profile(bridge.pid, name, timeout)
                 window.start()
                 started = time.monotonic()
                 for key, value in cmds:

@@ -63,7 +63,7 @@ import threading
 import time
 import urllib.request
 from asyncio.sslproto import SSLProtocol
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import h11
@@ -314,10 +314,27 @@ class _TLSProtocol(SSLProtocol):
         # The connection's own buffer, just made by asyncio, goes with this.
         self._ssl_buffer_view = _tls_recv.view
         self._ssl_buffer = _tls_recv.view.obj
+        # Once the handshake is over: OpenSSL's record buffers let go after each read
+        # pass (see tls_session.buffers_release; _kept: none had here).
+        self._release: Callable[[], int] | None = None
 
     def get_buffer(self, n: int) -> memoryview:
         view: memoryview = self._ssl_buffer_view
         return view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        super().buffer_updated(nbytes)
+        release = self._release
+        if release is None:
+            tls = self._extra.get("ssl_object")  # set once the handshake is over
+            if tls is None:
+                return
+            release = self._release = tls_session.buffers_release(tls) or _kept
+        release()
+
+
+def _kept() -> int:
+    return 0
 
 
 async def _start_tls(

@@ -13,6 +13,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -507,6 +508,49 @@ async def test_a_large_body_and_a_trickled_stream_arrive_whole_over_tls(tmp_path
         async with http.stream("POST", url, content=b"{}") as response:
             assert b"".join([c async for c in response.aiter_bytes()]) == b"".join(frames)
     assert len(connections) == 1
+
+
+async def test_an_idle_tls_stream_hands_its_record_buffers_back_after_each_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenSSL 3.0 kept a connection's 16.7 KiB read buffer after a TLS 1.3 ticket,
+    so every idle stream held one: the TLS layer now lets its buffers go after each
+    read pass, and the stream's frames, each in a record of its own and read one by
+    one, still arrive whole."""
+    server_ctx, trusted = tls_contexts(tmp_path)
+    frames = [b'id: %d\ndata: {"n": %d}\n\n' % (i, i) for i in range(1, 21)]
+    freed: list[int] = []
+    made = tls_session.buffers_release
+
+    def spied(tls: ssl.SSLObject) -> Callable[[], int]:
+        release = made(tls)
+        assert release is not None  # had on this interpreter and this OpenSSL
+
+        def counted() -> int:
+            freed.append(release())
+            return freed[-1]
+
+        return counted
+
+    monkeypatch.setattr(tls_session, "buffers_release", spied)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(SSE_HEAD)
+        for f in frames:
+            writer.write(chunk(f))
+            await writer.drain()
+            await asyncio.sleep(0.01)  # idle between events, as a streaming Task's
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    async with (
+        serve(handler, server_ctx) as (url, _),
+        client(trusted) as http,
+        http.stream("POST", url, content=b"{}") as response,
+    ):
+        assert b"".join([c async for c in response.aiter_bytes()]) == b"".join(frames)
+    assert freed.count(1) >= len(frames)  # each idle gap's buffers were handed back
 
 
 async def test_new_tls_connections_resume_the_session_an_earlier_one_got(tmp_path: Path) -> None:

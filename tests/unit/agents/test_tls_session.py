@@ -13,6 +13,7 @@ import copy
 import gc
 import ssl
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -42,12 +43,20 @@ def made(version: ssl.TLSVersion, keystore: Path) -> Contexts:
     return server, clients[0], clients[1]
 
 
-def connect(
-    server: ssl.SSLContext, client: ssl.SSLContext, kept: tls_session.Kept | None = None
-) -> tuple[tls_session.Kept | None, bool, bool | None]:
-    """One connection in memory, through its handshake and the server's first bytes
-    (its tickets come first), then dropped: what it leaves to keep, whether it
-    resumed, and how ``kept`` was offered (None: not offered)."""
+@dataclass
+class Pair:
+    """A client and a server connection in memory, past the handshake and the
+    server's tickets (TLS 1.3 sends them after it), and how a kept session was offered
+    to the client (None: none was)."""
+
+    ours: ssl.SSLObject
+    theirs: ssl.SSLObject
+    c_in: ssl.MemoryBIO  # the client's incoming bytes
+    s_out: ssl.MemoryBIO  # the server's outgoing bytes
+    quick: bool | None
+
+
+def handshaken(server: ssl.SSLContext, client: ssl.SSLContext, kept: tls_session.Kept | None = None) -> Pair:
     c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
     ours = client.wrap_bio(c_in, c_out, server_hostname="agent")
     quick = None if kept is None else kept.offer(ours)
@@ -59,11 +68,24 @@ def connect(
         c_in.write(s_out.read())
     s_in.write(c_out.read())  # the client's Finished
     theirs.do_handshake()
-    theirs.write(b"x")
-    c_in.write(s_out.read())
-    assert ours.read(1) == b"x"
-    left, resumed = tls_session.Kept.of(ours), ours.session_reused
-    del ours, theirs  # no close_notify
+    c_in.write(s_out.read())  # TLS 1.3: the tickets
+    with pytest.raises(ssl.SSLWantReadError):
+        ours.read(1)
+    return Pair(ours, theirs, c_in, s_out, quick)
+
+
+def connect(
+    server: ssl.SSLContext, client: ssl.SSLContext, kept: tls_session.Kept | None = None
+) -> tuple[tls_session.Kept | None, bool, bool | None]:
+    """One connection in memory, through its handshake and the server's first bytes,
+    then dropped: what it leaves to keep, whether it resumed, and how ``kept`` was
+    offered (None: not offered)."""
+    pair = handshaken(server, client, kept)
+    pair.theirs.write(b"x")
+    pair.c_in.write(pair.s_out.read())
+    assert pair.ours.read(1) == b"x"
+    left, resumed, quick = tls_session.Kept.of(pair.ours), pair.ours.session_reused, pair.quick
+    del pair  # no close_notify
     gc.collect()
     return left, resumed, quick
 
@@ -142,3 +164,62 @@ def test_a_kept_session_is_not_copied(contexts: Contexts) -> None:
         copy.copy(kept)
     with pytest.raises(TypeError):
         copy.deepcopy(kept)
+
+
+def test_an_idle_connection_hands_its_buffers_back_and_goes_on(contexts: Contexts) -> None:
+    server, client, _ = contexts
+    pair = handshaken(server, client)
+    release = tls_session.buffers_release(pair.ours)
+    assert release is not None
+    assert release() == 1
+    for n in range(3):  # the next records make the buffers again
+        pair.theirs.write(b"event %d" % n)
+        pair.c_in.write(pair.s_out.read())
+        assert pair.ours.read(100) == b"event %d" % n
+        assert release() == 1
+    pair.ours.write(b"request")  # and so does a write
+    assert release() == 1
+
+
+def test_a_record_half_read_keeps_the_buffers_until_it_is_whole(contexts: Contexts) -> None:
+    server, client, _ = contexts
+    pair = handshaken(server, client)
+    release = tls_session.buffers_release(pair.ours)
+    assert release is not None
+    pair.theirs.write(b"x" * 1000)
+    record = pair.s_out.read()
+    pair.c_in.write(record[:500])
+    with pytest.raises(ssl.SSLWantReadError):
+        pair.ours.read(2000)
+    assert release() == 0  # the half record is in the read buffer: kept
+    pair.c_in.write(record[500:])
+    assert pair.ours.read(2000) == b"x" * 1000
+    assert release() == 1
+
+
+def test_buffers_are_not_released_where_the_quick_way_is_not_had(
+    contexts: Contexts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, client, _ = contexts
+    pair = handshaken(server, client)
+    monkeypatch.setattr(tls_session, "_openssl", lambda: None)
+    assert tls_session.buffers_release(pair.ours) is None
+
+
+@pytest.mark.parametrize(
+    ("version", "had"),
+    [
+        ((3, 0, 0, 13, 0), False),
+        ((3, 0, 0, 14, 0), True),
+        ((3, 2, 0, 1, 0), False),
+        ((3, 3, 0, 1, 0), True),
+        ((3, 5, 0, 0, 0), True),
+        ((1, 1, 1, 25, 15), False),
+    ],
+)
+def test_buffers_are_released_only_on_an_openssl_with_the_use_after_free_fixed(
+    version: tuple[int, ...], had: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CVE-2024-4741: SSL_free_buffers could free a buffer still in use before these releases."""
+    monkeypatch.setattr(ssl, "OPENSSL_VERSION_INFO", version)
+    assert (tls_session._buffers.__wrapped__() is not None) == had
