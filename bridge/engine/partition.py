@@ -31,7 +31,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
@@ -328,9 +328,9 @@ class PartitionOwner:
                 counts[r.reason] += 1
                 continue
             origin = f"event:{r.task_id}:{r.seq}"
-            key, value, headers, written = events.encode_within(r, record, now, budget, refused=origin in refused)
+            key, value, headers, written, doc = events.encode_within(r, record, now, budget, refused=origin in refused)
             if table is not None:
-                moved = self._fold(record, written, now) or moved
+                moved = self._fold(record, written, now, doc) or moved
             if written is not r:
                 replaced = written.kind == "bridge" and written.body.get("outcome") == "unpublishable"
                 metrics.EVENTS_FITTED.labels("unpublishable" if replaced else "projected").inc()
@@ -365,12 +365,14 @@ class PartitionOwner:
         routed = ended.dlq_topic is not None and ended.dlq_topic != self.config.kafka.dlq_topic
         return self.config.tasks_topic(ended.agent, routed)
 
-    def _fold(self, record: TaskRecord, written: Event, now: float) -> bool:
+    def _fold(self, record: TaskRecord, written: Event, now: float, doc: dict[str, Any] | None) -> bool:
         """Fold the event as written (a projection, a marker: the table is the fold of
-        what downstream reads) into the Task's row; whether the row moved. A Task whose
-        row was not read back at the open starts one from its checkpoint
-        (:func:`bridge.wire.task_row.seeded`)."""
-        doc = events.document(written, record, now)
+        what downstream reads) into the Task's row; whether the row moved. ``doc``: the
+        value as encoded, if :func:`bridge.wire.events.encode_within` kept it (else it
+        is made here). A Task whose row was not read back at the open starts one from
+        its checkpoint (:func:`bridge.wire.task_row.seeded`)."""
+        if doc is None:
+            doc = events.document(written, record, now)
         if record.row is None and written.seq != 1:
             known = {"state": record.state, "outcome": record.outcome, "startCommandId": record.start_command_id}
             record.row = task_row.seeded(doc, known)

@@ -920,9 +920,7 @@ class _Cut:
 def observe_visible(arrivals: list[float], committed: float) -> None:
     """Each event of a committed transaction into bridge_event_visible_seconds: from
     its arrival to ``committed`` (both time.monotonic())."""
-    observe = metrics.EVENT_VISIBLE_SECONDS.observe
-    for arrived in arrivals:
-        observe(committed - arrived)
+    metrics.observe_since(metrics.EVENT_VISIBLE_SECONDS, arrivals, committed)
 
 
 def batches(producer: AIOKafkaProducer, records: list[OutRecord]) -> Batches:

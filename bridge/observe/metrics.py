@@ -6,7 +6,9 @@ configured agent registry; never a task id, taskKey or command id.
 
 from __future__ import annotations
 
-from typing import get_args
+import bisect
+import math
+from typing import Any, get_args
 
 import prometheus_client
 from prometheus_client import Counter, Gauge, Histogram
@@ -204,6 +206,33 @@ COMMANDS_LAG = Gauge(
     "Commands not yet absorbed, per owned partition: the high-water mark minus the offset to commit.",
     ["partition"],
 )
+
+
+def observe_since(histogram: Histogram, starts: list[float], end: float) -> None:
+    """``end - start`` observed into ``histogram`` (without labels) for each of
+    ``starts`` (sorted here, in place): one increment per bucket reached and one of the
+    sum, where Histogram.observe takes two locks and walks the buckets per value (2.5 %
+    of the bridge's CPU at a saturated 200 B case 1, observed per event). The bucket of
+    each value is the one Histogram.observe picks (``value <= bound``, as
+    ``start >= end - bound``: equal but for a rounding at a bucket's very edge). A
+    prometheus_client without the bucket values this reads observes them one by one."""
+    buckets: list[Any] | None = getattr(histogram, "_buckets", None)
+    bounds: list[float] | None = getattr(histogram, "_upper_bounds", None)
+    total = getattr(histogram, "_sum", None)
+    if buckets is None or bounds is None or total is None or len(buckets) != len(bounds):
+        for start in starts:
+            histogram.observe(end - start)
+        return
+    if not starts:
+        return
+    starts.sort()
+    n, below = len(starts), 0
+    for bucket, bound in zip(buckets, bounds, strict=True):
+        within = n - bisect.bisect_left(starts, end - bound)  # the values <= bound
+        if within > below:
+            bucket.inc(within - below)
+            below = within
+    total.inc(n * end - math.fsum(starts))
 
 
 def init(agents: list[str]) -> None:

@@ -197,9 +197,11 @@ def _content_within(kind: str, content: Any, room: int) -> Any:
 
 def encode_within(
     event: Event, record: TaskRecord, now: float, budget: int, *, refused: bool = False
-) -> tuple[bytes, bytes, Headers, Event]:
+) -> tuple[bytes, bytes, Headers, Event, dict[str, Any] | None]:
     """:func:`encode`, within ``budget`` bytes as a record; returns the event
-    actually encoded as well.
+    actually encoded as well, and, where that is ``event`` itself, the value as the
+    dict encoded (what :func:`document` would make again, with the start's metadata on
+    seq 1; None where the event was fitted).
 
     Fitting changes only the value: the key and headers of an event are the same
     however its content is cut, so the room left for the value is known first and
@@ -215,10 +217,11 @@ def encode_within(
     subject = _subject(event.task_id)
     key = subject[1]
     headers, empty = _headers(event, record, stamp, subject)
-    value = orjson.dumps(_document(event, record, time, record.metadata))
+    doc = _document(event, record, time, record.metadata)
+    value = orjson.dumps(doc)
     room = budget - empty  # bytes the value may take
     if len(value) <= room and not refused:
-        return key, value, headers, event
+        return key, value, headers, event, doc
     if not refused:
         name = _CONTENT[event.kind]
         metadata = record.metadata
@@ -232,7 +235,7 @@ def encode_within(
             fitted = orjson.dumps(doc)
             if len(fitted) <= room:
                 projected = Event(event.task_id, event.seq, event.kind, {**event.body, name: content}, event.source_seq)
-                return key, fitted, headers, projected
+                return key, fitted, headers, projected, None
     why = "the broker refused the record" if refused else f"over the topic's {budget}-byte record limit"
     marker = unpublishable(event, why, budgets.record_size(key, value, headers))
-    return (*encode(marker, record, now, None), marker)
+    return (*encode(marker, record, now, None), marker, None)

@@ -112,11 +112,17 @@ def _apply(row: JSON, event: JSON) -> None:
 
 
 def _artifact(row: JSON, artifact: JSON) -> None:
+    # Once per artifact event: loops, not generators (a generator's frame costs more
+    # than the one or two parts and artifacts it would walk).
     parts = artifact.get("parts") or []
-    grown = {"parts": len(parts), "bytes": sum(part_bytes(p) for p in parts)}
+    grown = {"parts": len(parts), "bytes": sum(map(part_bytes, parts))}
     listed: list[JSON] = row["artifacts"]
     artifact_id = artifact.get("artifactId")
-    entry = next((a for a in listed if a["artifactId"] == artifact_id), None)
+    entry = None
+    for known in reversed(listed):  # the one streaming now is most often the last
+        if known["artifactId"] == artifact_id:
+            entry = known
+            break
     if entry is None:
         if len(listed) >= MAX_ARTIFACTS:
             # Counted once, when it first comes: later chunks of it are not tracked.
@@ -141,7 +147,7 @@ def part_bytes(part: Any) -> int:
         return 0
     text = part.get("text")
     if isinstance(text, str):
-        return len(text.encode())
+        return len(text) if text.isascii() else len(text.encode())  # isascii: a flag, no copy
     if "data" in part:
         return len(orjson.dumps(part["data"]))
     file = part.get("file")
