@@ -79,6 +79,7 @@ class Outputs(Protocol):
         self, raw: ConsumerRecord[bytes, bytes], reason: str, detail: str, command: Command | None = None
     ) -> None: ...
     def dispatch(self, command: Command, raw: ConsumerRecord[bytes, bytes]) -> None: ...
+    def room(self) -> bool: ...
     def space(self) -> Awaitable[None]: ...
     def activity(self, task_key: str, active: bool) -> None: ...
 
@@ -354,7 +355,8 @@ class Following:
                     with contextlib.suppress(AgentError):
                         self.apply(await self.snapshot())
                 self.apply(update)
-                await self.out.space()
+                if not self.out.room():
+                    await self.out.space()
                 if self.record.closed:
                     return
                 n += 1

@@ -161,6 +161,7 @@ class PartitionOwner:
         self.committer = Committer(partition, config.bridge.commit_interval_ms / 1000, self)
         # Between two events of a reader: the committer's (a call per event, so no
         # method of this class in between).
+        self.room: Callable[[], bool] = self.committer.room
         self.space: Callable[[], Awaitable[None]] = self.committer.space
         self.failed: BaseException | None = None
         self.ready = False

@@ -521,6 +521,10 @@ class PartitionTransactions:
     def buffered_bytes(self) -> int:
         return self._outbox.size
 
+    def has_room(self) -> bool:
+        """Whether the outbox takes more now (else :meth:`space` waits)."""
+        return self._space.is_set()
+
     async def space(self) -> None:
         """Wait while the outbox is full, so many readers cannot starve the committer."""
         if not self._space.is_set():

@@ -123,6 +123,9 @@ class FakePartition:
     ) -> None:
         self.dlq.append((raw.offset, reason))
 
+    def room(self) -> bool:
+        return True
+
     async def space(self) -> None:
         pass
 
