@@ -516,7 +516,8 @@ async def test_an_idle_tls_stream_hands_its_record_buffers_back_after_each_read(
     """OpenSSL 3.0 kept a connection's 16.7 KiB read buffer after a TLS 1.3 ticket,
     so every idle stream held one: the TLS layer now lets its buffers go after each
     read pass, and the stream's frames, each in a record of its own and read one by
-    one, still arrive whole."""
+    one, still arrive whole. Nor does the connection keep the agent's certificate
+    decoded (asyncio's ``peercert``)."""
     server_ctx, trusted = tls_contexts(tmp_path)
     frames = [b'id: %d\ndata: {"n": %d}\n\n' % (i, i) for i in range(1, 21)]
     freed: list[int] = []
@@ -550,6 +551,8 @@ async def test_an_idle_tls_stream_hands_its_record_buffers_back_after_each_read(
         http.stream("POST", url, content=b"{}") as response,
     ):
         assert b"".join([c async for c in response.aiter_bytes()]) == b"".join(frames)
+        layers = [o for o in gc.get_objects() if type(o) is transport._TLSProtocol]
+        assert layers and all("ssl_object" in t._extra and "peercert" not in t._extra for t in layers)
     assert freed.count(1) >= len(frames)  # each idle gap's buffers were handed back
 
 
