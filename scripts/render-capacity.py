@@ -74,7 +74,7 @@ THROUGHPUT_RUNS = (
 RESUME_10K = "2026-12-07-resume-pace-5000.json"
 RESUME_10K_TLS = "2026-12-07-tls-session-offer.json"
 REBALANCE_1M = "2026-12-07-restore-reply-pump.json"
-TLS_LIVE_10K = "2026-12-08-tls-buffers-released.json"
+TLS_LIVE_10K = "2026-12-08-tls-peercert-dropped.json"
 LIVE_10K = "2026-12-07-live-10k-streaming-memory.json, 2026-12-07-live-10k-silent-stream.json"
 
 FIGURES: tuple[Figure, ...] = (
