@@ -323,6 +323,8 @@ class _TLSProtocol(SSLProtocol):
         return view
 
     def buffer_updated(self, nbytes: int) -> None:
+        # The read passes asyncio runs after a pause (resume_reading) do not come here:
+        # a stream held back keeps its buffers until its next receive.
         super().buffer_updated(nbytes)
         release = self._release
         if release is None:
@@ -332,7 +334,9 @@ class _TLSProtocol(SSLProtocol):
             release = self._release = tls_session.buffers_release(tls) or _kept
             # asyncio keeps the agent's certificate decoded into a dict for the
             # connection's life (get_extra_info("peercert")), which nothing here reads:
-            # 1.3 KiB for a one-name certificate, more for a real one.
+            # 1.3 KiB for a one-name certificate, more for a real one. (Asked for now, the
+            # name falls through to the socket's transport: None, or an AttributeError
+            # once the connection is lost.)
             self._extra.pop("peercert", None)
         release()
 

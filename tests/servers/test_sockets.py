@@ -523,9 +523,10 @@ async def test_an_idle_tls_stream_hands_its_record_buffers_back_after_each_read(
     freed: list[int] = []
     made = tls_session.buffers_release
 
-    def spied(tls: ssl.SSLObject) -> Callable[[], int]:
+    def spied(tls: ssl.SSLObject) -> Callable[[], int] | None:
         release = made(tls)
-        assert release is not None  # had on this interpreter and this OpenSSL
+        if release is None:  # not had here: the test fails below, not in a protocol callback
+            return None
 
         def counted() -> int:
             freed.append(release())
@@ -551,7 +552,8 @@ async def test_an_idle_tls_stream_hands_its_record_buffers_back_after_each_read(
         http.stream("POST", url, content=b"{}") as response,
     ):
         assert b"".join([c async for c in response.aiter_bytes()]) == b"".join(frames)
-        layers = [o for o in gc.get_objects() if type(o) is transport._TLSProtocol]
+        # This test's own connections (its client context), not another test's leftovers.
+        layers = [o for o in gc.get_objects() if type(o) is transport._TLSProtocol and o._sslcontext is trusted]
         assert layers and all("ssl_object" in t._extra and "peercert" not in t._extra for t in layers)
     assert freed.count(1) >= len(frames)  # each idle gap's buffers were handed back
 

@@ -202,8 +202,13 @@ def test_buffers_are_not_released_where_the_quick_way_is_not_had(
 ) -> None:
     server, client, _ = contexts
     pair = handshaken(server, client)
-    monkeypatch.setattr(tls_session, "_openssl", lambda: None)
-    assert tls_session.buffers_release(pair.ours) is None
+    with monkeypatch.context() as m:  # a layout other than the one read
+        m.setattr(tls_session, "_connection", lambda tls: None)
+        assert tls_session.buffers_release(pair.ours) is None
+    with monkeypatch.context() as m:  # an OpenSSL without the fix (the cached answer left alone)
+        m.setattr(tls_session, "_buffers", lambda: None)
+        assert tls_session.buffers_release(pair.ours) is None
+    assert tls_session.buffers_release(pair.ours) is not None
 
 
 @pytest.mark.parametrize(

@@ -51,3 +51,13 @@ def test_a_histogram_without_the_bucket_values_read_observes_each_value() -> Non
 
     metrics.observe_since(cast(Histogram, Other()), [END - 0.25, END - 0.5], END)
     assert seen == [0.25, 0.5]
+
+
+def test_a_value_on_a_bound_is_in_that_bucket_as_observe_puts_it() -> None:
+    """``value <= bound``: a latency of exactly a bucket's bound is in that bucket, not the
+    next (each start is made as the bulk path computes ``end - bound``)."""
+    end = 1024.0
+    bulk = Histogram("edges", "", buckets=BOUNDS, registry=CollectorRegistry())
+    metrics.observe_since(bulk, [end - bound for bound in BOUNDS], end)
+    counts = {s.labels["le"]: s.value for metric in bulk.collect() for s in metric.samples if s.name == "edges_bucket"}
+    assert list(counts.values()) == [float(i) for i in range(1, len(BOUNDS) + 1)] + [float(len(BOUNDS))]
