@@ -125,8 +125,7 @@ def buffers_release(tls: ssl.SSLObject) -> Callable[[], int] | None:
     CPython sets SSL_MODE_RELEASE_BUFFERS, yet OpenSSL 3.0 lets a connection's 16.7
     KiB read buffer go only in a few of its read paths, and never after a TLS 1.3
     ticket, which a server sends after every handshake: each idle stream kept it
-    (``python -m bench.tls_buffers``: 35.5-35.7 KiB of malloc's heap per idle client
-    connection that resumed over TLS 1.3, 19.3 with this; TLS 1.2 16.9 either way).
+    (``python -m bench.tls_buffers``; bench/results/2026-12-08-tls-buffers-released.json).
     The next record makes it again."""
     buffers, connection = _buffers(), _connection(tls)
     if buffers is None or connection is None:

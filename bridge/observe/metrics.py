@@ -211,8 +211,8 @@ COMMANDS_LAG = Gauge(
 def observe_since(histogram: Histogram, starts: list[float], end: float) -> None:
     """``end - start`` observed into ``histogram`` (without labels) for each of
     ``starts`` (sorted here, in place): one increment per bucket reached and one of the
-    sum, where Histogram.observe takes two locks and walks the buckets per value (2.5 %
-    of the bridge's CPU at a saturated 200 B case 1, observed per event). The bucket of
+    sum, where Histogram.observe takes two locks and walks the buckets per value (a
+    profile's figures: bench/results/2026-12-08-per-event-cpu.json). The bucket of
     each value is the one Histogram.observe picks (``value <= bound``, as
     ``start >= end - bound``: equal but for a rounding at a bucket's very edge). A
     prometheus_client without the bucket values this reads observes them one by one."""
