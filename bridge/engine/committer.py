@@ -60,7 +60,7 @@ class Committer:
                     # A bug must not crash the reader: the partition is rebuilt from Kafka.
                     log.exception("partition %d: a reader's cut of the tick failed", self.partition)
                     self.owner.fail(exc)
-        return self.owner.txn.has_room()
+        return self.owner.txn.room_left.is_set()
 
     async def space(self) -> None:
         """:meth:`room`, then the wait while the outbox is full."""

@@ -296,8 +296,10 @@ class PartitionTransactions:
         self._notified = notified
         self._budgets = budgets
         self._outbox = Outbox()
-        self._space = asyncio.Event()
-        self._space.set()
+        # Set while the outbox takes more (a reader checks it between two events; else
+        # it waits in space).
+        self.room_left = asyncio.Event()
+        self.room_left.set()
         # Set when the outbox is full (or the partition closes): the committer
         # commits at once instead of sleeping out its tick while readers wait.
         self.wake = asyncio.Event()
@@ -479,7 +481,7 @@ class PartitionTransactions:
         box.size += len(record.value or b"")
         cfg = self.config.bridge
         if len(box.records) >= cfg.max_buffered_events or box.size >= cfg.max_buffered_bytes:
-            self._space.clear()
+            self.room_left.clear()
             self.wake.set()
         if self._ready:
             self._prepare()
@@ -521,15 +523,11 @@ class PartitionTransactions:
     def buffered_bytes(self) -> int:
         return self._outbox.size
 
-    def has_room(self) -> bool:
-        """Whether the outbox takes more now (else :meth:`space` waits)."""
-        return self._space.is_set()
-
     async def space(self) -> None:
         """Wait while the outbox is full, so many readers cannot starve the committer."""
-        if not self._space.is_set():
+        if not self.room_left.is_set():
             metrics.BUFFER_WAITS.inc()
-            await self._space.wait()
+            await self.room_left.wait()
 
     # ---------------------------------------------------------- committer --
 
@@ -718,7 +716,7 @@ class PartitionTransactions:
             raise RuntimeError("partition producer is not started")
         # Step 1. Swap, encode, position.
         outbox, self._outbox = self._outbox, Outbox()
-        self._space.set()
+        self.room_left.set()
         self.wake.clear()
         position = self._position()
         notified = self._notified()
